@@ -1,0 +1,73 @@
+/* codec.h: the run message contract (DESIGN §4) and run keys. The body every
+ * ready-queue message carries is the JSON object
+ *   {"run_key": "JOB@2026-11-30T14:00:00Z", "job": "JOB",
+ *    "scheduled_at": "2026-11-30T14:00:00Z", "due_at": "2026-11-30T14:00:07.250Z",
+ *    "attempt": 0, "payload": {...}}
+ * Other languages rely on it: fields are only ever added, never renamed. */
+#ifndef WARREN_CODEC_H
+#define WARREN_CODEC_H
+
+#include <stddef.h>
+
+#include <warren/error.h>
+#include <warren/timefmt.h>
+
+/* Longest body decode accepts (bytes); longer bodies are malformed. */
+#define WARREN_MSG_MAX_BODY (1024 * 1024)
+/* A run key is "JOB@YYYY-MM-DDTHH:MM:SSZ": job names are at most 63 bytes. */
+#define WARREN_JOB_NAME_MAX 63
+#define WARREN_RUN_KEY_MAX (WARREN_JOB_NAME_MAX + 1 + 20 + 1)
+
+/* 1 if s can be a job or queue name, a component of run keys and queue names:
+ * [A-Za-z0-9][A-Za-z0-9._-]{0,62}. */
+int warren_name_valid(const char *s);
+
+/* Writes "JOB@YYYY-MM-DDTHH:MM:SSZ" into buf (>= WARREN_RUN_KEY_MAX bytes).
+ * scheduled_at must be whole seconds. Errors: WARREN_EINVAL (bad job name,
+ * fractional seconds, buffer too small). */
+int warren_run_key_build(const char *job, warren_us scheduled_at, char *buf, size_t len,
+                         warren_error *err);
+
+/* Splits a run key. job (may be NULL) gets the job name (needs
+ * WARREN_JOB_NAME_MAX + 1 bytes); *scheduled_at (may be NULL) the instant.
+ * Only the canonical form is accepted (what warren_run_key_build writes).
+ * Errors: WARREN_EPARSE naming the key and what is wrong. */
+int warren_run_key_parse(const char *key, char *job, size_t job_len, warren_us *scheduled_at,
+                         warren_error *err);
+
+/* One run message. Strings are owned by the struct (see warren_run_msg_clear). */
+typedef struct warren_run_msg {
+    char *run_key;
+    char *job;
+    warren_us scheduled_at; /* whole seconds */
+    warren_us due_at;       /* encoded with milliseconds */
+    int attempt;            /* the claim counter when published (0 for a first run) */
+    char *payload_json;     /* a compact JSON object; NULL encodes as {} */
+} warren_run_msg;
+
+/* Frees the strings of m (not m itself) and zeroes it; NULL allowed. */
+void warren_run_msg_clear(warren_run_msg *m);
+
+/* Encodes m as the body. run_key may be NULL (it is built from job and
+ * scheduled_at); if given it must match them. *body is new (free()), NUL
+ * terminated, *len (may be NULL) its length. Errors: WARREN_EINVAL (bad job
+ * name, key mismatch, payload not a JSON object, attempt < 0), WARREN_ENOMEM. */
+int warren_run_msg_encode(const warren_run_msg *m, char **body, size_t *len, warren_error *err);
+
+/* Decodes and validates a body (not necessarily NUL terminated). On success
+ * *out is filled (clear it with warren_run_msg_clear); on failure *out is
+ * zeroed and err says why in a line fit for a dead-letter reason, e.g.
+ * `malformed run message: "attempt" must be a non-negative integer`.
+ * Checks: valid UTF-8 JSON object, size cap, every field present with its
+ * type, valid job name, RFC 3339 times, run_key equal to the one built from
+ * job and scheduled_at, payload an object. Unknown fields are ignored (newer
+ * producers may add some). Errors: WARREN_EMSG, WARREN_ENOMEM. */
+int warren_run_msg_decode(const char *body, size_t len, warren_run_msg *out, warren_error *err);
+
+/* Checks that text is a JSON object and writes its compact form to *compact
+ * (new, free(); may be NULL to only check). For `warren trigger --payload`
+ * and anything else that takes a payload from a user. Errors: WARREN_EPARSE
+ * with jansson's line/column and reason. */
+int warren_json_object_check(const char *text, char **compact, warren_error *err);
+
+#endif

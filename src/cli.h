@@ -1,0 +1,45 @@
+/* cli.h: the warren program's subcommands (one cli_<area>.c each) and the
+ * conventions they share. Each takes argv with argv[0] = the command name. */
+#ifndef WARREN_CLI_H
+#define WARREN_CLI_H
+
+#include <warren/config.h>
+#include <warren/error.h>
+#include <warren/log.h>
+
+/* Exit codes (README "CLI conventions"). */
+#define WARREN_EXIT_OK 0
+#define WARREN_EXIT_FAIL 1
+#define WARREN_EXIT_USAGE 2
+#define WARREN_EXIT_UNAVAILABLE 69 /* a server is unreachable (EX_UNAVAILABLE) */
+
+/* cli_common.c */
+/* The config path: -c/--config FILE if given, else $WARREN_CONFIG, else "warren.cfg". */
+const char *cli_config_path(const char *given);
+/* Loads the config, printing every error to stderr. Returns NULL on error. */
+warren_config *cli_load_config(const char *path);
+/* Maps a library error code to an exit code (connection errors -> 69). */
+int cli_exit_code(int rc);
+/* A logger writing to stderr at level (WARREN_LOG_INFO unless $WARREN_LOG=debug). */
+warren_logger cli_logger(void);
+/* 1 if argv has -h or --help. */
+int cli_wants_help(int argc, char **argv);
+
+/* The subcommands, by owning file. */
+int cli_check(int argc, char **argv);    /* cli_config.c */
+int cli_cron(int argc, char **argv);     /* cli_cron.c */
+int cli_migrate(int argc, char **argv);  /* cli_store.c */
+int cli_sync(int argc, char **argv);     /* cli_store.c */
+int cli_topology(int argc, char **argv); /* cli_broker.c */
+int cli_planner(int argc, char **argv);  /* cli_planner.c */
+int cli_trigger(int argc, char **argv);  /* cli_planner.c */
+int cli_pause(int argc, char **argv);    /* cli_planner.c */
+int cli_resume(int argc, char **argv);   /* cli_planner.c */
+int cli_backfill(int argc, char **argv); /* cli_planner.c */
+int cli_worker(int argc, char **argv);   /* cli_worker.c */
+int cli_run(int argc, char **argv);      /* cli_worker.c */
+int cli_replay(int argc, char **argv);   /* cli_worker.c */
+int cli_runs(int argc, char **argv);     /* cli_worker.c */
+int cli_show(int argc, char **argv);     /* cli_worker.c */
+
+#endif

@@ -1,0 +1,18 @@
+/* cli_store.c: placeholder until its owner lands the real commands. */
+#include <stdio.h>
+
+#include "cli.h"
+
+int cli_migrate(int argc, char **argv)
+{
+    (void)argc;
+    fprintf(stderr, "warren %s: not built yet\n", argv[0]);
+    return WARREN_EXIT_FAIL;
+}
+
+int cli_sync(int argc, char **argv)
+{
+    (void)argc;
+    fprintf(stderr, "warren %s: not built yet\n", argv[0]);
+    return WARREN_EXIT_FAIL;
+}
