@@ -12,13 +12,18 @@
 #include <warren/timefmt.h>
 
 /* Fixed names (DESIGN §4). */
-#define WARREN_READY_EXCHANGE "warren.ready"     /* direct; routing key = job queue */
-#define WARREN_READY_PREFIX "warren.ready."      /* + job queue: quorum ready queue */
-#define WARREN_DELAY_EXCHANGE "warren.delay"     /* delay queues dead-letter into warren.ready */
-#define WARREN_DELAY_PREFIX "warren.delay."      /* + epoch second: classic delay queue */
-#define WARREN_DEAD_EXCHANGE "warren.dead"       /* fanout */
-#define WARREN_DEAD_QUEUE "warren.dead"          /* quorum */
-#define WARREN_EVENTS_EXCHANGE "warren.events"   /* topic; run.<outcome>.<job> */
+/* warren.ready is a HEADERS exchange: each ready queue is bound with
+ * {x-match: all, x-warren-queue: <job queue>}. Every run message carries the
+ * header x-warren-queue, so it routes the same whether published straight
+ * to warren.ready or dead-lettered there from a delay queue (whose routing
+ * key is the delay queue's name). */
+#define WARREN_READY_EXCHANGE "warren.ready"
+#define WARREN_QUEUE_HEADER "x-warren-queue"
+#define WARREN_READY_PREFIX "warren.ready."    /* + job queue: quorum ready queue */
+#define WARREN_DELAY_PREFIX "warren.delay."    /* + epoch second: classic delay queue */
+#define WARREN_DEAD_EXCHANGE "warren.dead"     /* fanout */
+#define WARREN_DEAD_QUEUE "warren.dead"        /* quorum */
+#define WARREN_EVENTS_EXCHANGE "warren.events" /* topic; run.<outcome>.<job> */
 
 typedef struct warren_broker warren_broker;
 
@@ -47,13 +52,13 @@ typedef struct warren_message {
     const char *routing_key;
     const char *message_id;
     const char *type;
-    warren_us timestamp;     /* AMQP timestamp property (seconds are sent) */
-    int64_t expiration_ms;   /* < 0: none */
+    warren_us timestamp;   /* AMQP timestamp property (seconds are sent) */
+    int64_t expiration_ms; /* < 0: none */
     const warren_header *headers;
     size_t nheaders;
     const void *body;
     size_t body_len;
-    int mandatory;           /* unroutable -> returned -> WARREN_BROKER_RETURNED */
+    int mandatory; /* unroutable -> returned -> WARREN_BROKER_RETURNED */
 } warren_message;
 
 /* Outcome of one publish, reported by warren_broker_confirm_wait. */
@@ -72,12 +77,12 @@ int warren_broker_publish(warren_broker *b, const warren_message *m, uint64_t *s
                           warren_error *err);
 /* Waits until every publish up to and including seq is confirmed (or
  * timeout_ms passes: WARREN_ETIMEOUT), calling fn once per publish. */
-int warren_broker_confirm_wait(warren_broker *b, uint64_t seq, int timeout_ms,
-                               warren_confirm_fn fn, void *ud, warren_error *err);
+int warren_broker_confirm_wait(warren_broker *b, uint64_t seq, int timeout_ms, warren_confirm_fn fn,
+                               void *ud, warren_error *err);
 
 /* Declares (cached per connection) the classic delay queue for due second
  * `second`: warren.delay.<second>, x-expires constant (expires_ms),
- * x-dead-letter-exchange warren.ready, keeping the routing key. Its name is
+ * x-dead-letter-exchange warren.ready (routing by the x-warren-queue header). Its name is
  * written into name (>= 64 bytes). Publish to the default exchange "" with
  * routing key = that name and expiration = due - now. */
 int warren_broker_delay_queue(warren_broker *b, int64_t second, int64_t expires_ms, char *name,
@@ -89,7 +94,7 @@ int warren_broker_delay_queue(warren_broker *b, int64_t second, int64_t expires_
 typedef struct warren_delivery {
     uint64_t tag;
     int redelivered;
-    char *queue;        /* consumer's queue (from the consumer tag) */
+    char *queue; /* consumer's queue (from the consumer tag) */
     char *exchange;
     char *routing_key;
     char *message_id;
@@ -97,7 +102,7 @@ typedef struct warren_delivery {
     warren_us timestamp;
     warren_header *headers; /* owned copies */
     size_t nheaders;
-    char *body;          /* NUL-terminated copy */
+    char *body; /* NUL-terminated copy */
     size_t body_len;
 } warren_delivery;
 void warren_delivery_clear(warren_delivery *d);
