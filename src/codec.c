@@ -1,0 +1,310 @@
+/* codec.c: the run message body (DESIGN §4) in and out of JSON, and run keys.
+ * All of warren's jansson use outside config.c lives here. */
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include <warren/codec.h>
+
+/* 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59Z: what the canonical key can spell. */
+#define KEY_MIN_S INT64_C(-62135596800)
+#define KEY_MAX_S INT64_C(253402300799)
+
+int warren_name_valid(const char *s)
+{
+    size_t n;
+
+    if (s == NULL)
+        return 0;
+    for (n = 0; s[n] != '\0'; n++) {
+        char c = s[n];
+        int alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+        if (!alnum && (n == 0 || (c != '.' && c != '_' && c != '-')))
+            return 0;
+        if (n >= WARREN_JOB_NAME_MAX)
+            return 0;
+    }
+    return n > 0;
+}
+
+int warren_run_key_build(const char *job, warren_us scheduled_at, char *buf, size_t len,
+                         warren_error *err)
+{
+    char when[WARREN_TIME_BUF];
+    int64_t s = warren_us_to_s(scheduled_at);
+    size_t need;
+
+    if (!warren_name_valid(job))
+        return warren_error_set(err, WARREN_EINVAL,
+                                "\"%.80s\" cannot be a job name in a run key "
+                                "(allowed: [A-Za-z0-9][A-Za-z0-9._-]{0,62})",
+                                job ? job : "(null)");
+    if (s * WARREN_US_PER_S != scheduled_at)
+        return warren_error_set(err, WARREN_EINVAL,
+                                "run key of job \"%s\": scheduled_at must be whole seconds", job);
+    if (s < KEY_MIN_S || s > KEY_MAX_S)
+        return warren_error_set(err, WARREN_EINVAL,
+                                "run key of job \"%s\": scheduled_at is outside years 1-9999", job);
+    warren_time_format(scheduled_at, when, sizeof(when));
+    need = strlen(job) + 1 + strlen(when) + 1;
+    if (buf == NULL || len < need)
+        return warren_error_set(err, WARREN_EINVAL, "run key buffer too small (%zu < %zu)", len,
+                                need);
+    memcpy(buf, job, strlen(job));
+    buf[strlen(job)] = '@';
+    memcpy(buf + strlen(job) + 1, when, strlen(when) + 1);
+    return 0;
+}
+
+int warren_run_key_parse(const char *key, char *job, size_t job_len, warren_us *scheduled_at,
+                         warren_error *err)
+{
+    const char *at;
+    char name[WARREN_JOB_NAME_MAX + 1];
+    char canon[WARREN_RUN_KEY_MAX];
+    warren_us t;
+    size_t n;
+
+    if (key == NULL)
+        return warren_error_set(err, WARREN_EPARSE, "missing run key");
+    at = strrchr(key, '@');
+    if (at == NULL)
+        return warren_error_set(err, WARREN_EPARSE,
+                                "\"%.100s\" is not a run key (expected JOB@YYYY-MM-DDTHH:MM:SSZ)",
+                                key);
+    n = (size_t)(at - key);
+    if (n == 0 || n > WARREN_JOB_NAME_MAX)
+        return warren_error_set(err, WARREN_EPARSE,
+                                "\"%.100s\" is not a run key: the job name is empty or too long",
+                                key);
+    memcpy(name, key, n);
+    name[n] = '\0';
+    if (!warren_name_valid(name))
+        return warren_error_set(err, WARREN_EPARSE,
+                                "\"%.100s\" is not a run key: \"%s\" is not a valid job name", key,
+                                name);
+    if (warren_time_parse(at + 1, &t, NULL) != 0 ||
+        warren_run_key_build(name, t, canon, sizeof(canon), NULL) != 0 || strcmp(canon, key) != 0)
+        return warren_error_set(err, WARREN_EPARSE,
+                                "\"%.100s\" is not a run key: the time must be UTC with whole "
+                                "seconds, as in JOB@2026-11-30T14:00:00Z",
+                                key);
+    if (job != NULL) {
+        if (job_len < n + 1)
+            return warren_error_set(err, WARREN_EINVAL, "job name buffer too small");
+        memcpy(job, name, n + 1);
+    }
+    if (scheduled_at != NULL)
+        *scheduled_at = t;
+    return 0;
+}
+
+void warren_run_msg_clear(warren_run_msg *m)
+{
+    if (m == NULL)
+        return;
+    free(m->run_key);
+    free(m->job);
+    free(m->payload_json);
+    memset(m, 0, sizeof(*m));
+}
+
+int warren_run_msg_encode(const warren_run_msg *m, char **body, size_t *len, warren_error *err)
+{
+    char key[WARREN_RUN_KEY_MAX], sched[WARREN_TIME_BUF], due[WARREN_TIME_BUF];
+    json_t *obj = NULL, *payload = NULL;
+    json_error_t jerr;
+    char *out;
+    int rc;
+
+    *body = NULL;
+    rc = warren_run_key_build(m->job, m->scheduled_at, key, sizeof(key), err);
+    if (rc != 0)
+        return rc;
+    if (m->run_key != NULL && strcmp(m->run_key, key) != 0)
+        return warren_error_set(err, WARREN_EINVAL,
+                                "run key \"%.100s\" does not match job and scheduled_at (\"%s\")",
+                                m->run_key, key);
+    if (m->attempt < 0)
+        return warren_error_set(err, WARREN_EINVAL, "run %s: attempt %d is negative", key,
+                                m->attempt);
+    if (m->payload_json == NULL) {
+        payload = json_object();
+    } else {
+        payload = json_loads(m->payload_json, JSON_REJECT_DUPLICATES, &jerr);
+        if (payload == NULL || !json_is_object(payload)) {
+            json_decref(payload);
+            return warren_error_set(err, WARREN_EINVAL, "run %s: payload is not a JSON object",
+                                    key);
+        }
+    }
+    warren_time_format(m->scheduled_at, sched, sizeof(sched));
+    warren_time_format_ms(m->due_at, due, sizeof(due));
+    obj = json_pack("{s:s, s:s, s:s, s:s, s:i, s:o}", "run_key", key, "job", m->job, "scheduled_at",
+                    sched, "due_at", due, "attempt", m->attempt, "payload", payload);
+    if (obj == NULL)
+        return warren_error_set(err, WARREN_ENOMEM, "out of memory encoding run %s", key);
+    out = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(obj);
+    if (out == NULL)
+        return warren_error_set(err, WARREN_ENOMEM, "out of memory encoding run %s", key);
+    *body = out;
+    if (len != NULL)
+        *len = strlen(out);
+    return 0;
+}
+
+static int malformed(warren_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Every decode failure reads "malformed run message: ..." (a dead-letter reason). */
+static int malformed(warren_error *err, const char *fmt, ...)
+{
+    char what[512];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    return warren_error_set(err, WARREN_EMSG, "malformed run message: %s", what);
+}
+
+/* A required string field; *s borrowed from obj. */
+static int get_string(json_t *obj, const char *field, const char **s, warren_error *err)
+{
+    json_t *v = json_object_get(obj, field);
+    if (v == NULL)
+        return malformed(err, "\"%s\" is missing", field);
+    if (!json_is_string(v))
+        return malformed(err, "\"%s\" must be a string", field);
+    if (strlen(json_string_value(v)) != json_string_length(v))
+        return malformed(err, "\"%s\" contains a NUL character", field);
+    *s = json_string_value(v);
+    return 0;
+}
+
+static int get_time(json_t *obj, const char *field, warren_us *t, warren_error *err)
+{
+    const char *s;
+    int rc = get_string(obj, field, &s, err);
+    if (rc != 0)
+        return rc;
+    if (warren_time_parse(s, t, NULL) != 0)
+        return malformed(err, "\"%s\" is not an RFC 3339 time (\"%.60s\")", field, s);
+    return 0;
+}
+
+int warren_run_msg_decode(const char *body, size_t len, warren_run_msg *out, warren_error *err)
+{
+    json_t *root = NULL, *v;
+    json_error_t jerr;
+    const char *key, *job;
+    warren_us sched, due;
+    char canon[WARREN_RUN_KEY_MAX];
+    json_int_t attempt;
+    int rc = WARREN_EMSG;
+
+    memset(out, 0, sizeof(*out));
+    if (body == NULL || len == 0)
+        return warren_error_set(err, WARREN_EMSG, "malformed run message: the body is empty");
+    if (len > WARREN_MSG_MAX_BODY)
+        return warren_error_set(err, WARREN_EMSG,
+                                "malformed run message: the body is %zu bytes (limit %d)", len,
+                                WARREN_MSG_MAX_BODY);
+    root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL)
+        return warren_error_set(err, WARREN_EMSG,
+                                "malformed run message: not JSON (line %d, column %d: %s)",
+                                jerr.line, jerr.column, jerr.text);
+    if (!json_is_object(root)) {
+        rc = warren_error_set(err, WARREN_EMSG,
+                              "malformed run message: the body is not a JSON "
+                              "object");
+        goto fail;
+    }
+    if ((rc = get_string(root, "run_key", &key, err)) != 0 ||
+        (rc = get_string(root, "job", &job, err)) != 0 ||
+        (rc = get_time(root, "scheduled_at", &sched, err)) != 0 ||
+        (rc = get_time(root, "due_at", &due, err)) != 0)
+        goto fail;
+    if (!warren_name_valid(job)) {
+        rc = malformed(err, "\"job\" is not a valid job name (allowed: %s)",
+                       "[A-Za-z0-9][A-Za-z0-9._-]{0,62}");
+        goto fail;
+    }
+    if (warren_run_key_build(job, sched, canon, sizeof(canon), NULL) != 0) {
+        rc = malformed(err, "\"%s\" must be whole seconds within years 1-9999", "scheduled_at");
+        goto fail;
+    }
+    if (strcmp(canon, key) != 0) {
+        rc = malformed(err, "\"run_key\" \"%.100s\" does not match job and scheduled_at (%s)", key,
+                       canon);
+        goto fail;
+    }
+    v = json_object_get(root, "attempt");
+    if (v == NULL) {
+        rc = malformed(err, "\"%s\" is missing", "attempt");
+        goto fail;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX) {
+        rc = malformed(err, "\"%s\" must be a non-negative integer", "attempt");
+        goto fail;
+    }
+    attempt = json_integer_value(v);
+    v = json_object_get(root, "payload");
+    if (v == NULL) {
+        rc = malformed(err, "\"%s\" is missing", "payload");
+        goto fail;
+    }
+    if (!json_is_object(v)) {
+        rc = malformed(err, "\"%s\" must be a JSON object", "payload");
+        goto fail;
+    }
+    out->payload_json = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    out->run_key = strdup(key);
+    out->job = strdup(job);
+    if (out->payload_json == NULL || out->run_key == NULL || out->job == NULL) {
+        warren_run_msg_clear(out);
+        rc = warren_error_set(err, WARREN_ENOMEM, "out of memory decoding a run message");
+        goto fail;
+    }
+    out->scheduled_at = sched;
+    out->due_at = due;
+    out->attempt = (int)attempt;
+    json_decref(root);
+    return 0;
+fail:
+    json_decref(root);
+    return rc;
+}
+
+int warren_json_object_check(const char *text, char **compact, warren_error *err)
+{
+    json_error_t jerr;
+    json_t *v;
+
+    if (compact != NULL)
+        *compact = NULL;
+    if (text == NULL)
+        return warren_error_set(err, WARREN_EPARSE, "missing JSON");
+    v = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+    if (v == NULL)
+        return warren_error_set(err, WARREN_EPARSE, "not valid JSON (line %d, column %d: %s)",
+                                jerr.line, jerr.column, jerr.text);
+    if (!json_is_object(v)) {
+        json_decref(v);
+        return warren_error_set(err, WARREN_EPARSE, "the payload must be a JSON object ({...})");
+    }
+    if (compact != NULL) {
+        *compact = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        if (*compact == NULL) {
+            json_decref(v);
+            return warren_error_set(err, WARREN_ENOMEM, "out of memory");
+        }
+    }
+    json_decref(v);
+    return 0;
+}
