@@ -1,11 +1,124 @@
-/* cli_config.c: placeholder until its owner lands the real commands. */
+/* cli_config.c: `warren check`: validate a config file, print every error
+ * (exit 2) or a one-line summary per job (exit 0). */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <warren/duration.h>
 
 #include "cli.h"
 
+static void check_usage(FILE *f)
+{
+    fprintf(f, "usage: warren check [-c FILE]\n\n"
+               "Validates the configuration file and prints one line per job.\n"
+               "Every error is printed to stderr as FILE:LINE: job \"NAME\": setting \"X\": ...\n\n"
+               "  -c, --config FILE  the configuration (default: $WARREN_CONFIG, else warren.cfg)\n"
+               "  -q, --quiet        print nothing when the file is valid\n\n"
+               "exit codes: 0 valid, 2 invalid or usage error, 1 other failure\n");
+}
+
+/* The path rule of cli.h (-c, else $WARREN_CONFIG, else warren.cfg). Kept
+ * here until src/cli_common.c provides cli_config_path. */
+static const char *config_path_of(const char *given)
+{
+    const char *env = getenv("WARREN_CONFIG");
+    if (given != NULL)
+        return given;
+    if (env != NULL && *env != '\0')
+        return env;
+    return "warren.cfg";
+}
+
+static void print_job(const warren_job *j)
+{
+    char sched[300], buf[64], when[WARREN_TIME_BUF];
+    const char *handler = "none";
+    char hbuf[300];
+
+    switch (j->kind) {
+    case WARREN_SCHED_CRON:
+        snprintf(sched, sizeof(sched), "cron \"%s\"", j->schedule);
+        break;
+    case WARREN_SCHED_EVERY:
+        snprintf(sched, sizeof(sched), "every %s",
+                 warren_duration_format(j->every_ms, buf, sizeof(buf)));
+        break;
+    case WARREN_SCHED_AT:
+        snprintf(sched, sizeof(sched), "at %s", warren_time_format(j->at, when, sizeof(when)));
+        break;
+    }
+    switch (j->handler) {
+    case WARREN_HANDLER_EXEC:
+        snprintf(hbuf, sizeof(hbuf), "exec%s %s%s", j->exec_shell ? " (shell)" : "",
+                 j->exec_argv[0], j->exec_argv[1] ? " ..." : "");
+        handler = hbuf;
+        break;
+    case WARREN_HANDLER_SQL:
+        handler = "sql";
+        break;
+    case WARREN_HANDLER_C:
+        snprintf(hbuf, sizeof(hbuf), "c %s", j->c_handler);
+        handler = hbuf;
+        break;
+    case WARREN_HANDLER_NONE:
+        handler = "none (external worker)";
+        break;
+    }
+    printf("%-24s %-30s tz=%s queue=%s misfire=%s overlap=%s handler=%s%s\n", j->name, sched,
+           j->timezone, j->queue, warren_misfire_name(j->misfire), warren_overlap_name(j->overlap),
+           handler, j->paused ? " [paused]" : "");
+}
+
 int cli_check(int argc, char **argv)
 {
-    (void)argc;
-    fprintf(stderr, "warren %s: not built yet\n", argv[0]);
-    return WARREN_EXIT_FAIL;
+    const char *given = NULL;
+    int quiet = 0;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            check_usage(stdout);
+            return WARREN_EXIT_OK;
+        } else if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {
+            quiet = 1;
+        } else if ((strcmp(a, "-c") == 0 || strcmp(a, "--config") == 0) && i + 1 < argc) {
+            given = argv[++i];
+        } else if (strncmp(a, "--config=", 9) == 0) {
+            given = a + 9;
+        } else {
+            fprintf(stderr, "warren check: unexpected argument \"%s\"\n", a);
+            check_usage(stderr);
+            return WARREN_EXIT_USAGE;
+        }
+    }
+
+    const char *path = config_path_of(given);
+    warren_config *cfg = NULL;
+    warren_diags diags = {0};
+    warren_error err = {0};
+    int rc = warren_config_load(path, &cfg, &diags, &err);
+    if (rc != 0) {
+        if (diags.count == 0) {
+            fprintf(stderr, "%s\n", err.message);
+        } else {
+            for (size_t i = 0; i < diags.count; i++)
+                fprintf(stderr, "%s\n", diags.items[i]);
+            fprintf(stderr, "warren check: %s is invalid: %zu error%s\n", path, diags.count,
+                    diags.count == 1 ? "" : "s");
+        }
+        warren_diags_free(&diags);
+        return rc == WARREN_ECONFIG || rc == WARREN_EINVAL ? WARREN_EXIT_USAGE : WARREN_EXIT_FAIL;
+    }
+    if (!quiet) {
+        size_t nq = 0;
+        const char **qs = warren_config_queues(cfg, &nq);
+        for (size_t i = 0; i < cfg->njobs; i++)
+            print_job(&cfg->jobs[i]);
+        printf("%s: valid, %zu job%s, %zu queue%s\n", path, cfg->njobs, cfg->njobs == 1 ? "" : "s",
+               nq, nq == 1 ? "" : "s");
+        free(qs);
+    }
+    warren_config_free(cfg);
+    return WARREN_EXIT_OK;
 }
