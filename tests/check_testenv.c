@@ -1,0 +1,196 @@
+/* check_testenv.c: testenv gives each test its own database and vhost on the
+ * real servers of tests/servers.sh, and fails (never skips) without them. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <amqp.h>
+#include <amqp_tcp_socket.h>
+
+#include "testenv.h"
+
+/* Declares a classic queue `queue` on the vhost of amqp_url and publishes n
+ * messages to it; the channel close waits until the broker processed them. */
+static void publish_n(const char *amqp_url, const char *queue, int n)
+{
+    char *buf = strdup(amqp_url);
+    struct amqp_connection_info ci;
+    amqp_default_connection_info(&ci);
+    ck_assert_int_eq(amqp_parse_url(buf, &ci), AMQP_STATUS_OK);
+    amqp_connection_state_t conn = amqp_new_connection();
+    amqp_socket_t *sock = amqp_tcp_socket_new(conn);
+    struct timeval tv = {10, 0};
+    ck_assert_int_eq(amqp_socket_open_noblock(sock, ci.host, ci.port, &tv), AMQP_STATUS_OK);
+    amqp_rpc_reply_t r =
+        amqp_login(conn, ci.vhost, 0, 131072, 0, AMQP_SASL_METHOD_PLAIN, ci.user, ci.password);
+    ck_assert_int_eq(r.reply_type, AMQP_RESPONSE_NORMAL);
+    amqp_channel_open(conn, 1);
+    ck_assert_int_eq(amqp_get_rpc_reply(conn).reply_type, AMQP_RESPONSE_NORMAL);
+    amqp_queue_declare(conn, 1, amqp_cstring_bytes(queue), 0, 0, 0, 0, amqp_empty_table);
+    ck_assert_int_eq(amqp_get_rpc_reply(conn).reply_type, AMQP_RESPONSE_NORMAL);
+    for (int i = 0; i < n; i++)
+        ck_assert_int_eq(amqp_basic_publish(conn, 1, amqp_empty_bytes, amqp_cstring_bytes(queue), 0,
+                                            0, NULL, amqp_cstring_bytes("hello")),
+                         AMQP_STATUS_OK);
+    ck_assert_int_eq(amqp_channel_close(conn, 1, AMQP_REPLY_SUCCESS).reply_type,
+                     AMQP_RESPONSE_NORMAL);
+    amqp_connection_close(conn, AMQP_REPLY_SUCCESS);
+    amqp_destroy_connection(conn);
+    free(buf);
+}
+
+START_TEST(test_testenv_db_is_fresh_and_writable)
+{
+    char *a = testenv_db();
+    char *b = testenv_db();
+    ck_assert_str_ne(a, b);
+    ck_assert_int_eq(testenv_psql(a, "CREATE TABLE t (x int); INSERT INTO t VALUES (1), (2)", NULL),
+                     2);
+    char *n = testenv_sql1(a, "SELECT count(*) FROM t");
+    ck_assert_str_eq(n, "2");
+    free(n);
+    /* The other database does not see it. */
+    ck_assert_int_eq(testenv_psql(b, "SELECT count(*) FROM t", NULL), -1);
+    char *db = testenv_sql1(a, "SELECT current_database()");
+    ck_assert_ptr_nonnull(strstr(a, db));
+    ck_assert_int_eq(strncmp(db, "warren_t_", 9), 0);
+    free(db);
+    free(a);
+    free(b);
+}
+END_TEST
+
+START_TEST(test_testenv_db_migrated_has_the_schema)
+{
+    char *url = testenv_db_migrated();
+    char *n = testenv_sql1(url, "SELECT count(*) FROM pg_tables WHERE schemaname = 'warren' "
+                                "AND tablename IN ('jobs', 'runs')");
+    ck_assert_str_eq(n, "2");
+    free(n);
+    free(url);
+}
+END_TEST
+
+START_TEST(test_testenv_psql_reports_errors_and_values)
+{
+    char *url = testenv_db();
+    char *v = (char *)"untouched";
+    ck_assert_int_eq(testenv_psql(url, "SELECT * FROM no_such_table", &v), -1);
+    ck_assert_ptr_null(v);
+    ck_assert_int_eq(testenv_psql(url, "SELECT NULL::text", &v), 1);
+    ck_assert_ptr_null(v);
+    ck_assert_int_eq(testenv_psql(url, "SELECT 'a' UNION ALL SELECT 'b'", &v), 2);
+    ck_assert_str_eq(v, "a");
+    free(v);
+    free(url);
+}
+END_TEST
+
+START_TEST(test_testenv_vhosts_are_isolated)
+{
+    char *a = testenv_vhost();
+    char *b = testenv_vhost();
+    ck_assert_str_ne(a, b);
+    publish_n(a, "q", 3);
+    ck_assert_int_eq(testenv_queue_depth(a, "q"), 3);
+    ck_assert_int_eq(testenv_queue_depth(b, "q"), -1);
+    free(a);
+    free(b);
+}
+END_TEST
+
+START_TEST(test_testenv_http_reads_the_management_api)
+{
+    char *url = testenv_vhost();
+    publish_n(url, "q", 1);
+    char *vh = testenv_vhost_path(url);
+    char *path = malloc(strlen(vh) + 64);
+    sprintf(path, "/api/queues/%s/q", vh);
+    char *body = NULL;
+    ck_assert_int_eq(testenv_http("GET", path, NULL, &body), 200);
+    ck_assert_ptr_nonnull(strstr(body, "\"name\":\"q\""));
+    free(body);
+    sprintf(path, "/api/queues/%s/nope", vh);
+    ck_assert_int_eq(testenv_http("GET", path, NULL, &body), 404);
+    free(body);
+    free(path);
+    free(vh);
+    free(url);
+}
+END_TEST
+
+START_TEST(test_testenv_vhost_name_decodes_default_vhost)
+{
+    char *n = testenv_vhost_name("amqp://guest:guest@127.0.0.1:55672/%2f");
+    ck_assert_str_eq(n, "/");
+    free(n);
+    n = testenv_vhost_path("amqp://guest:guest@127.0.0.1:55672/%2f");
+    ck_assert_str_eq(n, "%2F");
+    free(n);
+}
+END_TEST
+
+START_TEST(test_testenv_unique_names_differ)
+{
+    char *a = testenv_unique_name("Warren-T");
+    char *b = testenv_unique_name("Warren-T");
+    ck_assert_str_ne(a, b);
+    ck_assert_int_eq(strncmp(a, "warren_t_", 9), 0);
+    free(a);
+    free(b);
+    char long_prefix[100];
+    memset(long_prefix, 'x', sizeof long_prefix - 1);
+    long_prefix[99] = '\0';
+    a = testenv_unique_name(long_prefix);
+    ck_assert_uint_le(strlen(a), 63);
+    free(a);
+}
+END_TEST
+
+/* Without the variable the test must fail (exit 1), not pass or skip. */
+START_TEST(test_testenv_fails_without_pg_url)
+{
+    unsetenv("WARREN_TEST_PG_URL");
+    free(testenv_db());
+}
+END_TEST
+
+START_TEST(test_testenv_fails_without_amqp_url)
+{
+    unsetenv("WARREN_TEST_AMQP_URL");
+    free(testenv_vhost());
+}
+END_TEST
+
+static Suite *testenv_suite(void)
+{
+    Suite *s = suite_create("testenv");
+    TCase *pg = tcase_create("postgresql");
+    tcase_add_test(pg, test_testenv_db_is_fresh_and_writable);
+    tcase_add_test(pg, test_testenv_db_migrated_has_the_schema);
+    tcase_add_test(pg, test_testenv_psql_reports_errors_and_values);
+    suite_add_tcase(s, pg);
+    TCase *mq = tcase_create("rabbitmq");
+    tcase_add_test(mq, test_testenv_vhosts_are_isolated);
+    tcase_add_test(mq, test_testenv_http_reads_the_management_api);
+    tcase_add_test(mq, test_testenv_vhost_name_decodes_default_vhost);
+    suite_add_tcase(s, mq);
+    TCase *names = tcase_create("names");
+    tcase_add_test(names, test_testenv_unique_names_differ);
+    suite_add_tcase(s, names);
+    TCase *missing = tcase_create("missing_servers");
+    tcase_add_exit_test(missing, test_testenv_fails_without_pg_url, 1);
+    tcase_add_exit_test(missing, test_testenv_fails_without_amqp_url, 1);
+    suite_add_tcase(s, missing);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(testenv_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,656 @@
+/* testenv: fresh databases and vhosts on the servers of tests/servers.sh.
+ * Test code, so it may use libpq and rabbitmq-c directly; see testenv.h. */
+#include "testenv.h"
+
+#include <amqp.h>
+#include <amqp_tcp_socket.h>
+#include <libpq-fe.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MGMT_DEFAULT_PORT "55673"
+#define HTTP_TIMEOUT_S 30
+#define HTTP_MAX_RESPONSE (64u << 20)
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+/* Fails the test: in a Check child this is "early exit with return value 1",
+ * in a plain program the program's failure. */
+static void fail(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("testenv: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    fflush(stderr);
+    exit(EXIT_FAILURE);
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p)
+        fail("out of memory");
+    return p;
+}
+
+static char *xstrdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    return memcpy(xmalloc(n), s, n);
+}
+
+static char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static char *xasprintf(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        fail("bad format");
+    char *s = xmalloc((size_t)n + 1);
+    va_start(ap, fmt);
+    vsnprintf(s, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+static const char *need_env(const char *name, const char *what)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        fail("%s is not set: this test needs %s. Start the servers with\n"
+             "    eval \"$(tests/servers.sh start)\"\n"
+             "(tests that need servers fail instead of skipping)",
+             name, what);
+    return v;
+}
+
+const char *testenv_pg_admin_url(void)
+{
+    return need_env("WARREN_TEST_PG_URL", "PostgreSQL");
+}
+
+const char *testenv_amqp_url(void)
+{
+    return need_env("WARREN_TEST_AMQP_URL", "RabbitMQ");
+}
+
+static const char *source_dir(void)
+{
+#ifdef WARREN_SOURCE_DIR
+    return WARREN_SOURCE_DIR;
+#else
+    return need_env("WARREN_SOURCE_DIR", "the source tree");
+#endif
+}
+
+const char *testenv_servers_script(void)
+{
+    static char path[4096];
+    snprintf(path, sizeof path, "%s/tests/servers.sh", source_dir());
+    return path;
+}
+
+/* ------------------------------------------------------------------ names */
+
+static unsigned long random_bits(void)
+{
+    unsigned long r = 0;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        if (read(fd, &r, sizeof r) != (ssize_t)sizeof r)
+            r = 0;
+        close(fd);
+    }
+    if (r == 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        r = (unsigned long)ts.tv_nsec ^ ((unsigned long)getpid() << 16);
+    }
+    return r;
+}
+
+char *testenv_unique_name(const char *prefix)
+{
+    /* The pid separates Check's forked tests (each child inherits the same
+     * counter); the counter separates calls in one process; the random part
+     * separates reruns after pid reuse. */
+    static unsigned counter;
+    char tail[64];
+    snprintf(tail, sizeof tail, "_%ld_%u_%06lx", (long)getpid(), ++counter,
+             random_bits() & 0xffffffUL);
+    size_t plen = strlen(prefix), tlen = strlen(tail);
+    if (plen + tlen > 63)
+        plen = 63 - tlen;
+    char *s = xmalloc(plen + tlen + 1);
+    for (size_t i = 0; i < plen; i++) {
+        char c = prefix[i];
+        int ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+        s[i] = ok ? c : (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : '_';
+    }
+    memcpy(s + plen, tail, tlen + 1);
+    return s;
+}
+
+/* -------------------------------------------------------------- PostgreSQL */
+
+static void quiet_notices(void *arg, const char *message)
+{
+    (void)arg;
+    (void)message;
+}
+
+static PGconn *pg_connect(const char *url)
+{
+    const char *keys[] = {"dbname", "connect_timeout", NULL};
+    const char *vals[] = {url, "10", NULL};
+    PGconn *c = PQconnectdbParams(keys, vals, 1);
+    if (!c)
+        fail("out of memory connecting to %s", url);
+    if (PQstatus(c) != CONNECTION_OK) {
+        char *msg = xstrdup(PQerrorMessage(c));
+        PQfinish(c);
+        fail("cannot connect to %s: %s(are the servers running? tests/servers.sh status)", url,
+             msg);
+    }
+    PQsetNoticeProcessor(c, quiet_notices, NULL);
+    return c;
+}
+
+/* Runs sql; returns -1 on error after printing "context: message". */
+static int pg_run(PGconn *c, const char *sql, const char *context, char **first)
+{
+    if (first)
+        *first = NULL;
+    PGresult *r = PQexec(c, sql);
+    ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+        fprintf(stderr, "testenv: %s: %s", context,
+                r ? PQresultErrorMessage(r) : PQerrorMessage(c));
+        PQclear(r);
+        return -1;
+    }
+    int n;
+    if (st == PGRES_TUPLES_OK)
+        n = PQntuples(r);
+    else
+        n = atoi(PQcmdTuples(r));
+    if (first && st == PGRES_TUPLES_OK && PQntuples(r) > 0 && PQnfields(r) > 0 &&
+        !PQgetisnull(r, 0, 0))
+        *first = xstrdup(PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return n;
+}
+
+int testenv_psql(const char *db_url, const char *sql, char **out_first_value)
+{
+    PGconn *c = pg_connect(db_url);
+    int n = pg_run(c, sql, db_url, out_first_value);
+    PQfinish(c);
+    return n;
+}
+
+char *testenv_sql1(const char *db_url, const char *sql)
+{
+    char *v = NULL;
+    if (testenv_psql(db_url, sql, &v) < 0)
+        fail("SQL failed: %s", sql);
+    return v;
+}
+
+/* The admin URL with its database replaced by db. URLs keep their query
+ * string; a keyword/value conninfo gets "dbname=db" appended (later wins). */
+static char *url_with_db(const char *admin, const char *db)
+{
+    const char *scheme = strstr(admin, "://");
+    if (!scheme)
+        return xasprintf("%s dbname=%s", admin, db);
+    const char *auth = scheme + 3;
+    const char *path = auth + strcspn(auth, "/?");
+    const char *query = path + strcspn(path, "?");
+    return xasprintf("%.*s/%s%s", (int)(path - admin), admin, db, query);
+}
+
+char *testenv_db(void)
+{
+    const char *admin = testenv_pg_admin_url();
+    char *name = testenv_unique_name("warren_t");
+    char *sql = xasprintf("CREATE DATABASE \"%s\"", name);
+    PGconn *c = pg_connect(admin);
+    if (pg_run(c, sql, "CREATE DATABASE", NULL) < 0) {
+        PQfinish(c);
+        fail("could not create database %s on %s", name, admin);
+    }
+    PQfinish(c);
+    char *url = url_with_db(admin, name);
+    free(sql);
+    free(name);
+    return url;
+}
+
+static int is_sql_file(const struct dirent *d)
+{
+    size_t n = strlen(d->d_name);
+    return d->d_name[0] != '.' && n > 4 && strcmp(d->d_name + n - 4, ".sql") == 0;
+}
+
+static char *read_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        fail("cannot open %s: %s", path, strerror(errno));
+    size_t cap = 8192, len = 0;
+    char *buf = xmalloc(cap);
+    size_t got;
+    while ((got = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+        len += got;
+        if (cap - len - 1 == 0) {
+            cap *= 2;
+            char *nb = realloc(buf, cap);
+            if (!nb)
+                fail("out of memory reading %s", path);
+            buf = nb;
+        }
+    }
+    if (ferror(f))
+        fail("cannot read %s", path);
+    fclose(f);
+    buf[len] = '\0';
+    return buf;
+}
+
+char *testenv_db_migrated(void)
+{
+    char *url = testenv_db();
+    char *dir = xasprintf("%s/sql", source_dir());
+    struct dirent **files = NULL;
+    int n = scandir(dir, &files, is_sql_file, alphasort);
+    if (n < 0)
+        fail("cannot list %s: %s", dir, strerror(errno));
+    if (n == 0)
+        fail("no migrations (*.sql) in %s", dir);
+    PGconn *c = pg_connect(url);
+    for (int i = 0; i < n; i++) {
+        char *path = xasprintf("%s/%s", dir, files[i]->d_name);
+        char *sql = read_file(path);
+        if (pg_run(c, sql, path, NULL) < 0) {
+            PQfinish(c);
+            fail("migration %s failed on %s", path, url);
+        }
+        free(sql);
+        free(path);
+        free(files[i]);
+    }
+    free(files);
+    PQfinish(c);
+    free(dir);
+    return url;
+}
+
+/* ------------------------------------------------------------ AMQP / HTTP */
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+static char *pct_decode(const char *s, size_t n)
+{
+    char *out = xmalloc(n + 1), *o = out;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '%' && i + 2 < n && hexval(s[i + 1]) >= 0 && hexval(s[i + 2]) >= 0) {
+            *o++ = (char)(hexval(s[i + 1]) * 16 + hexval(s[i + 2]));
+            i += 2;
+        } else {
+            *o++ = s[i];
+        }
+    }
+    *o = '\0';
+    return out;
+}
+
+static char *pct_encode(const char *s)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    char *out = xmalloc(strlen(s) * 3 + 1), *o = out;
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+            c == '-' || c == '_' || c == '.' || c == '~') {
+            *o++ = (char)c;
+        } else {
+            *o++ = '%';
+            *o++ = hex[c >> 4];
+            *o++ = hex[c & 15];
+        }
+    }
+    *o = '\0';
+    return out;
+}
+
+/* Splits scheme://[user[:pass]@]host[:port][/rest] into new strings (NULL
+ * when absent). Returns 0, or -1 when s has no "://". */
+struct url_parts {
+    char *user, *pass, *host, *port, *rest;
+};
+
+static void url_parts_free(struct url_parts *u)
+{
+    free(u->user);
+    free(u->pass);
+    free(u->host);
+    free(u->port);
+    free(u->rest);
+}
+
+static int url_split(const char *s, struct url_parts *u)
+{
+    memset(u, 0, sizeof *u);
+    const char *p = strstr(s, "://");
+    if (!p)
+        return -1;
+    p += 3;
+    const char *end = p + strcspn(p, "/?");
+    const char *at = NULL;
+    for (const char *q = p; q < end; q++)
+        if (*q == '@')
+            at = q;
+    if (at) {
+        const char *colon = memchr(p, ':', (size_t)(at - p));
+        if (colon) {
+            u->user = pct_decode(p, (size_t)(colon - p));
+            u->pass = pct_decode(colon + 1, (size_t)(at - colon - 1));
+        } else {
+            u->user = pct_decode(p, (size_t)(at - p));
+        }
+        p = at + 1;
+    }
+    const char *colon = memchr(p, ':', (size_t)(end - p));
+    if (colon) {
+        u->host = pct_decode(p, (size_t)(colon - p));
+        u->port = pct_decode(colon + 1, (size_t)(end - colon - 1));
+    } else {
+        u->host = pct_decode(p, (size_t)(end - p));
+    }
+    u->rest = xstrdup(end);
+    return 0;
+}
+
+char *testenv_vhost_name(const char *amqp_url)
+{
+    struct url_parts u;
+    if (url_split(amqp_url, &u) < 0)
+        fail("not an AMQP URL: %s", amqp_url);
+    const char *v = u.rest[0] == '/' ? u.rest + 1 : u.rest;
+    size_t n = strcspn(v, "?");
+    char *name = n ? pct_decode(v, n) : xstrdup("/");
+    url_parts_free(&u);
+    return name;
+}
+
+char *testenv_vhost_path(const char *amqp_url)
+{
+    char *name = testenv_vhost_name(amqp_url);
+    char *enc = pct_encode(name);
+    free(name);
+    return enc;
+}
+
+static char *base64(const char *s)
+{
+    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t n = strlen(s);
+    char *out = xmalloc((n + 2) / 3 * 4 + 1), *o = out;
+    const unsigned char *p = (const unsigned char *)s;
+    for (size_t i = 0; i < n; i += 3) {
+        unsigned v = (unsigned)p[i] << 16;
+        if (i + 1 < n)
+            v |= (unsigned)p[i + 1] << 8;
+        if (i + 2 < n)
+            v |= p[i + 2];
+        *o++ = tab[(v >> 18) & 63];
+        *o++ = tab[(v >> 12) & 63];
+        *o++ = i + 1 < n ? tab[(v >> 6) & 63] : '=';
+        *o++ = i + 2 < n ? tab[v & 63] : '=';
+    }
+    *o = '\0';
+    return out;
+}
+
+/* Management API endpoint: WARREN_TEST_MGMT_URL, else the AMQP URL's
+ * credentials and host on port 55673. */
+static void mgmt_endpoint(struct url_parts *u)
+{
+    const char *m = getenv("WARREN_TEST_MGMT_URL");
+    if (m && *m) {
+        if (url_split(m, u) < 0)
+            fail("WARREN_TEST_MGMT_URL is not a URL: %s", m);
+    } else {
+        if (url_split(testenv_amqp_url(), u) < 0)
+            fail("WARREN_TEST_AMQP_URL is not a URL");
+        free(u->port);
+        u->port = NULL;
+    }
+    if (!u->user)
+        u->user = xstrdup("guest");
+    if (!u->pass)
+        u->pass = xstrdup("guest");
+    if (!u->host || !*u->host) {
+        free(u->host);
+        u->host = xstrdup("127.0.0.1");
+    }
+    if (!u->port)
+        u->port = xstrdup(MGMT_DEFAULT_PORT);
+}
+
+static int dial(const char *host, const char *port)
+{
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_socktype = SOCK_STREAM;
+    int rc = getaddrinfo(host, port, &hints, &res);
+    if (rc != 0) {
+        fprintf(stderr, "testenv: %s:%s: %s\n", host, port, gai_strerror(rc));
+        return -1;
+    }
+    int fd = -1;
+    for (struct addrinfo *a = res; a; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0)
+            continue;
+        struct timeval tv = {HTTP_TIMEOUT_S, 0};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv); /* also bounds connect */
+        if (connect(fd, a->ai_addr, a->ai_addrlen) == 0)
+            break;
+        close(fd);
+        fd = -1;
+    }
+    if (fd < 0)
+        fprintf(stderr, "testenv: cannot connect to the management API at %s:%s: %s\n", host, port,
+                strerror(errno));
+    freeaddrinfo(res);
+    return fd;
+}
+
+static int write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int testenv_http(const char *method, const char *path, const char *body, char **response)
+{
+    if (response)
+        *response = NULL;
+    struct url_parts u;
+    mgmt_endpoint(&u);
+    char *cred = xasprintf("%s:%s", u.user, u.pass);
+    char *auth = base64(cred);
+    size_t blen = body ? strlen(body) : 0;
+    char *req = xasprintf("%s %s HTTP/1.0\r\nHost: %s:%s\r\nAuthorization: Basic %s\r\n"
+                          "Accept: application/json\r\nContent-Type: application/json\r\n"
+                          "Content-Length: %zu\r\n\r\n",
+                          method, path, u.host, u.port, auth, blen);
+    int status = -1;
+    char *buf = NULL;
+    int fd = dial(u.host, u.port);
+    if (fd < 0)
+        goto done;
+    if (write_all(fd, req, strlen(req)) < 0 || (blen && write_all(fd, body, blen) < 0)) {
+        fprintf(stderr, "testenv: %s %s: send failed: %s\n", method, path, strerror(errno));
+        goto done;
+    }
+    /* HTTP/1.0: the server closes the connection after the response. */
+    size_t cap = 16384, len = 0;
+    buf = xmalloc(cap);
+    for (;;) {
+        if (len + 1 == cap) {
+            if (cap >= HTTP_MAX_RESPONSE) {
+                fprintf(stderr, "testenv: %s %s: response larger than %u bytes\n", method, path,
+                        HTTP_MAX_RESPONSE);
+                goto done;
+            }
+            cap *= 2;
+            char *nb = realloc(buf, cap);
+            if (!nb)
+                fail("out of memory");
+            buf = nb;
+        }
+        ssize_t r = recv(fd, buf + len, cap - len - 1, 0);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            fprintf(stderr, "testenv: %s %s: %s\n", method, path,
+                    errno == EAGAIN ? "timed out" : strerror(errno));
+            goto done;
+        }
+        if (r == 0)
+            break;
+        len += (size_t)r;
+    }
+    buf[len] = '\0';
+    int code;
+    char *hdr_end = strstr(buf, "\r\n\r\n");
+    if (sscanf(buf, "HTTP/1.%*d %d", &code) != 1 || !hdr_end) {
+        fprintf(stderr, "testenv: %s %s: not an HTTP response: %.80s\n", method, path, buf);
+        goto done;
+    }
+    status = code;
+    if (response)
+        *response = xstrdup(hdr_end + 4);
+done:
+    if (fd >= 0)
+        close(fd);
+    free(buf);
+    free(req);
+    free(auth);
+    free(cred);
+    url_parts_free(&u);
+    return status;
+}
+
+char *testenv_vhost(void)
+{
+    const char *base = testenv_amqp_url();
+    struct url_parts u;
+    if (url_split(base, &u) < 0)
+        fail("WARREN_TEST_AMQP_URL is not an AMQP URL: %s", base);
+    char *name = testenv_unique_name("warren_t");
+    char *path = xasprintf("/api/vhosts/%s", name);
+    char *resp = NULL;
+    int st = testenv_http("PUT", path, "{}", &resp);
+    if (st != 201 && st != 204)
+        fail("creating vhost %s: HTTP %d %s (management API: %s)", name, st, resp ? resp : "",
+             getenv("WARREN_TEST_MGMT_URL") ? getenv("WARREN_TEST_MGMT_URL") : "default");
+    free(resp);
+    free(path);
+    char *user = pct_encode(u.user ? u.user : "guest");
+    path = xasprintf("/api/permissions/%s/%s", name, user);
+    st =
+        testenv_http("PUT", path, "{\"configure\":\".*\",\"write\":\".*\",\"read\":\".*\"}", &resp);
+    if (st != 201 && st != 204)
+        fail("granting %s on vhost %s: HTTP %d %s", u.user ? u.user : "guest", name, st,
+             resp ? resp : "");
+    free(resp);
+    free(path);
+    free(user);
+    /* Same scheme, credentials, host and port; new vhost; query kept. */
+    const char *auth = strstr(base, "://") + 3;
+    const char *vpos = auth + strcspn(auth, "/?");
+    const char *query = vpos + strcspn(vpos, "?");
+    char *url = xasprintf("%.*s/%s%s", (int)(vpos - base), base, name, query);
+    free(name);
+    url_parts_free(&u);
+    return url;
+}
+
+long testenv_queue_depth(const char *amqp_url, const char *queue)
+{
+    char *buf = xstrdup(amqp_url);
+    struct amqp_connection_info ci;
+    amqp_default_connection_info(&ci);
+    if (amqp_parse_url(buf, &ci) != AMQP_STATUS_OK)
+        fail("not an AMQP URL: %s", amqp_url);
+    long depth = -1;
+    amqp_connection_state_t conn = amqp_new_connection();
+    amqp_socket_t *sock = amqp_tcp_socket_new(conn);
+    struct timeval tv = {10, 0};
+    if (!sock || amqp_socket_open_noblock(sock, ci.host, ci.port, &tv) != AMQP_STATUS_OK) {
+        fprintf(stderr, "testenv: cannot connect to %s:%d\n", ci.host, ci.port);
+        goto done;
+    }
+    amqp_rpc_reply_t r =
+        amqp_login(conn, ci.vhost, 0, 131072, 0, AMQP_SASL_METHOD_PLAIN, ci.user, ci.password);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+        fprintf(stderr, "testenv: AMQP login to vhost %s failed\n", ci.vhost);
+        goto done;
+    }
+    amqp_channel_open(conn, 1);
+    r = amqp_get_rpc_reply(conn);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+        fprintf(stderr, "testenv: AMQP channel.open failed\n");
+        goto close;
+    }
+    amqp_queue_declare_ok_t *ok =
+        amqp_queue_declare(conn, 1, amqp_cstring_bytes(queue), 1, 0, 0, 0, amqp_empty_table);
+    if (ok)
+        depth = (long)ok->message_count;
+    /* A missing queue (404) closes the channel; the connection close below
+     * covers both cases. */
+close:
+    amqp_connection_close(conn, AMQP_REPLY_SUCCESS);
+done:
+    amqp_destroy_connection(conn);
+    free(buf);
+    return depth;
+}

@@ -1,0 +1,91 @@
+/* testenv: fresh PostgreSQL databases and RabbitMQ vhosts for integration tests.
+ *
+ * The servers come from tests/servers.sh, which prints the environment this
+ * module reads:
+ *   WARREN_TEST_PG_URL    admin URL, e.g. postgresql://postgres@127.0.0.1:55432/postgres
+ *   WARREN_TEST_AMQP_URL  e.g. amqp://guest:guest@127.0.0.1:55672/%2f
+ *   WARREN_TEST_MGMT_URL  management API, e.g. http://guest:guest@127.0.0.1:55673
+ *                         (optional: derived from the AMQP URL's user, password
+ *                         and host with port 55673 when unset)
+ *
+ * A test that needs a server and finds its variable unset FAILS (the process
+ * exits with status 1 after a message on stderr): the project's test command
+ * must never skip integration tests silently.
+ *
+ * Every database and vhost gets a new unique name (pid, counter, random
+ * suffix), so tests never share state and may run concurrently, also in the
+ * processes Check forks for each test. Nothing is dropped afterwards, to keep
+ * failures debuggable; tests/run-all.sh starts from fresh servers anyway.
+ * No connection or other state is kept between calls (fork-safe).
+ *
+ * Returned strings are new: the caller frees them. On any server error these
+ * functions print the error and exit(1) (the test fails), except where a
+ * return code is documented.
+ */
+#ifndef WARREN_TESTENV_H
+#define WARREN_TESTENV_H
+
+/* The admin URL (WARREN_TEST_PG_URL), borrowed from the environment. Fails the
+ * test when unset. */
+const char *testenv_pg_admin_url(void);
+
+/* The AMQP URL of the default vhost (WARREN_TEST_AMQP_URL), borrowed. Fails
+ * the test when unset. */
+const char *testenv_amqp_url(void);
+
+/* Creates a new empty database and returns its URL (new). */
+char *testenv_db(void);
+
+/* Like testenv_db(), then applies every .sql file in the source tree's sql
+ * directory in name order, each with one PQexec (so the migrations must be
+ * plain SQL). It does not depend on `warren migrate`. */
+char *testenv_db_migrated(void);
+
+/* Creates a new vhost (through the management API), gives the AMQP URL's user
+ * all permissions on it, and returns the AMQP URL for it (new), e.g.
+ * amqp://guest:guest@127.0.0.1:55672/warren_t_123_1_ab12cd. */
+char *testenv_vhost(void);
+
+/* The vhost name of an AMQP URL (new string, percent-decoded; "/" for
+ * ".../%2f"), and the same percent-encoded for management API paths. */
+char *testenv_vhost_name(const char *amqp_url);
+char *testenv_vhost_path(const char *amqp_url);
+
+/* One request to the management API: METHOD PATH (e.g. "GET",
+ * "/api/queues/VHOST/NAME") with an optional JSON body (NULL for none).
+ * Returns the HTTP status (200, 201, 204, 404, ...) or -1 if the server could
+ * not be reached or answered garbage (message on stderr). If response is not
+ * NULL it receives the body (new, NUL-terminated; "" when empty, NULL on -1).
+ * Times out after 30 s. Note the API's queue statistics lag up to 500 ms
+ * (collect_statistics_interval in tests/servers.sh); use
+ * testenv_queue_depth() for exact counts. */
+int testenv_http(const char *method, const char *path, const char *body, char **response);
+
+/* Exact number of ready messages in a queue, by a passive queue.declare on
+ * the vhost of amqp_url. Returns -1 if the queue does not exist (or on a
+ * connection error, with a message on stderr). */
+long testenv_queue_depth(const char *amqp_url, const char *queue);
+
+/* Runs sql (one or more statements, no parameters) on db_url.
+ * Returns -1 on error (the server's message printed to stderr), otherwise
+ * the number of rows the last statement returned, or affected for
+ * INSERT/UPDATE/DELETE (0 for other commands). If out_first_value is not NULL
+ * it receives the first row's first column of the last result (new), or NULL
+ * when there is none or it is SQL NULL. */
+int testenv_psql(const char *db_url, const char *sql, char **out_first_value);
+
+/* Like testenv_psql(), but fails the test on error; returns the first value
+ * (new, may be NULL). Handy for `char *n = testenv_sql1(url, "SELECT ...")`. */
+char *testenv_sql1(const char *db_url, const char *sql);
+
+/* Path of tests/servers.sh in the source tree (borrowed), for fault tests:
+ * system(...) with "restart-pg" or "restart-rabbit". Restarting disturbs
+ * every test using the servers at that moment: tests/run-all.sh runs tests
+ * one at a time. */
+const char *testenv_servers_script(void);
+
+/* A new unique name with the given prefix: PREFIX_<pid>_<counter>_<random>,
+ * only [a-z0-9_], at most 63 bytes. */
+char *testenv_unique_name(const char *prefix);
+
+#endif
