@@ -49,7 +49,7 @@ int warren_duration_parse(const char *text, int64_t *ms, warren_error *err)
         if (*p < '0' || *p > '9')
             return bad(err, text, NULL);
         while (*p >= '0' && *p <= '9') {
-            if (v > (INT64_MAX - 9) / 10)
+            if (v > (INT64_MAX - (*p - '0')) / 10)
                 return warren_error_set(err, WARREN_ERANGE, "\"%.*s\" is too long a duration",
                                         QUOTE_MAX, text);
             v = v * 10 + (*p - '0');

@@ -1,0 +1,326 @@
+/* check_codec.c: run messages round-trip through JSON, malformed bodies are
+ * rejected with a reason, run keys build and parse in their one canonical form. */
+#include <check.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <warren/codec.h>
+
+/* 2026-11-30T14:00:00Z */
+#define T0 (INT64_C(1796047200) * WARREN_US_PER_S)
+
+START_TEST(test_codec_name_rule)
+{
+    ck_assert(warren_name_valid("a"));
+    ck_assert(warren_name_valid("nightly-report"));
+    ck_assert(warren_name_valid("A.b_c-9"));
+    ck_assert(warren_name_valid("0start"));
+    ck_assert(!warren_name_valid(""));
+    ck_assert(!warren_name_valid(NULL));
+    ck_assert(!warren_name_valid("-lead"));
+    ck_assert(!warren_name_valid(".hidden"));
+    ck_assert(!warren_name_valid("_x"));
+    ck_assert(!warren_name_valid("has space"));
+    ck_assert(!warren_name_valid("at@sign"));
+    ck_assert(!warren_name_valid("slash/x"));
+    ck_assert(!warren_name_valid("caf\xc3\xa9"));
+    char n63[64], n64[65];
+    memset(n63, 'a', 63);
+    n63[63] = '\0';
+    memset(n64, 'a', 64);
+    n64[64] = '\0';
+    ck_assert(warren_name_valid(n63));
+    ck_assert(!warren_name_valid(n64));
+}
+END_TEST
+
+START_TEST(test_codec_run_key_builds_canonical_form)
+{
+    char key[WARREN_RUN_KEY_MAX];
+    warren_error err = {0};
+    ck_assert_int_eq(warren_run_key_build("nightly-report", T0, key, sizeof(key), &err), 0);
+    ck_assert_str_eq(key, "nightly-report@2026-11-30T14:00:00Z");
+    ck_assert_int_eq(warren_run_key_build("j", 0, key, sizeof(key), NULL), 0);
+    ck_assert_str_eq(key, "j@1970-01-01T00:00:00Z");
+    ck_assert_int_eq(warren_run_key_build("j", -WARREN_US_PER_S, key, sizeof(key), NULL), 0);
+    ck_assert_str_eq(key, "j@1969-12-31T23:59:59Z");
+}
+END_TEST
+
+START_TEST(test_codec_run_key_build_rejects_bad_input)
+{
+    char key[WARREN_RUN_KEY_MAX], small[10];
+    warren_error err = {0};
+    ck_assert_int_eq(warren_run_key_build("bad name", T0, key, sizeof(key), &err), WARREN_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.message, "\"bad name\""));
+    warren_error_clear(&err);
+    ck_assert_int_eq(warren_run_key_build("j", T0 + 1, key, sizeof(key), &err), WARREN_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.message, "whole seconds"));
+    ck_assert_int_eq(warren_run_key_build("j", T0, small, sizeof(small), NULL), WARREN_EINVAL);
+    ck_assert_int_eq(
+        warren_run_key_build("j", INT64_C(253402300800) * WARREN_US_PER_S, key, sizeof(key), NULL),
+        WARREN_EINVAL);
+}
+END_TEST
+
+START_TEST(test_codec_run_key_parses_back)
+{
+    char job[WARREN_JOB_NAME_MAX + 1];
+    warren_us t = 0;
+    warren_error err = {0};
+    ck_assert_int_eq(
+        warren_run_key_parse("nightly-report@2026-11-30T14:00:00Z", job, sizeof(job), &t, &err),
+        0);
+    ck_assert_str_eq(job, "nightly-report");
+    ck_assert_int_eq(t, T0);
+    ck_assert_int_eq(warren_run_key_parse("a.b@1970-01-01T00:00:00Z", NULL, 0, NULL, NULL), 0);
+}
+END_TEST
+
+static const char *const bad_keys[] = {
+    "",
+    "nightly",
+    "@2026-11-30T14:00:00Z",
+    "bad name@2026-11-30T14:00:00Z",
+    "job@2026-11-30T14:00:00",
+    "job@2026-11-30T14:00:00+01:00",
+    "job@2026-11-30T14:00:00.000Z",
+    "job@2026-11-30 14:00:00Z",
+    "job@2026-11-30T14:00:00z",
+    "job@2026-02-30T14:00:00Z",
+    "job@2026-11-30T14:00:00Z ",
+    "job@@2026-11-30T14:00:00Z",
+    "job@2026-11-30T24:00:00Z",
+};
+
+START_TEST(test_codec_run_key_rejects_noncanonical)
+{
+    warren_error err = {0};
+    ck_assert_msg(warren_run_key_parse(bad_keys[_i], NULL, 0, NULL, &err) == WARREN_EPARSE,
+                  "accepted \"%s\"", bad_keys[_i]);
+    ck_assert_ptr_nonnull(strstr(err.message, "run key"));
+}
+END_TEST
+
+START_TEST(test_codec_round_trips_a_run)
+{
+    warren_run_msg m = {0}, back;
+    char *body = NULL;
+    size_t len = 0;
+    warren_error err = {0};
+
+    m.job = "nightly-report";
+    m.scheduled_at = T0;
+    m.due_at = T0 + 7250000; /* +7.25 s of jitter */
+    m.attempt = 3;
+    m.payload_json = "{\"kind\":\"usage\",\"n\":[1,2.5,true,null,{\"x\":\"\\u00e9\"}]}";
+    ck_assert_int_eq(warren_run_msg_encode(&m, &body, &len, &err), 0);
+    ck_assert_uint_eq(len, strlen(body));
+    ck_assert_str_eq(body, "{\"run_key\":\"nightly-report@2026-11-30T14:00:00Z\","
+                           "\"job\":\"nightly-report\",\"scheduled_at\":\"2026-11-30T14:00:00Z\","
+                           "\"due_at\":\"2026-11-30T14:00:07.250Z\",\"attempt\":3,"
+                           "\"payload\":{\"kind\":\"usage\",\"n\":[1,2.5,true,null,{\"x\":"
+                           "\"\xc3\xa9\"}]}}");
+    ck_assert_int_eq(warren_run_msg_decode(body, len, &back, &err), 0);
+    ck_assert_str_eq(back.run_key, "nightly-report@2026-11-30T14:00:00Z");
+    ck_assert_str_eq(back.job, "nightly-report");
+    ck_assert_int_eq(back.scheduled_at, T0);
+    ck_assert_int_eq(back.due_at, T0 + 7250000);
+    ck_assert_int_eq(back.attempt, 3);
+    ck_assert_str_eq(back.payload_json, "{\"kind\":\"usage\",\"n\":[1,2.5,true,null,{\"x\":"
+                                        "\"\xc3\xa9\"}]}");
+    warren_run_msg_clear(&back);
+    ck_assert_ptr_null(back.job);
+    free(body);
+}
+END_TEST
+
+START_TEST(test_codec_encode_defaults_payload_and_checks_key)
+{
+    warren_run_msg m = {0};
+    char *body = NULL;
+    warren_error err = {0};
+    m.job = "j";
+    m.scheduled_at = T0;
+    m.due_at = T0;
+    ck_assert_int_eq(warren_run_msg_encode(&m, &body, NULL, &err), 0);
+    ck_assert_ptr_nonnull(strstr(body, "\"payload\":{}"));
+    ck_assert_ptr_nonnull(strstr(body, "\"attempt\":0"));
+    free(body);
+
+    m.run_key = "j@2026-11-30T14:00:01Z";
+    ck_assert_int_eq(warren_run_msg_encode(&m, &body, NULL, &err), WARREN_EINVAL);
+    ck_assert_ptr_null(body);
+    ck_assert_ptr_nonnull(strstr(err.message, "does not match"));
+
+    warren_error_clear(&err);
+    m.run_key = NULL;
+    m.payload_json = "[1,2]";
+    ck_assert_int_eq(warren_run_msg_encode(&m, &body, NULL, &err), WARREN_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.message, "payload is not a JSON object"));
+
+    warren_error_clear(&err);
+    m.payload_json = NULL;
+    m.attempt = -1;
+    ck_assert_int_eq(warren_run_msg_encode(&m, &body, NULL, &err), WARREN_EINVAL);
+}
+END_TEST
+
+/* Malformed bodies and the reason each must give (a substring). */
+#define GOOD_HEAD "\"run_key\":\"j@2026-11-30T14:00:00Z\",\"job\":\"j\","
+#define GOOD_TIMES "\"scheduled_at\":\"2026-11-30T14:00:00Z\",\"due_at\":\"2026-11-30T14:00:00Z\","
+static const struct {
+    const char *body;
+    const char *reason;
+} malformed[] = {
+    {"", "the body is empty"},
+    {"not json", "not JSON"},
+    {"{\"run_key\":", "not JSON"},
+    {"[1,2,3]", "not a JSON object"},
+    {"\"string\"", "not JSON"},
+    {"42", "not JSON"},
+    {"null", "not JSON"},
+    {"{}", "\"run_key\" is missing"},
+    {"{\"run_key\":5}", "\"run_key\" must be a string"},
+    {"{\"run_key\":\"j@2026-11-30T14:00:00Z\"}", "\"job\" is missing"},
+    {"{" GOOD_HEAD "\"due_at\":\"2026-11-30T14:00:00Z\",\"attempt\":0,\"payload\":{}}",
+     "\"scheduled_at\" is missing"},
+    {"{" GOOD_HEAD "\"scheduled_at\":\"2026-11-30T14:00:00Z\",\"attempt\":0,\"payload\":{}}",
+     "\"due_at\" is missing"},
+    {"{" GOOD_HEAD GOOD_TIMES "\"payload\":{}}", "\"attempt\" is missing"},
+    {"{" GOOD_HEAD GOOD_TIMES "\"attempt\":0}", "\"payload\" is missing"},
+    {"{" GOOD_HEAD GOOD_TIMES "\"attempt\":-1,\"payload\":{}}", "non-negative integer"},
+    {"{" GOOD_HEAD GOOD_TIMES "\"attempt\":1.5,\"payload\":{}}", "non-negative integer"},
+    {"{" GOOD_HEAD GOOD_TIMES "\"attempt\":\"1\",\"payload\":{}}", "non-negative integer"},
+    {"{" GOOD_HEAD GOOD_TIMES "\"attempt\":99999999999,\"payload\":{}}", "non-negative integer"},
+    {"{" GOOD_HEAD GOOD_TIMES "\"attempt\":0,\"payload\":[]}", "\"payload\" must be a JSON object"},
+    {"{" GOOD_HEAD GOOD_TIMES "\"attempt\":0,\"payload\":\"{}\"}",
+     "\"payload\" must be a JSON object"},
+    {"{" GOOD_HEAD GOOD_TIMES "\"attempt\":0,\"payload\":null}",
+     "\"payload\" must be a JSON object"},
+    {"{" GOOD_HEAD "\"scheduled_at\":\"yesterday\",\"due_at\":\"2026-11-30T14:00:00Z\","
+     "\"attempt\":0,\"payload\":{}}",
+     "\"scheduled_at\" is not an RFC 3339 time"},
+    {"{" GOOD_HEAD "\"scheduled_at\":\"2026-11-30T14:00:00Z\",\"due_at\":17,"
+     "\"attempt\":0,\"payload\":{}}",
+     "\"due_at\" must be a string"},
+    {"{" GOOD_HEAD "\"scheduled_at\":\"2026-11-30T14:00:00.5Z\",\"due_at\":\"2026-11-30T14:00:00Z\","
+     "\"attempt\":0,\"payload\":{}}",
+     "whole seconds"},
+    {"{\"run_key\":\"j@2026-11-30T14:00:00Z\",\"job\":\"other\"," GOOD_TIMES
+     "\"attempt\":0,\"payload\":{}}",
+     "does not match"},
+    {"{\"run_key\":\"j@2026-11-30T15:00:00+01:00\",\"job\":\"j\"," GOOD_TIMES
+     "\"attempt\":0,\"payload\":{}}",
+     "does not match"},
+    {"{\"run_key\":\"x y@2026-11-30T14:00:00Z\",\"job\":\"x y\"," GOOD_TIMES
+     "\"attempt\":0,\"payload\":{}}",
+     "not a valid job name"},
+    {"{" GOOD_HEAD "\"run_key\":\"dup\"," GOOD_TIMES "\"attempt\":0,\"payload\":{}}", "not JSON"},
+    {"{\"run_key\":\"j\\u0000@2026-11-30T14:00:00Z\",\"job\":\"j\"," GOOD_TIMES
+     "\"attempt\":0,\"payload\":{}}",
+     "NUL"},
+    {"{" GOOD_HEAD GOOD_TIMES "\"attempt\":0,\"payload\":{}} trailing", "not JSON"},
+    {"\xff\xfe{}", "not JSON"},
+};
+
+START_TEST(test_codec_rejects_malformed_body)
+{
+    warren_run_msg m;
+    warren_error err = {0};
+    const char *b = malformed[_i].body;
+    ck_assert_msg(warren_run_msg_decode(b, strlen(b), &m, &err) == WARREN_EMSG, "accepted #%d: %s",
+                  _i, b);
+    ck_assert_int_eq(err.code, WARREN_EMSG);
+    ck_assert_msg(strstr(err.message, malformed[_i].reason) != NULL,
+                  "#%d: reason \"%s\" lacks \"%s\"", _i, err.message, malformed[_i].reason);
+    ck_assert_ptr_nonnull(strstr(err.message, "malformed run message"));
+    ck_assert_ptr_null(m.run_key);
+    ck_assert_ptr_null(m.payload_json);
+}
+END_TEST
+
+START_TEST(test_codec_accepts_unknown_fields_and_offsets)
+{
+    const char *b = "{\"future\":[1],\"run_key\":\"j@2026-11-30T14:00:00Z\",\"job\":\"j\","
+                    "\"scheduled_at\":\"2026-11-30T15:00:00+01:00\",\"due_at\":\"2026-11-30T14:"
+                    "00:01.5Z\",\"attempt\":0,\"payload\":{\"a\":1}}";
+    warren_run_msg m;
+    warren_error err = {0};
+    ck_assert_int_eq(warren_run_msg_decode(b, strlen(b), &m, &err), 0);
+    ck_assert_int_eq(m.scheduled_at, T0);
+    ck_assert_int_eq(m.due_at, T0 + 1500000);
+    ck_assert_str_eq(m.payload_json, "{\"a\":1}");
+    warren_run_msg_clear(&m);
+}
+END_TEST
+
+START_TEST(test_codec_rejects_oversized_and_unterminated_bodies)
+{
+    warren_run_msg m;
+    warren_error err = {0};
+    size_t n = WARREN_MSG_MAX_BODY + 1;
+    char *big = malloc(n);
+    memset(big, ' ', n);
+    ck_assert_int_eq(warren_run_msg_decode(big, n, &m, &err), WARREN_EMSG);
+    ck_assert_ptr_nonnull(strstr(err.message, "limit"));
+    free(big);
+
+    /* decode must honour len, not look for a NUL */
+    const char *b = "{" GOOD_HEAD GOOD_TIMES "\"attempt\":0,\"payload\":{}}GARBAGE";
+    ck_assert_int_eq(warren_run_msg_decode(b, strlen(b) - 7, &m, NULL), 0);
+    warren_run_msg_clear(&m);
+    ck_assert_int_eq(warren_run_msg_decode(NULL, 0, &m, NULL), WARREN_EMSG);
+}
+END_TEST
+
+START_TEST(test_codec_json_object_check)
+{
+    char *c = NULL;
+    warren_error err = {0};
+    ck_assert_int_eq(warren_json_object_check(" { \"a\" : [1, 2] } ", &c, &err), 0);
+    ck_assert_str_eq(c, "{\"a\":[1,2]}");
+    free(c);
+    ck_assert_int_eq(warren_json_object_check("[1]", &c, &err), WARREN_EPARSE);
+    ck_assert_ptr_null(c);
+    ck_assert_ptr_nonnull(strstr(err.message, "JSON object"));
+    warren_error_clear(&err);
+    ck_assert_int_eq(warren_json_object_check("{\"a\":", NULL, &err), WARREN_EPARSE);
+    ck_assert_ptr_nonnull(strstr(err.message, "line 1"));
+    ck_assert_int_eq(warren_json_object_check("{\"a\":1,\"a\":2}", NULL, NULL), WARREN_EPARSE);
+}
+END_TEST
+
+static Suite *codec_suite(void)
+{
+    Suite *s = suite_create("codec");
+    TCase *tc = tcase_create("run_key");
+    tcase_add_test(tc, test_codec_name_rule);
+    tcase_add_test(tc, test_codec_run_key_builds_canonical_form);
+    tcase_add_test(tc, test_codec_run_key_build_rejects_bad_input);
+    tcase_add_test(tc, test_codec_run_key_parses_back);
+    tcase_add_loop_test(tc, test_codec_run_key_rejects_noncanonical, 0,
+                        (int)(sizeof(bad_keys) / sizeof(bad_keys[0])));
+    suite_add_tcase(s, tc);
+    tc = tcase_create("message");
+    tcase_add_test(tc, test_codec_round_trips_a_run);
+    tcase_add_test(tc, test_codec_encode_defaults_payload_and_checks_key);
+    tcase_add_loop_test(tc, test_codec_rejects_malformed_body, 0,
+                        (int)(sizeof(malformed) / sizeof(malformed[0])));
+    tcase_add_test(tc, test_codec_accepts_unknown_fields_and_offsets);
+    tcase_add_test(tc, test_codec_rejects_oversized_and_unterminated_bodies);
+    tcase_add_test(tc, test_codec_json_object_check);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(codec_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
