@@ -302,6 +302,46 @@ rmq_stop() {
 
 rmq_running() { [ -n "$(rmq_pid)" ] && rmq_ctl ping >/dev/null 2>&1; }
 
+# ---------------------------------------------------------------- clean
+
+# Drops test databases and vhosts (named warren_t_<unix time>_... by
+# tests/testenv.c) older than $1 minutes. A database still in use is left alone.
+clean() {
+    local age_s=$((${1:-60} * 60)) now n=0
+    now=$(date +%s)
+    if pg_running; then
+        local db t
+        while read -r db; do
+            t=${db#warren_t_}
+            t=${t%%_*}
+            [ $((now - t)) -ge "$age_s" ] || continue
+            "$PG_BIN/psql" -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres \
+                -c "DROP DATABASE IF EXISTS \"$db\"" >/dev/null 2>&1 && n=$((n + 1)) || true
+        done < <("$PG_BIN/psql" -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -Atc \
+            "SELECT datname FROM pg_database WHERE datname ~ '^warren_t_[0-9]+_'")
+        log "dropped $n test databases older than $((age_s / 60)) min"
+    fi
+    if rmq_running; then
+        python3 - "$MGMT_PORT" "$age_s" <<'PY' || log "warning: could not clean vhosts"
+import base64, json, re, sys, time, urllib.parse, urllib.request
+port, age = sys.argv[1], int(sys.argv[2])
+auth = "Basic " + base64.b64encode(b"guest:guest").decode()
+def call(method, path):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method,
+                                 headers={"Authorization": auth})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return r.read()
+now, n = time.time(), 0
+for v in json.loads(call("GET", "/api/vhosts?columns=name")):
+    m = re.match(r"warren_t_(\d+)_", v["name"])
+    if m and now - int(m.group(1)) >= age:
+        call("DELETE", "/api/vhosts/" + urllib.parse.quote(v["name"], safe=""))
+        n += 1
+print(f"servers.sh: deleted {n} test vhosts older than {age // 60} min", file=sys.stderr)
+PY
+    fi
+}
+
 # ---------------------------------------------------------------- commands
 
 print_env() {
@@ -371,8 +411,22 @@ status)
     exit $rc
     ;;
 env) print_env ;;
+clean)
+    lock
+    clean "${2:-60}"
+    ;;
 *)
-    echo "usage: $0 start|stop|status|env|restart-pg|restart-rabbit|stop-pg|stop-rabbit|status-pg|status-rabbit" >&2
+    cat >&2 <<EOF
+usage: $0 COMMAND
+  start           start both servers (idempotent) and print the exports
+  stop            stop the servers this script started
+  status          say what runs; exit 1 unless both run
+  env             print the exports (WARREN_TEST_PG_URL, WARREN_TEST_AMQP_URL, ...)
+  restart-pg      stop and start PostgreSQL (fault tests)
+  restart-rabbit  stop and start RabbitMQ (fault tests)
+  stop-pg | stop-rabbit | status-pg | status-rabbit
+  clean [MIN]     drop test databases/vhosts (warren_t_*) older than MIN minutes (60)
+EOF
     exit 2
     ;;
 esac

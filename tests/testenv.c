@@ -128,13 +128,14 @@ static unsigned long random_bits(void)
 
 char *testenv_unique_name(const char *prefix)
 {
-    /* The pid separates Check's forked tests (each child inherits the same
-     * counter); the counter separates calls in one process; the random part
-     * separates reruns after pid reuse. */
+    /* The creation time lets `tests/servers.sh clean` drop old ones; the pid
+     * separates Check's forked tests (each child inherits the same counter);
+     * the counter separates calls in one process; the random part separates
+     * reruns after pid reuse. */
     static unsigned counter;
-    char tail[64];
-    snprintf(tail, sizeof tail, "_%ld_%u_%06lx", (long)getpid(), ++counter,
-             random_bits() & 0xffffffUL);
+    char tail[80];
+    snprintf(tail, sizeof tail, "_%lld_%ld_%u_%04lx", (long long)time(NULL), (long)getpid(),
+             ++counter, random_bits() & 0xffffUL);
     size_t plen = strlen(prefix), tlen = strlen(tail);
     if (plen + tlen > 63)
         plen = 63 - tlen;

@@ -12,10 +12,11 @@
  * exits with status 1 after a message on stderr): the project's test command
  * must never skip integration tests silently.
  *
- * Every database and vhost gets a new unique name (pid, counter, random
+ * Every database and vhost gets a new unique name (time, pid, counter, random
  * suffix), so tests never share state and may run concurrently, also in the
  * processes Check forks for each test. Nothing is dropped afterwards, to keep
- * failures debuggable; tests/run-all.sh starts from fresh servers anyway.
+ * failures debuggable; `tests/servers.sh clean` (run by tests/run-all.sh)
+ * drops the ones older than an hour.
  * No connection or other state is kept between calls (fork-safe).
  *
  * Returned strings are new: the caller frees them. On any server error these
@@ -84,8 +85,10 @@ char *testenv_sql1(const char *db_url, const char *sql);
  * one at a time. */
 const char *testenv_servers_script(void);
 
-/* A new unique name with the given prefix: PREFIX_<pid>_<counter>_<random>,
- * only [a-z0-9_], at most 63 bytes. */
+/* A new unique name with the given prefix (lowercased, other characters
+ * than [a-z0-9_] replaced by '_'): PREFIX_<unix time>_<pid>_<counter>_<random>,
+ * at most 63 bytes. Databases and vhosts are named warren_t_...; tests/servers.sh
+ * clean drops those older than an hour. */
 char *testenv_unique_name(const char *prefix);
 
 #endif

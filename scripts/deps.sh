@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages warren needs to build, test and run, and
+# only those that are missing (so a second run changes nothing and needs no
+# network). Run as root. Installing postgresql/rabbitmq-server may start the
+# system-wide services (or policy-rc.d may refuse to): warren never uses them;
+# tests/servers.sh runs private servers on their own ports.
+set -euo pipefail
+
+PACKAGES=(
+    build-essential cmake pkg-config clang clang-format libclang-rt-14-dev
+    librabbitmq-dev libpq-dev libjansson-dev libconfig-dev check
+    postgresql rabbitmq-server tzdata
+    python3 python3-pika python3-psycopg2
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+    if [ "$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null)" != installed ]; then
+        missing+=("$p")
+    fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+    echo "deps.sh: all ${#PACKAGES[@]} packages installed" >&2
+    exit 0
+fi
+
+if [ "$(id -u)" != 0 ]; then
+    echo "deps.sh: missing packages: ${missing[*]}; run as root: scripts/deps.sh" >&2
+    exit 1
+fi
+
+echo "deps.sh: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null
