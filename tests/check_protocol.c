@@ -1,0 +1,619 @@
+/* check_protocol.c: the worker protocol in sql/002_worker_protocol.sql against
+ * a real PostgreSQL: claim / heartbeat / complete, fencing, overlap policies,
+ * full-jitter backoff, retries to dead with a dead letter in the outbox,
+ * replay, the reaper and the warren_worker role. */
+#include <check.h>
+#include <libpq-fe.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "testenv.h"
+
+#define RK "j1@2026-01-01T00:00:00Z"
+#define RK2 "j1@2026-01-01T00:01:00Z"
+
+static char *vfmt(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
+static char *vfmt(const char *fmt, va_list ap)
+{
+    va_list cp;
+    va_copy(cp, ap);
+    int n = vsnprintf(NULL, 0, fmt, cp);
+    va_end(cp);
+    ck_assert_int_ge(n, 0);
+    char *s = malloc((size_t)n + 1);
+    ck_assert_ptr_nonnull(s);
+    vsnprintf(s, (size_t)n + 1, fmt, ap);
+    return s;
+}
+
+/* First value of a formatted query (new, may be NULL); fails the test on error. */
+static char *q1(const char *url, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static char *q1(const char *url, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *sql = vfmt(fmt, ap);
+    va_end(ap);
+    char *v = testenv_sql1(url, sql);
+    free(sql);
+    return v;
+}
+
+/* Asserts the first value of a query equals want ("<null>" for SQL NULL). */
+#define ck_q(url, want, ...)                                                                       \
+    do {                                                                                           \
+        char *got_ = q1(url, __VA_ARGS__);                                                         \
+        ck_assert_str_eq(got_ ? got_ : "<null>", want);                                            \
+        free(got_);                                                                                \
+    } while (0)
+
+/* Rows returned/affected, or -1 on error. */
+static int qn(const char *url, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int qn(const char *url, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *sql = vfmt(fmt, ap);
+    va_end(ap);
+    int n = testenv_psql(url, sql, NULL);
+    free(sql);
+    return n;
+}
+
+/* A database with job j1 (overlap, max_attempts, base/cap ms, lease ms) and run RK due now. */
+static char *setup(const char *overlap, int max_attempts, int base_ms, int cap_ms, int lease_ms)
+{
+    char *url = testenv_db_migrated();
+    ck_assert_int_eq(qn(url,
+                        "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, overlap, "
+                        "retry_max_attempts, retry_base_ms, retry_cap_ms, lease_ms, payload) "
+                        "VALUES ('j1', 'every', '60s', 'q1', '%s', %d, %d, %d, %d, '{\"k\": 7}')",
+                        overlap, max_attempts, base_ms, cap_ms, lease_ms),
+                     1);
+    ck_assert_int_eq(qn(url, "INSERT INTO warren.runs (job, scheduled_at, due_at) VALUES "
+                             "('j1', '2026-01-01T00:00:00Z', now())"),
+                     1);
+    return url;
+}
+
+static void add_run2(const char *url)
+{
+    ck_assert_int_eq(qn(url, "INSERT INTO warren.runs (job, scheduled_at, due_at) VALUES "
+                             "('j1', '2026-01-01T00:01:00Z', now())"),
+                     1);
+}
+
+/* Claims key for worker w: the attempt as text, or NULL when no row came back. */
+static char *claim(const char *url, const char *key, const char *w)
+{
+    return q1(url, "SELECT attempt FROM warren.claim('%s', '%s')", key, w);
+}
+
+static void expire_lease(const char *url, const char *key)
+{
+    ck_assert_int_eq(qn(url,
+                        "UPDATE warren.runs SET lease_until = now() - interval '1 second' "
+                        "WHERE run_key = '%s'",
+                        key),
+                     1);
+}
+
+/* ------------------------------------------------------------ claim */
+
+START_TEST(test_claim_returns_attempt_payload_and_lease)
+{
+    char *url = setup("skip", 5, 1000, 60000, 30000);
+    char *row = q1(url, "SELECT format('%%s|%%s|%%s|%%s|%%s', attempt, job, scheduled_at, payload, "
+                        "lease_seconds) FROM warren.claim('" RK "', 'w1')");
+    ck_assert_str_eq(row, "1|j1|2026-01-01 00:00:00+00|{\"k\": 7}|30");
+    free(row);
+    ck_q(url, "running|w1|t",
+         "SELECT format('%%s|%%s|%%s', state, lease_owner, "
+         "lease_until BETWEEN now() + interval '29 s' AND now() + "
+         "interval '31 s') FROM warren.runs WHERE run_key = '" RK "'");
+    ck_q(url, "1",
+         "SELECT count(*) FROM warren.attempts WHERE run_key = '" RK "' AND worker = 'w1' "
+         "AND outcome IS NULL");
+    free(url);
+}
+END_TEST
+
+START_TEST(test_claim_of_leased_run_returns_nothing)
+{
+    char *url = setup("allow", 5, 1000, 60000, 30000);
+    char *a = claim(url, RK, "w1");
+    ck_assert_str_eq(a, "1");
+    free(a);
+    ck_assert_ptr_null(claim(url, RK, "w2"));
+    ck_q(url, "1|w1", "SELECT attempt || '|' || lease_owner FROM warren.runs");
+    free(url);
+}
+END_TEST
+
+START_TEST(test_claim_of_unknown_or_finished_run_returns_nothing)
+{
+    char *url = setup("skip", 5, 1000, 60000, 30000);
+    ck_assert_ptr_null(claim(url, "nosuch@2026-01-01T00:00:00Z", "w1"));
+    free(claim(url, RK, "w1"));
+    ck_q(url, "t", "SELECT warren.complete('" RK "', 1, 'succeeded')");
+    ck_assert_ptr_null(claim(url, RK, "w2"));
+    ck_q(url, "succeeded|1", "SELECT state || '|' || attempt FROM warren.runs");
+    free(url);
+}
+END_TEST
+
+START_TEST(test_claim_of_retrying_run_before_its_due_time_returns_nothing)
+{
+    char *url = setup("skip", 5, 1000, 60000, 30000);
+    ck_assert_int_eq(qn(url, "UPDATE warren.runs SET state = 'retrying', "
+                             "due_at = now() + interval '1 minute'"),
+                     1);
+    ck_assert_ptr_null(claim(url, RK, "w1"));
+    ck_assert_int_eq(qn(url, "UPDATE warren.runs SET due_at = now()"), 1);
+    char *a = claim(url, RK, "w1");
+    ck_assert_str_eq(a, "1");
+    free(a);
+    free(url);
+}
+END_TEST
+
+/* ------------------------------------------------------------ heartbeat, complete, fencing */
+
+START_TEST(test_heartbeat_extends_lease_only_for_the_holder)
+{
+    char *url = setup("skip", 5, 1000, 60000, 30000);
+    free(claim(url, RK, "w1"));
+    ck_assert_int_eq(qn(url, "UPDATE warren.runs SET lease_until = now() + interval '2 s'"), 1);
+    ck_q(url, "t", "SELECT warren.heartbeat('" RK "', 1)");
+    ck_q(url, "t", "SELECT lease_until > now() + interval '29 s' FROM warren.runs");
+    ck_q(url, "f", "SELECT warren.heartbeat('" RK "', 2)");
+    ck_q(url, "f", "SELECT warren.heartbeat('nosuch@2026-01-01T00:00:00Z', 1)");
+    free(url);
+}
+END_TEST
+
+START_TEST(test_complete_succeeded_writes_event_and_rejects_a_second_completion)
+{
+    char *url = setup("skip", 5, 1000, 60000, 30000);
+    free(claim(url, RK, "w1"));
+    ck_q(url, "t", "SELECT warren.complete('" RK "', 1, 'succeeded')");
+    ck_q(url, "succeeded|true|<null>",
+         "SELECT state || '|' || (finished_at IS NOT NULL) || '|' || coalesce(lease_until::text, "
+         "'<null>') FROM warren.runs");
+    ck_q(url, "warren.events|run.succeeded.j1|" RK "|j1|succeeded",
+         "SELECT concat_ws('|', exchange, routing_key, message_id, type, body->>'state') "
+         "FROM warren.outbox");
+    ck_q(url, "succeeded", "SELECT outcome FROM warren.attempts");
+    ck_q(url, "f", "SELECT warren.complete('" RK "', 1, 'succeeded')");
+    ck_q(url, "f", "SELECT warren.complete('" RK "', 1, 'retry', 'x')");
+    ck_q(url, "1", "SELECT count(*) FROM warren.outbox");
+    free(url);
+}
+END_TEST
+
+START_TEST(test_complete_rejects_unknown_outcome)
+{
+    char *url = setup("skip", 5, 1000, 60000, 30000);
+    free(claim(url, RK, "w1"));
+    ck_assert_int_eq(qn(url, "SELECT warren.complete('" RK "', 1, 'done')"), -1);
+    ck_q(url, "running", "SELECT state FROM warren.runs");
+    free(url);
+}
+END_TEST
+
+START_TEST(test_fencing_rejects_the_stale_attempt_after_takeover)
+{
+    char *url = setup("skip", 5, 1000, 60000, 30000);
+    free(claim(url, RK, "w1"));
+    /* Before the lease ran out nobody can take over... */
+    ck_assert_ptr_null(claim(url, RK, "w2"));
+    expire_lease(url, RK);
+    /* ...after it, w2 gets attempt 2 and w1's token is stale. */
+    char *a = claim(url, RK, "w2");
+    ck_assert_str_eq(a, "2");
+    free(a);
+    ck_q(url, "f", "SELECT warren.heartbeat('" RK "', 1)");
+    ck_q(url, "f", "SELECT warren.complete('" RK "', 1, 'succeeded')");
+    ck_q(url, "running|2|w2",
+         "SELECT concat_ws('|', state, attempt, lease_owner) FROM warren.runs");
+    ck_q(url, "lease_lost", "SELECT outcome FROM warren.attempts WHERE attempt = 1");
+    ck_q(url, "t", "SELECT warren.complete('" RK "', 2, 'succeeded')");
+    ck_q(url, "succeeded", "SELECT state FROM warren.runs");
+    ck_q(url, "1|lease_lost,2|succeeded",
+         "SELECT string_agg(attempt || '|' || outcome, ',' ORDER BY attempt) FROM warren.attempts");
+    free(url);
+}
+END_TEST
+
+START_TEST(test_expired_lease_without_takeover_still_fences_by_attempt)
+{
+    char *url = setup("skip", 5, 1000, 60000, 30000);
+    free(claim(url, RK, "w1"));
+    expire_lease(url, RK);
+    /* Nobody claimed it since: the attempt still holds, and a heartbeat renews it. */
+    ck_q(url, "t", "SELECT warren.heartbeat('" RK "', 1)");
+    ck_assert_ptr_null(claim(url, RK, "w2"));
+    free(url);
+}
+END_TEST
+
+START_TEST(test_takeover_of_an_exhausted_run_makes_it_dead)
+{
+    char *url = setup("skip", 1, 1000, 60000, 30000);
+    free(claim(url, RK, "w1"));
+    expire_lease(url, RK);
+    ck_assert_ptr_null(claim(url, RK, "w2"));
+    ck_q(url, "dead", "SELECT state FROM warren.runs");
+    ck_q(url, "1", "SELECT count(*) FROM warren.outbox WHERE exchange = 'warren.dead'");
+    free(url);
+}
+END_TEST
+
+/* ------------------------------------------------------------ retries, backoff, dead */
+
+START_TEST(test_retry_schedules_full_jitter_backoff_within_bounds)
+{
+    /* base 1 s, cap 5 s: the bound is min(5 s, 1 s * 2^attempt): 2 s, 4 s, 5 s, 5 s... */
+    char *url = setup("skip", 100, 1000, 5000, 30000);
+    double maxseen[8] = {0};
+    for (int round = 0; round < 6; round++) {
+        for (int attempt = 1; attempt <= 4; attempt++) {
+            int a = round * 4 + attempt;
+            char *got = claim(url, RK, "w1");
+            ck_assert_ptr_nonnull(got);
+            ck_assert_int_eq(atoi(got), a);
+            free(got);
+            ck_q(url, "t", "SELECT warren.complete('" RK "', %d, 'retry', 'boom %d')", a, a);
+            /* complete's now() is the attempt's finished_at (same transaction). */
+            char *d = q1(url, "SELECT extract(epoch FROM r.due_at - a.finished_at) * 1000 FROM "
+                              "warren.runs r JOIN warren.attempts a ON a.run_key = r.run_key AND "
+                              "a.attempt = r.attempt");
+            double ms = atof(d);
+            free(d);
+            double bound = a >= 3 ? 5000.0 : 1000.0 * (double)(1 << a);
+            if (bound > 5000.0)
+                bound = 5000.0;
+            ck_assert_msg(ms >= 0.0 && ms <= bound + 1.0,
+                          "attempt %d: delay %.1f ms not in [0, %.0f]", a, ms, bound);
+            if (attempt < 8 && ms > maxseen[attempt])
+                maxseen[attempt] = ms;
+            char want[64];
+            snprintf(want, sizeof want, "retrying|boom %d", a);
+            ck_q(url, want, "SELECT state || '|' || last_error FROM warren.runs");
+            ck_assert_int_eq(qn(url, "UPDATE warren.runs SET due_at = now()"), 1);
+        }
+    }
+    /* Full jitter spreads over the range rather than sitting at 0 or at the bound. */
+    ck_assert_msg(maxseen[4] > 1000.0, "capped delays never exceeded 1 s: %.1f", maxseen[4]);
+    free(url);
+}
+END_TEST
+
+START_TEST(test_retry_until_dead_writes_dead_letter_with_attempts_and_error)
+{
+    char *url = setup("skip", 3, 0, 0, 30000);
+    for (int a = 1; a <= 3; a++) {
+        char *got = claim(url, RK, "w1");
+        ck_assert_ptr_nonnull(got);
+        ck_assert_int_eq(atoi(got), a);
+        free(got);
+        ck_q(url, "t", "SELECT warren.complete('" RK "', %d, 'retry', 'error number %d')", a, a);
+    }
+    ck_q(url, "dead|error number 3|t",
+         "SELECT concat_ws('|', state, last_error, finished_at IS NOT NULL) FROM warren.runs");
+    ck_assert_ptr_null(claim(url, RK, "w1"));
+    ck_q(url, "q1|" RK "|j1|" RK "|j1|3|3|error number 3|{\"k\": 7}|error number 3",
+         "SELECT concat_ws('|', routing_key, message_id, type, body->>'run_key', body->>'job', "
+         "body->>'attempt', body->>'attempts', body->>'last_error', body->>'payload', "
+         "headers->>'x-warren-error') FROM warren.outbox WHERE exchange = 'warren.dead'");
+    ck_q(url, "run.retry.j1,run.retry.j1,run.retry.j1,run.dead.j1,warren.dead",
+         "SELECT string_agg(CASE WHEN exchange = 'warren.dead' THEN exchange ELSE routing_key END, "
+         "',' ORDER BY id) FROM warren.outbox");
+    ck_q(url, "3", "SELECT count(*) FROM warren.attempts WHERE outcome = 'retry'");
+    free(url);
+}
+END_TEST
+
+START_TEST(test_failed_outcome_is_dead_at_once)
+{
+    char *url = setup("skip", 5, 0, 0, 30000);
+    free(claim(url, RK, "w1"));
+    ck_q(url, "t", "SELECT warren.complete('" RK "', 1, 'failed', 'bad input')");
+    ck_q(url, "dead|bad input", "SELECT state || '|' || last_error FROM warren.runs");
+    ck_q(url, "run.failed.j1,run.dead.j1,q1",
+         "SELECT string_agg(routing_key, ',' ORDER BY id) FROM warren.outbox");
+    free(url);
+}
+END_TEST
+
+START_TEST(test_replay_sends_a_dead_run_back_to_planned_keeping_history)
+{
+    char *url = setup("skip", 1, 0, 0, 30000);
+    free(claim(url, RK, "w1"));
+    ck_q(url, "f", "SELECT warren.replay('" RK "')"); /* running: not dead */
+    ck_q(url, "t", "SELECT warren.complete('" RK "', 1, 'retry', 'once')");
+    ck_q(url, "dead", "SELECT state FROM warren.runs");
+    ck_q(url, "t", "SELECT warren.replay('" RK "', 'tester')");
+    ck_q(url, "planned|t|1|1|t",
+         "SELECT concat_ws('|', state, due_at <= now(), attempt, attempt_base, "
+         "note LIKE '%%replayed at %% by tester after 1 attempts%%') FROM warren.runs");
+    ck_q(url, "f", "SELECT warren.replay('" RK "')");
+    /* A fresh budget, and the fencing token keeps growing. */
+    char *a = claim(url, RK, "w2");
+    ck_assert_str_eq(a, "2");
+    free(a);
+    ck_q(url, "t", "SELECT warren.complete('" RK "', 2, 'succeeded')");
+    ck_q(url, "1|retry,2|succeeded",
+         "SELECT string_agg(attempt || '|' || outcome, ',' ORDER BY attempt) FROM warren.attempts");
+    free(url);
+}
+END_TEST
+
+/* ------------------------------------------------------------ reaper */
+
+START_TEST(test_reaper_moves_expired_leases_to_retrying_or_dead)
+{
+    char *url = setup("allow", 2, 0, 0, 30000);
+    add_run2(url);
+    free(claim(url, RK, "w1"));
+    free(claim(url, RK2, "w1"));
+    ck_q(url, "0", "SELECT warren.reap_expired_leases(10)");
+    expire_lease(url, RK);
+    expire_lease(url, RK2);
+    ck_q(url, "1", "SELECT warren.reap_expired_leases(1)");
+    ck_q(url, "1", "SELECT warren.reap_expired_leases(10)");
+    ck_q(url, "retrying,retrying", "SELECT string_agg(state, ',') FROM warren.runs");
+    ck_q(url, "2", "SELECT count(*) FROM warren.attempts WHERE outcome = 'lease_lost'");
+    ck_q(url, "2",
+         "SELECT count(*) FROM warren.runs WHERE note LIKE '%%lease of attempt 1 (worker w1) "
+         "expired at %%; reaped at %%'");
+    ck_q(url, "f", "SELECT warren.complete('" RK "', 1, 'succeeded')");
+    /* Second loss exhausts the budget of 2: dead with a dead letter. */
+    char *a = claim(url, RK, "w2");
+    ck_assert_str_eq(a, "2");
+    free(a);
+    expire_lease(url, RK);
+    ck_q(url, "1", "SELECT warren.reap_expired_leases(10)");
+    ck_q(url, "dead", "SELECT state FROM warren.runs WHERE run_key = '" RK "'");
+    ck_q(url, "1", "SELECT count(*) FROM warren.outbox WHERE exchange = 'warren.dead'");
+    ck_q(url, "3", "SELECT count(*) FROM warren.outbox WHERE routing_key = 'run.lease_lost.j1'");
+    free(url);
+}
+END_TEST
+
+/* ------------------------------------------------------------ overlap policies */
+
+START_TEST(test_overlap_skip_skips_the_newer_run_with_a_note)
+{
+    char *url = setup("skip", 5, 1000, 60000, 30000);
+    add_run2(url);
+    free(claim(url, RK, "w1"));
+    ck_assert_ptr_null(claim(url, RK2, "w2"));
+    ck_q(url, "skipped|t|t",
+         "SELECT concat_ws('|', state, finished_at IS NOT NULL, note LIKE '%%skipped by overlap "
+         "policy skip at %%: " RK " was still running%%') FROM warren.runs WHERE run_key = '" RK2
+         "'");
+    ck_q(url, "1", "SELECT count(*) FROM warren.outbox WHERE routing_key = 'run.skipped.j1'");
+    ck_q(url, "running", "SELECT state FROM warren.runs WHERE run_key = '" RK "'");
+    free(url);
+}
+END_TEST
+
+START_TEST(test_overlap_skip_ignores_a_run_whose_lease_expired)
+{
+    char *url = setup("skip", 5, 1000, 60000, 30000);
+    add_run2(url);
+    free(claim(url, RK, "w1"));
+    expire_lease(url, RK);
+    char *a = claim(url, RK2, "w2");
+    ck_assert_str_eq(a, "1");
+    free(a);
+    free(url);
+}
+END_TEST
+
+START_TEST(test_overlap_allow_runs_both)
+{
+    char *url = setup("allow", 5, 1000, 60000, 30000);
+    add_run2(url);
+    free(claim(url, RK, "w1"));
+    char *a = claim(url, RK2, "w2");
+    ck_assert_str_eq(a, "1");
+    free(a);
+    ck_q(url, "2", "SELECT count(*) FROM warren.runs WHERE state = 'running'");
+    free(url);
+}
+END_TEST
+
+START_TEST(test_overlap_queue_holds_the_newer_run_until_the_older_finishes)
+{
+    char *url = setup("queue", 5, 1000, 60000, 30000);
+    add_run2(url);
+    free(claim(url, RK, "w1"));
+    ck_assert_ptr_null(claim(url, RK2, "w2"));
+    ck_q(
+        url, "retrying|0|t|t",
+        "SELECT concat_ws('|', state, attempt, due_at BETWEEN now() + interval '0.9 s' AND now() + "
+        "interval '1.1 s', note LIKE '%%held back by overlap policy queue: " RK
+        " was still running%%') FROM warren.runs WHERE run_key = '" RK2 "'");
+    /* Still blocked a second later (the message comes back): no second note line. */
+    ck_assert_int_eq(qn(url, "UPDATE warren.runs SET due_at = now() WHERE run_key = '" RK2 "'"), 1);
+    ck_assert_ptr_null(claim(url, RK2, "w2"));
+    ck_q(url, "1",
+         "SELECT count(*) FROM regexp_matches((SELECT note FROM warren.runs WHERE run_key "
+         "= '" RK2 "'), 'held back', 'g')");
+    ck_q(url, "t", "SELECT warren.complete('" RK "', 1, 'succeeded')");
+    ck_assert_int_eq(qn(url, "UPDATE warren.runs SET due_at = now() WHERE run_key = '" RK2 "'"), 1);
+    char *a = claim(url, RK2, "w2");
+    ck_assert_str_eq(a, "1");
+    free(a);
+    free(url);
+}
+END_TEST
+
+START_TEST(test_overlap_cancel_previous_revokes_the_older_lease)
+{
+    char *url = setup("cancel_previous", 5, 1000, 60000, 30000);
+    add_run2(url);
+    free(claim(url, RK, "w1"));
+    char *a = claim(url, RK2, "w2");
+    ck_assert_str_eq(a, "1");
+    free(a);
+    ck_q(url, "cancelled|true",
+         "SELECT state || '|' || (note LIKE '%%cancelled by overlap policy "
+         "cancel_previous at %%: newer run " RK2
+         " claimed by w2%%') FROM warren.runs WHERE run_key = '" RK "'");
+    ck_q(url, "f", "SELECT warren.heartbeat('" RK "', 1)");
+    ck_q(url, "f", "SELECT warren.complete('" RK "', 1, 'succeeded')");
+    ck_q(url, "cancelled", "SELECT outcome FROM warren.attempts WHERE run_key = '" RK "'");
+    ck_q(url, "1", "SELECT count(*) FROM warren.outbox WHERE routing_key = 'run.cancelled.j1'");
+    ck_q(url, "t", "SELECT warren.complete('" RK2 "', 1, 'succeeded')");
+    free(url);
+}
+END_TEST
+
+/* Two claims of different runs of a skip job in concurrent transactions: the
+ * second waits for the first to commit and then sees it (no double start). */
+START_TEST(test_overlap_skip_holds_under_concurrent_claims)
+{
+    char *url = setup("skip", 5, 1000, 60000, 30000);
+    add_run2(url);
+    PGconn *a = PQconnectdb(url), *b = PQconnectdb(url);
+    ck_assert_int_eq(PQstatus(a), CONNECTION_OK);
+    ck_assert_int_eq(PQstatus(b), CONNECTION_OK);
+    PGresult *r = PQexec(a, "BEGIN; SELECT attempt FROM warren.claim('" RK "', 'wa')");
+    ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
+    ck_assert_int_eq(PQntuples(r), 1);
+    PQclear(r);
+    ck_assert_int_eq(PQsendQuery(b, "SELECT attempt FROM warren.claim('" RK2 "', 'wb')"), 1);
+    /* b blocks on the job's lock until a commits. */
+    struct timespec ts = {0, 300 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    ck_assert_int_eq(PQconsumeInput(b), 1);
+    ck_assert_int_eq(PQisBusy(b), 1);
+    r = PQexec(a, "COMMIT");
+    ck_assert_int_eq(PQresultStatus(r), PGRES_COMMAND_OK);
+    PQclear(r);
+    r = PQgetResult(b);
+    ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
+    ck_assert_int_eq(PQntuples(r), 0);
+    PQclear(r);
+    while ((r = PQgetResult(b)) != NULL)
+        PQclear(r);
+    PQfinish(a);
+    PQfinish(b);
+    ck_q(url, "running,skipped",
+         "SELECT string_agg(state, ',' ORDER BY scheduled_at) FROM warren.runs");
+    free(url);
+}
+END_TEST
+
+/* ------------------------------------------------------------ role, migration */
+
+START_TEST(test_worker_role_executes_the_protocol_but_cannot_touch_tables)
+{
+    char *url = setup("skip", 5, 1000, 60000, 30000);
+    ck_q(url, "1", "SET ROLE warren_worker; SELECT attempt FROM warren.claim('" RK "', 'w1')");
+    ck_q(url, "t", "SET ROLE warren_worker; SELECT warren.heartbeat('" RK "', 1)");
+    ck_q(url, "t", "SET ROLE warren_worker; SELECT warren.complete('" RK "', 1, 'succeeded')");
+    ck_assert_int_eq(qn(url, "SET ROLE warren_worker; SELECT * FROM warren.runs"), -1);
+    ck_assert_int_eq(qn(url, "SET ROLE warren_worker; SELECT * FROM warren.jobs"), -1);
+    ck_assert_int_eq(qn(url, "SET ROLE warren_worker; SELECT * FROM warren.outbox"), -1);
+    ck_assert_int_eq(qn(url, "SET ROLE warren_worker; UPDATE warren.runs SET state = 'planned'"),
+                     -1);
+    ck_assert_int_eq(qn(url, "SET ROLE warren_worker; DELETE FROM warren.attempts"), -1);
+    ck_assert_int_eq(qn(url, "SET ROLE warren_worker; SELECT warren.reap_expired_leases(10)"), -1);
+    ck_assert_int_eq(qn(url, "SET ROLE warren_worker; SELECT warren.replay('" RK "')"), -1);
+    ck_assert_int_eq(qn(url, "SET ROLE warren_worker; SELECT warren.wp_note('a', 'b')"), -1);
+    ck_q(url, "succeeded", "SELECT state FROM warren.runs");
+    ck_q(url, "f", "SELECT rolcanlogin FROM pg_roles WHERE rolname = 'warren_worker'");
+    free(url);
+}
+END_TEST
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_uint_eq(fread(s, 1, (size_t)n, f), (size_t)n);
+    s[n] = '\0';
+    fclose(f);
+    return s;
+}
+
+START_TEST(test_migration_records_itself_and_is_safe_to_rerun)
+{
+    char *url = setup("skip", 5, 1000, 60000, 30000);
+    free(claim(url, RK, "w1"));
+    ck_q(url, "002_worker_protocol", "SELECT name FROM warren.schema_migrations WHERE version = 2");
+    char *sql = slurp(WARREN_SOURCE_DIR "/sql/002_worker_protocol.sql");
+    ck_assert_int_ge(testenv_psql(url, sql, NULL), 0);
+    free(sql);
+    ck_q(url, "1", "SELECT count(*) FROM warren.schema_migrations WHERE version = 2");
+    ck_q(url, "running|1", "SELECT state || '|' || attempt FROM warren.runs");
+    ck_q(url, "t", "SELECT warren.complete('" RK "', 1, 'succeeded')");
+    free(url);
+}
+END_TEST
+
+static Suite *protocol_suite(void)
+{
+    Suite *s = suite_create("protocol");
+    TCase *tc = tcase_create("claim");
+    tcase_add_test(tc, test_claim_returns_attempt_payload_and_lease);
+    tcase_add_test(tc, test_claim_of_leased_run_returns_nothing);
+    tcase_add_test(tc, test_claim_of_unknown_or_finished_run_returns_nothing);
+    tcase_add_test(tc, test_claim_of_retrying_run_before_its_due_time_returns_nothing);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("fencing");
+    tcase_add_test(tc, test_heartbeat_extends_lease_only_for_the_holder);
+    tcase_add_test(tc, test_complete_succeeded_writes_event_and_rejects_a_second_completion);
+    tcase_add_test(tc, test_complete_rejects_unknown_outcome);
+    tcase_add_test(tc, test_fencing_rejects_the_stale_attempt_after_takeover);
+    tcase_add_test(tc, test_expired_lease_without_takeover_still_fences_by_attempt);
+    tcase_add_test(tc, test_takeover_of_an_exhausted_run_makes_it_dead);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("retry");
+    tcase_add_test(tc, test_retry_schedules_full_jitter_backoff_within_bounds);
+    tcase_add_test(tc, test_retry_until_dead_writes_dead_letter_with_attempts_and_error);
+    tcase_add_test(tc, test_failed_outcome_is_dead_at_once);
+    tcase_add_test(tc, test_replay_sends_a_dead_run_back_to_planned_keeping_history);
+    tcase_add_test(tc, test_reaper_moves_expired_leases_to_retrying_or_dead);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("overlap");
+    tcase_add_test(tc, test_overlap_skip_skips_the_newer_run_with_a_note);
+    tcase_add_test(tc, test_overlap_skip_ignores_a_run_whose_lease_expired);
+    tcase_add_test(tc, test_overlap_allow_runs_both);
+    tcase_add_test(tc, test_overlap_queue_holds_the_newer_run_until_the_older_finishes);
+    tcase_add_test(tc, test_overlap_cancel_previous_revokes_the_older_lease);
+    tcase_add_test(tc, test_overlap_skip_holds_under_concurrent_claims);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("security");
+    tcase_add_test(tc, test_worker_role_executes_the_protocol_but_cannot_touch_tables);
+    tcase_add_test(tc, test_migration_records_itself_and_is_safe_to_rerun);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    /* Fail, never skip, without servers (testenv exits 1 when unset). */
+    testenv_pg_admin_url();
+    SRunner *sr = srunner_create(protocol_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
