@@ -1,0 +1,183 @@
+/* store_plan.h: the planner's SQL (src/store_plan.c): partition leases,
+ * locking due jobs, inserting runs, advancing cursors, the relay's and the
+ * outbox's queries, the reconciler, and trigger/pause/resume/backfill.
+ * Every statement is a named constant with $n parameters; instants cross the
+ * boundary as warren_us (microseconds since the epoch, database clock). */
+#ifndef WARREN_STORE_PLAN_H
+#define WARREN_STORE_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <warren/error.h>
+#include <warren/store.h>
+#include <warren/timefmt.h>
+
+/* Transactions on the store's connection (rollback is best effort, any time). */
+int warren_plan_begin(warren_store *st, warren_error *err);
+int warren_plan_commit(warren_store *st, warren_error *err);
+void warren_plan_rollback(warren_store *st);
+
+/* ------------------------------------------------------------------ leases */
+
+/* Announces planner owner as live until now + ttl_ms and makes sure lease rows
+ * 0..partitions-1 exist. Own transaction. */
+int warren_plan_heartbeat(warren_store *st, const char *owner, int64_t ttl_ms, int partitions,
+                          warren_error *err);
+
+/* In one transaction: renews owner's leases to now + lease_ms, counts live
+ * planners, gives up partitions above the fair share ceil(partitions / live)
+ * or takes free/expired ones up to it (FOR UPDATE SKIP LOCKED). *owned gets
+ * the number of partitions owned afterwards; *taken / *dropped (may be NULL)
+ * how many changed hands; *live the live planner count. */
+int warren_plan_leases(warren_store *st, const char *owner, int partitions, int64_t lease_ms,
+                       int *owned, int *taken, int *dropped, int *live, warren_error *err);
+
+/* Gives up every lease of owner and its membership row. */
+int warren_plan_release(warren_store *st, const char *owner, warren_error *err);
+
+/* -------------------------------------------------------------------- jobs */
+
+/* A job row as the planner and the commands need it. Strings are new (freed
+ * by warren_plan_jobs_free / warren_plan_job_clear). */
+typedef struct warren_plan_job {
+    char *name;
+    char *kind; /* cron, every, at */
+    char *expression;
+    char *timezone;
+    char *queue;
+    char *misfire; /* run_once, skip, catch_up */
+    int max_catch_up;
+    int64_t jitter_ms;
+    int has_next; /* 0: next_fire_at is NULL (start from now) */
+    warren_us next_fire_at;
+    int paused;
+    int removed;
+} warren_plan_job;
+void warren_plan_job_clear(warren_plan_job *j);
+void warren_plan_jobs_free(warren_plan_job *jobs, size_t n);
+
+/* Inside a transaction: locks up to limit jobs of partitions leased (and not
+ * expired) by owner that are not paused/removed and have a next_fire_at NULL
+ * or <= now + horizon_ms, with FOR UPDATE SKIP LOCKED (and FOR SHARE on the
+ * lease rows, so the lease cannot change hands before commit). *jobs is new
+ * (warren_plan_jobs_free), *now gets the transaction's now(). */
+int warren_plan_lock_due_jobs(warren_store *st, const char *owner, int64_t horizon_ms, int limit,
+                              warren_plan_job **jobs, size_t *n, warren_us *now, warren_error *err);
+
+/* Reads one job (ENOENT if there is none). */
+int warren_plan_job_get(warren_store *st, const char *name, warren_plan_job *out,
+                        warren_error *err);
+
+/* A run row to insert. Strings are borrowed. */
+typedef struct warren_plan_run {
+    const char *job;
+    warren_us scheduled_at; /* whole seconds */
+    warren_us due_at;
+    const char *state;   /* "planned" or "skipped" */
+    const char *origin;  /* schedule, trigger, backfill, misfire */
+    const char *note;    /* may be NULL */
+    const char *payload; /* JSON object or NULL (the job's payload) */
+} warren_plan_run;
+
+/* INSERT ... ON CONFLICT DO NOTHING of n rows in one statement; *inserted
+ * (may be NULL) gets how many were new. */
+int warren_plan_insert_runs(warren_store *st, const warren_plan_run *runs, size_t n, int *inserted,
+                            warren_error *err);
+
+/* Sets next_fire_at of n jobs; never_again[i] != 0 stores 'infinity'. */
+int warren_plan_advance(warren_store *st, const char *const *names, const warren_us *next,
+                        const int *never_again, size_t n, warren_error *err);
+
+/* ------------------------------------------------------------------- relay */
+
+/* A run to publish (strings new; warren_plan_relay_rows_free). */
+typedef struct warren_relay_row {
+    char *run_key;
+    char *job;
+    char *queue;
+    char *payload; /* JSON text of the run's payload or the job's */
+    warren_us scheduled_at;
+    warren_us due_at;
+    int attempt;
+} warren_relay_row;
+void warren_plan_relay_rows_free(warren_relay_row *rows, size_t n);
+
+/* Inside a transaction: locks (FOR UPDATE SKIP LOCKED) up to limit runs in
+ * state planned/retrying with due_at <= now + lead_ms and no pending relay
+ * retry, in due order. *now gets clock_timestamp() at the query. */
+int warren_plan_relay_select(warren_store *st, int64_t lead_ms, int limit, warren_relay_row **rows,
+                             size_t *n, warren_us *now, warren_error *err);
+/* Marks confirmed runs published (no-op for runs a worker already claimed). */
+int warren_plan_mark_published(warren_store *st, const char *const *keys, size_t n, int *marked,
+                               warren_error *err);
+/* Records a failed publish on the run (last_error) and gates the next try by
+ * retry_ms; the run stays planned/retrying. */
+int warren_plan_mark_publish_error(warren_store *st, const char *key, const char *error,
+                                   int64_t retry_ms, warren_error *err);
+
+/* ------------------------------------------------------------------ outbox */
+
+typedef struct warren_outbox_header {
+    char *key;
+    char *value;
+} warren_outbox_header;
+
+typedef struct warren_outbox_row {
+    int64_t id;
+    char *exchange;
+    char *routing_key;
+    char *message_id; /* may be NULL */
+    char *type;       /* may be NULL */
+    char *body;       /* jsonb text (not compact) */
+    warren_outbox_header *headers;
+    size_t nheaders;
+} warren_outbox_row;
+void warren_plan_outbox_rows_free(warren_outbox_row *rows, size_t n);
+
+/* Inside a transaction: locks up to limit outbox rows in id order (SKIP
+ * LOCKED) with their headers. */
+int warren_plan_outbox_select(warren_store *st, int limit, warren_outbox_row **rows, size_t *n,
+                              warren_error *err);
+int warren_plan_outbox_delete(warren_store *st, const int64_t *ids, size_t n, warren_error *err);
+
+/* -------------------------------------------------------------- reconciler */
+
+/* Runs published, still not started at due + grace and at least grace (doubling
+ * with each republish, up to 64x) after their last publish go back to planned
+ * with a note; *n gets how many. */
+int warren_plan_reconcile_published(warren_store *st, int64_t grace_ms, int limit, int *n,
+                                    warren_error *err);
+/* SELECT warren.reap_expired_leases(max) (sql/002); *n gets its result.
+ * WARREN_ENOENT if the function does not exist (worker protocol not migrated). */
+int warren_plan_reap(warren_store *st, int max, int *n, warren_error *err);
+
+/* ---------------------------------------------------------------- commands */
+
+/* Inserts a trigger run of job at `at` (whole seconds; due_at = at) with an
+ * optional payload override and NOTIFYs planners. *created = 1 if new, 0 if
+ * the key existed (then state, if not NULL, gets its state: new string).
+ * run_key (>= 96 bytes) gets the key. Errors: WARREN_ENOENT (no such job). */
+int warren_plan_trigger(warren_store *st, const char *job, warren_us at, const char *payload,
+                        int *created, char **state, char *run_key, size_t run_key_len,
+                        warren_error *err);
+
+/* Pauses a job: paused = true, its scheduled runs not yet due and not yet
+ * started are cancelled (noted), planners notified. *cancelled gets how many.
+ * *was_paused = 1 if it already was. WARREN_ENOENT if no such job. */
+int warren_plan_pause(warren_store *st, const char *job, int *was_paused, int *cancelled,
+                      warren_error *err);
+
+/* Resumes: paused = false; runs the pause cancelled are deleted and the
+ * cursor moved back to the earliest of them, so the planner re-plans them
+ * (fire times missed by more than the misfire threshold go through the job's
+ * misfire policy). Planners notified. *was_paused = 0 if it was not paused. */
+int warren_plan_resume(warren_store *st, const char *job, int *was_paused, int *replanned,
+                       warren_error *err);
+
+/* Which of the instants [from, to] already have a run of job: fills
+ * exists[i] for each of the n sorted scheduled instants. */
+int warren_plan_runs_exist(warren_store *st, const char *job, const warren_us *scheduled, size_t n,
+                           int *exists, warren_error *err);
+
+#endif

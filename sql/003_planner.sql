@@ -1,0 +1,39 @@
+-- 003_planner.sql: objects the planner needs beyond 001: live planner
+-- membership (for the fair share of partitions), the relay's retry gate for
+-- runs whose publish failed, and the note helper.
+-- Never edit this file once landed: add 00N_*.sql instead.
+
+-- Planners announce themselves every tick; "live" = alive_until in the future.
+-- A planner that holds no partition yet is still counted, so owners give up
+-- partitions above the fair share ceil(partitions / live) and it can take them.
+CREATE TABLE IF NOT EXISTS warren.planners (
+    owner       text PRIMARY KEY,
+    alive_until timestamptz NOT NULL,
+    started_at  timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE warren.planners IS 'Running planners (heartbeat each tick), for the fair share of partitions';
+COMMENT ON COLUMN warren.planners.owner IS 'Planner id (host:pid:start), as in planner_leases.owner';
+COMMENT ON COLUMN warren.planners.alive_until IS 'Counted as live until then (database clock)';
+COMMENT ON COLUMN warren.planners.started_at IS 'First seen';
+
+-- A publish that came back unroutable (or was nacked) is retried by the relay
+-- no earlier than this; NULL = publish as soon as due.
+ALTER TABLE warren.runs ADD COLUMN IF NOT EXISTS relay_retry_at timestamptz;
+COMMENT ON COLUMN warren.runs.relay_retry_at IS 'Relay: do not retry a failed publish before this (NULL: no failure)';
+
+-- Appends one line to a run's note.
+CREATE OR REPLACE FUNCTION warren.plan_note(old text, line text)
+RETURNS text LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN old IS NULL OR old = '' THEN line ELSE old || E'\n' || line END
+$$;
+COMMENT ON FUNCTION warren.plan_note(text, text) IS 'Appends a line to a run note (planner)';
+
+-- RFC 3339 UTC, whole seconds, for notes.
+CREATE OR REPLACE FUNCTION warren.plan_utc(t timestamptz)
+RETURNS text LANGUAGE sql IMMUTABLE STRICT AS $$
+    SELECT to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+$$;
+COMMENT ON FUNCTION warren.plan_utc(timestamptz) IS 'RFC 3339 UTC with whole seconds (planner notes)';
+
+INSERT INTO warren.schema_migrations (version, name) VALUES (3, '003_planner')
+ON CONFLICT (version) DO NOTHING;

@@ -1,0 +1,1046 @@
+/* store_plan.c: the planner's SQL: leases, materialising, the relay and the
+ * outbox, the reconciler, trigger/pause/resume/backfill. Arrays go to the
+ * server as text array literals built here (elements always quoted and
+ * escaped), so a batch is one statement. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <warren/store_plan.h>
+
+#include "store_int.h"
+
+/* Instants come back as integer microseconds (extract(epoch) is exact numeric). */
+#define US(x) "(extract(epoch FROM " x ") * 1000000)::bigint"
+
+/* ------------------------------------------------------------------- SQL */
+
+static const char SQL_HEARTBEAT[] =
+    "INSERT INTO warren.planners (owner, alive_until) "
+    "VALUES ($1, now() + $2::bigint * interval '1 millisecond') "
+    "ON CONFLICT (owner) DO UPDATE SET alive_until = EXCLUDED.alive_until";
+
+static const char SQL_FORGET_DEAD[] =
+    "DELETE FROM warren.planners WHERE alive_until < now() - interval '1 hour'";
+
+static const char SQL_LEASE_ROWS[] =
+    "INSERT INTO warren.planner_leases (partition, owner, lease_until) "
+    "SELECT g, '', '-infinity' FROM generate_series(0, $1::int - 1) g "
+    "ON CONFLICT (partition) DO NOTHING";
+
+static const char SQL_LEASE_RENEW[] =
+    "UPDATE warren.planner_leases SET lease_until = now() + $2::bigint * interval '1 millisecond', "
+    "renewed_at = now() WHERE owner = $1 AND partition < $3::int";
+
+static const char SQL_LIVE[] = "SELECT count(*) FROM warren.planners WHERE alive_until > now()";
+
+static const char SQL_LEASE_COUNT[] =
+    "SELECT count(*) FROM warren.planner_leases WHERE owner = $1 AND lease_until > now() "
+    "AND partition < $2::int";
+
+static const char SQL_LEASE_DROP[] =
+    "UPDATE warren.planner_leases SET owner = '', lease_until = '-infinity', renewed_at = now() "
+    "WHERE partition IN (SELECT partition FROM warren.planner_leases WHERE owner = $1 "
+    "ORDER BY partition DESC LIMIT $2::int)";
+
+static const char SQL_LEASE_TAKE[] =
+    "UPDATE warren.planner_leases l SET owner = $1, "
+    "lease_until = now() + $2::bigint * interval '1 millisecond', renewed_at = now() "
+    "FROM (SELECT partition FROM warren.planner_leases "
+    "      WHERE lease_until <= now() AND partition < $3::int "
+    "      ORDER BY partition LIMIT $4::int FOR UPDATE SKIP LOCKED) f "
+    "WHERE l.partition = f.partition";
+
+static const char SQL_LEASE_RELEASE[] =
+    "UPDATE warren.planner_leases SET owner = '', lease_until = '-infinity', renewed_at = now() "
+    "WHERE owner = $1";
+
+static const char SQL_MEMBER_DELETE[] = "DELETE FROM warren.planners WHERE owner = $1";
+
+#define JOB_COLS                                                                                   \
+    "j.name, j.schedule_kind, j.expression, j.timezone, j.queue, j.misfire, j.max_catch_up, "      \
+    "j.jitter_ms, CASE WHEN j.next_fire_at IS NULL OR j.next_fire_at = 'infinity' THEN NULL "      \
+    "ELSE " US("j.next_fire_at") " END, j.paused, j.removed, j.next_fire_at = 'infinity'"
+
+static const char SQL_LOCK_DUE_JOBS[] = "SELECT " JOB_COLS ", " US(
+    "now()") " "
+             "FROM warren.jobs j JOIN warren.planner_leases l ON l.partition = j.partition "
+             "WHERE l.owner = $1 AND l.lease_until > now() AND NOT j.paused AND NOT j.removed "
+             "AND (j.next_fire_at IS NULL OR j.next_fire_at <= now() + $2::bigint * interval '1 "
+             "millisecond') "
+             "ORDER BY j.next_fire_at NULLS FIRST, j.name LIMIT $3::int "
+             "FOR UPDATE OF j SKIP LOCKED FOR SHARE OF l";
+
+static const char SQL_JOB_GET[] = "SELECT " JOB_COLS " FROM warren.jobs j WHERE j.name = $1";
+
+static const char SQL_INSERT_RUNS[] =
+    "INSERT INTO warren.runs (job, scheduled_at, due_at, state, origin, note, payload, "
+    "finished_at) "
+    "SELECT u.job, u.sched, u.due, u.state, u.origin, u.note, u.payload::jsonb, "
+    "CASE WHEN u.state = 'skipped' THEN now() END "
+    "FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[], $4::text[], $5::text[], "
+    "$6::text[], $7::text[]) AS u(job, sched, due, state, origin, note, payload) "
+    "ON CONFLICT DO NOTHING";
+
+static const char SQL_ADVANCE[] =
+    "UPDATE warren.jobs j SET next_fire_at = u.nf "
+    "FROM unnest($1::text[], $2::timestamptz[]) AS u(name, nf) WHERE j.name = u.name";
+
+static const char SQL_RELAY_SELECT[] =
+    "SELECT r.run_key, r.job, j.queue, COALESCE(r.payload, j.payload)::text, "
+    "(extract(epoch FROM r.scheduled_at) * 1000000)::bigint, "
+    "(extract(epoch FROM r.due_at) * 1000000)::bigint, r.attempt, "
+    "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint "
+    "FROM warren.runs r JOIN warren.jobs j ON j.name = r.job "
+    "WHERE r.state IN ('planned', 'retrying') "
+    "AND r.due_at <= now() + $1::bigint * interval '1 millisecond' "
+    "AND (r.relay_retry_at IS NULL OR r.relay_retry_at <= now()) "
+    "ORDER BY r.due_at LIMIT $2::int FOR UPDATE OF r SKIP LOCKED";
+
+static const char SQL_MARK_PUBLISHED[] =
+    "UPDATE warren.runs SET state = 'published', published_at = now(), "
+    "publish_count = publish_count + 1, relay_retry_at = NULL "
+    "WHERE run_key = ANY($1::text[]) AND state IN ('planned', 'retrying')";
+
+static const char SQL_MARK_PUBLISH_ERROR[] =
+    "UPDATE warren.runs SET last_error = $2, "
+    "relay_retry_at = now() + $3::bigint * interval '1 millisecond' "
+    "WHERE run_key = $1 AND state IN ('planned', 'retrying')";
+
+static const char SQL_OUTBOX_SELECT[] =
+    "SELECT id, exchange, routing_key, message_id, type, body::text FROM warren.outbox "
+    "ORDER BY id LIMIT $1::int FOR UPDATE SKIP LOCKED";
+
+static const char SQL_OUTBOX_HEADERS[] =
+    "SELECT o.id, h.key, h.value FROM warren.outbox o, jsonb_each_text(o.headers) h "
+    "WHERE o.id = ANY($1::bigint[]) ORDER BY o.id, h.key";
+
+static const char SQL_OUTBOX_DELETE[] = "DELETE FROM warren.outbox WHERE id = ANY($1::bigint[])";
+
+static const char SQL_RECONCILE[] =
+    "UPDATE warren.runs r SET state = 'planned', "
+    "note = warren.plan_note(r.note, format('republished by reconciler at %s: not started %s s "
+    "after due', warren.plan_utc(now()), floor(extract(epoch FROM now() - r.due_at))::bigint)) "
+    "FROM (SELECT job, scheduled_at FROM warren.runs "
+    "      WHERE state = 'published' "
+    "      AND due_at < now() - $1::bigint * interval '1 millisecond' "
+    "      AND published_at < now() - $1::bigint * interval '1 millisecond' "
+    "          * power(2, least(greatest(publish_count - 1, 0), 6)) "
+    "      ORDER BY due_at LIMIT $2::int FOR UPDATE SKIP LOCKED) s "
+    "WHERE r.job = s.job AND r.scheduled_at = s.scheduled_at AND r.state = 'published'";
+
+static const char SQL_REAP_EXISTS[] =
+    "SELECT to_regprocedure('warren.reap_expired_leases(integer)') IS NOT NULL";
+static const char SQL_REAP[] = "SELECT warren.reap_expired_leases($1::int)";
+
+static const char SQL_TRIGGER[] =
+    "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, payload, note) "
+    "VALUES ($1, $2::timestamptz, $2::timestamptz, 'trigger', $3::jsonb, "
+    "format('triggered at %s', warren.plan_utc(now()))) "
+    "ON CONFLICT DO NOTHING RETURNING run_key";
+
+static const char SQL_RUN_STATE[] =
+    "SELECT run_key, state FROM warren.runs WHERE job = $1 AND scheduled_at = $2::timestamptz";
+
+static const char SQL_NOTIFY[] = "SELECT pg_notify('" WARREN_NOTIFY_CHANNEL "', $1)";
+
+static const char SQL_PAUSE_JOB[] =
+    "UPDATE warren.jobs SET paused = true, paused_at = now(), updated_at = now() "
+    "WHERE name = $1 RETURNING (SELECT paused FROM warren.jobs WHERE name = $1)";
+
+/* Scheduled runs not yet due and not yet claimed: cancelled, so a published
+ * message finds nothing to claim; resume deletes them and re-plans. */
+static const char SQL_PAUSE_RUNS[] =
+    "UPDATE warren.runs SET state = 'cancelled', finished_at = now(), "
+    "note = warren.plan_note(note, format('cancelled: job paused at %s', warren.plan_utc(now()))) "
+    "WHERE job = $1 AND origin IN ('schedule', 'misfire') AND state IN ('planned', 'published') "
+    "AND due_at > now()";
+
+static const char SQL_RESUME_JOB[] =
+    "UPDATE warren.jobs SET paused = false, paused_at = NULL, updated_at = now() "
+    "WHERE name = $1 RETURNING (SELECT paused FROM warren.jobs WHERE name = $1)";
+
+static const char SQL_RESUME_RUNS[] =
+    "WITH c AS (DELETE FROM warren.runs WHERE job = $1 AND state = 'cancelled' "
+    "           AND origin IN ('schedule', 'misfire') AND attempt = 0 "
+    "           AND note LIKE '%cancelled: job paused at %' RETURNING scheduled_at) "
+    "UPDATE warren.jobs SET next_fire_at = LEAST(next_fire_at, (SELECT min(scheduled_at) FROM c)) "
+    "WHERE name = $1 RETURNING (SELECT count(*) FROM c)";
+
+static const char SQL_RUNS_EXIST[] =
+    "SELECT " US("scheduled_at") " FROM warren.runs WHERE job = $1 "
+                                 "AND scheduled_at = ANY($2::timestamptz[]) ORDER BY scheduled_at";
+
+/* --------------------------------------------------------------- helpers */
+
+/* A growable text buffer for array literals. */
+typedef struct buf {
+    char *p;
+    size_t len, cap;
+    int oom;
+} buf;
+
+static void buf_add(buf *b, const char *s, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (b->len + n + 1 > cap)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (p == NULL) {
+            b->oom = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+/* Array literal: "{" + elements + "}"; each element quoted, '"' and '\'
+ * escaped; NULL written as the bare NULL keyword. */
+static void arr_open(buf *b)
+{
+    b->len = 0;
+    buf_add(b, "{", 1);
+}
+
+static void arr_elem(buf *b, const char *s)
+{
+    if (b->len > 1)
+        buf_add(b, ",", 1);
+    if (s == NULL) {
+        buf_add(b, "NULL", 4);
+        return;
+    }
+    buf_add(b, "\"", 1);
+    for (const char *c = s; *c; c++) {
+        if (*c == '"' || *c == '\\')
+            buf_add(b, "\\", 1);
+        buf_add(b, c, 1);
+    }
+    buf_add(b, "\"", 1);
+}
+
+static void arr_close(buf *b)
+{
+    buf_add(b, "}", 1);
+}
+
+static void arr_us(buf *b, warren_us t)
+{
+    char tb[WARREN_TIME_BUF];
+    arr_elem(b, warren__store_us_param(t, tb, sizeof(tb)));
+}
+
+static char *dup_or_null(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+static int oom(warren_error *err)
+{
+    return warren_error_set(err, WARREN_ENOMEM, "out of memory building a planner query");
+}
+
+static int bad_row(warren_error *err, const char *what)
+{
+    return warren_error_set(err, WARREN_EDB, "unexpected result from PostgreSQL while %s", what);
+}
+
+int warren_plan_begin(warren_store *st, warren_error *err)
+{
+    return warren__store_begin(st, err);
+}
+
+int warren_plan_commit(warren_store *st, warren_error *err)
+{
+    return warren__store_commit(st, err);
+}
+
+void warren_plan_rollback(warren_store *st)
+{
+    warren__store_rollback(st);
+}
+
+static int cmd_tuples(PGresult *res)
+{
+    const char *s = PQcmdTuples(res);
+    return s && *s ? atoi(s) : 0;
+}
+
+/* ------------------------------------------------------------------ leases */
+
+int warren_plan_heartbeat(warren_store *st, const char *owner, int64_t ttl_ms, int partitions,
+                          warren_error *err)
+{
+    char a[24], b[24];
+    const char *p1[] = {owner, warren__store_int_param(ttl_ms, a, sizeof(a))};
+    const char *p2[] = {warren__store_int_param(partitions, b, sizeof(b))};
+    int rc;
+
+    if ((rc = warren__store_exec_prepared(st, "plan_heartbeat", SQL_HEARTBEAT, 2, p1, NULL,
+                                          "announcing the planner", err)) != 0)
+        return rc;
+    if ((rc = warren__store_exec_prepared(st, "plan_forget_dead", SQL_FORGET_DEAD, 0, NULL, NULL,
+                                          "forgetting dead planners", err)) != 0)
+        return rc;
+    return warren__store_exec_prepared(st, "plan_lease_rows", SQL_LEASE_ROWS, 1, p2, NULL,
+                                       "creating partition lease rows", err);
+}
+
+static int count_query(warren_store *st, const char *name, const char *sql, int np,
+                       const char *const *params, int *out, const char *what, warren_error *err)
+{
+    PGresult *res = NULL;
+    int rc = warren__store_exec_prepared(st, name, sql, np, params, &res, what, err);
+    if (rc != 0)
+        return rc;
+    if (PQntuples(res) != 1 || warren__store_get_int(res, 0, 0, out) != 0) {
+        PQclear(res);
+        return bad_row(err, what);
+    }
+    PQclear(res);
+    return 0;
+}
+
+int warren_plan_leases(warren_store *st, const char *owner, int partitions, int64_t lease_ms,
+                       int *owned, int *taken, int *dropped, int *live, warren_error *err)
+{
+    char lms[24], parts[24], nb[24];
+    PGresult *res = NULL;
+    int rc, have = 0, nlive = 1, fair, moved = 0;
+
+    if (taken)
+        *taken = 0;
+    if (dropped)
+        *dropped = 0;
+    warren__store_int_param(lease_ms, lms, sizeof(lms));
+    warren__store_int_param(partitions, parts, sizeof(parts));
+    if ((rc = warren__store_begin(st, err)) != 0)
+        return rc;
+    {
+        const char *p[] = {owner, lms, parts};
+        if ((rc = warren__store_exec_prepared(st, "plan_lease_renew", SQL_LEASE_RENEW, 3, p, NULL,
+                                              "renewing partition leases", err)) != 0)
+            goto fail;
+    }
+    if ((rc = count_query(st, "plan_live", SQL_LIVE, 0, NULL, &nlive, "counting live planners",
+                          err)) != 0)
+        goto fail;
+    if (nlive < 1)
+        nlive = 1;
+    {
+        const char *p[] = {owner, parts};
+        if ((rc = count_query(st, "plan_lease_count", SQL_LEASE_COUNT, 2, p, &have,
+                              "counting partition leases", err)) != 0)
+            goto fail;
+    }
+    fair = (partitions + nlive - 1) / nlive;
+    if (have > fair) {
+        const char *p[] = {owner, warren__store_int_param(have - fair, nb, sizeof(nb))};
+        if ((rc = warren__store_exec_prepared(st, "plan_lease_drop", SQL_LEASE_DROP, 2, p, &res,
+                                              "giving up partitions above the fair share", err)) !=
+            0)
+            goto fail;
+        moved = cmd_tuples(res);
+        PQclear(res);
+        res = NULL;
+        have -= moved;
+        if (dropped)
+            *dropped = moved;
+    } else if (have < fair) {
+        const char *p[] = {owner, lms, parts, warren__store_int_param(fair - have, nb, sizeof(nb))};
+        if ((rc = warren__store_exec_prepared(st, "plan_lease_take", SQL_LEASE_TAKE, 4, p, &res,
+                                              "taking free partitions", err)) != 0)
+            goto fail;
+        moved = cmd_tuples(res);
+        PQclear(res);
+        res = NULL;
+        have += moved;
+        if (taken)
+            *taken = moved;
+    }
+    if ((rc = warren__store_commit(st, err)) != 0)
+        goto fail;
+    if (owned)
+        *owned = have;
+    if (live)
+        *live = nlive;
+    return 0;
+fail:
+    warren__store_rollback(st);
+    return rc;
+}
+
+int warren_plan_release(warren_store *st, const char *owner, warren_error *err)
+{
+    const char *p[] = {owner};
+    int rc = warren__store_exec_prepared(st, "plan_lease_release", SQL_LEASE_RELEASE, 1, p, NULL,
+                                         "releasing partition leases", err);
+    if (rc != 0)
+        return rc;
+    return warren__store_exec_prepared(st, "plan_member_delete", SQL_MEMBER_DELETE, 1, p, NULL,
+                                       "leaving the planner membership", err);
+}
+
+/* -------------------------------------------------------------------- jobs */
+
+void warren_plan_job_clear(warren_plan_job *j)
+{
+    if (j == NULL)
+        return;
+    free(j->name);
+    free(j->kind);
+    free(j->expression);
+    free(j->timezone);
+    free(j->queue);
+    free(j->misfire);
+    memset(j, 0, sizeof(*j));
+}
+
+void warren_plan_jobs_free(warren_plan_job *jobs, size_t n)
+{
+    if (jobs == NULL)
+        return;
+    for (size_t i = 0; i < n; i++)
+        warren_plan_job_clear(&jobs[i]);
+    free(jobs);
+}
+
+/* Reads JOB_COLS at row i into j. */
+static int read_job(const PGresult *res, int i, warren_plan_job *j)
+{
+    int inf = 0;
+    memset(j, 0, sizeof(*j));
+    j->name = dup_or_null(warren__store_get_text(res, i, 0));
+    j->kind = dup_or_null(warren__store_get_text(res, i, 1));
+    j->expression = dup_or_null(warren__store_get_text(res, i, 2));
+    j->timezone = dup_or_null(warren__store_get_text(res, i, 3));
+    j->queue = dup_or_null(warren__store_get_text(res, i, 4));
+    j->misfire = dup_or_null(warren__store_get_text(res, i, 5));
+    if (!j->name || !j->kind || !j->expression || !j->timezone || !j->queue || !j->misfire)
+        return -1;
+    if (warren__store_get_int(res, i, 6, &j->max_catch_up) != 0 ||
+        warren__store_get_int64(res, i, 7, &j->jitter_ms) != 0)
+        return -1;
+    j->has_next = warren__store_get_us(res, i, 8, &j->next_fire_at) == 0;
+    if (warren__store_get_bool(res, i, 9, &j->paused) != 0 ||
+        warren__store_get_bool(res, i, 10, &j->removed) != 0)
+        return -1;
+    if (warren__store_get_bool(res, i, 11, &inf) == 0 && inf) {
+        j->has_next = 1;
+        j->next_fire_at = INT64_MAX;
+    }
+    return 0;
+}
+
+int warren_plan_lock_due_jobs(warren_store *st, const char *owner, int64_t horizon_ms, int limit,
+                              warren_plan_job **jobs, size_t *n, warren_us *now, warren_error *err)
+{
+    char h[24], l[24];
+    const char *p[] = {owner, warren__store_int_param(horizon_ms, h, sizeof(h)),
+                       warren__store_int_param(limit, l, sizeof(l))};
+    PGresult *res = NULL;
+    warren_plan_job *out = NULL;
+    int rc, rows;
+
+    *jobs = NULL;
+    *n = 0;
+    rc = warren__store_exec_prepared(st, "plan_lock_due_jobs", SQL_LOCK_DUE_JOBS, 3, p, &res,
+                                     "locking due jobs", err);
+    if (rc != 0)
+        return rc;
+    rows = PQntuples(res);
+    if (rows > 0 && (out = calloc((size_t)rows, sizeof(*out))) == NULL) {
+        PQclear(res);
+        return oom(err);
+    }
+    if (warren__store_get_us(res, 0, 12, now) != 0 && rows > 0)
+        goto bad;
+    for (int i = 0; i < rows; i++) {
+        if (read_job(res, i, &out[i]) != 0) {
+            warren_plan_jobs_free(out, (size_t)i + 1);
+            out = NULL;
+            goto bad;
+        }
+    }
+    PQclear(res);
+    *jobs = out;
+    *n = (size_t)rows;
+    return 0;
+bad:
+    free(out);
+    PQclear(res);
+    return bad_row(err, "locking due jobs");
+}
+
+int warren_plan_job_get(warren_store *st, const char *name, warren_plan_job *out, warren_error *err)
+{
+    const char *p[] = {name};
+    PGresult *res = NULL;
+    int rc = warren__store_exec_prepared(st, "plan_job_get", SQL_JOB_GET, 1, p, &res,
+                                         "reading a job", err);
+    memset(out, 0, sizeof(*out));
+    if (rc != 0)
+        return rc;
+    if (PQntuples(res) == 0) {
+        PQclear(res);
+        return warren_error_set(err, WARREN_ENOENT,
+                                "job \"%s\" is not in the database (is it in the config? run "
+                                "`warren sync`)",
+                                name);
+    }
+    if (read_job(res, 0, out) != 0) {
+        warren_plan_job_clear(out);
+        PQclear(res);
+        return bad_row(err, "reading a job");
+    }
+    PQclear(res);
+    return 0;
+}
+
+int warren_plan_insert_runs(warren_store *st, const warren_plan_run *runs, size_t n, int *inserted,
+                            warren_error *err)
+{
+    buf a[7] = {{0}};
+    PGresult *res = NULL;
+    int rc = 0;
+
+    if (inserted)
+        *inserted = 0;
+    if (n == 0)
+        return 0;
+    for (int k = 0; k < 7; k++)
+        arr_open(&a[k]);
+    for (size_t i = 0; i < n; i++) {
+        arr_elem(&a[0], runs[i].job);
+        arr_us(&a[1], runs[i].scheduled_at);
+        arr_us(&a[2], runs[i].due_at);
+        arr_elem(&a[3], runs[i].state ? runs[i].state : "planned");
+        arr_elem(&a[4], runs[i].origin ? runs[i].origin : "schedule");
+        arr_elem(&a[5], runs[i].note);
+        arr_elem(&a[6], runs[i].payload);
+    }
+    for (int k = 0; k < 7; k++) {
+        arr_close(&a[k]);
+        if (a[k].oom)
+            rc = oom(err);
+    }
+    if (rc == 0) {
+        const char *p[7];
+        for (int k = 0; k < 7; k++)
+            p[k] = a[k].p;
+        rc = warren__store_exec_prepared(st, "plan_insert_runs", SQL_INSERT_RUNS, 7, p, &res,
+                                         "inserting runs", err);
+        if (rc == 0) {
+            if (inserted)
+                *inserted = cmd_tuples(res);
+            PQclear(res);
+        }
+    }
+    for (int k = 0; k < 7; k++)
+        free(a[k].p);
+    return rc;
+}
+
+int warren_plan_advance(warren_store *st, const char *const *names, const warren_us *next,
+                        const int *never_again, size_t n, warren_error *err)
+{
+    buf a = {0}, b = {0};
+    int rc = 0;
+
+    if (n == 0)
+        return 0;
+    arr_open(&a);
+    arr_open(&b);
+    for (size_t i = 0; i < n; i++) {
+        arr_elem(&a, names[i]);
+        if (never_again && never_again[i])
+            arr_elem(&b, "infinity");
+        else
+            arr_us(&b, next[i]);
+    }
+    arr_close(&a);
+    arr_close(&b);
+    if (a.oom || b.oom) {
+        rc = oom(err);
+    } else {
+        const char *p[] = {a.p, b.p};
+        rc = warren__store_exec_prepared(st, "plan_advance", SQL_ADVANCE, 2, p, NULL,
+                                         "advancing job cursors", err);
+    }
+    free(a.p);
+    free(b.p);
+    return rc;
+}
+
+/* ------------------------------------------------------------------- relay */
+
+void warren_plan_relay_rows_free(warren_relay_row *rows, size_t n)
+{
+    if (rows == NULL)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        free(rows[i].run_key);
+        free(rows[i].job);
+        free(rows[i].queue);
+        free(rows[i].payload);
+    }
+    free(rows);
+}
+
+int warren_plan_relay_select(warren_store *st, int64_t lead_ms, int limit, warren_relay_row **rows,
+                             size_t *n, warren_us *now, warren_error *err)
+{
+    char a[24], b[24];
+    const char *p[] = {warren__store_int_param(lead_ms, a, sizeof(a)),
+                       warren__store_int_param(limit, b, sizeof(b))};
+    PGresult *res = NULL;
+    warren_relay_row *out = NULL;
+    int rc, nr;
+
+    *rows = NULL;
+    *n = 0;
+    rc = warren__store_exec_prepared(st, "plan_relay_select", SQL_RELAY_SELECT, 2, p, &res,
+                                     "selecting runs to publish", err);
+    if (rc != 0)
+        return rc;
+    nr = PQntuples(res);
+    if (nr == 0) {
+        PQclear(res);
+        return warren_store_now(st, now, err);
+    }
+    if ((out = calloc((size_t)nr, sizeof(*out))) == NULL) {
+        PQclear(res);
+        return oom(err);
+    }
+    for (int i = 0; i < nr; i++) {
+        warren_relay_row *r = &out[i];
+        r->run_key = dup_or_null(warren__store_get_text(res, i, 0));
+        r->job = dup_or_null(warren__store_get_text(res, i, 1));
+        r->queue = dup_or_null(warren__store_get_text(res, i, 2));
+        r->payload = dup_or_null(warren__store_get_text(res, i, 3));
+        if (!r->run_key || !r->job || !r->queue || !r->payload ||
+            warren__store_get_us(res, i, 4, &r->scheduled_at) != 0 ||
+            warren__store_get_us(res, i, 5, &r->due_at) != 0 ||
+            warren__store_get_int(res, i, 6, &r->attempt) != 0 ||
+            (i == 0 && warren__store_get_us(res, i, 7, now) != 0)) {
+            warren_plan_relay_rows_free(out, (size_t)nr);
+            PQclear(res);
+            return bad_row(err, "selecting runs to publish");
+        }
+    }
+    PQclear(res);
+    *rows = out;
+    *n = (size_t)nr;
+    return 0;
+}
+
+int warren_plan_mark_published(warren_store *st, const char *const *keys, size_t n, int *marked,
+                               warren_error *err)
+{
+    buf a = {0};
+    PGresult *res = NULL;
+    int rc;
+
+    if (marked)
+        *marked = 0;
+    if (n == 0)
+        return 0;
+    arr_open(&a);
+    for (size_t i = 0; i < n; i++)
+        arr_elem(&a, keys[i]);
+    arr_close(&a);
+    if (a.oom) {
+        free(a.p);
+        return oom(err);
+    }
+    {
+        const char *p[] = {a.p};
+        rc = warren__store_exec_prepared(st, "plan_mark_published", SQL_MARK_PUBLISHED, 1, p, &res,
+                                         "marking runs published", err);
+    }
+    free(a.p);
+    if (rc != 0)
+        return rc;
+    if (marked)
+        *marked = cmd_tuples(res);
+    PQclear(res);
+    return 0;
+}
+
+int warren_plan_mark_publish_error(warren_store *st, const char *key, const char *error,
+                                   int64_t retry_ms, warren_error *err)
+{
+    char a[24];
+    const char *p[] = {key, error, warren__store_int_param(retry_ms, a, sizeof(a))};
+    return warren__store_exec_prepared(st, "plan_mark_publish_error", SQL_MARK_PUBLISH_ERROR, 3, p,
+                                       NULL, "recording a publish error", err);
+}
+
+/* ------------------------------------------------------------------ outbox */
+
+void warren_plan_outbox_rows_free(warren_outbox_row *rows, size_t n)
+{
+    if (rows == NULL)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        free(rows[i].exchange);
+        free(rows[i].routing_key);
+        free(rows[i].message_id);
+        free(rows[i].type);
+        free(rows[i].body);
+        for (size_t k = 0; k < rows[i].nheaders; k++) {
+            free(rows[i].headers[k].key);
+            free(rows[i].headers[k].value);
+        }
+        free(rows[i].headers);
+    }
+    free(rows);
+}
+
+int warren_plan_outbox_select(warren_store *st, int limit, warren_outbox_row **rows, size_t *n,
+                              warren_error *err)
+{
+    char a[24];
+    const char *p[] = {warren__store_int_param(limit, a, sizeof(a))};
+    PGresult *res = NULL;
+    warren_outbox_row *out = NULL;
+    buf ids = {0};
+    int rc, nr;
+
+    *rows = NULL;
+    *n = 0;
+    rc = warren__store_exec_prepared(st, "plan_outbox_select", SQL_OUTBOX_SELECT, 1, p, &res,
+                                     "selecting outbox rows", err);
+    if (rc != 0)
+        return rc;
+    nr = PQntuples(res);
+    if (nr == 0) {
+        PQclear(res);
+        return 0;
+    }
+    if ((out = calloc((size_t)nr, sizeof(*out))) == NULL) {
+        PQclear(res);
+        return oom(err);
+    }
+    arr_open(&ids);
+    for (int i = 0; i < nr; i++) {
+        warren_outbox_row *o = &out[i];
+        if (warren__store_get_int64(res, i, 0, &o->id) != 0)
+            goto bad;
+        o->exchange = dup_or_null(warren__store_get_text(res, i, 1));
+        o->routing_key = dup_or_null(warren__store_get_text(res, i, 2));
+        o->message_id = dup_or_null(warren__store_get_text(res, i, 3));
+        o->type = dup_or_null(warren__store_get_text(res, i, 4));
+        o->body = dup_or_null(warren__store_get_text(res, i, 5));
+        if (!o->exchange || !o->routing_key || !o->body)
+            goto bad;
+        arr_elem(&ids, warren__store_get_text(res, i, 0));
+    }
+    arr_close(&ids);
+    PQclear(res);
+    res = NULL;
+    if (ids.oom) {
+        warren_plan_outbox_rows_free(out, (size_t)nr);
+        free(ids.p);
+        return oom(err);
+    }
+    {
+        const char *hp[] = {ids.p};
+        rc = warren__store_exec_prepared(st, "plan_outbox_headers", SQL_OUTBOX_HEADERS, 1, hp, &res,
+                                         "reading outbox headers", err);
+    }
+    free(ids.p);
+    if (rc != 0) {
+        warren_plan_outbox_rows_free(out, (size_t)nr);
+        return rc;
+    }
+    /* Rows come ordered by id, as the outbox rows are. */
+    for (int h = 0, i = 0; h < PQntuples(res); h++) {
+        int64_t id;
+        if (warren__store_get_int64(res, h, 0, &id) != 0)
+            continue;
+        while (i < nr && out[i].id != id)
+            i++;
+        if (i == nr)
+            break;
+        warren_outbox_row *o = &out[i];
+        warren_outbox_header *nh = realloc(o->headers, (o->nheaders + 1) * sizeof(*nh));
+        if (nh == NULL) {
+            PQclear(res);
+            warren_plan_outbox_rows_free(out, (size_t)nr);
+            return oom(err);
+        }
+        o->headers = nh;
+        nh[o->nheaders].key = dup_or_null(warren__store_get_text(res, h, 1));
+        nh[o->nheaders].value = dup_or_null(warren__store_get_text(res, h, 2));
+        o->nheaders++;
+        if (nh[o->nheaders - 1].key == NULL || nh[o->nheaders - 1].value == NULL) {
+            PQclear(res);
+            warren_plan_outbox_rows_free(out, (size_t)nr);
+            return oom(err);
+        }
+    }
+    PQclear(res);
+    *rows = out;
+    *n = (size_t)nr;
+    return 0;
+bad:
+    free(ids.p);
+    warren_plan_outbox_rows_free(out, (size_t)nr);
+    PQclear(res);
+    return bad_row(err, "selecting outbox rows");
+}
+
+int warren_plan_outbox_delete(warren_store *st, const int64_t *ids, size_t n, warren_error *err)
+{
+    buf a = {0};
+    char nb[24];
+    int rc;
+
+    if (n == 0)
+        return 0;
+    arr_open(&a);
+    for (size_t i = 0; i < n; i++)
+        arr_elem(&a, warren__store_int_param(ids[i], nb, sizeof(nb)));
+    arr_close(&a);
+    if (a.oom) {
+        free(a.p);
+        return oom(err);
+    }
+    {
+        const char *p[] = {a.p};
+        rc = warren__store_exec_prepared(st, "plan_outbox_delete", SQL_OUTBOX_DELETE, 1, p, NULL,
+                                         "deleting published outbox rows", err);
+    }
+    free(a.p);
+    return rc;
+}
+
+/* -------------------------------------------------------------- reconciler */
+
+int warren_plan_reconcile_published(warren_store *st, int64_t grace_ms, int limit, int *n,
+                                    warren_error *err)
+{
+    char a[24], b[24];
+    const char *p[] = {warren__store_int_param(grace_ms, a, sizeof(a)),
+                       warren__store_int_param(limit, b, sizeof(b))};
+    PGresult *res = NULL;
+    int rc = warren__store_exec_prepared(st, "plan_reconcile", SQL_RECONCILE, 2, p, &res,
+                                         "reconciling published runs", err);
+    *n = 0;
+    if (rc != 0)
+        return rc;
+    *n = cmd_tuples(res);
+    PQclear(res);
+    return 0;
+}
+
+int warren_plan_reap(warren_store *st, int max, int *n, warren_error *err)
+{
+    char a[24];
+    const char *p[] = {warren__store_int_param(max, a, sizeof(a))};
+    PGresult *res = NULL;
+    int exists = 0, rc;
+
+    *n = 0;
+    rc = warren__store_exec_prepared(st, "plan_reap_exists", SQL_REAP_EXISTS, 0, NULL, &res,
+                                     "looking for warren.reap_expired_leases", err);
+    if (rc != 0)
+        return rc;
+    if (PQntuples(res) != 1 || warren__store_get_bool(res, 0, 0, &exists) != 0)
+        exists = 0;
+    PQclear(res);
+    if (!exists)
+        return warren_error_set(err, WARREN_ENOENT,
+                                "warren.reap_expired_leases is missing (run `warren migrate`)");
+    rc = warren__store_exec_prepared(st, "plan_reap", SQL_REAP, 1, p, &res,
+                                     "reaping expired worker leases", err);
+    if (rc != 0)
+        return rc;
+    if (PQntuples(res) == 1)
+        (void)warren__store_get_int(res, 0, 0, n);
+    PQclear(res);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- commands */
+
+static int notify(warren_store *st, const char *payload, warren_error *err)
+{
+    const char *p[] = {payload};
+    return warren__store_exec_prepared(st, "plan_notify", SQL_NOTIFY, 1, p, NULL,
+                                       "notifying planners", err);
+}
+
+int warren_plan_trigger(warren_store *st, const char *job, warren_us at, const char *payload,
+                        int *created, char **state, char *run_key, size_t run_key_len,
+                        warren_error *err)
+{
+    char tb[WARREN_TIME_BUF];
+    const char *p[] = {job, warren__store_us_param(at, tb, sizeof(tb)), payload};
+    PGresult *res = NULL;
+    warren_plan_job j;
+    int rc;
+
+    *created = 0;
+    if (state)
+        *state = NULL;
+    if ((rc = warren_plan_job_get(st, job, &j, err)) != 0)
+        return rc;
+    warren_plan_job_clear(&j);
+    if ((rc = warren__store_begin(st, err)) != 0)
+        return rc;
+    rc = warren__store_exec_prepared(st, "plan_trigger", SQL_TRIGGER, 3, p, &res,
+                                     "inserting a triggered run", err);
+    if (rc != 0)
+        goto fail;
+    if (PQntuples(res) == 1) {
+        *created = 1;
+        snprintf(run_key, run_key_len, "%s", warren__store_get_text(res, 0, 0));
+    }
+    PQclear(res);
+    res = NULL;
+    if (!*created) {
+        const char *q[] = {job, p[1]};
+        rc = warren__store_exec_prepared(st, "plan_run_state", SQL_RUN_STATE, 2, q, &res,
+                                         "reading an existing run", err);
+        if (rc != 0)
+            goto fail;
+        if (PQntuples(res) == 1) {
+            snprintf(run_key, run_key_len, "%s", warren__store_get_text(res, 0, 0));
+            if (state)
+                *state = dup_or_null(warren__store_get_text(res, 0, 1));
+        }
+        PQclear(res);
+        res = NULL;
+    } else if ((rc = notify(st, job, err)) != 0) {
+        goto fail;
+    }
+    return warren__store_commit(st, err);
+fail:
+    warren__store_rollback(st);
+    return rc;
+}
+
+/* UPDATE ... RETURNING the old paused flag: the subquery sees the snapshot
+ * before the update. */
+static int set_paused(warren_store *st, const char *name, const char *sql, const char *job,
+                      int *was_paused, const char *what, warren_error *err)
+{
+    const char *p[] = {job};
+    PGresult *res = NULL;
+    int rc = warren__store_exec_prepared(st, name, sql, 1, p, &res, what, err);
+    if (rc != 0)
+        return rc;
+    if (PQntuples(res) != 1) {
+        PQclear(res);
+        return warren_error_set(err, WARREN_ENOENT,
+                                "job \"%s\" is not in the database (is it in the config? run "
+                                "`warren sync`)",
+                                job);
+    }
+    if (warren__store_get_bool(res, 0, 0, was_paused) != 0)
+        *was_paused = 0;
+    PQclear(res);
+    return 0;
+}
+
+int warren_plan_pause(warren_store *st, const char *job, int *was_paused, int *cancelled,
+                      warren_error *err)
+{
+    const char *p[] = {job};
+    PGresult *res = NULL;
+    int rc;
+
+    *cancelled = 0;
+    if ((rc = warren__store_begin(st, err)) != 0)
+        return rc;
+    if ((rc = set_paused(st, "plan_pause_job", SQL_PAUSE_JOB, job, was_paused, "pausing a job",
+                         err)) != 0)
+        goto fail;
+    if ((rc = warren__store_exec_prepared(st, "plan_pause_runs", SQL_PAUSE_RUNS, 1, p, &res,
+                                          "cancelling planned runs of a paused job", err)) != 0)
+        goto fail;
+    *cancelled = cmd_tuples(res);
+    PQclear(res);
+    if ((rc = notify(st, job, err)) != 0)
+        goto fail;
+    return warren__store_commit(st, err);
+fail:
+    warren__store_rollback(st);
+    return rc;
+}
+
+int warren_plan_resume(warren_store *st, const char *job, int *was_paused, int *replanned,
+                       warren_error *err)
+{
+    const char *p[] = {job};
+    PGresult *res = NULL;
+    int rc;
+
+    *replanned = 0;
+    if ((rc = warren__store_begin(st, err)) != 0)
+        return rc;
+    if ((rc = set_paused(st, "plan_resume_job", SQL_RESUME_JOB, job, was_paused, "resuming a job",
+                         err)) != 0)
+        goto fail;
+    if ((rc = warren__store_exec_prepared(st, "plan_resume_runs", SQL_RESUME_RUNS, 1, p, &res,
+                                          "re-planning runs cancelled by the pause", err)) != 0)
+        goto fail;
+    if (PQntuples(res) == 1)
+        (void)warren__store_get_int(res, 0, 0, replanned);
+    PQclear(res);
+    if ((rc = notify(st, job, err)) != 0)
+        goto fail;
+    return warren__store_commit(st, err);
+fail:
+    warren__store_rollback(st);
+    return rc;
+}
+
+int warren_plan_runs_exist(warren_store *st, const char *job, const warren_us *scheduled, size_t n,
+                           int *exists, warren_error *err)
+{
+    buf a = {0};
+    PGresult *res = NULL;
+    int rc;
+
+    for (size_t i = 0; i < n; i++)
+        exists[i] = 0;
+    if (n == 0)
+        return 0;
+    arr_open(&a);
+    for (size_t i = 0; i < n; i++)
+        arr_us(&a, scheduled[i]);
+    arr_close(&a);
+    if (a.oom) {
+        free(a.p);
+        return oom(err);
+    }
+    {
+        const char *p[] = {job, a.p};
+        rc = warren__store_exec_prepared(st, "plan_runs_exist", SQL_RUNS_EXIST, 2, p, &res,
+                                         "looking up existing runs", err);
+    }
+    free(a.p);
+    if (rc != 0)
+        return rc;
+    for (int r = 0, i = 0; r < PQntuples(res); r++) {
+        warren_us t;
+        if (warren__store_get_us(res, r, 0, &t) != 0)
+            continue;
+        while ((size_t)i < n && scheduled[i] < t)
+            i++;
+        if ((size_t)i < n && scheduled[i] == t)
+            exists[i] = 1;
+    }
+    PQclear(res);
+    return 0;
+}
