@@ -19,27 +19,49 @@
  * key is the delay queue's name). */
 #define WARREN_READY_EXCHANGE "warren.ready"
 #define WARREN_QUEUE_HEADER "x-warren-queue"
-#define WARREN_READY_PREFIX "warren.ready."    /* + job queue: quorum ready queue */
-#define WARREN_DELAY_PREFIX "warren.delay."    /* + epoch second: classic delay queue */
-#define WARREN_DEAD_EXCHANGE "warren.dead"     /* fanout */
-#define WARREN_DEAD_QUEUE "warren.dead"        /* quorum */
-#define WARREN_EVENTS_EXCHANGE "warren.events" /* topic; run.<outcome>.<job> */
+#define WARREN_READY_PREFIX "warren.ready."           /* + job queue: quorum ready queue */
+#define WARREN_DELAY_PREFIX "warren.delay."           /* + epoch second: classic delay queue */
+#define WARREN_DELAY_RING_PREFIX "warren.delay.ring." /* + slot: optional quorum ring */
+#define WARREN_DEAD_EXCHANGE "warren.dead"            /* fanout */
+#define WARREN_DEAD_QUEUE "warren.dead"               /* quorum */
+#define WARREN_EVENTS_EXCHANGE "warren.events"        /* topic; run.<outcome>.<job> */
 
 typedef struct warren_broker warren_broker;
 
-/* Connects (socket and RPC timeouts; AMQP heartbeat 30 s), opens channel 1.
+/* Connects (5 s connect and handshake timeouts, 10 s RPC timeout, AMQP
+ * heartbeat 30 s) and opens channel 1 (publishes, confirms, consumers) and
+ * channel 2 (declarations: their 404/406 failures close only that channel).
  * *out is new; free with warren_broker_free (NULL ok). Errors:
- * WARREN_EBROKERCONN naming host and port. */
+ * WARREN_EINVAL (not an AMQP URL; amqps:// unsupported), WARREN_EBROKERCONN
+ * "cannot connect to RabbitMQ at HOST:PORT: REASON; is the server running?
+ * check broker.url or WARREN_AMQP_URL" (also for a refused login or an
+ * unknown vhost).
+ *
+ * Threads: one broker per thread. Any call that fails with
+ * WARREN_EBROKERCONN leaves the object dead (warren_broker_connected() == 0):
+ * free it and open a new one. rabbitmq-c sends heartbeats only while a call
+ * is inside the library: an idle holder should call warren_broker_poll at
+ * least every 15 s. */
 int warren_broker_open(const char *url, const warren_logger *lg, warren_broker **out,
                        warren_error *err);
 void warren_broker_free(warren_broker *b);
 int warren_broker_connected(const warren_broker *b);
 
-/* Declares, idempotently, everything DESIGN §4 names for these job queues.
+/* Declares, idempotently, everything DESIGN §4 names for these job queues:
+ * exchanges warren.ready (headers), warren.dead (fanout), warren.events
+ * (topic), all durable; quorum queue warren.dead bound to warren.dead; per
+ * job queue Q the quorum queue warren.ready.Q (x-delivery-limit, DLX
+ * warren.dead, x-dead-letter-strategy at-least-once, x-overflow
+ * reject-publish) bound to warren.ready with {x-match: all, x-warren-queue: Q}.
  * A re-declare whose arguments differ fails with WARREN_ECONFLICT naming the
- * queue and the argument (the channel is reopened, not left closed). */
+ * queue (or exchange), the argument, both values and the fix; the broker
+ * object stays usable. Errors: WARREN_EINVAL (a queue name that is not
+ * [A-Za-z0-9][A-Za-z0-9._-]{0,62}, delivery_limit < 0). */
 int warren_broker_topology(warren_broker *b, const char *const *queues, size_t nqueues,
                            int delivery_limit, warren_error *err);
+/* Writes "warren.ready.<queue>" into name; WARREN_EINVAL for a bad queue name
+ * or a short buffer. */
+int warren_broker_ready_queue_name(const char *queue, char *name, size_t len, warren_error *err);
 
 /* One message. Strings are borrowed for the call. */
 typedef struct warren_header {
@@ -70,15 +92,37 @@ typedef enum {
 
 typedef void (*warren_confirm_fn)(void *ud, uint64_t seq, warren_publish_status status);
 
-/* Puts the channel in confirm mode (once per connection). */
+/* Puts channel 1 in confirm mode (once per connection; again is a no-op). */
 int warren_broker_confirm_select(warren_broker *b, warren_error *err);
-/* Publishes without waiting; *seq gets the delivery tag of the publish. */
+/* Publishes without waiting for the broker (persistent, content type
+ * application/json, expiration as decimal ms when expiration_ms >= 0, the
+ * headers as strings). In confirm mode *seq (may be NULL) gets the publish's
+ * sequence number: 1, 2, 3, ... per broker object (the channel's delivery
+ * tag while the channel lives); without confirm mode it gets 0. At most
+ * 131072 publishes may await confirms. Waits at most 10 s for the socket to
+ * take data (WARREN_ETIMEOUT: a resource alarm blocks publishers). */
 int warren_broker_publish(warren_broker *b, const warren_message *m, uint64_t *seq,
                           warren_error *err);
-/* Waits until every publish up to and including seq is confirmed (or
- * timeout_ms passes: WARREN_ETIMEOUT), calling fn once per publish. */
+/* Reads confirms until every publish up to and including seq is settled,
+ * calling fn (may be NULL) exactly once per publish in seq order; publish
+ * several, then wait once (pipelining). basic.ack (also multiple) reports
+ * ACKED, basic.nack NACKED. A mandatory publish the broker could not route
+ * comes back as basic.return before its ack: the return is matched to the
+ * oldest unsettled mandatory publish with the same message_id (returns come
+ * in publish order) and its ack then reports RETURNED.
+ * On timeout_ms: the settled ones are reported, the rest stay pending for a
+ * later wait, WARREN_ETIMEOUT. If the server closes channel 1 (e.g. 404 on
+ * a publish to a missing exchange) its unsettled publishes are reported
+ * NACKED, the channel is reopened and WARREN_EBROKER names the reason. On
+ * connection loss every unsettled publish is reported NACKED and
+ * WARREN_EBROKERCONN returned. Deliveries for this object's consumers that
+ * arrive meanwhile are kept for warren_broker_next. */
 int warren_broker_confirm_wait(warren_broker *b, uint64_t seq, int timeout_ms, warren_confirm_fn fn,
                                void *ud, warren_error *err);
+/* Handles whatever the broker sent (confirms, returns, deliveries kept for
+ * warren_broker_next, closes) for up to timeout_ms, and keeps heartbeats
+ * flowing. Errors: WARREN_EBROKERCONN. */
+int warren_broker_poll(warren_broker *b, int timeout_ms, warren_error *err);
 
 /* Declares (cached per connection) the classic delay queue for due second
  * `second`: warren.delay.<second>, x-expires constant (expires_ms),
@@ -87,12 +131,37 @@ int warren_broker_confirm_wait(warren_broker *b, uint64_t seq, int timeout_ms, w
  * routing key = that name and expiration = due - now. */
 int warren_broker_delay_queue(warren_broker *b, int64_t second, int64_t expires_ms, char *name,
                               size_t len, warren_error *err);
+/* The cache: the last 4096 seconds (direct-mapped by second), each entry
+ * trusted for expires_ms / 2 after its declare, since publishing does not
+ * renew x-expires but a declare does. A message returned as unroutable with
+ * a delay queue's routing key evicts that second, so the next call declares
+ * the queue again. expires_ms must stay constant (a different value is
+ * WARREN_ECONFLICT) and exceed the relay's horizon plus a margin: a queue
+ * that expires loses its messages instead of dead-lettering them.
+ * Errors: WARREN_EINVAL (expires_ms outside 1 s .. 2^31-1 ms). */
+
+/* Optional ring mode (planner.delay_ring = N): instead of a classic queue per
+ * second, N fixed durable QUORUM delay queues warren.delay.ring.<slot>, slot
+ * = due second mod N, each dead-lettering at-least-once to warren.ready.
+ * Replicated, and no Erlang atom per second (each quorum queue name costs one
+ * forever, so quorum queues must never be created per second). A quorum queue
+ * too expires only at its head, so one slot must only ever hold runs due in
+ * one second: that holds when N exceeds the relay's horizon in seconds + 1,
+ * which warren_broker_delay_ring_check enforces (WARREN_EINVAL explaining
+ * it). Declared once per slot per connection; the name goes into name. */
+int warren_broker_delay_ring_check(int ring, int64_t horizon_ms, warren_error *err);
+int warren_broker_delay_ring_queue(warren_broker *b, int64_t second, int ring, char *name,
+                                   size_t len, warren_error *err);
 
 /* A consumed message. All strings and body are owned by the delivery (copied
  * out of rabbitmq-c's buffers); free with warren_delivery_clear. Header
- * values are their string form (numbers as decimal). */
+ * values are their string form: strings as is (at most 64 KiB kept),
+ * integers and timestamps decimal, booleans true/false; x-death (an array
+ * of tables) summarised as "REASON QUEUE COUNT" entries joined by "; ";
+ * tables and decimals are left out. At most 64 headers and 16 MiB of body
+ * are kept. */
 typedef struct warren_delivery {
-    uint64_t tag;
+    uint64_t tag; /* opaque: for warren_broker_ack/reject on this broker */
     int redelivered;
     char *queue; /* consumer's queue (from the consumer tag) */
     char *exchange;
@@ -111,12 +180,17 @@ const char *warren_delivery_header(const warren_delivery *d, const char *key);
 
 /* Sets basic.qos prefetch for the channel. */
 int warren_broker_qos(warren_broker *b, int prefetch, warren_error *err);
-/* Starts consuming queue (full name). */
+/* Starts consuming queue (full name; no-ack off; consumer tag = queue name).
+ * WARREN_ENOENT if the queue does not exist. If the server later closes
+ * channel 1, it is reopened with prefetch and consumers restored. */
 int warren_broker_consume(warren_broker *b, const char *queue, warren_error *err);
 /* Waits up to timeout_ms for a delivery: 0 and *got=1 with *d filled, or
- * *got=0 on timeout. Connection loss: WARREN_EBROKERCONN. */
+ * *got=0 on timeout. Confirms and returns read meanwhile are kept for
+ * warren_broker_confirm_wait. Connection loss: WARREN_EBROKERCONN. */
 int warren_broker_next(warren_broker *b, int timeout_ms, warren_delivery *d, int *got,
                        warren_error *err);
+/* Acknowledges a delivery. WARREN_ESTALE if channel 1 was reopened since the
+ * delivery (the broker requeued it already). */
 int warren_broker_ack(warren_broker *b, uint64_t tag, warren_error *err);
 /* basic.reject; requeue 0 dead-letters (quorum ready queues -> warren.dead). */
 int warren_broker_reject(warren_broker *b, uint64_t tag, int requeue, warren_error *err);
@@ -124,5 +198,8 @@ int warren_broker_reject(warren_broker *b, uint64_t tag, int requeue, warren_err
 /* Queue depth via a passive declare: WARREN_ENOENT if it does not exist. */
 int warren_broker_queue_count(warren_broker *b, const char *queue, uint32_t *messages,
                               uint32_t *consumers, warren_error *err);
+/* Deletes a queue and its messages (tests, operators). WARREN_ENOENT never:
+ * deleting a missing queue succeeds. */
+int warren_broker_queue_delete(warren_broker *b, const char *queue, warren_error *err);
 
 #endif
