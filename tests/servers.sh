@@ -36,6 +36,17 @@ die() {
     exit 1
 }
 
+die_log() { # message, log files: shows their ends (CI keeps no files)
+    local msg=$1 f
+    shift
+    for f in "$@"; do
+        [ -s "$f" ] || continue
+        log "---- last lines of $f"
+        tail -n 30 "$f" >&2
+    done
+    die "$msg"
+}
+
 port_open() { # port -> 0 if something accepts TCP connections on 127.0.0.1:port
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
@@ -75,7 +86,9 @@ pg_paths() {
     PG_LOG="$PG_BASE/postgres.log"
 }
 
-as_postgres() { runuser -u postgres -- "$@" 9>&-; } # fd 9 is our lock: not for daemons
+# From / since the postgres user may not enter the working directory; fd 9 is
+# our lock, not for daemons.
+as_postgres() { (cd / && runuser -u postgres -- "$@" 9>&-); }
 
 pg_running() {
     pg_paths
@@ -107,7 +120,7 @@ pg_start() {
         # UTC so server-side timestamps print the same everywhere.
         TZ=UTC as_postgres "$PG_BIN/initdb" -D "$PGDATA_DIR" -A trust -U postgres -E UTF8 \
             --locale=C.UTF-8 >"$PG_BASE/initdb.log" 2>&1 ||
-            die "initdb failed; see $PG_BASE/initdb.log"
+            die_log "initdb failed" "$PG_BASE/initdb.log"
         cat >>"$PGDATA_DIR/postgresql.conf" <<EOF
 
 # warren test server (tests/servers.sh)
@@ -123,14 +136,14 @@ EOF
     # Settings on the command line too, so a moved port wins over postgresql.conf.
     as_postgres "$PG_BIN/pg_ctl" -D "$PGDATA_DIR" -l "$PG_LOG" -w -t "$START_DEADLINE" \
         -o "-p $PG_PORT -k $PG_SOCK -c listen_addresses=127.0.0.1" start >/dev/null ||
-        die "PostgreSQL did not start; see $PG_LOG"
+        die_log "PostgreSQL did not start" "$PG_LOG"
     pg_wait
 }
 
 pg_wait() {
     local deadline=$((SECONDS + START_DEADLINE))
     until pg_ready; do
-        [ $SECONDS -lt $deadline ] || die "PostgreSQL does not accept connections on port $PG_PORT; see $PG_LOG"
+        [ $SECONDS -lt $deadline ] || die_log "PostgreSQL does not accept connections on port $PG_PORT" "$PG_LOG"
         sleep 0.2
     done
 }
@@ -257,8 +270,10 @@ rmq_wait() {
     # await_startup fails at once until the node registers with epmd: retry.
     until rmq_ctl await_startup --timeout 10 >/dev/null 2>&1; do
         pid=$(rmq_pid)
-        [ -n "$pid" ] || [ -n "$(vm_pid)" ] || die "RabbitMQ node exited; see $RMQ/log/console.log and $RMQ/log/"
-        [ $SECONDS -lt $deadline ] || die "RabbitMQ did not start in ${START_DEADLINE}s; see $RMQ/log/"
+        [ -n "$pid" ] || [ -n "$(vm_pid)" ] ||
+            die_log "RabbitMQ node exited" "$RMQ/log/console.log" "$RMQ/log/$NODE.log"
+        [ $SECONDS -lt $deadline ] ||
+            die_log "RabbitMQ did not start in ${START_DEADLINE}s" "$RMQ/log/console.log" "$RMQ/log/$NODE.log"
         sleep 0.5
     done
     until port_open "$AMQP_PORT" && port_open "$MGMT_PORT"; do
