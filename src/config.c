@@ -17,11 +17,6 @@
 #include <warren/duration.h>
 #include <warren/tz.h>
 
-/* TEMPORARY: src/cron.c is being written in parallel; until it lands, cron
- * expressions are not validated (weak references resolve to NULL). */
-#pragma weak warren_cron_parse
-#pragma weak warren_cron_free
-
 /* Defaults (documented in config.h, examples/warren.cfg and docs/config.md). */
 #define DEF_DATABASE_URL "postgresql://localhost/warren"
 #define DEF_AMQP_URL "amqp://guest:guest@localhost:5672/%2f"
@@ -879,10 +874,14 @@ static void load_schedule(loader *L, const config_setting_t *job, const scope *j
     }
     /* cron: the job name seeds H; an invalid name was already reported. */
     warren_cron *c = NULL;
-    if (warren_cron_parse == NULL) /* TEMPORARY: src/cron.c has not landed yet */
-        return;
-    if (warren_cron_parse(s, warren_name_valid(j->name) ? j->name : NULL, &c, &err) != 0)
-        report(L, found[which], jsc->who, "cron", "%s: %s", quote(q, sizeof(q), s), err.message);
+    if (warren_cron_parse(s, warren_name_valid(j->name) ? j->name : NULL, &c, &err) != 0) {
+        /* name the expression unless the parser's message already quotes it */
+        if (strstr(err.message, s) != NULL)
+            report(L, found[which], jsc->who, "cron", "%s", err.message);
+        else
+            report(L, found[which], jsc->who, "cron", "%s: %s", quote(q, sizeof(q), s),
+                   err.message);
+    }
     warren_cron_free(c);
 }
 
@@ -1117,6 +1116,32 @@ static void set_defaults(loader *L, warren_config *cfg)
     cfg->worker.heartbeat_margin_ms = DEF_HEARTBEAT_MARGIN_MS;
 }
 
+/* libconfig says "cannot open include file" without naming it: read the
+ * directive back from the line and say where it was looked for. */
+static void include_hint(const char *file, int line, const char *dir, char *out, size_t len)
+{
+    char buf[1024], q[200];
+    FILE *f = fopen(file, "r");
+    int n = 0;
+
+    snprintf(out, len, " (@include paths are relative to the directory of the main file, %s)", dir);
+    if (f == NULL)
+        return;
+    while (fgets(buf, sizeof(buf), f) != NULL)
+        if (++n == line) {
+            char *a = strstr(buf, "@include"), *b, *e;
+            if (a != NULL && (b = strchr(a, '"')) != NULL && (e = strchr(b + 1, '"')) != NULL) {
+                *e = '\0';
+                snprintf(out, len,
+                         " %s (@include paths are relative to the directory of the main "
+                         "file, %s)",
+                         quote(q, sizeof(q), b + 1), dir);
+            }
+            break;
+        }
+    fclose(f);
+}
+
 static char *dir_of(const char *path)
 {
     const char *slash = strrchr(path, '/');
@@ -1173,18 +1198,19 @@ int warren_config_load(const char *path, warren_config **out, warren_diags *diag
     if (config_read_file(&cf, path) != CONFIG_TRUE) {
         const char *ef = config_error_file(&cf);
         const char *et = config_error_text(&cf);
-        size_t n = (ef ? strlen(ef) : 0) + strlen(L.dir) + strlen(path) + strlen(et) + 200;
+        size_t n = (ef ? strlen(ef) : 0) + strlen(L.dir) * 2 + strlen(path) + strlen(et) + 600;
         char *text = malloc(n);
         char full[4096];
         if (ef == NULL || strcmp(ef, path) == 0 || ef[0] == '/' || strcmp(L.dir, ".") == 0)
             snprintf(full, sizeof(full), "%s", ef ? ef : path);
         else
             snprintf(full, sizeof(full), "%s/%s", L.dir, ef);
-        if (text != NULL)
-            snprintf(text, n, "%s:%d: %s%s", full, config_error_line(&cf), et,
-                     strstr(et, "include") ? " (@include paths are relative to the directory "
-                                             "of the main file)"
-                                           : "");
+        if (text != NULL) {
+            char inc[300] = "";
+            if (strstr(et, "include") != NULL)
+                include_hint(full, config_error_line(&cf), L.dir, inc, sizeof(inc));
+            snprintf(text, n, "%s:%d: %s%s", full, config_error_line(&cf), et, inc);
+        }
         add_diag(&L, 0, config_error_line(&cf), text);
         goto done;
     }
