@@ -15,8 +15,8 @@
 
 /* Session-level advisory lock keys (pg_advisory_lock takes a bigint). Any
  * other tool that changes warren's schema or jobs can take the same keys. */
-#define MIGRATE_LOCK_KEY "8243214190722195001"
-#define SYNC_LOCK_KEY "8243214190722195002"
+#define MIGRATE_LOCK_KEY WARREN_MIGRATE_LOCK_KEY
+#define SYNC_LOCK_KEY WARREN_SYNC_LOCK_KEY
 
 /* A migration file larger than this is refused (every buffer has a cap). */
 #define MIGRATION_MAX_BYTES (64L * 1024 * 1024)
@@ -46,6 +46,11 @@ const warren_logger *warren__store_logger(const warren_store *st)
 }
 
 const char *warren__store_where(const warren_store *st)
+{
+    return st->where;
+}
+
+const char *warren_store_where(const warren_store *st)
 {
     return st->where;
 }
@@ -109,10 +114,16 @@ static int conn_error(warren_store *st, const char *verb, warren_error *err)
 {
     char reason[512];
 
+    const char *fix = CONN_FIX;
+
     conn_reason(st->conn, reason, sizeof(reason));
     set_where(st);
+    if (strstr(reason, "does not exist") != NULL)
+        fix = "create it (createdb) or check database.url or WARREN_DATABASE_URL";
+    else if (strstr(reason, "password") != NULL || strstr(reason, "authentication") != NULL)
+        fix = "check the user and password in database.url or WARREN_DATABASE_URL";
     return warren_error_set(err, WARREN_EDBCONN, "%s PostgreSQL at %s: %s; %s", verb, st->where,
-                            reason, CONN_FIX);
+                            reason, fix);
 }
 
 static int state_is_connection_loss(const char *s)
@@ -485,6 +496,20 @@ char *warren__store_int_param(int64_t v, char *buf, size_t len)
 
 /* ------------------------------------------------------------- connecting */
 
+/* Server NOTICEs and WARNINGs go to the logger, never to stderr (libpq's
+ * default): "schema already exists, skipping" is debug noise. */
+static void on_notice(void *arg, const PGresult *res)
+{
+    const warren_store *st = arg;
+    const char *sev = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
+    char line[512];
+
+    first_line(PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY), line, sizeof(line));
+    warren_log(st->lg,
+               sev != NULL && strcmp(sev, "WARNING") == 0 ? WARREN_LOG_WARN : WARREN_LOG_DEBUG,
+               "PostgreSQL %s: %s", sev ? sev : "notice", line);
+}
+
 static int session_setup(warren_store *st, warren_error *err)
 {
     int rc;
@@ -551,6 +576,8 @@ int warren_store_open(const char *url, const warren_logger *lg, warren_store **o
     keys[n] = NULL, vals[n] = NULL;
 
     st->conn = PQconnectdbParams(keys, vals, 1);
+    if (st->conn != NULL)
+        PQsetNoticeReceiver(st->conn, on_notice, st);
     if (st->conn == NULL || PQstatus(st->conn) != CONNECTION_OK) {
         rc = conn_error(st, "cannot connect to", err);
         warren_store_free(st);
@@ -1283,6 +1310,19 @@ int warren_store_sync(warren_store *st, const warren_config *cfg, warren_sync_re
                             "take the sync lock", err);
     if (rc != 0)
         goto fail;
+    rc = warren__store_exec(st, "SELECT to_regclass('warren.jobs') IS NOT NULL", 0, NULL, &res,
+                            "look for warren.jobs", err);
+    if (rc != 0)
+        goto fail;
+    if (strcmp(PQgetvalue(res, 0, 0), "t") != 0) {
+        rc = warren_error_set(err, WARREN_EDB,
+                              "the database at %s has no table warren.jobs: run `warren migrate` "
+                              "first",
+                              st->where);
+        goto fail;
+    }
+    PQclear(res);
+    res = NULL;
     rc =
         warren__store_exec(st, SYNC_UPSERT_SQL, 1, params, &res, "sync jobs into warren.jobs", err);
     if (rc != 0)

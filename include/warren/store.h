@@ -29,13 +29,26 @@ void warren_store_free(warren_store *st);
 /* 1 if the connection is up. warren_store_reconnect re-establishes it
  * (re-LISTENing if listening); daemons call it with their own backoff. */
 int warren_store_connected(const warren_store *st);
+/* "HOST:PORT" of the server, for messages (borrowed, valid until the next
+ * reconnect or warren_store_free). */
+const char *warren_store_where(const warren_store *st);
 int warren_store_reconnect(warren_store *st, warren_error *err);
 
 /* Applies sql/NNN_*.sql files from dir in order, each in its own transaction,
  * under a session advisory lock (two migrates at once serialise); files
  * already recorded in warren.schema_migrations are skipped. *applied (may be
- * NULL) gets the number applied now. */
+ * NULL) gets the number applied now. Each file is run as one multi-statement
+ * string (like psql -1 -f), then its version is recorded (files also record
+ * themselves, so a psql application counts). Errors: WARREN_ENOENT (no such
+ * directory or no migrations), WARREN_EDB naming FILE:LINE of the failing
+ * statement (the file's changes are rolled back, earlier files stay). */
 int warren_store_migrate(warren_store *st, const char *sql_dir, int *applied, warren_error *err);
+
+/* The advisory lock keys (bigint) held by migrate (session lock) and sync
+ * (transaction lock); other tools changing the schema or the jobs may take
+ * them too. */
+#define WARREN_MIGRATE_LOCK_KEY "8243214190722195001"
+#define WARREN_SYNC_LOCK_KEY "8243214190722195002"
 
 /* What sync did, by job name (arrays and names are new; free with
  * warren_sync_report_free). */
@@ -50,10 +63,23 @@ typedef struct warren_sync_report {
 void warren_sync_report_free(warren_sync_report *r);
 
 /* Upserts the config's jobs into warren.jobs in one transaction, computes
- * each job's partition (stable hash of the name mod cfg->planner.partitions),
- * pauses and marks jobs missing from the config (never deletes), and sends
- * NOTIFY WARREN_NOTIFY_CHANNEL. A job whose schedule changed gets its
- * next_fire_at reset to NULL (start from now). */
+ * each job's partition (stable hash of the name mod cfg->planner.partitions;
+ * 64 when that is 0), pauses and marks jobs missing from the config (never
+ * deletes; their runs are history), and sends NOTIFY WARREN_NOTIFY_CHANNEL.
+ * config_hash is the md5 of the job's settings as canonical jsonb text, so
+ * reordering payload keys is not a change. Rules:
+ * - new job: inserted, reported added; paused as the config says.
+ * - changed settings (hash differs): updated, reported changed; paused is
+ *   set from the config. Unchanged jobs are not written, so an operator's
+ *   `warren pause` survives a sync until the job's settings change.
+ * - schedule (kind, expression, timezone) changed: next_fire_at = NULL
+ *   (the planner starts from now).
+ * - in the database, not in the config: paused = removed = true, reported
+ *   removed (once).
+ * - a removed job back in the config: removed = false, paused as the config
+ *   says, next_fire_at = NULL, reported added.
+ * Two syncs at once serialise (WARREN_SYNC_LOCK_KEY). Errors: WARREN_EDB
+ * (e.g. a value the schema rejects; nothing is changed), WARREN_EDBCONN. */
 int warren_store_sync(warren_store *st, const warren_config *cfg, warren_sync_report *report,
                       warren_error *err);
 
@@ -67,7 +93,8 @@ int warren_store_wait_notify(warren_store *st, int timeout_ms, int *got, warren_
 /* NOTIFY WARREN_NOTIFY_CHANNEL with payload (may be NULL). */
 int warren_store_notify(warren_store *st, const char *payload, warren_error *err);
 
-/* The partition of a job name: FNV-1a 32-bit of the name, modulo partitions. */
+/* The partition of a job name: FNV-1a 32-bit of the name's bytes (offset
+ * basis 2166136261, prime 16777619), modulo partitions; 0 when partitions <= 1. */
 int warren_job_partition(const char *name, int partitions);
 
 #endif
