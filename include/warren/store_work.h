@@ -1,0 +1,126 @@
+/* store_work.h: the worker's PostgreSQL calls (src/store_work.c): the
+ * protocol functions of sql/002_worker_protocol.sql (claim, heartbeat,
+ * complete), batched for throughput, the sql handler's statement inside the
+ * completion transaction, and the operator's replay, runs listing and show. */
+#ifndef WARREN_STORE_WORK_H
+#define WARREN_STORE_WORK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <warren/codec.h>
+#include <warren/error.h>
+#include <warren/store.h>
+#include <warren/timefmt.h>
+
+/* What warren.claim returned for one run key. */
+typedef struct warren_claim {
+    int claimed;                       /* 0: no row (finished, leased, unknown, held back) */
+    int attempt;                       /* the fencing token */
+    char job[WARREN_JOB_NAME_MAX + 1]; /* the run's job */
+    warren_us scheduled_at;            /* whole seconds */
+    char *payload_json;                /* new (free()); the run's or job's payload */
+    int lease_seconds;                 /* the lease runs from the claim (database clock) */
+} warren_claim;
+/* Frees payload_json and zeroes c; NULL allowed. */
+void warren_claim_clear(warren_claim *c);
+
+/* Claims n runs for worker in one round trip (one transaction, keys in the
+ * given order: pass them sorted so concurrent batches lock rows in one
+ * order). out[i] (n entries, zeroed first) receives the result for keys[i].
+ * Errors: WARREN_EDBCONN (connection lost: nothing was claimed, or the
+ * commit's fate is unknown and the leases simply expire), WARREN_EDB. */
+int warren_store_claim_batch(warren_store *st, const char *const *keys, size_t n,
+                             const char *worker, warren_claim *out, warren_error *err);
+/* One key. */
+int warren_store_claim(warren_store *st, const char *run_key, const char *worker, warren_claim *out,
+                       warren_error *err);
+
+/* warren.heartbeat for n (key, attempt) pairs in one round trip; held[i] = 1
+ * while the caller still holds keys[i]. */
+int warren_store_heartbeat_batch(warren_store *st, const char *const *keys, const int *attempts,
+                                 size_t n, int *held, warren_error *err);
+int warren_store_heartbeat(warren_store *st, const char *run_key, int attempt, int *held,
+                           warren_error *err);
+
+/* One completion: outcome is "succeeded", "retry" or "failed"; error may be NULL. */
+typedef struct warren_completion {
+    const char *run_key;
+    int attempt;
+    const char *outcome;
+    const char *error;
+} warren_completion;
+
+/* warren.complete for n completions in one transaction; recorded[i] = 1 if
+ * it was recorded, 0 if the token was stale. A failure affects the whole
+ * batch (nothing recorded); callers may retry one by one. */
+int warren_store_complete_batch(warren_store *st, const warren_completion *c, size_t n,
+                                int *recorded, warren_error *err);
+int warren_store_complete(warren_store *st, const char *run_key, int attempt, const char *outcome,
+                          const char *error, int *recorded, warren_error *err);
+
+/* The sql handler: in one transaction, warren.complete(run_key, attempt,
+ * 'succeeded') and then sql with $1 = run key (text), $2 = scheduled_at
+ * (timestamptz), $3 = payload (jsonb), under statement_timeout timeout_ms
+ * (0: none). The effect and the completion commit together or not at all.
+ * *recorded = 1: committed; 0: the token was stale (rolled back, no effect).
+ * If the statement itself fails, everything is rolled back, *stmt_error gets
+ * the server's message (new, free()) and the function returns 0 with
+ * *recorded = 0: the caller then completes the attempt with 'retry'.
+ * Errors: WARREN_EDBCONN / WARREN_EDB for the connection or the protocol. */
+int warren_store_complete_sql(warren_store *st, const char *run_key, int attempt,
+                              warren_us scheduled_at, const char *payload_json, const char *sql,
+                              int64_t timeout_ms, int *recorded, char **stmt_error,
+                              warren_error *err);
+
+/* Times of one run, for the worker's per-run report line. */
+typedef struct warren_run_times {
+    char state[16];
+    warren_us scheduled_at, due_at, published_at, started_at, finished_at; /* 0: NULL */
+} warren_run_times;
+int warren_store_run_times(warren_store *st, const char *run_key, warren_run_times *out,
+                           warren_error *err);
+
+/* Replay (warren.replay): a dead run back to planned, due now, same key.
+ * *replayed = 0 when the run is not dead (or unknown). who (may be NULL) is
+ * recorded in the note. */
+int warren_store_replay(warren_store *st, const char *run_key, const char *who, int *replayed,
+                        warren_error *err);
+/* Replays every dead run of job; *count gets how many. */
+int warren_store_replay_dead(warren_store *st, const char *job, const char *who, int64_t *count,
+                             warren_error *err);
+
+/* One row of `warren runs` / `warren show`. Strings are new. */
+typedef struct warren_run_row {
+    char *run_key, *job, *state, *origin, *lease_owner, *last_error, *note;
+    int attempt;
+    int publish_count;
+    warren_us scheduled_at, due_at, lease_until, published_at, started_at, finished_at,
+        created_at; /* 0: NULL */
+} warren_run_row;
+void warren_run_row_clear(warren_run_row *r);
+
+/* Runs, newest scheduled first; job and state may be NULL (any); limit > 0.
+ * *rows is new: free each with warren_run_row_clear, then free(*rows). */
+int warren_store_runs(warren_store *st, const char *job, const char *state, int limit,
+                      warren_run_row **rows, size_t *n, warren_error *err);
+
+/* One attempt of a run (warren.attempts). Strings are new. */
+typedef struct warren_attempt_row {
+    int attempt;
+    char *worker, *outcome, *error; /* outcome NULL while running */
+    warren_us started_at, finished_at;
+} warren_attempt_row;
+
+/* A run and its attempts in order. WARREN_ENOENT if the key is unknown.
+ * Free with warren_run_detail_clear. */
+typedef struct warren_run_detail {
+    warren_run_row run;
+    warren_attempt_row *attempts;
+    size_t nattempts;
+} warren_run_detail;
+void warren_run_detail_clear(warren_run_detail *d);
+int warren_store_show(warren_store *st, const char *run_key, warren_run_detail *out,
+                      warren_error *err);
+
+#endif

@@ -1,0 +1,602 @@
+/* store_work.c: the worker's SQL: warren.claim / heartbeat / complete from
+ * sql/002_worker_protocol.sql (batched: one round trip for many runs), the sql
+ * handler's statement inside the completion transaction, and the operator's
+ * replay, runs and show queries. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <warren/store_work.h>
+
+#include "store_int.h"
+
+/* Type OIDs (pg_type.dat; stable across releases). */
+#define OID_TEXT 25
+#define OID_TIMESTAMPTZ 1184
+#define OID_JSONB 3802
+
+#define SQL_CLAIM_BATCH                                                                            \
+    "SELECT t.i, c.attempt, c.job, c.scheduled_at, c.payload, c.lease_seconds "                    \
+    "FROM unnest($1::text[]) WITH ORDINALITY AS t(k, i) "                                          \
+    "LEFT JOIN LATERAL warren.claim(t.k, $2::text) c ON true"
+
+#define SQL_HEARTBEAT_BATCH                                                                        \
+    "SELECT t.i, warren.heartbeat(t.k, t.a) "                                                      \
+    "FROM unnest($1::text[], $2::int[]) WITH ORDINALITY AS t(k, a, i)"
+
+#define SQL_COMPLETE_BATCH                                                                         \
+    "SELECT t.i, warren.complete(t.k, t.a, t.o, t.e) "                                             \
+    "FROM unnest($1::text[], $2::int[], $3::text[], $4::text[]) WITH ORDINALITY AS t(k, a, o, e, " \
+    "i)"
+
+#define SQL_COMPLETE_ONE "SELECT warren.complete($1::text, $2::int, 'succeeded')"
+
+#define SQL_RUN_TIMES                                                                              \
+    "SELECT state, scheduled_at, due_at, published_at, started_at, finished_at "                   \
+    "FROM warren.runs WHERE run_key = $1"
+
+#define SQL_REPLAY "SELECT warren.replay($1::text, $2::text)"
+#define SQL_REPLAY_DEAD                                                                            \
+    "SELECT count(*) FILTER (WHERE warren.replay(run_key, $2::text)) FROM "                        \
+    "(SELECT run_key FROM warren.runs WHERE job = $1 AND state = 'dead' "                          \
+    "ORDER BY scheduled_at FOR UPDATE) d"
+
+#define RUN_COLUMNS                                                                                \
+    "run_key, job, state, origin, lease_owner, last_error, note, attempt, publish_count, "         \
+    "scheduled_at, due_at, lease_until, published_at, started_at, finished_at, created_at"
+
+#define SQL_RUNS                                                                                   \
+    "SELECT " RUN_COLUMNS " FROM warren.runs "                                                     \
+    "WHERE ($1::text IS NULL OR job = $1) AND ($2::text IS NULL OR state = $2) "                   \
+    "ORDER BY scheduled_at DESC, job LIMIT $3::int"
+
+#define SQL_SHOW "SELECT " RUN_COLUMNS " FROM warren.runs WHERE run_key = $1"
+#define SQL_ATTEMPTS                                                                               \
+    "SELECT attempt, worker, outcome, error, started_at, finished_at FROM warren.attempts "        \
+    "WHERE run_key = $1 ORDER BY attempt"
+
+/* ------------------------------------------------------------ arrays */
+
+typedef struct sbuf {
+    char *p;
+    size_t len, cap;
+    int oom;
+} sbuf;
+
+static void sb_add(sbuf *b, const char *s, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t ncap = b->cap ? b->cap : 256;
+        while (ncap < b->len + n + 1)
+            ncap *= 2;
+        char *np = realloc(b->p, ncap);
+        if (np == NULL) {
+            b->oom = 1;
+            return;
+        }
+        b->p = np;
+        b->cap = ncap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void sb_str(sbuf *b, const char *s)
+{
+    sb_add(b, s, strlen(s));
+}
+
+/* Appends one element of a text[] literal: NULL, or a quoted string. */
+static void sb_elem(sbuf *b, const char *s, int first)
+{
+    if (!first)
+        sb_add(b, ",", 1);
+    if (s == NULL) {
+        sb_str(b, "NULL");
+        return;
+    }
+    sb_add(b, "\"", 1);
+    for (const char *p = s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            sb_add(b, "\\", 1);
+        sb_add(b, p, 1);
+    }
+    sb_add(b, "\"", 1);
+}
+
+static int sb_done(sbuf *b, warren_error *err)
+{
+    if (b->oom) {
+        free(b->p);
+        b->p = NULL;
+        return warren_error_set(err, WARREN_ENOMEM, "out of memory building a query parameter");
+    }
+    return 0;
+}
+
+static void sb_int(sbuf *b, int v, int first)
+{
+    char num[24];
+    snprintf(num, sizeof(num), "%s%d", first ? "" : ",", v);
+    sb_str(b, num);
+}
+
+/* Row index (1-based ordinality in column 0) -> 0-based position, or -1. */
+static long row_index(const PGresult *res, int row, size_t n)
+{
+    int64_t i;
+    if (warren__store_get_int64(res, row, 0, &i) != 0 || i < 1 || (uint64_t)i > n)
+        return -1;
+    return (long)(i - 1);
+}
+
+/* ------------------------------------------------------------ claim */
+
+void warren_claim_clear(warren_claim *c)
+{
+    if (c == NULL)
+        return;
+    free(c->payload_json);
+    memset(c, 0, sizeof(*c));
+}
+
+int warren_store_claim_batch(warren_store *st, const char *const *keys, size_t n,
+                             const char *worker, warren_claim *out, warren_error *err)
+{
+    sbuf arr = {0};
+    PGresult *res = NULL;
+    int rc;
+
+    if (st == NULL || worker == NULL || (n > 0 && (keys == NULL || out == NULL)))
+        return warren_error_set(err, WARREN_EINVAL, "warren_store_claim_batch: bad arguments");
+    for (size_t i = 0; i < n; i++)
+        memset(&out[i], 0, sizeof(out[i]));
+    if (n == 0)
+        return 0;
+    sb_str(&arr, "{");
+    for (size_t i = 0; i < n; i++)
+        sb_elem(&arr, keys[i], i == 0);
+    sb_str(&arr, "}");
+    if ((rc = sb_done(&arr, err)) != 0)
+        return rc;
+    const char *params[2] = {arr.p, worker};
+    rc = warren__store_exec_prepared(st, "work_claim_batch", SQL_CLAIM_BATCH, 2, params, &res,
+                                     n == 1 ? "claim run" : "claim runs", err);
+    free(arr.p);
+    if (rc != 0)
+        return rc;
+    for (int r = 0; r < PQntuples(res); r++) {
+        long i = row_index(res, r, n);
+        const char *job, *payload;
+        if (i < 0 || PQgetisnull(res, r, 1))
+            continue;
+        warren_claim *c = &out[i];
+        job = warren__store_get_text(res, r, 2);
+        payload = warren__store_get_text(res, r, 4);
+        if (warren__store_get_int(res, r, 1, &c->attempt) != 0 ||
+            warren__store_get_us(res, r, 3, &c->scheduled_at) != 0 ||
+            warren__store_get_int(res, r, 5, &c->lease_seconds) != 0 || job == NULL ||
+            strlen(job) > WARREN_JOB_NAME_MAX) {
+            rc = warren_error_set(err, WARREN_EDB, "claim %s: unexpected row from warren.claim",
+                                  keys[i]);
+            break;
+        }
+        snprintf(c->job, sizeof(c->job), "%s", job);
+        c->payload_json = strdup(payload ? payload : "{}");
+        if (c->payload_json == NULL) {
+            rc = warren_error_set(err, WARREN_ENOMEM, "out of memory");
+            break;
+        }
+        c->claimed = 1;
+    }
+    PQclear(res);
+    if (rc != 0)
+        for (size_t i = 0; i < n; i++)
+            warren_claim_clear(&out[i]);
+    return rc;
+}
+
+int warren_store_claim(warren_store *st, const char *run_key, const char *worker, warren_claim *out,
+                       warren_error *err)
+{
+    return warren_store_claim_batch(st, &run_key, 1, worker, out, err);
+}
+
+/* ------------------------------------------------------------ heartbeat */
+
+int warren_store_heartbeat_batch(warren_store *st, const char *const *keys, const int *attempts,
+                                 size_t n, int *held, warren_error *err)
+{
+    sbuf ka = {0}, aa = {0};
+    PGresult *res = NULL;
+    int rc;
+
+    if (st == NULL || (n > 0 && (keys == NULL || attempts == NULL || held == NULL)))
+        return warren_error_set(err, WARREN_EINVAL, "warren_store_heartbeat_batch: bad arguments");
+    for (size_t i = 0; i < n; i++)
+        held[i] = 0;
+    if (n == 0)
+        return 0;
+    sb_str(&ka, "{");
+    sb_str(&aa, "{");
+    for (size_t i = 0; i < n; i++) {
+        sb_elem(&ka, keys[i], i == 0);
+        sb_int(&aa, attempts[i], i == 0);
+    }
+    sb_str(&ka, "}");
+    sb_str(&aa, "}");
+    if (sb_done(&ka, err) != 0 || sb_done(&aa, err) != 0) {
+        free(ka.p);
+        free(aa.p);
+        return WARREN_ENOMEM;
+    }
+    const char *params[2] = {ka.p, aa.p};
+    rc = warren__store_exec_prepared(st, "work_heartbeat_batch", SQL_HEARTBEAT_BATCH, 2, params,
+                                     &res, "heartbeat", err);
+    free(ka.p);
+    free(aa.p);
+    if (rc != 0)
+        return rc;
+    for (int r = 0; r < PQntuples(res); r++) {
+        long i = row_index(res, r, n);
+        int b = 0;
+        if (i >= 0 && warren__store_get_bool(res, r, 1, &b) == 0)
+            held[i] = b;
+    }
+    PQclear(res);
+    return 0;
+}
+
+int warren_store_heartbeat(warren_store *st, const char *run_key, int attempt, int *held,
+                           warren_error *err)
+{
+    return warren_store_heartbeat_batch(st, &run_key, &attempt, 1, held, err);
+}
+
+/* ------------------------------------------------------------ complete */
+
+int warren_store_complete_batch(warren_store *st, const warren_completion *c, size_t n,
+                                int *recorded, warren_error *err)
+{
+    sbuf ka = {0}, aa = {0}, oa = {0}, ea = {0};
+    PGresult *res = NULL;
+    int rc;
+
+    if (st == NULL || (n > 0 && (c == NULL || recorded == NULL)))
+        return warren_error_set(err, WARREN_EINVAL, "warren_store_complete_batch: bad arguments");
+    for (size_t i = 0; i < n; i++)
+        recorded[i] = 0;
+    if (n == 0)
+        return 0;
+    sb_str(&ka, "{");
+    sb_str(&aa, "{");
+    sb_str(&oa, "{");
+    sb_str(&ea, "{");
+    for (size_t i = 0; i < n; i++) {
+        sb_elem(&ka, c[i].run_key, i == 0);
+        sb_int(&aa, c[i].attempt, i == 0);
+        sb_elem(&oa, c[i].outcome, i == 0);
+        sb_elem(&ea, c[i].error, i == 0);
+    }
+    sb_str(&ka, "}");
+    sb_str(&aa, "}");
+    sb_str(&oa, "}");
+    sb_str(&ea, "}");
+    if (sb_done(&ka, err) != 0 || sb_done(&aa, err) != 0 || sb_done(&oa, err) != 0 ||
+        sb_done(&ea, err) != 0) {
+        free(ka.p);
+        free(aa.p);
+        free(oa.p);
+        free(ea.p);
+        return WARREN_ENOMEM;
+    }
+    const char *params[4] = {ka.p, aa.p, oa.p, ea.p};
+    rc = warren__store_exec_prepared(st, "work_complete_batch", SQL_COMPLETE_BATCH, 4, params, &res,
+                                     n == 1 ? "complete run" : "complete runs", err);
+    free(ka.p);
+    free(aa.p);
+    free(oa.p);
+    free(ea.p);
+    if (rc != 0)
+        return rc;
+    for (int r = 0; r < PQntuples(res); r++) {
+        long i = row_index(res, r, n);
+        int b = 0;
+        if (i >= 0 && warren__store_get_bool(res, r, 1, &b) == 0)
+            recorded[i] = b;
+    }
+    PQclear(res);
+    return 0;
+}
+
+int warren_store_complete(warren_store *st, const char *run_key, int attempt, const char *outcome,
+                          const char *error, int *recorded, warren_error *err)
+{
+    warren_completion c = {run_key, attempt, outcome, error};
+    return warren_store_complete_batch(st, &c, 1, recorded, err);
+}
+
+int warren_store_complete_sql(warren_store *st, const char *run_key, int attempt,
+                              warren_us scheduled_at, const char *payload_json, const char *sql,
+                              int64_t timeout_ms, int *recorded, char **stmt_error,
+                              warren_error *err)
+{
+    char abuf[24], tbuf[WARREN_TIME_BUF], setting[80];
+    PGresult *res = NULL;
+    PGconn *conn;
+    int rc, b = 0;
+
+    if (recorded != NULL)
+        *recorded = 0;
+    if (stmt_error != NULL)
+        *stmt_error = NULL;
+    if (st == NULL || run_key == NULL || sql == NULL || recorded == NULL || stmt_error == NULL)
+        return warren_error_set(err, WARREN_EINVAL, "warren_store_complete_sql: bad arguments");
+    if ((rc = warren__store_begin(st, err)) != 0)
+        return rc;
+    snprintf(setting, sizeof(setting), "SET LOCAL statement_timeout = %lld",
+             (long long)(timeout_ms > 0 ? timeout_ms : 0));
+    if ((rc = warren__store_exec_simple(st, setting, "set the sql handler's timeout", err)) != 0)
+        goto fail;
+    {
+        const char *params[2] = {run_key, warren__store_int_param(attempt, abuf, sizeof(abuf))};
+        rc = warren__store_exec_prepared(st, "work_complete_one", SQL_COMPLETE_ONE, 2, params, &res,
+                                         "complete run", err);
+    }
+    if (rc != 0)
+        goto fail;
+    rc = warren__store_get_bool(res, 0, 0, &b);
+    PQclear(res);
+    res = NULL;
+    if (rc != 0) {
+        rc = warren_error_set(err, WARREN_EDB, "complete %s: unexpected result", run_key);
+        goto fail;
+    }
+    if (!b) { /* stale: no effect may happen */
+        warren__store_rollback(st);
+        return 0;
+    }
+    /* The statement comes from the config; explicit parameter types let it
+     * use any subset of $1..$3. */
+    {
+        const Oid types[3] = {OID_TEXT, OID_TIMESTAMPTZ, OID_JSONB};
+        const char *params[3] = {run_key, warren__store_us_param(scheduled_at, tbuf, sizeof(tbuf)),
+                                 payload_json ? payload_json : "{}"};
+        conn = warren__store_conn(st);
+        res = PQexecParams(conn, sql, 3, types, params, NULL, NULL, 0);
+    }
+    if (PQresultStatus(res) != PGRES_COMMAND_OK && PQresultStatus(res) != PGRES_TUPLES_OK) {
+        warren_error serr = {0};
+        rc = warren__store_fail(st, res, "sql handler", &serr);
+        PQclear(res);
+        warren__store_rollback(st);
+        if (rc == WARREN_EDBCONN)
+            return warren_error_set(err, rc, "%s", serr.message);
+        *stmt_error = strdup(serr.message);
+        return *stmt_error ? 0 : warren_error_set(err, WARREN_ENOMEM, "out of memory");
+    }
+    PQclear(res);
+    if ((rc = warren__store_commit(st, err)) != 0)
+        goto fail;
+    *recorded = 1;
+    return 0;
+fail:
+    warren__store_rollback(st);
+    return rc;
+}
+
+/* ------------------------------------------------------------ run times, replay */
+
+static warren_us get_us0(const PGresult *res, int row, int col)
+{
+    warren_us t = 0;
+    if (!PQgetisnull(res, row, col))
+        warren__store_get_us(res, row, col, &t);
+    return t;
+}
+
+int warren_store_run_times(warren_store *st, const char *run_key, warren_run_times *out,
+                           warren_error *err)
+{
+    PGresult *res = NULL;
+    const char *params[1] = {run_key};
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    rc = warren__store_exec_prepared(st, "work_run_times", SQL_RUN_TIMES, 1, params, &res,
+                                     "read run times", err);
+    if (rc != 0)
+        return rc;
+    if (PQntuples(res) != 1) {
+        PQclear(res);
+        return warren_error_set(err, WARREN_ENOENT, "no run %s", run_key);
+    }
+    snprintf(out->state, sizeof(out->state), "%s", warren__store_get_text(res, 0, 0));
+    out->scheduled_at = get_us0(res, 0, 1);
+    out->due_at = get_us0(res, 0, 2);
+    out->published_at = get_us0(res, 0, 3);
+    out->started_at = get_us0(res, 0, 4);
+    out->finished_at = get_us0(res, 0, 5);
+    PQclear(res);
+    return 0;
+}
+
+int warren_store_replay(warren_store *st, const char *run_key, const char *who, int *replayed,
+                        warren_error *err)
+{
+    PGresult *res = NULL;
+    const char *params[2] = {run_key, who};
+    int rc, b = 0;
+
+    *replayed = 0;
+    rc = warren__store_exec(st, SQL_REPLAY, 2, params, &res, "replay run", err);
+    if (rc != 0)
+        return rc;
+    warren__store_get_bool(res, 0, 0, &b);
+    PQclear(res);
+    *replayed = b;
+    return 0;
+}
+
+int warren_store_replay_dead(warren_store *st, const char *job, const char *who, int64_t *count,
+                             warren_error *err)
+{
+    PGresult *res = NULL;
+    const char *params[2] = {job, who};
+    int rc;
+
+    *count = 0;
+    rc = warren__store_exec(st, SQL_REPLAY_DEAD, 2, params, &res, "replay dead runs", err);
+    if (rc != 0)
+        return rc;
+    warren__store_get_int64(res, 0, 0, count);
+    PQclear(res);
+    return 0;
+}
+
+/* ------------------------------------------------------------ runs, show */
+
+static char *dup_or_null(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+void warren_run_row_clear(warren_run_row *r)
+{
+    if (r == NULL)
+        return;
+    free(r->run_key);
+    free(r->job);
+    free(r->state);
+    free(r->origin);
+    free(r->lease_owner);
+    free(r->last_error);
+    free(r->note);
+    memset(r, 0, sizeof(*r));
+}
+
+static int read_run_row(const PGresult *res, int row, warren_run_row *r, warren_error *err)
+{
+    memset(r, 0, sizeof(*r));
+    r->run_key = dup_or_null(warren__store_get_text(res, row, 0));
+    r->job = dup_or_null(warren__store_get_text(res, row, 1));
+    r->state = dup_or_null(warren__store_get_text(res, row, 2));
+    r->origin = dup_or_null(warren__store_get_text(res, row, 3));
+    r->lease_owner = dup_or_null(warren__store_get_text(res, row, 4));
+    r->last_error = dup_or_null(warren__store_get_text(res, row, 5));
+    r->note = dup_or_null(warren__store_get_text(res, row, 6));
+    warren__store_get_int(res, row, 7, &r->attempt);
+    warren__store_get_int(res, row, 8, &r->publish_count);
+    r->scheduled_at = get_us0(res, row, 9);
+    r->due_at = get_us0(res, row, 10);
+    r->lease_until = get_us0(res, row, 11);
+    r->published_at = get_us0(res, row, 12);
+    r->started_at = get_us0(res, row, 13);
+    r->finished_at = get_us0(res, row, 14);
+    r->created_at = get_us0(res, row, 15);
+    if (r->run_key == NULL || r->job == NULL || r->state == NULL || r->origin == NULL) {
+        warren_run_row_clear(r);
+        return warren_error_set(err, WARREN_ENOMEM, "out of memory reading runs");
+    }
+    return 0;
+}
+
+int warren_store_runs(warren_store *st, const char *job, const char *state, int limit,
+                      warren_run_row **rows, size_t *n, warren_error *err)
+{
+    PGresult *res = NULL;
+    char lbuf[24];
+    const char *params[3] = {job, state,
+                             warren__store_int_param(limit > 0 ? limit : 50, lbuf, sizeof(lbuf))};
+    int rc;
+
+    *rows = NULL;
+    *n = 0;
+    rc = warren__store_exec(st, SQL_RUNS, 3, params, &res, "list runs", err);
+    if (rc != 0)
+        return rc;
+    int nt = PQntuples(res);
+    if (nt > 0) {
+        *rows = calloc((size_t)nt, sizeof(**rows));
+        if (*rows == NULL) {
+            PQclear(res);
+            return warren_error_set(err, WARREN_ENOMEM, "out of memory");
+        }
+    }
+    for (int i = 0; i < nt; i++) {
+        if ((rc = read_run_row(res, i, &(*rows)[i], err)) != 0) {
+            for (size_t j = 0; j < *n; j++)
+                warren_run_row_clear(&(*rows)[j]);
+            free(*rows);
+            *rows = NULL;
+            *n = 0;
+            PQclear(res);
+            return rc;
+        }
+        (*n)++;
+    }
+    PQclear(res);
+    return 0;
+}
+
+void warren_run_detail_clear(warren_run_detail *d)
+{
+    if (d == NULL)
+        return;
+    warren_run_row_clear(&d->run);
+    for (size_t i = 0; i < d->nattempts; i++) {
+        free(d->attempts[i].worker);
+        free(d->attempts[i].outcome);
+        free(d->attempts[i].error);
+    }
+    free(d->attempts);
+    memset(d, 0, sizeof(*d));
+}
+
+int warren_store_show(warren_store *st, const char *run_key, warren_run_detail *out,
+                      warren_error *err)
+{
+    PGresult *res = NULL;
+    const char *params[1] = {run_key};
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    rc = warren__store_exec(st, SQL_SHOW, 1, params, &res, "show run", err);
+    if (rc != 0)
+        return rc;
+    if (PQntuples(res) == 0) {
+        PQclear(res);
+        return warren_error_set(err, WARREN_ENOENT, "no run %s (run keys look like JOB@%s)",
+                                run_key, "2026-11-30T14:00:00Z");
+    }
+    rc = read_run_row(res, 0, &out->run, err);
+    PQclear(res);
+    if (rc != 0)
+        return rc;
+    rc = warren__store_exec(st, SQL_ATTEMPTS, 1, params, &res, "read attempts", err);
+    if (rc != 0) {
+        warren_run_detail_clear(out);
+        return rc;
+    }
+    int nt = PQntuples(res);
+    if (nt > 0 && (out->attempts = calloc((size_t)nt, sizeof(*out->attempts))) == NULL) {
+        PQclear(res);
+        warren_run_detail_clear(out);
+        return warren_error_set(err, WARREN_ENOMEM, "out of memory");
+    }
+    for (int i = 0; i < nt; i++) {
+        warren_attempt_row *a = &out->attempts[i];
+        warren__store_get_int(res, i, 0, &a->attempt);
+        a->worker = dup_or_null(warren__store_get_text(res, i, 1));
+        a->outcome = dup_or_null(warren__store_get_text(res, i, 2));
+        a->error = dup_or_null(warren__store_get_text(res, i, 3));
+        a->started_at = get_us0(res, i, 4);
+        a->finished_at = get_us0(res, i, 5);
+        out->nattempts++;
+    }
+    PQclear(res);
+    return 0;
+}
