@@ -4,7 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <time.h>
+
+#include <warren/cron.h>
 #include <warren/duration.h>
+#include <warren/tz.h>
 
 #include "cli.h"
 
@@ -30,12 +34,45 @@ static const char *config_path_of(const char *given)
     return "warren.cfg";
 }
 
-static void print_job(const warren_job *j)
+/* The next fire instant after now, for the summary (display only: the
+ * planner decides with PostgreSQL's clock). "every" fire times are the epoch
+ * grid (planner.h); a past "at" has none. */
+static void next_fire(const warren_job *j, warren_tzdb *db, char *buf, size_t len)
 {
-    char sched[300], buf[64], when[WARREN_TIME_BUF];
+    struct timespec ts;
+    warren_us now;
+    int64_t next = 0;
+    const warren_tz *tz = NULL;
+    warren_cron *c = NULL;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    now = (warren_us)ts.tv_sec * WARREN_US_PER_S + ts.tv_nsec / 1000;
+    snprintf(buf, len, "-");
+    switch (j->kind) {
+    case WARREN_SCHED_CRON:
+        if (db != NULL && warren_tzdb_get(db, j->timezone, &tz, NULL) == 0 &&
+            warren_cron_parse(j->schedule, j->name, &c, NULL) == 0 &&
+            warren_cron_next(c, tz, now, &next, NULL, NULL) == 0)
+            warren_time_format(next * WARREN_US_PER_S, buf, len);
+        warren_cron_free(c);
+        break;
+    case WARREN_SCHED_EVERY:
+        next = warren_interval_next(0, j->every_ms / 1000, now);
+        warren_time_format(next * WARREN_US_PER_S, buf, len);
+        break;
+    case WARREN_SCHED_AT:
+        snprintf(buf, len, "%s", j->at > now ? "at" : "past");
+        break;
+    }
+}
+
+static void print_job(const warren_job *j, warren_tzdb *db)
+{
+    char sched[300], buf[64], when[WARREN_TIME_BUF], next[WARREN_TIME_BUF];
     const char *handler = "none";
     char hbuf[300];
 
+    next_fire(j, db, next, sizeof(next));
     switch (j->kind) {
     case WARREN_SCHED_CRON:
         snprintf(sched, sizeof(sched), "cron \"%s\"", j->schedule);
@@ -65,9 +102,9 @@ static void print_job(const warren_job *j)
         handler = "none (external worker)";
         break;
     }
-    printf("%-24s %-30s tz=%s queue=%s misfire=%s overlap=%s handler=%s%s\n", j->name, sched,
-           j->timezone, j->queue, warren_misfire_name(j->misfire), warren_overlap_name(j->overlap),
-           handler, j->paused ? " [paused]" : "");
+    printf("%-24s %-28s tz=%s queue=%s next=%s misfire=%s overlap=%s handler=%s%s\n", j->name,
+           sched, j->timezone, j->queue, next, warren_misfire_name(j->misfire),
+           warren_overlap_name(j->overlap), handler, j->paused ? " [paused]" : "");
 }
 
 int cli_check(int argc, char **argv)
@@ -113,8 +150,10 @@ int cli_check(int argc, char **argv)
     if (!quiet) {
         size_t nq = 0;
         const char **qs = warren_config_queues(cfg, &nq);
+        warren_tzdb *db = warren_tzdb_new(NULL);
         for (size_t i = 0; i < cfg->njobs; i++)
-            print_job(&cfg->jobs[i]);
+            print_job(&cfg->jobs[i], db);
+        warren_tzdb_free(db);
         printf("%s: valid, %zu job%s, %zu queue%s\n", path, cfg->njobs, cfg->njobs == 1 ? "" : "s",
                nq, nq == 1 ? "" : "s");
         free(qs);

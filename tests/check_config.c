@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <warren/config.h>
 
@@ -384,6 +386,87 @@ START_TEST(test_config_policy_names_round_trip)
 }
 END_TEST
 
+/* ---- warren check ---------------------------------------------------------------------------- */
+
+/* Runs `warren check ARGS`, returns its exit status; out/errout get stdout/stderr. */
+static int run_check(const char *args, char *out, size_t outlen, char *errout, size_t errlen)
+{
+    char cmd[8192], ef[] = "/tmp/warren-check-err-XXXXXX";
+    int fd = mkstemp(ef);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    snprintf(cmd, sizeof(cmd), "env -u WARREN_DATABASE_URL -u WARREN_AMQP_URL %s check %s 2>%s",
+             WARREN_BINARY, args, ef);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t n = fread(out, 1, outlen - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    FILE *e = fopen(ef, "r");
+    n = e ? fread(errout, 1, errlen - 1, e) : 0;
+    errout[n] = '\0';
+    if (e)
+        fclose(e);
+    unlink(ef);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+START_TEST(test_check_prints_one_line_per_job_and_exits_0)
+{
+    static char out[65536], err[65536];
+    int rc = run_check("-c " WARREN_SOURCE_DIR "/tests/data/config/valid/schedules.cfg", out,
+                       sizeof(out), err, sizeof(err));
+    ck_assert_msg(rc == 0, "rc %d, stderr: %s", rc, err);
+    ck_assert_str_eq(err, "");
+    int lines = 0;
+    for (char *c = out; *c; c++)
+        lines += *c == '\n';
+    ck_assert_int_eq(lines, 7 + 1); /* 7 jobs and the summary */
+    ck_assert_ptr_nonnull(strstr(out, "six-fields "));
+    ck_assert_ptr_nonnull(strstr(out, "cron \"*/15 * * * * *\""));
+    ck_assert_ptr_nonnull(strstr(out, "every 1d1s"));
+    ck_assert_ptr_nonnull(strstr(out, "tz=Asia/Kathmandu queue=q2"));
+    ck_assert_ptr_nonnull(strstr(out, "valid, 7 jobs, 2 queues"));
+}
+END_TEST
+
+START_TEST(test_check_prints_every_error_and_exits_2)
+{
+    static char out[65536], err[65536];
+    int rc = run_check("-c " INVALID "/many_errors.cfg", out, sizeof(out), err, sizeof(err));
+    ck_assert_int_eq(rc, 2);
+    ck_assert_str_eq(out, "");
+    ck_assert_ptr_nonnull(strstr(err, INVALID "/many_errors.cfg:1: setting \"database.url\""));
+    ck_assert_ptr_nonnull(
+        strstr(err, INVALID "/many_errors.cfg:9: job \"c\": setting \"timeout\""));
+    ck_assert_ptr_nonnull(strstr(err, "is invalid: 16 errors"));
+}
+END_TEST
+
+START_TEST(test_check_usage_errors_exit_2)
+{
+    static char out[4096], err[4096];
+    ck_assert_int_eq(run_check("--bogus", out, sizeof(out), err, sizeof(err)), 2);
+    ck_assert_ptr_nonnull(strstr(err, "usage: warren check"));
+    ck_assert_int_eq(run_check("--help", out, sizeof(out), err, sizeof(err)), 0);
+    ck_assert_ptr_nonnull(strstr(out, "usage: warren check"));
+    ck_assert_int_eq(run_check("-c /nonexistent.cfg", out, sizeof(out), err, sizeof(err)), 2);
+    ck_assert_ptr_nonnull(strstr(err, "/nonexistent.cfg: cannot read the configuration"));
+}
+END_TEST
+
+START_TEST(test_check_reads_warren_config_env)
+{
+    static char out[65536], err[65536];
+    setenv("WARREN_CONFIG", VALID "/minimal.cfg", 1);
+    int rc = run_check("", out, sizeof(out), err, sizeof(err));
+    unsetenv("WARREN_CONFIG");
+    ck_assert_int_eq(rc, 0);
+    ck_assert_ptr_nonnull(strstr(out, "tick "));
+    ck_assert_ptr_nonnull(strstr(out, "valid, 1 job, 1 queue"));
+}
+END_TEST
+
 /* ---- data-driven invalid files -------------------------------------------------------------- */
 
 #define MAX_CASES 256
@@ -514,6 +597,13 @@ static Suite *config_suite(void)
     tc = tcase_create("environment");
     tcase_add_test(tc, test_config_env_overrides_urls);
     tcase_add_test(tc, test_config_env_amqp_url_is_validated);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("check_command");
+    tcase_add_test(tc, test_check_prints_one_line_per_job_and_exits_0);
+    tcase_add_test(tc, test_check_prints_every_error_and_exits_2);
+    tcase_add_test(tc, test_check_usage_errors_exit_2);
+    tcase_add_test(tc, test_check_reads_warren_config_env);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("invalid");
