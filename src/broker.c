@@ -133,7 +133,6 @@ static void bytes_str(amqp_bytes_t b, char *buf, size_t len)
     buf[n] = '\0';
 }
 
-
 /* ---- connection and channel state ---------------------------------------- */
 
 static int lost(warren_broker *b, const char *reason)
@@ -631,7 +630,7 @@ int warren_broker_topology(warren_broker *b, const char *const *queues, size_t n
         entry_i64(&a[n++], "x-delivery-limit", delivery_limit);
         if ((rc = declare_queue(b, name, a, n, err)) != 0)
             return rc;
-        entry_str(&a[0], "x-match", "all");
+        entry_str(&a[0], "x-match", "all-with-x");
         entry_str(&a[1], WARREN_QUEUE_HEADER, queues[i]);
         if ((rc = bind_queue(b, name, WARREN_READY_EXCHANGE, queues[i], a, 2, err)) != 0)
             return rc;

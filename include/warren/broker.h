@@ -13,10 +13,13 @@
 
 /* Fixed names (DESIGN §4). */
 /* warren.ready is a HEADERS exchange: each ready queue is bound with
- * {x-match: all, x-warren-queue: <job queue>}. Every run message carries the
- * header x-warren-queue, so it routes the same whether published straight
- * to warren.ready or dead-lettered there from a delay queue (whose routing
- * key is the delay queue's name). */
+ * {x-match: all-with-x, x-warren-queue: <job queue>}. Every run message
+ * carries the header x-warren-queue, so it routes the same whether published
+ * straight to warren.ready or dead-lettered there from a delay queue (whose
+ * routing key is the delay queue's name). all-with-x (RabbitMQ >= 3.10), not
+ * all: plain all/any ignore every binding argument starting with "x-", so
+ * such a binding would match every message (measured: each ready queue got
+ * every run). */
 #define WARREN_READY_EXCHANGE "warren.ready"
 #define WARREN_QUEUE_HEADER "x-warren-queue"
 #define WARREN_READY_PREFIX "warren.ready."           /* + job queue: quorum ready queue */
@@ -52,7 +55,7 @@ int warren_broker_connected(const warren_broker *b);
  * (topic), all durable; quorum queue warren.dead bound to warren.dead; per
  * job queue Q the quorum queue warren.ready.Q (x-delivery-limit, DLX
  * warren.dead, x-dead-letter-strategy at-least-once, x-overflow
- * reject-publish) bound to warren.ready with {x-match: all, x-warren-queue: Q}.
+ * reject-publish) bound to warren.ready with {x-match: all-with-x, x-warren-queue: Q}.
  * A re-declare whose arguments differ fails with WARREN_ECONFLICT naming the
  * queue (or exchange), the argument, both values and the fix; the broker
  * object stays usable. Errors: WARREN_EINVAL (a queue name that is not

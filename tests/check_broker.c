@@ -1,0 +1,615 @@
+/* check_broker: src/broker.c against the real RabbitMQ (tests/servers.sh):
+ * topology, publisher confirms and returns, delay queues, consuming,
+ * dead-lettering, delivery limits, error translation. Each test gets a
+ * fresh vhost from testenv_vhost(). */
+#include <check.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <warren/broker.h>
+
+#include "testenv.h"
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t wall_s(void)
+{
+    return (int64_t)time(NULL);
+}
+
+/* A fresh vhost with the topology for queue "default" (and "other"). */
+static warren_broker *open_fresh(char **url_out, int delivery_limit)
+{
+    static const char *const queues[] = {"default", "other"};
+    warren_error err = {0};
+    warren_broker *b = NULL;
+    char *url = testenv_vhost();
+
+    ck_assert_msg(warren_broker_open(url, NULL, &b, &err) == 0, "open: %s", err.message);
+    ck_assert_msg(warren_broker_topology(b, queues, 2, delivery_limit, &err) == 0, "topology: %s",
+                  err.message);
+    if (url_out != NULL)
+        *url_out = url;
+    else
+        free(url);
+    return b;
+}
+
+typedef struct confirms {
+    uint64_t last_seq; /* seqs must come in order, each once */
+    int acked, nacked, returned;
+    warren_publish_status by_seq[2048];
+} confirms;
+
+static void on_confirm(void *ud, uint64_t seq, warren_publish_status st)
+{
+    confirms *c = ud;
+    ck_assert_msg(seq == c->last_seq + 1, "confirm for seq %" PRIu64 " after %" PRIu64, seq,
+                  c->last_seq);
+    c->last_seq = seq;
+    if (seq < 2048)
+        c->by_seq[seq] = st;
+    if (st == WARREN_BROKER_ACKED)
+        c->acked++;
+    else if (st == WARREN_BROKER_NACKED)
+        c->nacked++;
+    else
+        c->returned++;
+}
+
+/* A run-like message for job queue q. */
+static uint64_t publish_run(warren_broker *b, const char *exchange, const char *rkey,
+                            const char *queue, const char *id, int64_t expiration_ms, int mandatory)
+{
+    warren_header h[3] = {
+        {WARREN_QUEUE_HEADER, queue}, {"x-warren-job", "report"}, {"x-warren-attempt", "0"}};
+    warren_message m = {0};
+    warren_error err = {0};
+    uint64_t seq = 0;
+    char body[128];
+
+    snprintf(body, sizeof(body), "{\"run_key\":\"%s\"}", id);
+    m.exchange = exchange;
+    m.routing_key = rkey;
+    m.message_id = id;
+    m.type = "report";
+    m.timestamp = (warren_us)1764424800 * WARREN_US_PER_S;
+    m.expiration_ms = expiration_ms;
+    m.headers = h;
+    m.nheaders = 3;
+    m.body = body;
+    m.body_len = strlen(body);
+    m.mandatory = mandatory;
+    ck_assert_msg(warren_broker_publish(b, &m, &seq, &err) == 0, "publish: %s", err.message);
+    return seq;
+}
+
+static uint32_t depth(warren_broker *b, const char *queue)
+{
+    warren_error err = {0};
+    uint32_t n = 0;
+    ck_assert_msg(warren_broker_queue_count(b, queue, &n, NULL, &err) == 0, "count %s: %s", queue,
+                  err.message);
+    return n;
+}
+
+/* Waits up to ms for one delivery. */
+static void next_or_fail(warren_broker *b, int ms, warren_delivery *d)
+{
+    warren_error err = {0};
+    int got = 0;
+    ck_assert_msg(warren_broker_next(b, ms, d, &got, &err) == 0, "next: %s", err.message);
+    ck_assert_msg(got, "no delivery within %d ms", ms);
+}
+
+static void wait_all(warren_broker *b, uint64_t seq, confirms *c)
+{
+    warren_error err = {0};
+    ck_assert_msg(warren_broker_confirm_wait(b, seq, 10000, on_confirm, c, &err) == 0,
+                  "confirm_wait: %s", err.message);
+}
+
+/* ---- topology --------------------------------------------------------------- */
+
+START_TEST(test_topology_twice_is_idempotent)
+{
+    static const char *const queues[] = {"default", "other"};
+    warren_error err = {0};
+    warren_broker *b = open_fresh(NULL, 5);
+    uint32_t consumers = 9;
+
+    ck_assert_msg(warren_broker_topology(b, queues, 2, 5, &err) == 0, "again: %s", err.message);
+    ck_assert_uint_eq(depth(b, "warren.ready.default"), 0);
+    ck_assert_uint_eq(depth(b, "warren.ready.other"), 0);
+    ck_assert_uint_eq(depth(b, WARREN_DEAD_QUEUE), 0);
+    ck_assert_int_eq(warren_broker_queue_count(b, "warren.ready.default", NULL, &consumers, &err),
+                     0);
+    ck_assert_uint_eq(consumers, 0);
+    warren_broker_free(b);
+}
+END_TEST
+
+START_TEST(test_topology_conflict_names_queue_and_argument)
+{
+    static const char *const queues[] = {"default"};
+    warren_error err = {0};
+    warren_broker *b = open_fresh(NULL, 5);
+    confirms c = {0};
+    uint64_t seq;
+
+    ck_assert_int_eq(warren_broker_topology(b, queues, 1, 3, &err), WARREN_ECONFLICT);
+    ck_assert_msg(strstr(err.message, "\"warren.ready.default\"") != NULL, "%s", err.message);
+    ck_assert_msg(strstr(err.message, "\"x-delivery-limit\"") != NULL, "%s", err.message);
+    ck_assert_msg(strstr(err.message, "'3'") != NULL && strstr(err.message, "'5'") != NULL,
+                  "both values: %s", err.message);
+    ck_assert_msg(strstr(err.message, "delete the queue") != NULL, "the fix: %s", err.message);
+    /* the broker object is still usable: declares, counts and publishes */
+    ck_assert(warren_broker_connected(b));
+    warren_error_clear(&err);
+    ck_assert_msg(warren_broker_topology(b, queues, 1, 5, &err) == 0, "%s", err.message);
+    ck_assert_int_eq(warren_broker_confirm_select(b, &err), 0);
+    seq = publish_run(b, WARREN_READY_EXCHANGE, "default", "default", "after-conflict", -1, 1);
+    wait_all(b, seq, &c);
+    ck_assert_int_eq(c.acked, 1);
+    ck_assert_uint_eq(depth(b, "warren.ready.default"), 1);
+    warren_broker_free(b);
+}
+END_TEST
+
+START_TEST(test_topology_rejects_bad_queue_name)
+{
+    static const char *const queues[] = {"bad name"};
+    warren_error err = {0};
+    warren_broker *b = open_fresh(NULL, 5);
+
+    ck_assert_int_eq(warren_broker_topology(b, queues, 1, 5, &err), WARREN_EINVAL);
+    ck_assert_msg(strstr(err.message, "bad name") != NULL, "%s", err.message);
+    warren_broker_free(b);
+}
+END_TEST
+
+/* ---- publishing ------------------------------------------------------------- */
+
+START_TEST(test_publish_1000_pipelined_all_acked)
+{
+    warren_error err = {0};
+    warren_broker *b = open_fresh(NULL, 5);
+    confirms c = {0};
+    uint64_t seq = 0;
+    char id[32];
+
+    ck_assert_int_eq(warren_broker_confirm_select(b, &err), 0);
+    for (int i = 0; i < 1000; i++) {
+        snprintf(id, sizeof(id), "run-%d", i);
+        seq = publish_run(b, WARREN_READY_EXCHANGE, "default", "default", id, -1, 1);
+        ck_assert_uint_eq(seq, (uint64_t)i + 1);
+    }
+    wait_all(b, seq, &c);
+    ck_assert_int_eq(c.acked, 1000);
+    ck_assert_int_eq(c.nacked + c.returned, 0);
+    ck_assert_uint_eq(c.last_seq, 1000);
+    ck_assert_uint_eq(depth(b, "warren.ready.default"), 1000);
+    ck_assert_uint_eq(depth(b, "warren.ready.other"), 0);
+    /* nothing left to report: a second wait calls nothing */
+    ck_assert_int_eq(warren_broker_confirm_wait(b, seq, 1000, on_confirm, &c, &err), 0);
+    ck_assert_int_eq(c.acked, 1000);
+    warren_broker_free(b);
+}
+END_TEST
+
+START_TEST(test_mandatory_unroutable_is_returned)
+{
+    warren_error err = {0};
+    warren_broker *b = open_fresh(NULL, 5);
+    confirms c = {0};
+    uint64_t s1, s2, s3, s4;
+
+    ck_assert_int_eq(warren_broker_confirm_select(b, &err), 0);
+    s1 = publish_run(b, WARREN_READY_EXCHANGE, "default", "default", "a", -1, 1);
+    s2 = publish_run(b, WARREN_READY_EXCHANGE, "nosuch", "nosuch", "b", -1, 1);
+    s3 = publish_run(b, "", "warren.delay.0", "default", "c", 1000, 1); /* no such queue */
+    s4 = publish_run(b, WARREN_READY_EXCHANGE, "other", "other", "d", -1, 1);
+    wait_all(b, s4, &c);
+    ck_assert_int_eq(c.by_seq[s1], WARREN_BROKER_ACKED);
+    ck_assert_int_eq(c.by_seq[s2], WARREN_BROKER_RETURNED);
+    ck_assert_int_eq(c.by_seq[s3], WARREN_BROKER_RETURNED);
+    ck_assert_int_eq(c.by_seq[s4], WARREN_BROKER_ACKED);
+    ck_assert_int_eq(c.returned, 2);
+    warren_broker_free(b);
+}
+END_TEST
+
+START_TEST(test_publish_to_missing_exchange_nacks_and_recovers)
+{
+    warren_error err = {0};
+    warren_broker *b = open_fresh(NULL, 5);
+    confirms c = {0};
+    uint64_t s1, s2;
+
+    ck_assert_int_eq(warren_broker_confirm_select(b, &err), 0);
+    s1 = publish_run(b, "no.such.exchange", "x", "default", "lost", -1, 0);
+    ck_assert_int_eq(warren_broker_confirm_wait(b, s1, 5000, on_confirm, &c, &err), WARREN_EBROKER);
+    ck_assert_msg(strstr(err.message, "no.such.exchange") != NULL, "%s", err.message);
+    ck_assert_int_eq(c.nacked, 1);
+    ck_assert(warren_broker_connected(b));
+    /* the channel was reopened in confirm mode */
+    s2 = publish_run(b, WARREN_READY_EXCHANGE, "default", "default", "ok", -1, 1);
+    ck_assert_uint_eq(s2, s1 + 1);
+    wait_all(b, s2, &c);
+    ck_assert_int_eq(c.acked, 1);
+    ck_assert_uint_eq(depth(b, "warren.ready.default"), 1);
+    warren_broker_free(b);
+}
+END_TEST
+
+/* ---- delay queues ----------------------------------------------------------- */
+
+START_TEST(test_delay_message_arrives_no_earlier_than_ttl_with_id_and_headers)
+{
+    warren_error err = {0};
+    warren_broker *b = open_fresh(NULL, 5);
+    warren_delivery d = {0};
+    confirms c = {0};
+    char name[64];
+    int64_t t0, waited;
+    uint64_t seq;
+
+    ck_assert_int_eq(warren_broker_confirm_select(b, &err), 0);
+    ck_assert_msg(warren_broker_delay_queue(b, wall_s() + 2, 600000, name, sizeof(name), &err) == 0,
+                  "%s", err.message);
+    ck_assert_msg(strncmp(name, "warren.delay.", 13) == 0, "%s", name);
+    ck_assert_int_eq(warren_broker_consume(b, "warren.ready.default", &err), 0);
+    t0 = now_ms();
+    seq = publish_run(b, "", name, "default", "report@2026-11-29T14:00:00Z", 1500, 1);
+    wait_all(b, seq, &c);
+    ck_assert_int_eq(c.acked, 1);
+    next_or_fail(b, 5000, &d);
+    waited = now_ms() - t0;
+    ck_assert_msg(waited >= 1500, "released after %" PRId64 " ms, before its TTL", waited);
+    ck_assert_msg(waited < 3000, "released %" PRId64 " ms late", waited - 1500);
+    ck_assert_str_eq(d.queue, "warren.ready.default");
+    ck_assert_str_eq(d.message_id, "report@2026-11-29T14:00:00Z");
+    ck_assert_str_eq(d.type, "report");
+    ck_assert_int_eq(d.timestamp, (warren_us)1764424800 * WARREN_US_PER_S);
+    ck_assert_str_eq(warren_delivery_header(&d, WARREN_QUEUE_HEADER), "default");
+    ck_assert_str_eq(warren_delivery_header(&d, "x-warren-job"), "report");
+    ck_assert_str_eq(warren_delivery_header(&d, "x-warren-attempt"), "0");
+    ck_assert_ptr_nonnull(warren_delivery_header(&d, "x-death"));
+    ck_assert_msg(strstr(warren_delivery_header(&d, "x-death"), "expired") != NULL, "%s",
+                  warren_delivery_header(&d, "x-death"));
+    ck_assert_str_eq(d.body, "{\"run_key\":\"report@2026-11-29T14:00:00Z\"}");
+    ck_assert_int_eq(warren_broker_ack(b, d.tag, &err), 0);
+    warren_delivery_clear(&d);
+    warren_broker_free(b);
+}
+END_TEST
+
+START_TEST(test_delay_seconds_published_out_of_order_release_in_due_order)
+{
+    warren_error err = {0};
+    warren_broker *b = open_fresh(NULL, 5);
+    warren_delivery d = {0};
+    confirms c = {0};
+    char late[64], soon[64];
+    int64_t t0, s = wall_s(), first_at;
+    uint64_t seq;
+
+    ck_assert_int_eq(warren_broker_confirm_select(b, &err), 0);
+    ck_assert_int_eq(warren_broker_delay_queue(b, s + 4, 600000, late, sizeof(late), &err), 0);
+    ck_assert_int_eq(warren_broker_delay_queue(b, s + 1, 600000, soon, sizeof(soon), &err), 0);
+    /* cached: declaring again is free and gives the same name */
+    ck_assert_int_eq(warren_broker_delay_queue(b, s + 1, 600000, soon, sizeof(soon), &err), 0);
+    ck_assert_int_eq(warren_broker_consume(b, "warren.ready.default", &err), 0);
+    t0 = now_ms();
+    publish_run(b, "", late, "default", "late", 3000, 1);
+    seq = publish_run(b, "", soon, "default", "soon", 800, 1);
+    wait_all(b, seq, &c);
+    ck_assert_int_eq(c.acked, 2);
+    next_or_fail(b, 5000, &d);
+    first_at = now_ms() - t0;
+    ck_assert_str_eq(d.message_id, "soon");
+    /* not held behind the 3 s message: the head-of-line blocking is gone */
+    ck_assert_msg(first_at >= 800 && first_at < 2000, "soon released after %" PRId64 " ms",
+                  first_at);
+    ck_assert_int_eq(warren_broker_ack(b, d.tag, &err), 0);
+    warren_delivery_clear(&d);
+    next_or_fail(b, 5000, &d);
+    ck_assert_str_eq(d.message_id, "late");
+    ck_assert_msg(now_ms() - t0 >= 3000, "late released early");
+    ck_assert_int_eq(warren_broker_ack(b, d.tag, &err), 0);
+    warren_delivery_clear(&d);
+    warren_broker_free(b);
+}
+END_TEST
+
+START_TEST(test_delay_queue_expires_must_stay_constant)
+{
+    warren_error err = {0};
+    warren_broker *b, *b2 = NULL;
+    char *url = NULL;
+    char name[64];
+    int64_t s = wall_s() + 30;
+
+    b = open_fresh(&url, 5);
+    ck_assert_int_eq(warren_broker_delay_queue(b, s, 600000, name, sizeof(name), &err), 0);
+    ck_assert_int_eq(warren_broker_open(url, NULL, &b2, &err), 0);
+    ck_assert_int_eq(warren_broker_delay_queue(b2, s, 300000, name, sizeof(name), &err),
+                     WARREN_ECONFLICT);
+    ck_assert_msg(strstr(err.message, "x-expires") != NULL, "%s", err.message);
+    ck_assert(warren_broker_connected(b2));
+    warren_error_clear(&err);
+    ck_assert_int_eq(warren_broker_delay_queue(b, s, 0, name, sizeof(name), &err), WARREN_EINVAL);
+    warren_broker_free(b2);
+    warren_broker_free(b);
+    free(url);
+}
+END_TEST
+
+START_TEST(test_delay_ring_slot_releases_into_ready_queue)
+{
+    warren_error err = {0};
+    warren_broker *b = open_fresh(NULL, 5);
+    warren_delivery d = {0};
+    confirms c = {0};
+    char name[64];
+    int64_t t0;
+    uint64_t seq;
+
+    ck_assert_int_eq(warren_broker_delay_ring_check(60, 120000, &err), WARREN_EINVAL);
+    ck_assert_msg(strstr(err.message, "122") != NULL, "%s", err.message);
+    warren_error_clear(&err);
+    ck_assert_int_eq(warren_broker_delay_ring_check(122, 120000, &err), 0);
+    ck_assert_int_eq(warren_broker_confirm_select(b, &err), 0);
+    ck_assert_msg(
+        warren_broker_delay_ring_queue(b, 1000 * 122 + 7, 122, name, sizeof(name), &err) == 0, "%s",
+        err.message);
+    ck_assert_str_eq(name, "warren.delay.ring.7");
+    ck_assert_int_eq(warren_broker_consume(b, "warren.ready.other", &err), 0);
+    t0 = now_ms();
+    seq = publish_run(b, "", name, "other", "ringed", 700, 1);
+    wait_all(b, seq, &c);
+    ck_assert_int_eq(c.acked, 1);
+    next_or_fail(b, 5000, &d);
+    ck_assert_msg(now_ms() - t0 >= 700, "released early");
+    ck_assert_str_eq(d.message_id, "ringed");
+    ck_assert_str_eq(d.queue, "warren.ready.other");
+    warren_delivery_clear(&d);
+    warren_broker_free(b);
+}
+END_TEST
+
+/* ---- consuming, dead letters -------------------------------------------------- */
+
+START_TEST(test_reject_without_requeue_lands_in_dead_queue)
+{
+    warren_error err = {0};
+    warren_broker *b = open_fresh(NULL, 5);
+    warren_delivery d = {0};
+    confirms c = {0};
+    uint64_t seq;
+
+    ck_assert_int_eq(warren_broker_confirm_select(b, &err), 0);
+    publish_run(b, WARREN_READY_EXCHANGE, "default", "default", "good", -1, 1);
+    seq = publish_run(b, WARREN_READY_EXCHANGE, "default", "default", "poison", -1, 1);
+    wait_all(b, seq, &c);
+    ck_assert_int_eq(warren_broker_qos(b, 10, &err), 0);
+    ck_assert_int_eq(warren_broker_consume(b, "warren.ready.default", &err), 0);
+    next_or_fail(b, 5000, &d);
+    ck_assert_str_eq(d.message_id, "good");
+    ck_assert_int_eq(d.redelivered, 0);
+    ck_assert_int_eq(warren_broker_ack(b, d.tag, &err), 0);
+    warren_delivery_clear(&d);
+    next_or_fail(b, 5000, &d);
+    ck_assert_str_eq(d.message_id, "poison");
+    ck_assert_int_eq(warren_broker_reject(b, d.tag, 0, &err), 0);
+    warren_delivery_clear(&d);
+    ck_assert_int_eq(warren_broker_consume(b, WARREN_DEAD_QUEUE, &err), 0);
+    next_or_fail(b, 5000, &d);
+    ck_assert_str_eq(d.queue, WARREN_DEAD_QUEUE);
+    ck_assert_str_eq(d.message_id, "poison");
+    ck_assert_str_eq(warren_delivery_header(&d, "x-warren-job"), "report");
+    ck_assert_str_eq(warren_delivery_header(&d, "x-first-death-reason"), "rejected");
+    ck_assert_msg(strstr(warren_delivery_header(&d, "x-death"), "rejected warren.ready.default") !=
+                      NULL,
+                  "%s", warren_delivery_header(&d, "x-death"));
+    ck_assert_int_eq(warren_broker_ack(b, d.tag, &err), 0);
+    warren_delivery_clear(&d);
+    ck_assert_uint_eq(depth(b, "warren.ready.default"), 0);
+    warren_broker_free(b);
+}
+END_TEST
+
+START_TEST(test_delivery_limit_dead_letters_after_limit_plus_one_deliveries)
+{
+    warren_error err = {0};
+    warren_broker *b = open_fresh(NULL, 2);
+    warren_delivery d = {0};
+    confirms c = {0};
+    uint64_t seq;
+    int deliveries = 0, got = 0;
+
+    ck_assert_int_eq(warren_broker_confirm_select(b, &err), 0);
+    seq = publish_run(b, WARREN_READY_EXCHANGE, "default", "default", "crashy", -1, 1);
+    wait_all(b, seq, &c);
+    ck_assert_int_eq(warren_broker_consume(b, "warren.ready.default", &err), 0);
+    for (;;) {
+        ck_assert_int_eq(warren_broker_next(b, 2000, &d, &got, &err), 0);
+        if (!got)
+            break;
+        deliveries++;
+        ck_assert_str_eq(d.message_id, "crashy");
+        ck_assert_int_eq(warren_broker_reject(b, d.tag, 1, &err), 0);
+        warren_delivery_clear(&d);
+        ck_assert_int_le(deliveries, 10);
+    }
+    ck_assert_int_eq(deliveries, 3); /* x-delivery-limit 2: delivered 3 times */
+    ck_assert_uint_eq(depth(b, WARREN_DEAD_QUEUE), 1);
+    ck_assert_int_eq(warren_broker_consume(b, WARREN_DEAD_QUEUE, &err), 0);
+    next_or_fail(b, 5000, &d);
+    ck_assert_str_eq(d.message_id, "crashy");
+    ck_assert_str_eq(warren_delivery_header(&d, "x-first-death-reason"), "delivery_limit");
+    warren_delivery_clear(&d);
+    warren_broker_free(b);
+}
+END_TEST
+
+START_TEST(test_consumer_and_publisher_share_one_connection)
+{
+    warren_error err = {0};
+    warren_broker *b = open_fresh(NULL, 5);
+    warren_delivery d = {0};
+    confirms c = {0};
+    uint64_t seq = 0;
+    int seen = 0, got;
+    char id[32];
+
+    ck_assert_int_eq(warren_broker_confirm_select(b, &err), 0);
+    ck_assert_int_eq(warren_broker_consume(b, "warren.ready.default", &err), 0);
+    for (int i = 0; i < 50; i++) {
+        snprintf(id, sizeof(id), "m%d", i);
+        seq = publish_run(b, WARREN_READY_EXCHANGE, "default", "default", id, -1, 1);
+    }
+    /* deliveries arriving while we read confirms are kept, not lost */
+    wait_all(b, seq, &c);
+    ck_assert_int_eq(c.acked, 50);
+    for (;;) {
+        ck_assert_int_eq(warren_broker_next(b, 1000, &d, &got, &err), 0);
+        if (!got)
+            break;
+        snprintf(id, sizeof(id), "m%d", seen);
+        ck_assert_str_eq(d.message_id, id);
+        ck_assert_int_eq(warren_broker_ack(b, d.tag, &err), 0);
+        warren_delivery_clear(&d);
+        seen++;
+    }
+    ck_assert_int_eq(seen, 50);
+    warren_broker_free(b);
+}
+END_TEST
+
+START_TEST(test_queue_count_missing_queue_is_enoent_and_consumers_survive)
+{
+    warren_error err = {0};
+    warren_broker *b = open_fresh(NULL, 5);
+    warren_delivery d = {0};
+    confirms c = {0};
+    uint32_t n = 7;
+    uint64_t seq;
+
+    ck_assert_int_eq(warren_broker_confirm_select(b, &err), 0);
+    ck_assert_int_eq(warren_broker_consume(b, "warren.ready.default", &err), 0);
+    ck_assert_int_eq(warren_broker_queue_count(b, "warren.ready.nope", &n, NULL, &err),
+                     WARREN_ENOENT);
+    ck_assert_msg(strstr(err.message, "warren.ready.nope") != NULL, "%s", err.message);
+    ck_assert_uint_eq(n, 7);
+    warren_error_clear(&err);
+    ck_assert_int_eq(warren_broker_consume(b, "warren.ready.nope", &err), WARREN_ENOENT);
+    warren_error_clear(&err);
+    /* the first consumer still gets messages, confirms still work */
+    seq = publish_run(b, WARREN_READY_EXCHANGE, "default", "default", "still", -1, 1);
+    wait_all(b, seq, &c);
+    ck_assert_int_eq(c.acked, 1);
+    next_or_fail(b, 5000, &d);
+    ck_assert_str_eq(d.message_id, "still");
+    ck_assert_int_eq(warren_broker_ack(b, d.tag, &err), 0);
+    warren_delivery_clear(&d);
+    warren_broker_free(b);
+}
+END_TEST
+
+/* ---- connection errors ---------------------------------------------------------- */
+
+START_TEST(test_unreachable_port_is_ebrokerconn_naming_host_and_port)
+{
+    warren_error err = {0};
+    warren_broker *b = (warren_broker *)&err; /* must be reset to NULL */
+
+    ck_assert_int_eq(warren_broker_open("amqp://guest:guest@127.0.0.1:1/", NULL, &b, &err),
+                     WARREN_EBROKERCONN);
+    ck_assert_ptr_null(b);
+    ck_assert_msg(strstr(err.message, "127.0.0.1:1") != NULL, "%s", err.message);
+    ck_assert_msg(strstr(err.message, "is the server running?") != NULL, "%s", err.message);
+    ck_assert_msg(strstr(err.message, "guest:guest") == NULL, "password leaked: %s", err.message);
+}
+END_TEST
+
+START_TEST(test_unknown_vhost_and_bad_url_are_reported)
+{
+    warren_error err = {0};
+    warren_broker *b = NULL;
+    char url[512];
+    const char *base = testenv_amqp_url();
+    const char *slash = strrchr(base, '/');
+
+    snprintf(url, sizeof(url), "%.*s/warren_no_such_vhost", (int)(slash - base), base);
+    ck_assert_int_eq(warren_broker_open(url, NULL, &b, &err), WARREN_EBROKERCONN);
+    ck_assert_msg(strstr(err.message, "warren_no_such_vhost") != NULL, "%s", err.message);
+    ck_assert_ptr_null(b);
+    warren_error_clear(&err);
+    ck_assert_int_eq(warren_broker_open("http://x", NULL, &b, &err), WARREN_EINVAL);
+    ck_assert_msg(strstr(err.message, "WARREN_AMQP_URL") != NULL, "%s", err.message);
+}
+END_TEST
+
+static Suite *broker_suite(void)
+{
+    Suite *s = suite_create("broker");
+    TCase *tc;
+
+    tc = tcase_create("topology");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_topology_twice_is_idempotent);
+    tcase_add_test(tc, test_topology_conflict_names_queue_and_argument);
+    tcase_add_test(tc, test_topology_rejects_bad_queue_name);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("publish");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_publish_1000_pipelined_all_acked);
+    tcase_add_test(tc, test_mandatory_unroutable_is_returned);
+    tcase_add_test(tc, test_publish_to_missing_exchange_nacks_and_recovers);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("delay");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_delay_message_arrives_no_earlier_than_ttl_with_id_and_headers);
+    tcase_add_test(tc, test_delay_seconds_published_out_of_order_release_in_due_order);
+    tcase_add_test(tc, test_delay_queue_expires_must_stay_constant);
+    tcase_add_test(tc, test_delay_ring_slot_releases_into_ready_queue);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("consume");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_reject_without_requeue_lands_in_dead_queue);
+    tcase_add_test(tc, test_delivery_limit_dead_letters_after_limit_plus_one_deliveries);
+    tcase_add_test(tc, test_consumer_and_publisher_share_one_connection);
+    tcase_add_test(tc, test_queue_count_missing_queue_is_enoent_and_consumers_survive);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("errors");
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, test_unreachable_port_is_ebrokerconn_naming_host_and_port);
+    tcase_add_test(tc, test_unknown_vhost_and_bad_url_are_reported);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(broker_suite());
+    int failed;
+
+    testenv_amqp_url(); /* fails the run at once when the servers are not set up */
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
