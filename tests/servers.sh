@@ -72,7 +72,10 @@ pg_base() {
         return
     fi
     local base="$DEV/pg"
-    if ! runuser -u postgres -- test -x "$DEV" 2>/dev/null || [ ${#base} -gt 80 ]; then
+    # Also when the path is long (the socket path has a 107-byte limit) or
+    # has blanks (pg_ctl -o splits on them).
+    if ! (cd / && runuser -u postgres -- test -x "$DEV") 2>/dev/null || [ ${#base} -gt 80 ] ||
+        [[ "$base" =~ [[:space:]] ]]; then
         base="/var/tmp/warren-pg-$(printf '%s' "$REPO" | cksum | cut -d' ' -f1)"
     fi
     printf '%s\n' "$base" >"$DEV/pg.location"
