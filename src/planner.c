@@ -1,0 +1,721 @@
+/* planner.c: the planner's tick (DESIGN §5): partition leases, materialising
+ * fire times into runs with misfire policies, then the relay, the outbox and
+ * the reconciler; and the loop that ticks, wakes on NOTIFY and reconnects.
+ * docs/delivery.md explains the decisions. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <warren/broker.h>
+#include <warren/cron.h>
+#include <warren/duration.h>
+#include <warren/planner.h>
+#include <warren/relay.h>
+#include <warren/store.h>
+#include <warren/store_plan.h>
+
+/* Jobs locked per materialise transaction. */
+#define JOB_BATCH 500
+/* Runs one job may create in one tick (the cursor continues next tick). */
+#define MAX_RUNS_PER_JOB 10000
+/* Missed fire times looked at per job before the rest are coalesced. */
+#define MAX_MISSED_SCAN 1000000
+/* Skipped rows written per job and tick (the last one's note counts the rest). */
+#define MAX_SKIPPED_ROWS 1000
+/* A job whose schedule cannot be computed is looked at again after this. */
+#define BROKEN_JOB_RETRY_US (INT64_C(600) * WARREN_US_PER_S)
+/* The reconciler runs at most this often. */
+#define RECONCILE_EVERY_MS 5000
+#define RECONCILE_LIMIT 1000
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 10000
+
+/* ---------------------------------------------------------------- schedules */
+
+enum { SCHED_CRON, SCHED_EVERY, SCHED_AT };
+
+struct warren_schedule {
+    int kind;
+    warren_cron *cron;
+    const warren_tz *tz;
+    int64_t every_s;
+    int64_t at_s;
+};
+
+int warren_schedule_new(warren_tzdb *db, const char *job, const char *kind, const char *expr,
+                        const char *tz, warren_schedule **out, warren_error *err)
+{
+    warren_schedule *s;
+    int rc = 0;
+
+    *out = NULL;
+    if ((s = calloc(1, sizeof(*s))) == NULL)
+        return warren_error_set(err, WARREN_ENOMEM, "out of memory");
+    if (strcmp(kind, "cron") == 0) {
+        s->kind = SCHED_CRON;
+        if ((rc = warren_tzdb_get(db, tz && *tz ? tz : "UTC", &s->tz, err)) != 0)
+            goto fail;
+        if ((rc = warren_cron_parse(expr, job, &s->cron, err)) != 0)
+            goto fail;
+    } else if (strcmp(kind, "every") == 0) {
+        int64_t ms = 0;
+        s->kind = SCHED_EVERY;
+        if ((rc = warren_duration_parse(expr, &ms, err)) != 0)
+            goto fail;
+        if (ms <= 0) {
+            rc = warren_error_set(err, WARREN_EPARSE, "interval \"%s\" must be positive", expr);
+            goto fail;
+        }
+        s->every_s = (ms + 999) / 1000; /* run keys have whole seconds */
+    } else if (strcmp(kind, "at") == 0) {
+        warren_us at = 0;
+        s->kind = SCHED_AT;
+        if ((rc = warren_time_parse(expr, &at, err)) != 0)
+            goto fail;
+        s->at_s = warren_us_to_s(at);
+    } else {
+        rc = warren_error_set(err, WARREN_EINVAL, "unknown schedule kind \"%s\"", kind);
+        goto fail;
+    }
+    *out = s;
+    return 0;
+fail:
+    warren_schedule_free(s);
+    return rc;
+}
+
+void warren_schedule_free(warren_schedule *s)
+{
+    if (s == NULL)
+        return;
+    warren_cron_free(s->cron);
+    free(s);
+}
+
+static int64_t floor_div(int64_t a, int64_t b)
+{
+    int64_t q = a / b;
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+int warren_schedule_next(const warren_schedule *s, warren_us from, int64_t *next_s, unsigned *flags,
+                         warren_error *err)
+{
+    if (flags)
+        *flags = 0;
+    switch (s->kind) {
+    case SCHED_CRON:
+        return warren_cron_next(s->cron, s->tz, from, next_s, flags, err);
+    case SCHED_EVERY: {
+        /* Anchor: the Unix epoch. The next multiple of every strictly after from. */
+        int64_t k = floor_div(from, s->every_s * WARREN_US_PER_S);
+        *next_s = (k + 1) * s->every_s;
+        return 0;
+    }
+    default:
+        if ((warren_us)s->at_s * WARREN_US_PER_S > from) {
+            *next_s = s->at_s;
+            return 0;
+        }
+        return warren_error_set(err, WARREN_ENEVER, "one-shot schedule already fired");
+    }
+}
+
+int64_t warren_jitter_offset_s(const char *job, int64_t jitter_ms)
+{
+    uint64_t h = UINT64_C(14695981039346656037);
+    int64_t n;
+
+    if (jitter_ms <= 0 || job == NULL)
+        return 0;
+    n = (jitter_ms + 999) / 1000;
+    for (const unsigned char *c = (const unsigned char *)job; *c; c++) {
+        h ^= *c;
+        h *= UINT64_C(1099511628211);
+    }
+    return (int64_t)(h % (uint64_t)n);
+}
+
+/* ------------------------------------------------------------------ planner */
+
+struct warren_planner {
+    warren_planner_config pc;
+    char *store_url;
+    char *amqp_url;
+    const warren_logger *lg;
+    warren_store *st;
+    warren_broker *b;
+    warren_relay *relay;
+    warren_tzdb *tzdb;
+    char id[128];
+    int64_t stall_ms;
+    int64_t last_reconcile_ms;
+    int reap_missing_logged;
+    volatile sig_atomic_t *stop;
+    warren_planner_stats stats;
+};
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int64_t ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static int stopping(const warren_planner *p)
+{
+    return p->stop != NULL && *p->stop;
+}
+
+static int64_t lease_ms(const warren_planner *p)
+{
+    int64_t ms = p->pc.tick_ms * 10;
+    return ms < 5000 ? 5000 : ms;
+}
+
+/* The relay publishes this far ahead: the horizon, but well inside the delay
+ * queues' x-expires (an expired queue loses its messages). */
+static int64_t relay_lead_ms(const warren_planner *p)
+{
+    int64_t lead = p->pc.horizon_ms;
+    if (lead > p->pc.delay_queue_expires_ms / 2)
+        lead = p->pc.delay_queue_expires_ms / 2;
+    return lead;
+}
+
+static int connect_broker(warren_planner *p, warren_error *err)
+{
+    int rc;
+    warren_broker_free(p->b);
+    p->b = NULL;
+    if ((rc = warren_broker_open(p->amqp_url, p->lg, &p->b, err)) != 0)
+        return rc;
+    if ((rc = warren_broker_confirm_select(p->b, err)) != 0) {
+        warren_broker_free(p->b);
+        p->b = NULL;
+        return rc;
+    }
+    if (p->relay)
+        warren_relay_set_broker(p->relay, p->b);
+    return 0;
+}
+
+int warren_planner_new(const warren_config *cfg, const char *store_url, const char *amqp_url,
+                       const warren_logger *lg, warren_planner **out, warren_error *err)
+{
+    warren_planner *p;
+    char host[64] = "host";
+    int rc;
+
+    *out = NULL;
+    if ((p = calloc(1, sizeof(*p))) == NULL)
+        return warren_error_set(err, WARREN_ENOMEM, "out of memory creating the planner");
+    p->pc = cfg->planner;
+    if (p->pc.tick_ms <= 0)
+        p->pc.tick_ms = 1000;
+    if (p->pc.horizon_ms <= 0)
+        p->pc.horizon_ms = 120000;
+    if (p->pc.misfire_threshold_ms <= 0)
+        p->pc.misfire_threshold_ms = 60000;
+    if (p->pc.reconcile_grace_ms <= 0)
+        p->pc.reconcile_grace_ms = 30000;
+    if (p->pc.partitions <= 0)
+        p->pc.partitions = 64;
+    if (p->pc.publish_batch <= 0)
+        p->pc.publish_batch = 200;
+    if (p->pc.delay_queue_expires_ms <= 0)
+        p->pc.delay_queue_expires_ms = 600000;
+    p->lg = lg;
+    p->store_url = strdup(store_url ? store_url : "");
+    p->amqp_url = strdup(amqp_url ? amqp_url : "");
+    p->tzdb = warren_tzdb_new(NULL);
+    if (!p->store_url || !p->amqp_url || !p->tzdb) {
+        rc = warren_error_set(err, WARREN_ENOMEM, "out of memory creating the planner");
+        goto fail;
+    }
+    gethostname(host, sizeof(host) - 1);
+    host[sizeof(host) - 1] = '\0';
+    {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        snprintf(p->id, sizeof(p->id), "%s:%ld:%lld", host, (long)getpid(),
+                 (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000);
+    }
+    if (p->pc.delay_ring > 0 &&
+        (rc = warren_broker_delay_ring_check(p->pc.delay_ring, relay_lead_ms(p), err)) != 0)
+        goto fail;
+    if ((rc = warren_store_open(p->store_url, lg, &p->st, err)) != 0)
+        goto fail;
+    if ((rc = warren_store_listen(p->st, err)) != 0)
+        goto fail;
+    if ((rc = connect_broker(p, err)) != 0)
+        goto fail;
+    if ((rc = warren_relay_new(p->st, p->b, &p->pc, lg, &p->relay, err)) != 0)
+        goto fail;
+    *out = p;
+    return 0;
+fail:
+    warren_planner_free(p);
+    return rc;
+}
+
+void warren_planner_free(warren_planner *p)
+{
+    if (p == NULL)
+        return;
+    warren_relay_free(p->relay);
+    warren_broker_free(p->b);
+    warren_store_free(p->st);
+    warren_tzdb_free(p->tzdb);
+    free(p->store_url);
+    free(p->amqp_url);
+    free(p);
+}
+
+int warren_planner_set_id(warren_planner *p, const char *id, warren_error *err)
+{
+    if (id == NULL || id[0] == '\0' || strlen(id) > 100)
+        return warren_error_set(err, WARREN_EINVAL, "planner id must be 1-100 bytes");
+    snprintf(p->id, sizeof(p->id), "%s", id);
+    return 0;
+}
+
+const char *warren_planner_id(const warren_planner *p)
+{
+    return p->id;
+}
+
+void warren_planner_set_stall(warren_planner *p, int64_t ms)
+{
+    p->stall_ms = ms;
+    warren_relay_set_stall(p->relay, ms);
+}
+
+void warren_planner_stats_get(const warren_planner *p, warren_planner_stats *out)
+{
+    *out = p->stats;
+}
+
+/* ------------------------------------------------------------- materialise */
+
+/* Rows to insert for one batch of jobs; notes are owned here. */
+typedef struct runvec {
+    warren_plan_run *v;
+    char **notes;
+    size_t n, cap;
+} runvec;
+
+static void runvec_free(runvec *rv)
+{
+    for (size_t i = 0; i < rv->n; i++)
+        free(rv->notes[i]);
+    free(rv->v);
+    free(rv->notes);
+    memset(rv, 0, sizeof(*rv));
+}
+
+/* Appends a row; note (copied) may be NULL. */
+static int runvec_add(runvec *rv, const char *job, int64_t sched_s, int64_t jitter_s,
+                      const char *state, const char *origin, const char *note, warren_error *err)
+{
+    char *copy = NULL;
+    if (rv->n == rv->cap) {
+        size_t cap = rv->cap ? rv->cap * 2 : 256;
+        warren_plan_run *v = realloc(rv->v, cap * sizeof(*v));
+        if (v == NULL)
+            return warren_error_set(err, WARREN_ENOMEM, "out of memory planning runs");
+        rv->v = v;
+        char **notes = realloc(rv->notes, cap * sizeof(*notes));
+        if (notes == NULL)
+            return warren_error_set(err, WARREN_ENOMEM, "out of memory planning runs");
+        rv->notes = notes;
+        rv->cap = cap;
+    }
+    if (note != NULL && (copy = strdup(note)) == NULL)
+        return warren_error_set(err, WARREN_ENOMEM, "out of memory planning runs");
+    warren_plan_run *r = &rv->v[rv->n];
+    r->job = job;
+    r->scheduled_at = sched_s * WARREN_US_PER_S;
+    r->due_at = (sched_s + jitter_s) * WARREN_US_PER_S;
+    r->state = state;
+    r->origin = origin;
+    r->note = copy;
+    r->payload = NULL;
+    rv->notes[rv->n] = copy;
+    rv->n++;
+    return 0;
+}
+
+static const char *dst_note(unsigned flags)
+{
+    if (flags & WARREN_FIRE_GAP_SHIFTED)
+        return "DST: the local time fell in a spring-forward gap; fired at the first instant "
+               "after it";
+    if (flags & WARREN_FIRE_OVERLAP_SECOND)
+        return "DST: the local time repeats (fall back); this is its second occurrence "
+               "(interval-like schedule)";
+    if (flags & WARREN_FIRE_OVERLAP_FIRST)
+        return "DST: the local time repeats (fall back); fired once, at the first occurrence";
+    return NULL;
+}
+
+static char *fmt_s(int64_t s, char *buf)
+{
+    return warren_time_format(s * WARREN_US_PER_S, buf, WARREN_TIME_BUF);
+}
+
+/* Fire times of one job from its cursor up to now + horizon, with the misfire
+ * policy applied to those older than the threshold. *cursor gets the new
+ * next_fire_at (*never = 1: the schedule is exhausted). */
+static int plan_job(warren_planner *p, const warren_plan_job *j, warren_us now, runvec *rv,
+                    warren_us *cursor, int *never, warren_error *err)
+{
+    warren_schedule *s = NULL;
+    warren_error e = {0};
+    int64_t t, jit, first = 0, last = 0, nmissed = 0, made = 0;
+    int64_t horizon_end = now + p->pc.horizon_ms * 1000;
+    int64_t miss_before = now - p->pc.misfire_threshold_ms * 1000;
+    unsigned flags = 0;
+    int rc, exhausted = 0, deferred = 0;
+    char a[WARREN_TIME_BUF], b[WARREN_TIME_BUF], thr[32], note[512];
+
+    *never = 0;
+    if (warren_schedule_new(p->tzdb, j->name, j->kind, j->expression, j->timezone, &s, &e) != 0) {
+        warren_log(p->lg, WARREN_LOG_ERROR,
+                   "job %s: cannot compute its fire times: %s; not planned (looked at again in "
+                   "10 min)",
+                   j->name, e.message);
+        *cursor = now + BROKEN_JOB_RETRY_US;
+        return 0;
+    }
+    jit = warren_jitter_offset_s(j->name, j->jitter_ms);
+    warren_duration_format(p->pc.misfire_threshold_ms, thr, sizeof(thr));
+    /* The cursor is the first fire time not yet materialised (NULL: start
+     * from now); tolerate a cursor that is not itself a fire time. */
+    rc = warren_schedule_next(s, (j->has_next ? j->next_fire_at : now) - 1, &t, &flags, &e);
+
+    /* Missed fire times: older than the misfire threshold. */
+    int is_catch = strcmp(j->misfire, "catch_up") == 0;
+    int is_skip = strcmp(j->misfire, "skip") == 0;
+    int64_t cap = is_catch && j->max_catch_up > 0 ? j->max_catch_up : MAX_RUNS_PER_JOB;
+    int64_t skipped_rows = 0;
+    while (rc == 0 && t * WARREN_US_PER_S < miss_before) {
+        if (is_catch && j->max_catch_up == 0 && made >= MAX_RUNS_PER_JOB) {
+            deferred = 1; /* uncapped catch_up: continue from t next tick */
+            break;
+        }
+        if (nmissed == 0)
+            first = t;
+        nmissed++;
+        last = t;
+        if (is_catch && nmissed <= cap) {
+            snprintf(note, sizeof(note),
+                     "misfire catch_up: fire time missed by more than %s; run late (planned at "
+                     "%s)",
+                     thr, warren_time_format(now, a, sizeof(a)));
+            if ((rc = runvec_add(rv, j->name, t, jit, "planned", "misfire", note, err)) != 0)
+                goto out;
+            made++;
+        } else if ((is_skip || is_catch) && skipped_rows < MAX_SKIPPED_ROWS) {
+            if (is_skip)
+                snprintf(note, sizeof(note),
+                         "misfire skip: fire time missed by more than %s (planner behind or job "
+                         "paused); skipped",
+                         thr);
+            else
+                snprintf(note, sizeof(note),
+                         "misfire catch_up: over max_catch_up (%d missed runs already run late); "
+                         "skipped",
+                         j->max_catch_up);
+            if ((rc = runvec_add(rv, j->name, t, jit, "skipped", "misfire", note, err)) != 0)
+                goto out;
+            skipped_rows++;
+            p->stats.runs_skipped++;
+        }
+        if (nmissed >= MAX_MISSED_SCAN) {
+            /* Coalesce the rest of a very long outage without enumerating it. */
+            rc = warren_schedule_next(s, miss_before - 1, &t, &flags, &e);
+            break;
+        }
+        rc = warren_schedule_next(s, t * WARREN_US_PER_S, &t, &flags, &e);
+    }
+    if (nmissed > 0 && !is_catch && !is_skip) {
+        /* run_once: one run for the latest missed fire time. */
+        snprintf(note, sizeof(note),
+                 "misfire run_once: %lld missed fire time(s) from %s to %s (missed by more than "
+                 "%s) coalesced into this run",
+                 (long long)nmissed, fmt_s(first, a), fmt_s(last, b), thr);
+        if ((rc = runvec_add(rv, j->name, last, jit, "planned", "misfire", note, err)) != 0)
+            goto out;
+        made++;
+    } else if (nmissed > skipped_rows + (is_catch ? (nmissed < cap ? nmissed : cap) : 0) &&
+               (is_skip || is_catch)) {
+        warren_log(p->lg, WARREN_LOG_WARN,
+                   "job %s: %lld missed fire times from %s to %s; only %lld recorded as rows",
+                   j->name, (long long)nmissed, fmt_s(first, a), fmt_s(last, b),
+                   (long long)(skipped_rows + (is_catch ? (nmissed < cap ? nmissed : cap) : 0)));
+    }
+    if (nmissed > 0)
+        warren_log(p->lg, WARREN_LOG_INFO, "job %s: %lld fire time(s) missed (%s to %s): %s",
+                   j->name, (long long)nmissed, fmt_s(first, a), fmt_s(last, b), j->misfire);
+
+    /* On time (or late by less than the threshold). */
+    while (rc == 0 && !deferred && t * WARREN_US_PER_S <= horizon_end && made < MAX_RUNS_PER_JOB) {
+        const char *dn = dst_note(flags);
+        if ((rc = runvec_add(rv, j->name, t, jit, "planned", "schedule", dn, err)) != 0)
+            goto out;
+        made++;
+        rc = warren_schedule_next(s, t * WARREN_US_PER_S, &t, &flags, &e);
+    }
+    if (rc == WARREN_ENEVER) {
+        exhausted = 1;
+        rc = 0;
+    } else if (rc != 0 && rc != WARREN_ENOMEM) {
+        warren_log(p->lg, WARREN_LOG_ERROR, "job %s: %s", j->name, e.message);
+        *cursor = now + BROKEN_JOB_RETRY_US;
+        rc = 0;
+        goto out;
+    }
+    if (rc == 0) {
+        *never = exhausted;
+        *cursor = exhausted ? 0 : t * WARREN_US_PER_S;
+    }
+out:
+    warren_schedule_free(s);
+    return rc;
+}
+
+/* One transaction: lock a batch of due jobs, insert their runs, advance them.
+ * *njobs gets the number of jobs locked. */
+static int materialise_batch(warren_planner *p, size_t *njobs, int *inserted, warren_error *err)
+{
+    warren_plan_job *jobs = NULL;
+    size_t n = 0;
+    warren_us now = 0;
+    runvec rv = {0};
+    const char **names = NULL;
+    warren_us *next = NULL;
+    int *never = NULL;
+    int rc, ins = 0;
+
+    *njobs = 0;
+    *inserted = 0;
+    if ((rc = warren_plan_begin(p->st, err)) != 0)
+        return rc;
+    rc = warren_plan_lock_due_jobs(p->st, p->id, p->pc.horizon_ms, JOB_BATCH, &jobs, &n, &now, err);
+    if (rc != 0 || n == 0)
+        goto done;
+    *njobs = n;
+    names = calloc(n, sizeof(*names));
+    next = calloc(n, sizeof(*next));
+    never = calloc(n, sizeof(*never));
+    if (!names || !next || !never) {
+        rc = warren_error_set(err, WARREN_ENOMEM, "out of memory planning runs");
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        names[i] = jobs[i].name;
+        if ((rc = plan_job(p, &jobs[i], now, &rv, &next[i], &never[i], err)) != 0)
+            goto done;
+    }
+    /* Insert in chunks so one statement stays a reasonable size. */
+    for (size_t off = 0; off < rv.n; off += 5000) {
+        size_t cnt = rv.n - off < 5000 ? rv.n - off : 5000;
+        int k = 0;
+        if ((rc = warren_plan_insert_runs(p->st, rv.v + off, cnt, &k, err)) != 0)
+            goto done;
+        ins += k;
+    }
+    if ((rc = warren_plan_advance(p->st, names, next, never, n, err)) != 0)
+        goto done;
+    if ((rc = warren_plan_commit(p->st, err)) != 0)
+        goto done;
+    *inserted = ins;
+done:
+    if (rc != 0 || n == 0)
+        warren_plan_rollback(p->st);
+    runvec_free(&rv);
+    free(names);
+    free(next);
+    free(never);
+    warren_plan_jobs_free(jobs, n);
+    return rc;
+}
+
+int warren_planner_tick(warren_planner *p, warren_error *err)
+{
+    int rc, owned = 0, taken = 0, dropped = 0, live = 0, inserted = 0, published = 0,
+            unroutable = 0, outbox = 0, republished = 0, reaped = 0;
+    size_t jobs_seen = 0;
+    int64_t start = mono_ms(), budget = p->pc.tick_ms * 2 < 2000 ? 2000 : p->pc.tick_ms * 2;
+    uint64_t skipped_before = p->stats.runs_skipped;
+
+    p->stats.ticks++;
+    if ((rc = warren_plan_heartbeat(p->st, p->id, lease_ms(p), p->pc.partitions, err)) != 0)
+        return rc;
+    if ((rc = warren_plan_leases(p->st, p->id, p->pc.partitions, lease_ms(p), &owned, &taken,
+                                 &dropped, &live, err)) != 0)
+        return rc;
+    p->stats.partitions_owned = owned;
+    if (taken || dropped)
+        warren_log(p->lg, WARREN_LOG_INFO,
+                   "planner %s: partitions: took %d, gave up %d, own %d of %d (%d live planners)",
+                   p->id, taken, dropped, owned, p->pc.partitions, live);
+
+    while (owned > 0 && !stopping(p)) {
+        size_t n = 0;
+        int k = 0;
+        if ((rc = materialise_batch(p, &n, &k, err)) != 0)
+            return rc;
+        jobs_seen += n;
+        inserted += k;
+        if (n < JOB_BATCH || mono_ms() - start > budget)
+            break;
+    }
+    p->stats.runs_inserted += (uint64_t)inserted;
+
+    if ((rc = warren_relay_runs(p->relay, relay_lead_ms(p), budget, &published, &unroutable,
+                                err)) != 0)
+        return rc;
+    p->stats.runs_published += (uint64_t)published;
+    p->stats.runs_unroutable += (uint64_t)unroutable;
+    if ((rc = warren_relay_outbox(p->relay, budget, &outbox, err)) != 0)
+        return rc;
+    p->stats.outbox_published += (uint64_t)outbox;
+
+    if (mono_ms() - p->last_reconcile_ms >= RECONCILE_EVERY_MS && !stopping(p)) {
+        warren_error e = {0};
+        p->last_reconcile_ms = mono_ms();
+        if ((rc = warren_plan_reconcile_published(p->st, p->pc.reconcile_grace_ms, RECONCILE_LIMIT,
+                                                  &republished, err)) != 0)
+            return rc;
+        p->stats.republished += (uint64_t)republished;
+        rc = warren_plan_reap(p->st, RECONCILE_LIMIT, &reaped, &e);
+        if (rc == WARREN_ENOENT) {
+            if (!p->reap_missing_logged)
+                warren_log(p->lg, WARREN_LOG_WARN, "reconciler: %s", e.message);
+            p->reap_missing_logged = 1;
+        } else if (rc != 0) {
+            return warren_error_set(err, rc, "%s", e.message);
+        }
+        p->stats.leases_reaped += (uint64_t)reaped;
+        if (republished > 0 || reaped > 0)
+            warren_log(p->lg, WARREN_LOG_INFO,
+                       "reconciler: %d published run(s) not started %lld s after due sent back "
+                       "to planned; %d expired worker lease(s) re-queued",
+                       republished, (long long)(p->pc.reconcile_grace_ms / 1000), reaped);
+    }
+    if (inserted > 0 || published > 0 || unroutable > 0 || outbox > 0)
+        warren_log(p->lg, WARREN_LOG_INFO,
+                   "tick: %d run(s) planned (%llu skipped) from %zu job(s); %d published, %d "
+                   "unroutable; %d outbox message(s)",
+                   inserted, (unsigned long long)(p->stats.runs_skipped - skipped_before),
+                   jobs_seen, published, unroutable, outbox);
+    return 0;
+}
+
+int warren_planner_release(warren_planner *p, warren_error *err)
+{
+    return warren_plan_release(p->st, p->id, err);
+}
+
+/* Re-establishes whichever connection is down (both after a timeout). */
+static int reconnect(warren_planner *p, int code, warren_error *err)
+{
+    int rc = 0;
+    if (!warren_store_connected(p->st) || code == WARREN_EDBCONN) {
+        warren_plan_rollback(p->st);
+        if ((rc = warren_store_reconnect(p->st, err)) != 0)
+            return rc;
+    }
+    if (p->b == NULL || !warren_broker_connected(p->b) || code == WARREN_EBROKERCONN ||
+        code == WARREN_EBROKER || code == WARREN_ETIMEOUT) {
+        if ((rc = connect_broker(p, err)) != 0)
+            return rc;
+    }
+    p->stats.reconnects++;
+    return 0;
+}
+
+static int is_conn_error(int rc)
+{
+    return rc == WARREN_EDBCONN || rc == WARREN_EBROKERCONN || rc == WARREN_EBROKER ||
+           rc == WARREN_ETIMEOUT || rc == WARREN_EIO;
+}
+
+int warren_planner_run(warren_planner *p, volatile sig_atomic_t *stop, warren_error *err)
+{
+    int64_t backoff = BACKOFF_MIN_MS;
+    int broken = 0;
+
+    p->stop = stop;
+    while (!stopping(p)) {
+        int64_t t0 = mono_ms();
+        warren_error e = {0};
+        int rc;
+
+        if (broken) {
+            rc = reconnect(p, broken, &e);
+            if (rc == 0) {
+                warren_log(p->lg, WARREN_LOG_INFO, "planner %s: reconnected", p->id);
+                broken = 0;
+                backoff = BACKOFF_MIN_MS;
+            }
+        } else {
+            rc = warren_planner_tick(p, &e);
+        }
+        if (rc != 0) {
+            warren_plan_rollback(p->st);
+            if (is_conn_error(rc) || broken) {
+                if (!broken)
+                    broken = rc;
+                warren_log(p->lg, WARREN_LOG_WARN, "planner %s: %s; retrying in %lld ms", p->id,
+                           e.message, (long long)backoff);
+                for (int64_t slept = 0; slept < backoff && !stopping(p); slept += 100)
+                    sleep_ms(100);
+                backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
+                continue;
+            }
+            warren_log(p->lg, WARREN_LOG_ERROR, "planner %s: tick failed: %s", p->id, e.message);
+        }
+        /* Sleep out the tick on LISTEN: a NOTIFY (sync, trigger, pause,
+         * resume) wakes us at once. */
+        for (;;) {
+            int64_t left = p->pc.tick_ms - (mono_ms() - t0);
+            int got = 0;
+            if (left <= 0 || stopping(p))
+                break;
+            rc = warren_store_wait_notify(p->st, left > 250 ? 250 : (int)left, &got, &e);
+            if (rc != 0 && rc != WARREN_EINTR) {
+                broken = is_conn_error(rc) ? rc : WARREN_EDBCONN;
+                break;
+            }
+            if (got)
+                break;
+        }
+    }
+    {
+        warren_error e = {0};
+        warren_plan_rollback(p->st);
+        if (warren_planner_release(p, &e) != 0)
+            warren_log(p->lg, WARREN_LOG_WARN,
+                       "planner %s: could not release partition leases (they expire in %lld s): "
+                       "%s",
+                       p->id, (long long)(lease_ms(p) / 1000), e.message);
+        else
+            warren_log(p->lg, WARREN_LOG_INFO, "planner %s: stopped; partition leases released",
+                       p->id);
+    }
+    (void)err;
+    return 0;
+}

@@ -1,0 +1,486 @@
+/* relay.c: committed runs and outbox rows to RabbitMQ, in small batches with
+ * pipelined publisher confirms; a run is marked published only after its ack.
+ * See relay.h for the contract and docs/delivery.md for the reasoning. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <warren/codec.h>
+#include <warren/relay.h>
+#include <warren/store_plan.h>
+
+/* How long to wait for a batch's confirms before giving up on the connection. */
+#define CONFIRM_TIMEOUT_MS 15000
+/* A returned (unroutable) or nacked run is retried no sooner than this. */
+#define UNROUTABLE_RETRY_MS 5000
+#define NACK_RETRY_MS 1000
+/* A missing ready queue is looked up again after this. */
+#define READY_CHECK_MS 10000
+#define MAX_READY_CACHE 256
+
+typedef struct ready_entry {
+    char *queue;
+    int exists;
+    int64_t checked_ms; /* monotonic */
+} ready_entry;
+
+struct warren_relay {
+    warren_store *st;
+    warren_broker *b;
+    warren_planner_config pc;
+    const warren_logger *lg;
+    int64_t stall_ms;
+    ready_entry cache[MAX_READY_CACHE];
+    size_t ncache;
+};
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void sleep_ms(int64_t ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+int warren_relay_new(warren_store *st, warren_broker *b, const warren_planner_config *pc,
+                     const warren_logger *lg, warren_relay **out, warren_error *err)
+{
+    warren_relay *r = calloc(1, sizeof(*r));
+    *out = NULL;
+    if (r == NULL)
+        return warren_error_set(err, WARREN_ENOMEM, "out of memory creating the relay");
+    r->st = st;
+    r->b = b;
+    r->pc = *pc;
+    if (r->pc.publish_batch <= 0)
+        r->pc.publish_batch = 200;
+    if (r->pc.delay_queue_expires_ms <= 0)
+        r->pc.delay_queue_expires_ms = 600000;
+    r->lg = lg;
+    *out = r;
+    return 0;
+}
+
+static void cache_clear(warren_relay *r)
+{
+    for (size_t i = 0; i < r->ncache; i++)
+        free(r->cache[i].queue);
+    r->ncache = 0;
+}
+
+void warren_relay_free(warren_relay *r)
+{
+    if (r == NULL)
+        return;
+    cache_clear(r);
+    free(r);
+}
+
+void warren_relay_set_broker(warren_relay *r, warren_broker *b)
+{
+    r->b = b;
+    cache_clear(r); /* a new connection: look again */
+}
+
+void warren_relay_set_stall(warren_relay *r, int64_t ms)
+{
+    r->stall_ms = ms;
+}
+
+size_t warren_json_compact_inplace(char *json)
+{
+    size_t w = 0;
+    int in_str = 0, esc = 0;
+
+    for (size_t i = 0; json[i] != '\0'; i++) {
+        char c = json[i];
+        if (in_str) {
+            if (esc)
+                esc = 0;
+            else if (c == '\\')
+                esc = 1;
+            else if (c == '"')
+                in_str = 0;
+        } else if (c == '"') {
+            in_str = 1;
+        } else if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+            continue;
+        }
+        json[w++] = c;
+    }
+    json[w] = '\0';
+    return w;
+}
+
+/* 1 if warren.ready.<queue> exists (cached per connection), 0 if it does not,
+ * negative on a broker error. A run not yet due would otherwise sit in its
+ * delay queue and be dropped at expiry by the dead-letter hop, silently. */
+static int ready_exists(warren_relay *r, const char *queue, warren_error *err)
+{
+    int64_t now = mono_ms();
+    char name[160];
+    uint32_t msgs = 0, consumers = 0;
+    ready_entry *e = NULL;
+    int rc;
+
+    for (size_t i = 0; i < r->ncache; i++) {
+        if (strcmp(r->cache[i].queue, queue) == 0) {
+            e = &r->cache[i];
+            break;
+        }
+    }
+    if (e != NULL && (e->exists || now - e->checked_ms < READY_CHECK_MS))
+        return e->exists;
+    snprintf(name, sizeof(name), "%s%s", WARREN_READY_PREFIX, queue);
+    {
+        warren_error qerr = {0};
+        rc = warren_broker_queue_count(r->b, name, &msgs, &consumers, &qerr);
+        if (rc != 0 && rc != WARREN_ENOENT)
+            return warren_error_set(err, rc, "%s", qerr.message);
+    }
+    if (e == NULL) {
+        if (r->ncache == MAX_READY_CACHE)
+            cache_clear(r);
+        e = &r->cache[r->ncache];
+        e->queue = strdup(queue);
+        if (e->queue == NULL)
+            return warren_error_set(err, WARREN_ENOMEM, "out of memory");
+        r->ncache++;
+    }
+    e->exists = rc == 0;
+    e->checked_ms = now;
+    return e->exists;
+}
+
+/* Confirms of one batch, by delivery tag. */
+typedef struct batch_state {
+    const uint64_t *seqs;
+    int *status; /* -1 unknown, else warren_publish_status */
+    size_t n;
+} batch_state;
+
+static void on_confirm(void *ud, uint64_t seq, warren_publish_status status)
+{
+    batch_state *bs = ud;
+    size_t lo = 0, hi = bs->n;
+
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (bs->seqs[mid] < seq)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < bs->n && bs->seqs[lo] == seq)
+        bs->status[lo] = (int)status;
+}
+
+/* Builds and publishes one run. */
+static int publish_run(warren_relay *r, const warren_relay_row *row, warren_us now_est,
+                       uint64_t *seq, warren_error *err)
+{
+    char sched[WARREN_TIME_BUF], due[WARREN_TIME_BUF], attempt[16], qname[80];
+    warren_run_msg m = {0};
+    char *body = NULL;
+    size_t body_len = 0;
+    int rc;
+
+    warren_time_format(row->scheduled_at, sched, sizeof(sched));
+    warren_time_format_ms(row->due_at, due, sizeof(due));
+    snprintf(attempt, sizeof(attempt), "%d", row->attempt);
+    m.run_key = row->run_key;
+    m.job = row->job;
+    m.scheduled_at = row->scheduled_at;
+    m.due_at = row->due_at;
+    m.attempt = row->attempt;
+    m.payload_json = row->payload;
+    if ((rc = warren_run_msg_encode(&m, &body, &body_len, err)) != 0)
+        return rc;
+
+    warren_header h[] = {{"x-warren-job", row->job},
+                         {"x-warren-scheduled-at", sched},
+                         {"x-warren-due-at", due},
+                         {"x-warren-attempt", attempt},
+                         {WARREN_QUEUE_HEADER, row->queue}};
+    warren_message msg = {.exchange = WARREN_READY_EXCHANGE,
+                          .routing_key = row->queue,
+                          .message_id = row->run_key,
+                          .type = row->job,
+                          .timestamp = row->scheduled_at,
+                          .expiration_ms = -1,
+                          .headers = h,
+                          .nheaders = sizeof(h) / sizeof(h[0]),
+                          .body = body,
+                          .body_len = body_len,
+                          .mandatory = 1};
+
+    if (row->due_at > now_est) {
+        /* Not due yet: the delay queue of its due second. Round up so the
+         * broker never releases it before due_at. */
+        int64_t ms = (row->due_at - now_est + 999) / 1000;
+        if (r->pc.delay_ring > 0)
+            rc = warren_broker_delay_ring_queue(r->b, warren_us_to_s(row->due_at), r->pc.delay_ring,
+                                                qname, sizeof(qname), err);
+        else
+            rc = warren_broker_delay_queue(r->b, warren_us_to_s(row->due_at),
+                                           r->pc.delay_queue_expires_ms, qname, sizeof(qname), err);
+        if (rc != 0) {
+            free(body);
+            return rc;
+        }
+        msg.exchange = "";
+        msg.routing_key = qname;
+        msg.expiration_ms = ms < 1 ? 1 : ms;
+    }
+    rc = warren_broker_publish(r->b, &msg, seq, err);
+    free(body);
+    return rc;
+}
+
+/* One batch: select, publish, confirm, mark, commit. *got = rows selected. */
+static int relay_batch(warren_relay *r, int64_t lead_ms, size_t *got, int *published,
+                       int *unroutable, warren_error *err)
+{
+    warren_relay_row *rows = NULL;
+    size_t n = 0, npub = 0, nacked = 0;
+    uint64_t *seqs = NULL;
+    int *status = NULL;
+    size_t *idx = NULL;
+    const char **keys = NULL;
+    warren_us db_now = 0;
+    int64_t t_sel;
+    int rc;
+
+    *got = 0;
+    if ((rc = warren_plan_begin(r->st, err)) != 0)
+        return rc;
+    rc = warren_plan_relay_select(r->st, lead_ms, r->pc.publish_batch, &rows, &n, &db_now, err);
+    t_sel = mono_us();
+    if (rc != 0 || n == 0)
+        goto done;
+    *got = n;
+    seqs = calloc(n, sizeof(*seqs));
+    status = calloc(n, sizeof(*status));
+    idx = calloc(n, sizeof(*idx));
+    keys = calloc(n, sizeof(*keys));
+    if (!seqs || !status || !idx || !keys) {
+        rc = warren_error_set(err, WARREN_ENOMEM, "out of memory relaying runs");
+        goto done;
+    }
+    /* Ready queues first: a passive declare of a missing queue closes the
+     * channel, which must not happen while this batch's confirms are pending. */
+    for (size_t i = 0; i < n; i++) {
+        int ok = 1;
+        if (rows[i].due_at > db_now + (mono_us() - t_sel)) {
+            ok = ready_exists(r, rows[i].queue, err);
+            if (ok < 0) {
+                rc = ok;
+                goto done;
+            }
+        }
+        status[i] = ok ? 0 : 1; /* 1: skip */
+        if (!ok) {
+            char e[200];
+            snprintf(e, sizeof(e),
+                     "ready queue %s%s does not exist: not published (declare it with `warren "
+                     "topology`)",
+                     WARREN_READY_PREFIX, rows[i].queue);
+            warren_log(r->lg, WARREN_LOG_WARN, "run %s: %s", rows[i].run_key, e);
+            (*unroutable)++;
+            if ((rc = warren_plan_mark_publish_error(r->st, rows[i].run_key, e, UNROUTABLE_RETRY_MS,
+                                                     err)) != 0)
+                goto done;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (status[i] == 1)
+            continue;
+        /* The database's now at the select plus the (monotonic) time since. */
+        warren_us now_est = db_now + (mono_us() - t_sel);
+        rc = publish_run(r, &rows[i], now_est, &seqs[npub], err);
+        if (rc != 0)
+            goto done;
+        idx[npub] = i;
+        npub++;
+    }
+    for (size_t k = 0; k < npub; k++)
+        status[k] = -1;
+    if (npub > 0) {
+        batch_state bs = {seqs, status, npub};
+        if (r->stall_ms > 0)
+            sleep_ms(r->stall_ms);
+        rc = warren_broker_confirm_wait(r->b, seqs[npub - 1], CONFIRM_TIMEOUT_MS, on_confirm, &bs,
+                                        err);
+        if (rc != 0)
+            goto done;
+    }
+    for (size_t k = 0; k < npub; k++) {
+        const warren_relay_row *row = &rows[idx[k]];
+        if (status[k] == WARREN_BROKER_ACKED) {
+            keys[nacked++] = row->run_key;
+        } else if (status[k] == WARREN_BROKER_RETURNED) {
+            char e[200];
+            snprintf(e, sizeof(e),
+                     "unroutable: %s has no queue bound for %s=%s (returned by RabbitMQ; declare "
+                     "it with `warren topology`)",
+                     WARREN_READY_EXCHANGE, WARREN_QUEUE_HEADER, row->queue);
+            warren_log(r->lg, WARREN_LOG_WARN, "run %s: %s", row->run_key, e);
+            (*unroutable)++;
+            if ((rc = warren_plan_mark_publish_error(r->st, row->run_key, e, UNROUTABLE_RETRY_MS,
+                                                     err)) != 0)
+                goto done;
+        } else {
+            const char *e = status[k] == WARREN_BROKER_NACKED
+                                ? "publish nacked by RabbitMQ (will retry)"
+                                : "publish not confirmed by RabbitMQ (will retry)";
+            warren_log(r->lg, WARREN_LOG_WARN, "run %s: %s", row->run_key, e);
+            if ((rc = warren_plan_mark_publish_error(r->st, row->run_key, e, NACK_RETRY_MS, err)) !=
+                0)
+                goto done;
+        }
+    }
+    {
+        int marked = 0;
+        if ((rc = warren_plan_mark_published(r->st, keys, nacked, &marked, err)) != 0)
+            goto done;
+    }
+    if ((rc = warren_plan_commit(r->st, err)) != 0)
+        goto done;
+    *published += (int)nacked;
+    warren_log(r->lg, WARREN_LOG_DEBUG, "relay: published %zu of %zu runs", nacked, n);
+done:
+    if (rc != 0 || n == 0)
+        warren_plan_rollback(r->st);
+    warren_plan_relay_rows_free(rows, n);
+    free(seqs);
+    free(status);
+    free(idx);
+    free(keys);
+    return rc;
+}
+
+int warren_relay_runs(warren_relay *r, int64_t lead_ms, int64_t budget_ms, int *published,
+                      int *unroutable, warren_error *err)
+{
+    int64_t start = mono_ms();
+    int pub = 0, unr = 0, rc = 0;
+    size_t got;
+
+    do {
+        rc = relay_batch(r, lead_ms, &got, &pub, &unr, err);
+    } while (rc == 0 && got == (size_t)r->pc.publish_batch && mono_ms() - start < budget_ms);
+    if (published)
+        *published = pub;
+    if (unroutable)
+        *unroutable = unr;
+    return rc;
+}
+
+static int outbox_batch(warren_relay *r, size_t *got, int *published, warren_error *err)
+{
+    warren_outbox_row *rows = NULL;
+    size_t n = 0, nack = 0;
+    uint64_t *seqs = NULL;
+    int *status = NULL;
+    int64_t *ids = NULL;
+    int rc;
+
+    *got = 0;
+    if ((rc = warren_plan_begin(r->st, err)) != 0)
+        return rc;
+    rc = warren_plan_outbox_select(r->st, r->pc.publish_batch, &rows, &n, err);
+    if (rc != 0 || n == 0)
+        goto done;
+    *got = n;
+    seqs = calloc(n, sizeof(*seqs));
+    status = calloc(n, sizeof(*status));
+    ids = calloc(n, sizeof(*ids));
+    if (!seqs || !status || !ids) {
+        rc = warren_error_set(err, WARREN_ENOMEM, "out of memory relaying the outbox");
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        warren_outbox_row *o = &rows[i];
+        warren_header *h = NULL;
+        if (o->nheaders > 0 && (h = calloc(o->nheaders, sizeof(*h))) == NULL) {
+            rc = warren_error_set(err, WARREN_ENOMEM, "out of memory relaying the outbox");
+            goto done;
+        }
+        for (size_t k = 0; k < o->nheaders; k++) {
+            h[k].key = o->headers[k].key;
+            h[k].value = o->headers[k].value;
+        }
+        size_t len = warren_json_compact_inplace(o->body);
+        warren_message msg = {.exchange = o->exchange,
+                              .routing_key = o->routing_key,
+                              .message_id = o->message_id,
+                              .type = o->type,
+                              .timestamp = 0,
+                              .expiration_ms = -1,
+                              .headers = h,
+                              .nheaders = o->nheaders,
+                              .body = o->body,
+                              .body_len = len,
+                              .mandatory = 0};
+        status[i] = -1;
+        rc = warren_broker_publish(r->b, &msg, &seqs[i], err);
+        free(h);
+        if (rc != 0)
+            goto done;
+    }
+    {
+        batch_state bs = {seqs, status, n};
+        rc =
+            warren_broker_confirm_wait(r->b, seqs[n - 1], CONFIRM_TIMEOUT_MS, on_confirm, &bs, err);
+        if (rc != 0)
+            goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (status[i] == WARREN_BROKER_ACKED || status[i] == WARREN_BROKER_RETURNED)
+            ids[nack++] = rows[i].id;
+        else
+            warren_log(r->lg, WARREN_LOG_WARN, "outbox row %lld: publish nacked; will retry",
+                       (long long)rows[i].id);
+    }
+    if ((rc = warren_plan_outbox_delete(r->st, ids, nack, err)) != 0)
+        goto done;
+    if ((rc = warren_plan_commit(r->st, err)) != 0)
+        goto done;
+    *published += (int)nack;
+done:
+    if (rc != 0 || n == 0)
+        warren_plan_rollback(r->st);
+    warren_plan_outbox_rows_free(rows, n);
+    free(seqs);
+    free(status);
+    free(ids);
+    return rc;
+}
+
+int warren_relay_outbox(warren_relay *r, int64_t budget_ms, int *published, warren_error *err)
+{
+    int64_t start = mono_ms();
+    int pub = 0, rc = 0;
+    size_t got;
+
+    do {
+        rc = outbox_batch(r, &got, &pub, err);
+    } while (rc == 0 && got == (size_t)r->pc.publish_batch && mono_ms() - start < budget_ms);
+    if (published)
+        *published = pub;
+    return rc;
+}
