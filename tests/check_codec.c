@@ -71,8 +71,7 @@ START_TEST(test_codec_run_key_parses_back)
     warren_us t = 0;
     warren_error err = {0};
     ck_assert_int_eq(
-        warren_run_key_parse("nightly-report@2026-11-30T14:00:00Z", job, sizeof(job), &t, &err),
-        0);
+        warren_run_key_parse("nightly-report@2026-11-30T14:00:00Z", job, sizeof(job), &t, &err), 0);
     ck_assert_str_eq(job, "nightly-report");
     ck_assert_int_eq(t, T0);
     ck_assert_int_eq(warren_run_key_parse("a.b@1970-01-01T00:00:00Z", NULL, 0, NULL, NULL), 0);
@@ -206,7 +205,8 @@ static const struct {
     {"{" GOOD_HEAD "\"scheduled_at\":\"2026-11-30T14:00:00Z\",\"due_at\":17,"
      "\"attempt\":0,\"payload\":{}}",
      "\"due_at\" must be a string"},
-    {"{" GOOD_HEAD "\"scheduled_at\":\"2026-11-30T14:00:00.5Z\",\"due_at\":\"2026-11-30T14:00:00Z\","
+    {"{" GOOD_HEAD
+     "\"scheduled_at\":\"2026-11-30T14:00:00.5Z\",\"due_at\":\"2026-11-30T14:00:00Z\","
      "\"attempt\":0,\"payload\":{}}",
      "whole seconds"},
     {"{\"run_key\":\"j@2026-11-30T14:00:00Z\",\"job\":\"other\"," GOOD_TIMES
@@ -293,6 +293,67 @@ START_TEST(test_codec_json_object_check)
 }
 END_TEST
 
+/* Random byte edits of a valid body: decode either accepts (then the result
+ * re-encodes) or rejects with a reason; it never crashes (run under ASan). */
+START_TEST(test_codec_survives_mutated_bodies)
+{
+    warren_run_msg m = {0}, back;
+    char *body = NULL;
+    size_t len = 0;
+    uint64_t x = 0x9E3779B97F4A7C15ULL;
+    int accepted = 0, rejected = 0;
+
+    m.job = "mutant";
+    m.scheduled_at = T0;
+    m.due_at = T0;
+    m.attempt = 1;
+    m.payload_json = "{\"a\":[1,{\"b\":\"c\"}],\"d\":true}";
+    ck_assert_int_eq(warren_run_msg_encode(&m, &body, &len, NULL), 0);
+    char *buf = malloc(len + 16);
+    for (int i = 0; i < 20000; i++) {
+        size_t n = len;
+        memcpy(buf, body, len);
+        for (int k = 0; k < 1 + (int)(x % 3); k++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            size_t at = (size_t)(x >> 8) % n;
+            switch (x % 4) {
+            case 0:
+                buf[at] = (char)(x >> 40);
+                break; /* replace */
+            case 1:
+                n = at + 1;
+                break; /* truncate */
+            case 2:
+                buf[at] = "{}[]\",:0-9eE\\"[(x >> 32) % 13];
+                break; /* syntax char */
+            default:
+                buf[at] = buf[(at * 7) % n];
+                break; /* copy */
+            }
+        }
+        warren_error err = {0};
+        int rc = warren_run_msg_decode(buf, n, &back, &err);
+        if (rc == 0) {
+            char *again = NULL;
+            ck_assert_int_eq(warren_run_msg_encode(&back, &again, NULL, NULL), 0);
+            free(again);
+            warren_run_msg_clear(&back);
+            accepted++;
+        } else {
+            ck_assert_int_eq(rc, WARREN_EMSG);
+            ck_assert_ptr_nonnull(strstr(err.message, "malformed run message"));
+            rejected++;
+        }
+    }
+    ck_assert_int_gt(rejected, 1000);
+    free(buf);
+    free(body);
+    (void)accepted;
+}
+END_TEST
+
 static Suite *codec_suite(void)
 {
     Suite *s = suite_create("codec");
@@ -312,6 +373,7 @@ static Suite *codec_suite(void)
     tcase_add_test(tc, test_codec_accepts_unknown_fields_and_offsets);
     tcase_add_test(tc, test_codec_rejects_oversized_and_unterminated_bodies);
     tcase_add_test(tc, test_codec_json_object_check);
+    tcase_add_test(tc, test_codec_survives_mutated_bodies);
     suite_add_tcase(s, tc);
     return s;
 }
