@@ -105,7 +105,8 @@ static int cron_next(int argc, char **argv)
             count_text = v;
         } else if (!only_args && ((v = opt_value(argc, argv, &i, "--job", &missing)) || missing)) {
             job = v;
-        } else if (!only_args && argv[i][0] == '-' && argv[i][1] != '\0') {
+        } else if (!only_args && argv[i][0] == '-' && argv[i][1] != '\0' &&
+                   strchr(argv[i], ' ') == NULL && !(argv[i][1] >= '0' && argv[i][1] <= '9')) {
             fprintf(stderr, "warren cron next: unknown option \"%s\" (see --help)\n", argv[i]);
             return WARREN_EXIT_USAGE;
         } else {

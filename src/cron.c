@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <warren/cron.h>
 
@@ -333,6 +334,8 @@ static int parse_item(fctx *f, const char *s, const char *e)
     b = a;
     if (p < e && *p == '-') {
         p++;
+        if (p == e || *p == '/')
+            return ferr(f, "\"%.*s\" is not valid (a range needs an end: a-b)", (int)n, s);
         if (p < e && (*p == 'L' || *p == 'l'))
             return ferr(f, "\"%.*s\" is not valid (a range ends with a number)", (int)(n), s);
         if ((rc = read_value(f, &p, e, lo, hi, &b)) != 0)
@@ -619,7 +622,7 @@ int warren_cron_parse(const char *expr, const char *job_name, warren_cron **out,
             r++;
         for (size_t i = 0; i < sizeof macros / sizeof macros[0]; i++) {
             if ((size_t)(q - p) == strlen(macros[i].name) &&
-                strncmp(p, macros[i].name, (size_t)(q - p)) == 0) {
+                strncasecmp(p, macros[i].name, (size_t)(q - p)) == 0) {
                 if (*r != '\0')
                     return warren_error_set(err, WARREN_ECRON,
                                             "macro \"%s\" takes no fields after it (\"%s\")",
