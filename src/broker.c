@@ -9,6 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+
+#include <netdb.h>
+#include <sys/socket.h>
 
 #include <amqp.h>
 #include <amqp_tcp_socket.h>
@@ -377,14 +381,57 @@ static int open_channel(warren_broker *b, amqp_channel_t ch, warren_error *err)
     return 0;
 }
 
-static const char *socket_reason(int status, int saved_errno, char *buf, size_t len)
+/* rabbitmq-c 0.11 reports a failed connect as "a socket error occurred"
+ * and keeps the errno to itself: on that failure path only, connect once
+ * more to learn why (connection refused, no route to host, ...). */
+static int probe_errno(const char *host, int port)
 {
+    struct addrinfo hints, *res = NULL;
+    char service[16];
+    int e = 0;
+
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    snprintf(service, sizeof(service), "%d", port);
+    if (getaddrinfo(host, service, &hints, &res) != 0)
+        return 0;
+    for (struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
+        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        struct pollfd pfd;
+        socklen_t elen = sizeof(e);
+        if (fd < 0)
+            continue;
+        e = 0;
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+            e = errno;
+            if (e == EINPROGRESS) {
+                pfd.fd = fd;
+                pfd.events = POLLOUT;
+                e = poll(&pfd, 1, CONNECT_TIMEOUT_MS) == 1 &&
+                            getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &elen) == 0
+                        ? e
+                        : ETIMEDOUT;
+            }
+        }
+        close(fd);
+        if (e == 0)
+            break;
+    }
+    freeaddrinfo(res);
+    return e;
+}
+
+static const char *socket_reason(int status, const char *host, int port, char *buf, size_t len)
+{
+    int e;
+
     if (status == AMQP_STATUS_TIMEOUT) {
         snprintf(buf, len, "no answer within %d ms", CONNECT_TIMEOUT_MS);
         return buf;
     }
-    if (status == AMQP_STATUS_SOCKET_ERROR && saved_errno != 0) {
-        snprintf(buf, len, "%s", strerror(saved_errno));
+    if (status == AMQP_STATUS_SOCKET_ERROR && (e = probe_errno(host, port)) != 0) {
+        snprintf(buf, len, "%s", strerror(e));
         return buf;
     }
     snprintf(buf, len, "%s", amqp_error_string2(status));
@@ -399,7 +446,7 @@ int warren_broker_open(const char *url, const warren_logger *lg, warren_broker *
     amqp_socket_t *sock;
     char *copy = NULL, reason[512];
     struct timeval tv;
-    int status, rc, saved;
+    int status, rc;
 
     if (out == NULL)
         return warren_error_set(err, WARREN_EINVAL, "warren_broker_open: out is NULL");
@@ -434,20 +481,21 @@ int warren_broker_open(const char *url, const warren_logger *lg, warren_broker *
                               b->where);
         goto fail;
     }
+    if (ci.vhost == NULL || ci.vhost[0] == '\0')
+        ci.vhost = "/"; /* "amqp://host:port/" means the default vhost, as in pika */
     b->conn = amqp_new_connection();
     if (b->conn == NULL || (sock = amqp_tcp_socket_new(b->conn)) == NULL) {
         rc = warren_error_set(err, WARREN_ENOMEM, "out of memory opening the broker");
         goto fail;
     }
     tv = ms_tv(CONNECT_TIMEOUT_MS);
-    errno = 0;
     status = amqp_socket_open_noblock(sock, ci.host, ci.port, &tv);
-    saved = errno;
     if (status != AMQP_STATUS_OK) {
         rc = warren_error_set(err, WARREN_EBROKERCONN,
                               "cannot connect to RabbitMQ at %s: %s; is the server running? "
                               "check broker.url or WARREN_AMQP_URL",
-                              b->where, socket_reason(status, saved, reason, sizeof(reason)));
+                              b->where,
+                              socket_reason(status, ci.host, ci.port, reason, sizeof(reason)));
         goto fail;
     }
     tv = ms_tv(CONNECT_TIMEOUT_MS);
@@ -461,7 +509,7 @@ int warren_broker_open(const char *url, const warren_logger *lg, warren_broker *
     if (rc != 0) {
         rc = warren_error_set(err, WARREN_EBROKERCONN,
                               "cannot connect to RabbitMQ at %s: login as \"%s\" to vhost \"%s\" "
-                              "failed: %s; is the server running? check the user, password and "
+                              "failed: %s; check the user, password and "
                               "vhost in broker.url or WARREN_AMQP_URL",
                               b->where, ci.user, ci.vhost, reason);
         goto fail;
@@ -514,6 +562,11 @@ void warren_broker_free(warren_broker *b)
 int warren_broker_connected(const warren_broker *b)
 {
     return b != NULL && !b->dead;
+}
+
+const char *warren_broker_where(const warren_broker *b)
+{
+    return b != NULL ? b->where : "";
 }
 
 /* ---- declarations ---------------------------------------------------------- */

@@ -537,6 +537,7 @@ START_TEST(test_unreachable_port_is_ebrokerconn_naming_host_and_port)
     ck_assert_ptr_null(b);
     ck_assert_msg(strstr(err.message, "127.0.0.1:1") != NULL, "%s", err.message);
     ck_assert_msg(strstr(err.message, "is the server running?") != NULL, "%s", err.message);
+    ck_assert_msg(strstr(err.message, "Connection refused") != NULL, "%s", err.message);
     ck_assert_msg(strstr(err.message, "guest:guest") == NULL, "password leaked: %s", err.message);
 }
 END_TEST

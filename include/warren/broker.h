@@ -48,7 +48,10 @@ typedef struct warren_broker warren_broker;
 int warren_broker_open(const char *url, const warren_logger *lg, warren_broker **out,
                        warren_error *err);
 void warren_broker_free(warren_broker *b);
+/* 1 while the connection is usable, 0 after a connection error (or NULL). */
 int warren_broker_connected(const warren_broker *b);
+/* "HOST:PORT" of the server, for messages (borrowed, valid until free). */
+const char *warren_broker_where(const warren_broker *b);
 
 /* Declares, idempotently, everything DESIGN §4 names for these job queues:
  * exchanges warren.ready (headers), warren.dead (fanout), warren.events
