@@ -47,7 +47,10 @@ typedef struct warren_job {
     char *queue;            /* required; ready queue is "warren.ready.<queue>" */
     char *payload_json;     /* compact JSON object; "{}" when absent */
     warren_handler_kind handler;
-    char **exec_argv;       /* HANDLER_EXEC: NULL-terminated argv (exec = "cmd" or ["cmd","a"]) */
+    char **exec_argv;       /* HANDLER_EXEC: NULL-terminated argv (exec = "cmd" or ["cmd","a"]);
+                               an argv[0] with a '/' that is not absolute is made absolute
+                               relative to the config file's directory (bare names are left
+                               for PATH lookup; shell commands are left as written) */
     int exec_shell;         /* HANDLER_EXEC with shell = true: argv[0] run by /bin/sh -c */
     char *sql;              /* HANDLER_SQL */
     char *c_handler;        /* HANDLER_C: registered name */
@@ -61,7 +64,7 @@ typedef struct warren_job {
     int64_t lease_ms;       /* default 30s */
     int64_t timeout_ms;     /* default 30m */
     int paused;             /* default 0 */
-    char *file;             /* where it was defined (for messages) */
+    char *file;             /* where it was defined (for messages; an @include'd file's path) */
     int line;
 } warren_job;
 
@@ -86,8 +89,9 @@ typedef struct warren_worker_config {
 
 typedef struct warren_config {
     char *path;
-    char *database_url; /* WARREN_DATABASE_URL overrides */
-    char *amqp_url;     /* WARREN_AMQP_URL overrides */
+    char *database_url; /* default "postgresql://localhost/warren"; WARREN_DATABASE_URL overrides */
+    char *amqp_url;     /* default "amqp://guest:guest@localhost:5672/%2f"; WARREN_AMQP_URL
+                           overrides (both never NULL after a successful load) */
     int delivery_limit; /* broker.delivery_limit: x-delivery-limit of ready queues; default 5 */
     warren_planner_config planner;
     warren_worker_config worker;
@@ -104,9 +108,13 @@ void warren_diags_free(warren_diags *d);
 
 /* Loads and validates path. On success *out is new (free with
  * warren_config_free). On failure returns WARREN_ECONFIG, *out is NULL, diags
- * (may be NULL) holds every error ("FILE:LINE: job "NAME": setting
- * "retry.base": "10x" is not a duration (use e.g. "10s", "5m")"), and err
- * gets the first with a count. Environment overrides are applied. */
+ * (may be NULL; new, free with warren_diags_free) holds every error in file
+ * order ("FILE:LINE: job "NAME": setting "retry.base": "10x" is not a
+ * duration (use e.g. "10s", "5m")"), and err gets the first with a count.
+ * Also WARREN_EINVAL (path NULL or empty), WARREN_ENOMEM. @include paths are
+ * relative to path's directory. Environment overrides are applied. Reads the
+ * tz database (cron and timezone checks); no other I/O. docs/config.md is
+ * the reference of settings and checks. */
 int warren_config_load(const char *path, warren_config **out, warren_diags *diags,
                        warren_error *err);
 void warren_config_free(warren_config *cfg);
