@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -105,6 +106,19 @@ const char *testenv_servers_script(void)
     static char path[4096];
     snprintf(path, sizeof path, "%s/tests/servers.sh", source_dir());
     return path;
+}
+
+int testenv_restart(const char *which)
+{
+    if (strcmp(which, "pg") != 0 && strcmp(which, "rabbit") != 0)
+        fail("testenv_restart: \"%s\" is neither \"pg\" nor \"rabbit\"", which);
+    char *cmd = xasprintf("bash '%s' restart-%s 1>&2", testenv_servers_script(), which);
+    fflush(NULL);
+    int st = system(cmd);
+    free(cmd);
+    if (st == -1 || !WIFEXITED(st))
+        return -1;
+    return WEXITSTATUS(st);
 }
 
 /* ------------------------------------------------------------------ names */

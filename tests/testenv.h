@@ -85,6 +85,12 @@ char *testenv_sql1(const char *db_url, const char *sql);
  * one at a time. */
 const char *testenv_servers_script(void);
 
+/* Runs `tests/servers.sh restart-pg` (which "pg") or `restart-rabbit`
+ * ("rabbit") and waits until the server accepts connections again. Returns
+ * the script's exit status (0 ok). PostgreSQL restarts in well under a
+ * second, RabbitMQ in about 10-15 s; databases and vhosts survive. */
+int testenv_restart(const char *which);
+
 /* A new unique name with the given prefix (lowercased, other characters
  * than [a-z0-9_] replaced by '_'): PREFIX_<unix time>_<pid>_<counter>_<random>,
  * at most 63 bytes. Databases and vhosts are named warren_t_...; tests/servers.sh
