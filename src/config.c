@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <jansson.h>
 #include <libconfig.h>
@@ -1165,6 +1166,7 @@ int warren_config_load(const char *path, warren_config **out, warren_diags *diag
     warren_config *cfg = NULL;
     int rc = 0;
     FILE *f;
+    struct stat st;
 
     *out = NULL;
     if (diags != NULL) {
@@ -1187,11 +1189,14 @@ int warren_config_load(const char *path, warren_config **out, warren_diags *diag
 
     /* libconfig says only "file I/O error": ask the system ourselves. */
     f = fopen(path, "r");
-    if (f == NULL) {
+    if (f == NULL || stat(path, &st) != 0 || S_ISDIR(st.st_mode)) {
         char *text = malloc(strlen(path) + 300);
         if (text != NULL)
-            sprintf(text, "%s: cannot read the configuration: %s", path, strerror(errno));
+            sprintf(text, "%s: cannot read the configuration: %s", path,
+                    f != NULL && S_ISDIR(st.st_mode) ? "it is a directory" : strerror(errno));
         add_diag(&L, 0, 0, text);
+        if (f != NULL)
+            fclose(f);
         goto done;
     }
     fclose(f);
@@ -1209,7 +1214,10 @@ int warren_config_load(const char *path, warren_config **out, warren_diags *diag
             char inc[300] = "";
             if (strstr(et, "include") != NULL)
                 include_hint(full, config_error_line(&cf), L.dir, inc, sizeof(inc));
-            snprintf(text, n, "%s:%d: %s%s", full, config_error_line(&cf), et, inc);
+            if (config_error_line(&cf) > 0)
+                snprintf(text, n, "%s:%d: %s%s", full, config_error_line(&cf), et, inc);
+            else
+                snprintf(text, n, "%s: %s%s", full, et, inc);
         }
         add_diag(&L, 0, config_error_line(&cf), text);
         goto done;

@@ -361,6 +361,10 @@ START_TEST(test_config_missing_file_names_it)
     ck_assert_str_eq(err.message, d.items[0]);
     warren_diags_free(&d);
     ck_assert_int_eq(warren_config_load(NULL, &cfg, NULL, NULL), WARREN_EINVAL);
+    ck_assert_int_eq(warren_config_load(VALID, &cfg, &d, NULL), WARREN_ECONFIG);
+    ck_assert_uint_eq(d.count, 1);
+    ck_assert_str_eq(d.items[0], VALID ": cannot read the configuration: it is a directory");
+    warren_diags_free(&d);
 }
 END_TEST
 
