@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <warren/broker.h>
 
@@ -173,6 +175,103 @@ START_TEST(test_topology_rejects_bad_queue_name)
     ck_assert_int_eq(warren_broker_topology(b, queues, 1, 5, &err), WARREN_EINVAL);
     ck_assert_msg(strstr(err.message, "bad name") != NULL, "%s", err.message);
     warren_broker_free(b);
+}
+END_TEST
+
+START_TEST(test_definitions_file_imports_and_matches_topology)
+{
+    static const char *const queues[] = {"default"};
+    warren_error err = {0};
+    warren_broker *b = NULL;
+    char *url = testenv_vhost(), *vpath = testenv_vhost_path(url), *defs, *resp = NULL;
+    char path[512];
+    confirms c = {0};
+    uint64_t seq;
+    FILE *f = fopen(WARREN_SOURCE_DIR "/broker/definitions.json", "r");
+    long n;
+
+    ck_assert_ptr_nonnull(f);
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    rewind(f);
+    defs = calloc(1, (size_t)n + 1);
+    ck_assert_int_eq(fread(defs, 1, (size_t)n, f), n);
+    fclose(f);
+    snprintf(path, sizeof(path), "/api/definitions/%s", vpath);
+    ck_assert_int_lt(testenv_http("POST", path, defs, &resp), 300);
+    free(resp);
+    ck_assert_int_eq(warren_broker_open(url, NULL, &b, &err), 0);
+    /* what the UI imported is what warren declares: no conflict */
+    ck_assert_msg(warren_broker_topology(b, queues, 1, 5, &err) == 0, "%s", err.message);
+    ck_assert_int_eq(warren_broker_confirm_select(b, &err), 0);
+    seq = publish_run(b, WARREN_READY_EXCHANGE, "default", "default", "imported", -1, 1);
+    publish_run(b, WARREN_READY_EXCHANGE, "x", "elsewhere", "unroutable", -1, 1);
+    wait_all(b, seq + 1, &c);
+    ck_assert_int_eq(c.acked, 1);
+    ck_assert_int_eq(c.returned, 1);
+    ck_assert_uint_eq(depth(b, "warren.ready.default"), 1);
+    ck_assert_int_eq(warren_broker_topology(b, queues, 1, 4, &err), WARREN_ECONFLICT);
+    warren_broker_free(b);
+    free(defs);
+    free(vpath);
+    free(url);
+}
+END_TEST
+
+/* Runs `warren topology -c cfg` with WARREN_AMQP_URL=url; returns the exit
+ * status and the combined output in out. */
+static int run_topology_cli(const char *url, int limit, char *out, size_t len)
+{
+    char cfg[] = "/tmp/warren_check_broker_XXXXXX", cmd[2048];
+    size_t used = 0;
+    FILE *f, *p;
+    int fd = mkstemp(cfg), status;
+
+    ck_assert_int_ge(fd, 0);
+    f = fdopen(fd, "w");
+    fprintf(f,
+            "database = { url = \"postgresql://postgres@127.0.0.1:1/none\"; };\n"
+            "broker = { url = \"amqp://guest:guest@127.0.0.1:1/%%2f\"; delivery_limit = %d; };\n"
+            "jobs = ( { name = \"a\"; every = \"10s\"; queue = \"default\"; },\n"
+            "         { name = \"b\"; every = \"10s\"; queue = \"slow\"; } );\n",
+            limit);
+    fclose(f);
+    snprintf(cmd, sizeof(cmd), "WARREN_AMQP_URL='%s' '%s' topology -c '%s' 2>&1", url,
+             WARREN_BINARY, cfg);
+    p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    while (used + 1 < len && fgets(out + used, (int)(len - used), p) != NULL)
+        used += strlen(out + used);
+    out[used] = '\0';
+    status = pclose(p);
+    unlink(cfg);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+START_TEST(test_topology_command_declares_and_reports)
+{
+    char *url = testenv_vhost(), out[8192];
+    warren_error err = {0};
+    warren_broker *b = NULL;
+
+    ck_assert_msg(run_topology_cli(url, 4, out, sizeof(out)) == 0, "%s", out);
+    ck_assert_msg(strstr(out, "warren.ready.default") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "warren.ready.slow") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "x-delivery-limit 4") != NULL, "%s", out);
+    ck_assert_msg(run_topology_cli(url, 4, out, sizeof(out)) == 0, "again: %s", out);
+    ck_assert_int_eq(warren_broker_open(url, NULL, &b, &err), 0);
+    ck_assert_uint_eq(depth(b, "warren.ready.slow"), 0);
+    ck_assert_uint_eq(depth(b, WARREN_DEAD_QUEUE), 0);
+    warren_broker_free(b);
+    /* a changed delivery limit: exit 1, the queue and argument named */
+    ck_assert_int_eq(run_topology_cli(url, 6, out, sizeof(out)), 1);
+    ck_assert_msg(strstr(out, "\"warren.ready.default\"") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "\"x-delivery-limit\"") != NULL, "%s", out);
+    /* unreachable: exit 69 naming host and port */
+    ck_assert_int_eq(run_topology_cli("amqp://guest:guest@127.0.0.1:1/%2f", 4, out, sizeof(out)),
+                     69);
+    ck_assert_msg(strstr(out, "127.0.0.1:1") != NULL, "%s", out);
+    free(url);
 }
 END_TEST
 
@@ -570,6 +669,8 @@ static Suite *broker_suite(void)
     tcase_add_test(tc, test_topology_twice_is_idempotent);
     tcase_add_test(tc, test_topology_conflict_names_queue_and_argument);
     tcase_add_test(tc, test_topology_rejects_bad_queue_name);
+    tcase_add_test(tc, test_definitions_file_imports_and_matches_topology);
+    tcase_add_test(tc, test_topology_command_declares_and_reports);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("publish");
