@@ -126,6 +126,51 @@ static int conn_error(warren_store *st, const char *verb, warren_error *err)
                             reason, fix);
 }
 
+/* Overwrites every occurrence of s in buf with '*'. */
+static void mask(char *buf, const char *s, size_t n)
+{
+    char *p = buf;
+
+    if (n == 0)
+        return;
+    while ((p = strstr(p, s)) != NULL)
+        for (size_t i = 0; i < n && p[i] != '\0'; i++)
+            *p++ = '*';
+}
+
+/* libpq quotes the URL in some parse errors: mask its password, whether
+ * given as URI userinfo (postgresql://user:PASSWORD@host) or password=... */
+static void scrub_password(const char *url, char *buf)
+{
+    const char *p = strstr(url, "://");
+    char pw[256];
+    size_t n;
+
+    if (p != NULL) {
+        const char *at = strchr(p + 3, '@'), *colon = strchr(p + 3, ':');
+        if (at != NULL && colon != NULL && colon < at) {
+            n = (size_t)(at - colon - 1);
+            if (n > 0 && n < sizeof(pw)) {
+                memcpy(pw, colon + 1, n);
+                pw[n] = '\0';
+                mask(buf, pw, n);
+            }
+        }
+    }
+    p = strstr(url, "password");
+    if (p != NULL && (p = strchr(p, '=')) != NULL) {
+        p++;
+        while (*p == ' ')
+            p++;
+        n = strcspn(p, " &'");
+        if (n > 0 && n < sizeof(pw)) {
+            memcpy(pw, p, n);
+            pw[n] = '\0';
+            mask(buf, pw, n);
+        }
+    }
+}
+
 static int state_is_connection_loss(const char *s)
 {
     if (s == NULL)
@@ -542,6 +587,7 @@ int warren_store_open(const char *url, const warren_logger *lg, warren_store **o
         char reason[512];
         first_line(perr ? perr : "out of memory", reason, sizeof(reason));
         PQfreemem(perr);
+        scrub_password(url, reason);
         /* Never echo the URL: it may hold a password. */
         return warren_error_set(err, WARREN_EINVAL,
                                 "invalid database URL: %s; check database.url or "
