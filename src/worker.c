@@ -1,0 +1,1697 @@
+/* worker.c: the C worker (DESIGN §6). One thread owns the AMQP connection and
+ * the PostgreSQL connection (neither library is thread-safe per connection)
+ * and runs a loop: take deliveries, claim them in batches, start handlers in
+ * free slots, heartbeat, collect finished handlers, complete them in batches,
+ * and only then acknowledge. exec handlers are child processes in their own
+ * process group, watched with waitpid and a pipe; in-process C handlers and
+ * sql handlers run on a thread of their own per run (sql handlers with their
+ * own PostgreSQL connection from a small pool) and report through atomics. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <warren/broker.h>
+#include <warren/codec.h>
+#include <warren/store.h>
+#include <warren/store_work.h>
+#include <warren/worker.h>
+
+extern char **environ;
+
+#define MAX_CONCURRENCY 1000
+#define ERROR_MAX 2000     /* bytes of handler error text kept */
+#define TAIL_MAX 1500      /* bytes of exec output kept for the error */
+#define IDLE_WAIT_MS 10    /* loop wait when nothing is pending */
+#define BACKOFF_MIN_MS 100 /* reconnect / retry backoff: 100 ms doubling to 10 s */
+#define BACKOFF_MAX_MS 10000
+#define KILL_GRACE_MAX_MS 5000 /* SIGTERM -> SIGKILL */
+#define DEADLETTER_CONFIRM_MS 5000
+#define SQL_POOL_MAX 64
+
+enum slot_state {
+    SLOT_FREE = 0,
+    SLOT_RUNNING, /* handler running (exec child, C thread or sql thread) */
+    SLOT_DONE,    /* handler finished: complete (or just ack), then free */
+};
+
+enum stop_reason { STOP_NONE = 0, STOP_LOST, STOP_TIMEOUT, STOP_SHUTDOWN };
+
+enum kind { KIND_EXEC, KIND_SQL, KIND_C };
+
+struct warren_handler_ctx {
+    char *run_key, *job, *payload, *sql, *db_url;
+    warren_us scheduled_at;
+    int attempt;
+    int64_t timeout_ms;
+    warren_handler_fn fn;
+    void *ud;
+    warren_worker *w;
+    atomic_int stop;
+    atomic_int done;
+    /* results, written by the thread before done = 1 */
+    warren_outcome outcome;
+    char error[ERROR_MAX];
+    int has_error;
+    /* sql handler results */
+    int sql_rc; /* 0, or a WARREN_E* code for the protocol/connection */
+    int sql_recorded;
+    char *sql_stmt_error;
+};
+
+typedef struct handler_reg {
+    char *name;
+    warren_handler_fn fn;
+    void *ud;
+} handler_reg;
+
+typedef struct slot {
+    int state;
+    int kind;
+    uint64_t tag;
+    uint64_t gen; /* broker generation of the delivery */
+    char run_key[WARREN_RUN_KEY_MAX];
+    const warren_job *job;
+    warren_claim claim;
+    int64_t lease_ms, hb_every_ms, hb_margin_ms;
+    int64_t started_mono, last_hb_ok, next_hb;
+    int64_t timeout_at;
+    int stop_reason;
+    int64_t kill_at; /* exec: SIGKILL after this (0: not signalled) */
+    /* exec */
+    pid_t pid;
+    int out_fd;
+    char tail[TAIL_MAX + 1];
+    size_t tail_len;
+    /* threads */
+    pthread_t th;
+    int has_thread;
+    warren_handler_ctx *ctx;
+    /* result */
+    warren_outcome outcome;
+    char *error;
+    int complete_sql_retry; /* sql: relaunch after a connection failure */
+    int64_t retry_at;
+} slot;
+
+typedef struct pend {
+    warren_delivery d;
+    uint64_t gen;
+    warren_run_msg msg;
+    const warren_job *job;
+} pend;
+
+struct warren_worker {
+    const warren_config *cfg;
+    const warren_logger *lg;
+    char *id;
+    char *db_url, *amqp_url;
+    char **queues;
+    size_t nqueues;
+    int concurrency;
+    handler_reg *regs;
+    size_t nregs;
+    warren_run_report_fn report_fn;
+    void *report_ud;
+
+    warren_store *st;
+    warren_broker *b;
+    uint64_t gen;
+    int64_t store_retry_at, store_backoff;
+    int64_t broker_retry_at, broker_backoff;
+
+    slot *slots;
+    pend *pq; /* FIFO of deliveries waiting for a slot */
+    size_t pq_head, pq_len, pq_cap;
+
+    pthread_mutex_t pool_mu;
+    warren_store *pool[SQL_POOL_MAX];
+    size_t npool;
+
+    warren_worker_stats stats;
+};
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int64_t ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+static int64_t backoff_next(int64_t cur)
+{
+    if (cur < BACKOFF_MIN_MS)
+        return BACKOFF_MIN_MS;
+    return cur * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : cur * 2;
+}
+
+static char *xstrdup(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+/* ------------------------------------------------------------ handler context API */
+
+const char *warren_handler_run_key(const warren_handler_ctx *ctx)
+{
+    return ctx->run_key;
+}
+const char *warren_handler_job(const warren_handler_ctx *ctx)
+{
+    return ctx->job;
+}
+warren_us warren_handler_scheduled_at(const warren_handler_ctx *ctx)
+{
+    return ctx->scheduled_at;
+}
+int warren_handler_attempt(const warren_handler_ctx *ctx)
+{
+    return ctx->attempt;
+}
+const char *warren_handler_payload(const warren_handler_ctx *ctx)
+{
+    return ctx->payload;
+}
+int warren_handler_should_stop(const warren_handler_ctx *ctx)
+{
+    return atomic_load_explicit(&((warren_handler_ctx *)ctx)->stop, memory_order_acquire) != 0;
+}
+void warren_handler_set_error(warren_handler_ctx *ctx, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->error, sizeof(ctx->error), fmt, ap);
+    va_end(ap);
+    ctx->has_error = 1;
+}
+
+static void ctx_free(warren_handler_ctx *c)
+{
+    if (c == NULL)
+        return;
+    free(c->run_key);
+    free(c->job);
+    free(c->payload);
+    free(c->sql);
+    free(c->db_url);
+    free(c->sql_stmt_error);
+    free(c);
+}
+
+/* ------------------------------------------------------------ lifecycle */
+
+int warren_worker_new(const warren_config *cfg, const warren_logger *lg, warren_worker **out,
+                      warren_error *err)
+{
+    warren_worker *w;
+    char host[128] = "worker";
+    char id[256];
+
+    *out = NULL;
+    if (cfg == NULL)
+        return warren_error_set(err, WARREN_EINVAL, "warren_worker_new: no config");
+    if ((w = calloc(1, sizeof(*w))) == NULL)
+        return warren_error_set(err, WARREN_ENOMEM, "out of memory");
+    w->cfg = cfg;
+    w->lg = lg;
+    w->concurrency = cfg->worker.concurrency > 0 ? cfg->worker.concurrency : 4;
+    if (cfg->worker.id != NULL && cfg->worker.id[0] != '\0') {
+        snprintf(id, sizeof(id), "%s", cfg->worker.id);
+    } else {
+        gethostname(host, sizeof(host) - 1);
+        host[sizeof(host) - 1] = '\0';
+        snprintf(id, sizeof(id), "%s:%ld", host, (long)getpid());
+    }
+    w->id = strdup(id);
+    w->db_url = xstrdup(cfg->database_url);
+    w->amqp_url = xstrdup(cfg->amqp_url);
+    pthread_mutex_init(&w->pool_mu, NULL);
+    if (w->id == NULL || (cfg->database_url && !w->db_url) || (cfg->amqp_url && !w->amqp_url)) {
+        warren_worker_free(w);
+        return warren_error_set(err, WARREN_ENOMEM, "out of memory");
+    }
+    *out = w;
+    return 0;
+}
+
+static void free_queues(warren_worker *w)
+{
+    for (size_t i = 0; i < w->nqueues; i++)
+        free(w->queues[i]);
+    free(w->queues);
+    w->queues = NULL;
+    w->nqueues = 0;
+}
+
+void warren_worker_free(warren_worker *w)
+{
+    if (w == NULL)
+        return;
+    free(w->id);
+    free(w->db_url);
+    free(w->amqp_url);
+    free_queues(w);
+    for (size_t i = 0; i < w->nregs; i++)
+        free(w->regs[i].name);
+    free(w->regs);
+    for (size_t i = 0; i < w->npool; i++)
+        warren_store_free(w->pool[i]);
+    pthread_mutex_destroy(&w->pool_mu);
+    free(w);
+}
+
+int warren_worker_register(warren_worker *w, const char *name, warren_handler_fn fn, void *ud)
+{
+    handler_reg *nr;
+
+    if (w == NULL || name == NULL || name[0] == '\0' || fn == NULL)
+        return WARREN_EINVAL;
+    for (size_t i = 0; i < w->nregs; i++)
+        if (strcmp(w->regs[i].name, name) == 0)
+            return WARREN_EINVAL;
+    if ((nr = realloc(w->regs, (w->nregs + 1) * sizeof(*nr))) == NULL)
+        return WARREN_ENOMEM;
+    w->regs = nr;
+    if ((nr[w->nregs].name = strdup(name)) == NULL)
+        return WARREN_ENOMEM;
+    nr[w->nregs].fn = fn;
+    nr[w->nregs].ud = ud;
+    w->nregs++;
+    return 0;
+}
+
+static const handler_reg *find_reg(const warren_worker *w, const char *name)
+{
+    for (size_t i = 0; name != NULL && i < w->nregs; i++)
+        if (strcmp(w->regs[i].name, name) == 0)
+            return &w->regs[i];
+    return NULL;
+}
+
+int warren_worker_set_queues(warren_worker *w, const char *const *queues, size_t n,
+                             warren_error *err)
+{
+    free_queues(w);
+    if (n == 0)
+        return 0;
+    if ((w->queues = calloc(n, sizeof(char *))) == NULL)
+        return warren_error_set(err, WARREN_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        if (!warren_name_valid(queues[i])) {
+            free_queues(w);
+            return warren_error_set(err, WARREN_EINVAL,
+                                    "queue \"%s\" is not a valid queue name "
+                                    "([A-Za-z0-9][A-Za-z0-9._-]{0,62})",
+                                    queues[i]);
+        }
+        if ((w->queues[i] = strdup(queues[i])) == NULL) {
+            free_queues(w);
+            return warren_error_set(err, WARREN_ENOMEM, "out of memory");
+        }
+        w->nqueues++;
+    }
+    return 0;
+}
+
+int warren_worker_set_concurrency(warren_worker *w, int n, warren_error *err)
+{
+    if (n < 1 || n > MAX_CONCURRENCY)
+        return warren_error_set(err, WARREN_EINVAL, "concurrency must be between 1 and %d, not %d",
+                                MAX_CONCURRENCY, n);
+    w->concurrency = n;
+    return 0;
+}
+
+int warren_worker_set_id(warren_worker *w, const char *id, warren_error *err)
+{
+    char *c;
+    if (id == NULL || id[0] == '\0' || strlen(id) > 200)
+        return warren_error_set(err, WARREN_EINVAL, "worker id must be 1..200 bytes");
+    if ((c = strdup(id)) == NULL)
+        return warren_error_set(err, WARREN_ENOMEM, "out of memory");
+    free(w->id);
+    w->id = c;
+    return 0;
+}
+
+const char *warren_worker_id(const warren_worker *w)
+{
+    return w->id;
+}
+
+int warren_worker_set_urls(warren_worker *w, const char *database_url, const char *amqp_url,
+                           warren_error *err)
+{
+    if (database_url != NULL) {
+        char *c = strdup(database_url);
+        if (c == NULL)
+            return warren_error_set(err, WARREN_ENOMEM, "out of memory");
+        free(w->db_url);
+        w->db_url = c;
+    }
+    if (amqp_url != NULL) {
+        char *c = strdup(amqp_url);
+        if (c == NULL)
+            return warren_error_set(err, WARREN_ENOMEM, "out of memory");
+        free(w->amqp_url);
+        w->amqp_url = c;
+    }
+    return 0;
+}
+
+void warren_worker_on_finished(warren_worker *w, warren_run_report_fn fn, void *ud)
+{
+    w->report_fn = fn;
+    w->report_ud = ud;
+}
+
+void warren_worker_stats_get(const warren_worker *w, warren_worker_stats *out)
+{
+    *out = w->stats;
+}
+
+/* The queues to consume: the configured ones, else every queue with a job
+ * that has a handler this worker can run. */
+static int default_queues(warren_worker *w, warren_error *err)
+{
+    const warren_config *cfg = w->cfg;
+    if (w->nqueues > 0)
+        return 0;
+    if ((w->queues = calloc(cfg->njobs + 1, sizeof(char *))) == NULL)
+        return warren_error_set(err, WARREN_ENOMEM, "out of memory");
+    for (size_t i = 0; i < cfg->njobs; i++) {
+        const warren_job *j = &cfg->jobs[i];
+        int seen = 0;
+        if (j->handler == WARREN_HANDLER_NONE)
+            continue;
+        for (size_t k = 0; k < w->nqueues; k++)
+            if (strcmp(w->queues[k], j->queue) == 0)
+                seen = 1;
+        if (!seen && (w->queues[w->nqueues++] = strdup(j->queue)) == NULL)
+            return warren_error_set(err, WARREN_ENOMEM, "out of memory");
+    }
+    if (w->nqueues == 0)
+        return warren_error_set(err, WARREN_EINVAL,
+                                "no job in %s has a handler (exec, sql or c), so there is no queue "
+                                "to consume; name queues with --queue",
+                                cfg->path ? cfg->path : "the config");
+    return 0;
+}
+
+/* ------------------------------------------------------------ connections */
+
+static int broker_setup(warren_worker *w, warren_error *err)
+{
+    int rc;
+    char name[128];
+    warren_broker *b = NULL;
+
+    if ((rc = warren_broker_open(w->amqp_url, w->lg, &b, err)) != 0)
+        return rc;
+    if ((rc = warren_broker_confirm_select(b, err)) != 0 ||
+        (rc = warren_broker_qos(b, w->concurrency, err)) != 0)
+        goto fail;
+    for (size_t i = 0; i < w->nqueues; i++) {
+        if ((rc = warren_broker_ready_queue_name(w->queues[i], name, sizeof(name), err)) != 0 ||
+            (rc = warren_broker_consume(b, name, err)) != 0)
+            goto fail;
+    }
+    w->b = b;
+    w->gen++;
+    return 0;
+fail:
+    warren_broker_free(b);
+    return rc;
+}
+
+static void pq_clear(warren_worker *w);
+
+static void broker_lost(warren_worker *w, const warren_error *e)
+{
+    warren_log(w->lg, WARREN_LOG_WARN,
+               "worker %s: %s; unacknowledged messages return to their queues, reconnecting", w->id,
+               e->message);
+    warren_broker_free(w->b);
+    w->b = NULL;
+    pq_clear(w); /* their tags died with the connection; the broker redelivers them */
+    w->broker_backoff = backoff_next(w->broker_backoff);
+    w->broker_retry_at = mono_ms() + w->broker_backoff;
+}
+
+static void broker_try_reconnect(warren_worker *w)
+{
+    warren_error e = {0};
+    if (w->b != NULL || mono_ms() < w->broker_retry_at)
+        return;
+    if (broker_setup(w, &e) != 0) {
+        w->broker_backoff = backoff_next(w->broker_backoff);
+        w->broker_retry_at = mono_ms() + w->broker_backoff;
+        warren_log(w->lg, WARREN_LOG_WARN, "worker %s: %s (retrying in %lld ms)", w->id, e.message,
+                   (long long)w->broker_backoff);
+        return;
+    }
+    w->broker_backoff = 0;
+    w->stats.broker_reconnects++;
+    warren_log(w->lg, WARREN_LOG_INFO, "worker %s: reconnected to RabbitMQ", w->id);
+}
+
+/* A PostgreSQL call failed. Connection errors start the reconnect backoff. */
+static void store_failed(warren_worker *w, int rc, const warren_error *e, const char *what)
+{
+    w->stats.db_errors++;
+    if (rc == WARREN_EDBCONN || !warren_store_connected(w->st)) {
+        if (w->store_retry_at == 0 || w->store_backoff == 0)
+            warren_log(w->lg, WARREN_LOG_WARN,
+                       "worker %s: %s: %s; messages stay unacknowledged, retrying", w->id, what,
+                       e->message);
+        w->store_backoff = backoff_next(w->store_backoff);
+        w->store_retry_at = mono_ms() + w->store_backoff;
+    } else {
+        warren_log(w->lg, WARREN_LOG_ERROR, "worker %s: %s: %s", w->id, what, e->message);
+        /* Not a connection problem (a server-side error): still back off. */
+        w->store_backoff = backoff_next(w->store_backoff);
+        w->store_retry_at = mono_ms() + w->store_backoff;
+    }
+}
+
+/* 1 if the store may be used now (reconnecting when its backoff allows). */
+static int store_ready(warren_worker *w)
+{
+    warren_error e = {0};
+    int64_t now = mono_ms();
+
+    if (w->store_retry_at != 0 && now < w->store_retry_at)
+        return 0;
+    if (!warren_store_connected(w->st)) {
+        if (warren_store_reconnect(w->st, &e) != 0) {
+            w->store_backoff = backoff_next(w->store_backoff);
+            w->store_retry_at = now + w->store_backoff;
+            warren_log(w->lg, WARREN_LOG_DEBUG, "worker %s: %s", w->id, e.message);
+            return 0;
+        }
+        warren_log(w->lg, WARREN_LOG_INFO, "worker %s: reconnected to PostgreSQL", w->id);
+    }
+    return 1;
+}
+
+static void store_ok(warren_worker *w)
+{
+    w->store_backoff = 0;
+    w->store_retry_at = 0;
+}
+
+/* sql handler connections: a small pool shared by the sql threads. */
+static warren_store *pool_get(warren_worker *w, const char *url, warren_error *err)
+{
+    warren_store *st = NULL;
+    pthread_mutex_lock(&w->pool_mu);
+    if (w->npool > 0)
+        st = w->pool[--w->npool];
+    pthread_mutex_unlock(&w->pool_mu);
+    if (st != NULL)
+        return st;
+    if (warren_store_open(url, NULL, &st, err) != 0)
+        return NULL;
+    return st;
+}
+
+static void pool_put(warren_worker *w, warren_store *st)
+{
+    if (st == NULL)
+        return;
+    if (!warren_store_connected(st)) {
+        warren_store_free(st);
+        return;
+    }
+    pthread_mutex_lock(&w->pool_mu);
+    if (w->npool < SQL_POOL_MAX) {
+        w->pool[w->npool++] = st;
+        st = NULL;
+    }
+    pthread_mutex_unlock(&w->pool_mu);
+    warren_store_free(st);
+}
+
+/* ------------------------------------------------------------ pending deliveries */
+
+static void pend_clear(pend *p)
+{
+    warren_delivery_clear(&p->d);
+    warren_run_msg_clear(&p->msg);
+}
+
+static void pq_clear(warren_worker *w)
+{
+    while (w->pq_len > 0) {
+        pend_clear(&w->pq[w->pq_head]);
+        w->pq_head = (w->pq_head + 1) % w->pq_cap;
+        w->pq_len--;
+    }
+}
+
+static int pq_push(warren_worker *w, pend *p)
+{
+    if (w->pq_len == w->pq_cap) {
+        size_t ncap = w->pq_cap ? w->pq_cap * 2 : 64;
+        pend *nq = malloc(ncap * sizeof(*nq));
+        if (nq == NULL)
+            return WARREN_ENOMEM;
+        for (size_t i = 0; i < w->pq_len; i++)
+            nq[i] = w->pq[(w->pq_head + i) % w->pq_cap];
+        free(w->pq);
+        w->pq = nq;
+        w->pq_cap = ncap;
+        w->pq_head = 0;
+    }
+    w->pq[(w->pq_head + w->pq_len) % w->pq_cap] = *p;
+    w->pq_len++;
+    return 0;
+}
+
+static pend *pq_at(warren_worker *w, size_t i)
+{
+    return &w->pq[(w->pq_head + i) % w->pq_cap];
+}
+
+/* ------------------------------------------------------------ acks, dead letters */
+
+static void ack(warren_worker *w, uint64_t tag, uint64_t gen, const char *key)
+{
+    warren_error e = {0};
+    int rc;
+    if (w->b == NULL || gen != w->gen)
+        return; /* the connection it came on is gone: the broker redelivers, the claim dedupes */
+    rc = warren_broker_ack(w->b, tag, &e);
+    if (rc == WARREN_EBROKERCONN)
+        broker_lost(w, &e);
+    else if (rc != 0)
+        warren_log(w->lg, WARREN_LOG_WARN, "worker %s: ack of %s: %s", w->id, key ? key : "?",
+                   e.message);
+}
+
+typedef struct confirm_state {
+    int status;
+    int seen;
+} confirm_state;
+
+static void on_confirm(void *ud, uint64_t seq, warren_publish_status status)
+{
+    confirm_state *cs = ud;
+    (void)seq;
+    cs->status = (int)status;
+    cs->seen = 1;
+}
+
+/* A message that is not a run this worker can handle: publish a copy with the
+ * reason in x-warren-error to warren.dead (confirmed), then ack; if that
+ * fails, reject without requeue (the ready queue dead-letters it there too). */
+static void dead_letter(warren_worker *w, warren_delivery *d, const char *reason)
+{
+    warren_header hdrs[72];
+    size_t nh = 0;
+    warren_error e = {0};
+    uint64_t seq = 0;
+    confirm_state cs = {0, 0};
+    int rc;
+
+    w->stats.dead_lettered++;
+    warren_log(w->lg, WARREN_LOG_WARN, "worker %s: dead-lettering message %s from %s: %s", w->id,
+               d->message_id ? d->message_id : "(no id)", d->queue ? d->queue : "?", reason);
+    for (size_t i = 0; i < d->nheaders && nh < 64; i++) {
+        if (strcmp(d->headers[i].key, "x-warren-error") == 0 ||
+            strncmp(d->headers[i].key, "x-death", 7) == 0 ||
+            strncmp(d->headers[i].key, "x-first-death", 13) == 0 ||
+            strncmp(d->headers[i].key, "x-last-death", 12) == 0 ||
+            strcmp(d->headers[i].key, "x-delivery-count") == 0)
+            continue;
+        hdrs[nh++] = d->headers[i];
+    }
+    hdrs[nh++] = (warren_header){"x-warren-error", reason};
+    hdrs[nh++] = (warren_header){"x-warren-dead-lettered-by", w->id};
+    if (d->queue != NULL)
+        hdrs[nh++] = (warren_header){"x-warren-source-queue", d->queue};
+    warren_message m = {
+        .exchange = WARREN_DEAD_EXCHANGE,
+        .routing_key = d->routing_key ? d->routing_key : "",
+        .message_id = d->message_id,
+        .type = d->type,
+        .timestamp = d->timestamp,
+        .expiration_ms = -1,
+        .headers = hdrs,
+        .nheaders = nh,
+        .body = d->body ? d->body : "",
+        .body_len = d->body ? d->body_len : 0,
+        .mandatory = 1,
+    };
+    rc = warren_broker_publish(w->b, &m, &seq, &e);
+    if (rc == 0)
+        rc = warren_broker_confirm_wait(w->b, seq, DEADLETTER_CONFIRM_MS, on_confirm, &cs, &e);
+    if (rc == WARREN_EBROKERCONN) {
+        broker_lost(w, &e);
+        return; /* redelivered later, judged again */
+    }
+    if (rc == 0 && cs.seen && cs.status == WARREN_BROKER_ACKED) {
+        ack(w, d->tag, w->gen, d->message_id);
+        return;
+    }
+    warren_log(w->lg, WARREN_LOG_WARN,
+               "worker %s: could not publish the dead letter (%s); rejecting the message so "
+               "its queue dead-letters it",
+               w->id, rc != 0 ? e.message : "not confirmed");
+    memset(&e, 0, sizeof(e));
+    rc = warren_broker_reject(w->b, d->tag, 0, &e);
+    if (rc == WARREN_EBROKERCONN)
+        broker_lost(w, &e);
+}
+
+/* Checks a delivery. Returns NULL if it is a run this worker can handle
+ * (filling p), else the reason (written into why). */
+static const char *judge(warren_worker *w, pend *p, char *why, size_t len)
+{
+    warren_error e = {0};
+    const warren_job *j;
+
+    if (warren_run_msg_decode(p->d.body ? p->d.body : "", p->d.body ? p->d.body_len : 0, &p->msg,
+                              &e) != 0) {
+        snprintf(why, len, "%s", e.message);
+        return why;
+    }
+    if (p->d.message_id != NULL && strcmp(p->d.message_id, p->msg.run_key) != 0) {
+        snprintf(why, len, "malformed run message: message_id \"%s\" differs from run_key \"%s\"",
+                 p->d.message_id, p->msg.run_key);
+        return why;
+    }
+    j = warren_config_job(w->cfg, p->msg.job);
+    if (j == NULL) {
+        snprintf(why, len, "unknown job \"%s\": not in this worker's config (%s)", p->msg.job,
+                 w->cfg->path ? w->cfg->path : "config");
+        return why;
+    }
+    switch (j->handler) {
+    case WARREN_HANDLER_EXEC:
+        if (j->exec_argv == NULL || j->exec_argv[0] == NULL) {
+            snprintf(why, len, "job \"%s\" has an empty exec handler", j->name);
+            return why;
+        }
+        break;
+    case WARREN_HANDLER_SQL:
+        if (j->sql == NULL || j->sql[0] == '\0') {
+            snprintf(why, len, "job \"%s\" has an empty sql handler", j->name);
+            return why;
+        }
+        break;
+    case WARREN_HANDLER_C:
+        if (find_reg(w, j->c_handler) == NULL) {
+            snprintf(why, len,
+                     "job \"%s\": in-process handler \"%s\" is not registered in this worker",
+                     j->name, j->c_handler ? j->c_handler : "");
+            return why;
+        }
+        break;
+    default:
+        snprintf(why, len, "job \"%s\" has no handler in this worker's config", j->name);
+        return why;
+    }
+    p->job = j;
+    return NULL;
+}
+
+/* ------------------------------------------------------------ handlers */
+
+static char *fmt_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *fmt_error(const char *fmt, ...)
+{
+    char buf[ERROR_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    return strdup(buf);
+}
+
+/* Finds argv0 on PATH (in the parent: the child only calls async-signal-safe
+ * functions, since other threads may hold locks). New string. */
+static char *resolve_path(const char *argv0)
+{
+    const char *path = getenv("PATH");
+    if (strchr(argv0, '/') != NULL || path == NULL)
+        return strdup(argv0);
+    while (*path) {
+        const char *end = strchr(path, ':');
+        size_t n = end ? (size_t)(end - path) : strlen(path);
+        char *cand = malloc(n + strlen(argv0) + 3);
+        if (cand == NULL)
+            return NULL;
+        if (n == 0)
+            snprintf(cand, n + strlen(argv0) + 3, "./%s", argv0);
+        else
+            snprintf(cand, n + strlen(argv0) + 2, "%.*s/%s", (int)n, path, argv0);
+        if (access(cand, X_OK) == 0)
+            return cand;
+        free(cand);
+        if (end == NULL)
+            break;
+        path = end + 1;
+    }
+    return strdup(argv0);
+}
+
+static int env_skip(const char *e)
+{
+    static const char *const ours[] = {"WARREN_RUN_KEY=", "WARREN_JOB=", "WARREN_SCHEDULED_AT=",
+                                       "WARREN_ATTEMPT=", "WARREN_DUE_AT="};
+    for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++)
+        if (strncmp(e, ours[i], strlen(ours[i])) == 0)
+            return 1;
+    return 0;
+}
+
+static int start_exec(warren_worker *w, slot *s, const warren_run_msg *msg, warren_error *err)
+{
+    const warren_job *j = s->job;
+    char *argv_sh[4];
+    char **argv = j->exec_argv;
+    char *file = NULL;
+    char **envp = NULL;
+    size_t nenv = 0, k = 0;
+    char sched[WARREN_TIME_BUF], due[WARREN_TIME_BUF];
+    char *own[5] = {0};
+    FILE *in = NULL;
+    int outp[2] = {-1, -1};
+    pid_t pid;
+    int rc = 0;
+
+    (void)w;
+    if (j->exec_shell) {
+        argv_sh[0] = "/bin/sh";
+        argv_sh[1] = "-c";
+        argv_sh[2] = j->exec_argv[0];
+        argv_sh[3] = NULL;
+        argv = argv_sh;
+    }
+    file = resolve_path(argv[0]);
+    while (environ[nenv] != NULL)
+        nenv++;
+    envp = calloc(nenv + 6, sizeof(char *));
+    warren_time_format(s->claim.scheduled_at, sched, sizeof(sched));
+    warren_time_format_ms(msg->due_at, due, sizeof(due));
+    own[0] = fmt_error("WARREN_RUN_KEY=%s", s->run_key);
+    own[1] = fmt_error("WARREN_JOB=%s", j->name);
+    own[2] = fmt_error("WARREN_SCHEDULED_AT=%s", sched);
+    own[3] = fmt_error("WARREN_ATTEMPT=%d", s->claim.attempt);
+    own[4] = fmt_error("WARREN_DUE_AT=%s", due);
+    if (own[0] == NULL || own[1] == NULL || own[2] == NULL || own[3] == NULL || own[4] == NULL ||
+        file == NULL || envp == NULL) {
+        rc = warren_error_set(err, WARREN_ENOMEM, "out of memory starting a handler");
+        goto done;
+    }
+    for (size_t i = 0; i < nenv; i++)
+        if (!env_skip(environ[i]))
+            envp[k++] = environ[i];
+    for (int i = 0; i < 5; i++)
+        envp[k++] = own[i];
+    envp[k] = NULL;
+    /* The payload goes through an unlinked temporary file: no pipe to feed. */
+    if ((in = tmpfile()) == NULL ||
+        fputs(s->claim.payload_json ? s->claim.payload_json : "{}", in) == EOF || fflush(in) != 0 ||
+        fseek(in, 0, SEEK_SET) != 0) {
+        rc = warren_error_set(err, WARREN_ESYS, "cannot write the payload file: %s",
+                              strerror(errno));
+        goto done;
+    }
+    if (pipe(outp) != 0) {
+        rc = warren_error_set(err, WARREN_ESYS, "pipe: %s", strerror(errno));
+        goto done;
+    }
+    pid = fork();
+    if (pid < 0) {
+        rc = warren_error_set(err, WARREN_ESYS, "fork: %s", strerror(errno));
+        goto done;
+    }
+    if (pid == 0) {
+        /* Child: async-signal-safe calls only. */
+        sigset_t none;
+        struct sigaction dfl;
+        setpgid(0, 0);
+        memset(&dfl, 0, sizeof(dfl));
+        dfl.sa_handler = SIG_DFL;
+        for (int sig = 1; sig < 32; sig++)
+            if (sig != SIGKILL && sig != SIGSTOP)
+                sigaction(sig, &dfl, NULL);
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        if (dup2(fileno(in), 0) < 0 || dup2(outp[1], 1) < 0 || dup2(outp[1], 2) < 0)
+            _exit(126);
+        closefrom(3);
+        execve(file, argv, envp);
+        _exit(127);
+    }
+    setpgid(pid, pid); /* also in the parent: no window where a kill misses the group */
+    close(outp[1]);
+    outp[1] = -1;
+    fcntl(outp[0], F_SETFL, fcntl(outp[0], F_GETFL) | O_NONBLOCK);
+    fcntl(outp[0], F_SETFD, FD_CLOEXEC);
+    s->pid = pid;
+    s->out_fd = outp[0];
+    outp[0] = -1;
+    s->tail_len = 0;
+    s->tail[0] = '\0';
+done:
+    if (in != NULL)
+        fclose(in);
+    if (outp[0] >= 0)
+        close(outp[0]);
+    if (outp[1] >= 0)
+        close(outp[1]);
+    for (int i = 0; i < 5; i++)
+        free(own[i]);
+    free(envp);
+    free(file);
+    return rc;
+}
+
+static void *c_thread(void *arg)
+{
+    warren_handler_ctx *c = arg;
+    c->outcome = c->fn(c, c->ud);
+    atomic_store_explicit(&c->done, 1, memory_order_release);
+    return NULL;
+}
+
+static void *sql_thread(void *arg)
+{
+    warren_handler_ctx *c = arg;
+    warren_error e = {0};
+    warren_store *st = pool_get(c->w, c->db_url, &e);
+
+    if (st == NULL) {
+        c->sql_rc = e.code ? e.code : WARREN_EDBCONN;
+        snprintf(c->error, sizeof(c->error), "%s", e.message);
+    } else {
+        c->sql_rc = warren_store_complete_sql(st, c->run_key, c->attempt, c->scheduled_at,
+                                              c->payload, c->sql, c->timeout_ms, &c->sql_recorded,
+                                              &c->sql_stmt_error, &e);
+        if (c->sql_rc != 0)
+            snprintf(c->error, sizeof(c->error), "%s", e.message);
+        pool_put(c->w, st);
+    }
+    atomic_store_explicit(&c->done, 1, memory_order_release);
+    return NULL;
+}
+
+static int start_thread(warren_worker *w, slot *s, warren_error *err)
+{
+    warren_handler_ctx *c = calloc(1, sizeof(*c));
+    char key[WARREN_RUN_KEY_MAX];
+    int prc;
+
+    if (c == NULL)
+        return warren_error_set(err, WARREN_ENOMEM, "out of memory");
+    snprintf(key, sizeof(key), "%s", s->run_key);
+    c->run_key = strdup(key);
+    c->job = strdup(s->job->name);
+    c->payload = strdup(s->claim.payload_json ? s->claim.payload_json : "{}");
+    c->scheduled_at = s->claim.scheduled_at;
+    c->attempt = s->claim.attempt;
+    c->timeout_ms = s->job->timeout_ms;
+    c->w = w;
+    atomic_init(&c->stop, 0);
+    atomic_init(&c->done, 0);
+    if (s->kind == KIND_SQL) {
+        c->sql = strdup(s->job->sql);
+        c->db_url = strdup(w->db_url ? w->db_url : "");
+    } else {
+        const handler_reg *r = find_reg(w, s->job->c_handler);
+        c->fn = r->fn;
+        c->ud = r->ud;
+    }
+    if (c->run_key == NULL || c->job == NULL || c->payload == NULL ||
+        (s->kind == KIND_SQL && (c->sql == NULL || c->db_url == NULL))) {
+        ctx_free(c);
+        return warren_error_set(err, WARREN_ENOMEM, "out of memory");
+    }
+    prc = pthread_create(&s->th, NULL, s->kind == KIND_SQL ? sql_thread : c_thread, c);
+    if (prc != 0) {
+        ctx_free(c);
+        return warren_error_set(err, WARREN_ESYS, "cannot start a handler thread: %s",
+                                strerror(prc));
+    }
+    s->has_thread = 1;
+    s->ctx = c;
+    return 0;
+}
+
+static void slot_reset(slot *s)
+{
+    warren_claim_clear(&s->claim);
+    free(s->error);
+    if (s->out_fd >= 0)
+        close(s->out_fd);
+    memset(s, 0, sizeof(*s));
+    s->out_fd = -1;
+    s->state = SLOT_FREE;
+}
+
+static int64_t kill_grace(const warren_worker *w)
+{
+    int64_t g = w->cfg->worker.heartbeat_margin_ms / 2;
+    if (g < 200)
+        g = 200;
+    return g > KILL_GRACE_MAX_MS ? KILL_GRACE_MAX_MS : g;
+}
+
+/* Starts a claimed run in slot s. On failure the run is completed as retry. */
+static void slot_start(warren_worker *w, slot *s, pend *p, warren_claim *cl, int64_t claimed_mono)
+{
+    warren_error e = {0};
+    int rc;
+
+    s->state = SLOT_RUNNING;
+    s->tag = p->d.tag;
+    s->gen = p->gen;
+    snprintf(s->run_key, sizeof(s->run_key), "%s", p->msg.run_key);
+    s->job = p->job;
+    s->claim = *cl;
+    memset(cl, 0, sizeof(*cl));
+    s->lease_ms = (int64_t)s->claim.lease_seconds * 1000;
+    if (s->job->lease_ms > 0 && s->job->lease_ms < s->lease_ms)
+        s->lease_ms = s->job->lease_ms;
+    s->hb_every_ms = s->lease_ms / 3 > 0 ? s->lease_ms / 3 : 1;
+    s->hb_margin_ms = w->cfg->worker.heartbeat_margin_ms;
+    if (s->hb_margin_ms > s->lease_ms / 3)
+        s->hb_margin_ms = s->lease_ms / 3; /* short leases: keep two heartbeats' worth of room */
+    s->started_mono = claimed_mono;
+    s->last_hb_ok = claimed_mono;
+    s->next_hb = claimed_mono + s->hb_every_ms;
+    s->timeout_at = claimed_mono + (s->job->timeout_ms > 0 ? s->job->timeout_ms : INT32_MAX);
+    s->out_fd = -1;
+    switch (s->job->handler) {
+    case WARREN_HANDLER_EXEC:
+        s->kind = KIND_EXEC;
+        rc = start_exec(w, s, &p->msg, &e);
+        break;
+    case WARREN_HANDLER_SQL:
+        s->kind = KIND_SQL;
+        rc = start_thread(w, s, &e);
+        break;
+    default:
+        s->kind = KIND_C;
+        rc = start_thread(w, s, &e);
+        break;
+    }
+    w->stats.started++;
+    warren_log(w->lg, WARREN_LOG_DEBUG, "worker %s: started %s attempt %d", w->id, s->run_key,
+               s->claim.attempt);
+    if (rc != 0) {
+        warren_log(w->lg, WARREN_LOG_ERROR, "worker %s: %s: %s", w->id, s->run_key, e.message);
+        s->state = SLOT_DONE;
+        s->outcome = WARREN_OUTCOME_RETRY;
+        s->error = strdup(e.message);
+    }
+}
+
+static void stop_slot(warren_worker *w, slot *s, int reason, int64_t now)
+{
+    if (s->stop_reason != STOP_NONE || s->state != SLOT_RUNNING)
+        return;
+    s->stop_reason = reason;
+    if (reason == STOP_LOST)
+        w->stats.lease_lost++;
+    else if (reason == STOP_TIMEOUT)
+        w->stats.timeouts++;
+    if (s->kind == KIND_EXEC && s->pid > 0) {
+        kill(-s->pid, SIGTERM);
+        s->kill_at = now + kill_grace(w);
+    } else if (s->ctx != NULL) {
+        atomic_store_explicit(&s->ctx->stop, 1, memory_order_release);
+    }
+}
+
+static void read_output(warren_worker *w, slot *s)
+{
+    char buf[4096];
+    ssize_t n;
+    (void)w;
+    if (s->out_fd < 0)
+        return;
+    while ((n = read(s->out_fd, buf, sizeof(buf))) > 0) {
+        size_t m = (size_t)n;
+        if (m >= TAIL_MAX) {
+            memcpy(s->tail, buf + m - TAIL_MAX, TAIL_MAX);
+            s->tail_len = TAIL_MAX;
+        } else {
+            if (s->tail_len + m > TAIL_MAX) {
+                size_t drop = s->tail_len + m - TAIL_MAX;
+                memmove(s->tail, s->tail + drop, s->tail_len - drop);
+                s->tail_len -= drop;
+            }
+            memcpy(s->tail + s->tail_len, buf, m);
+            s->tail_len += m;
+        }
+        s->tail[s->tail_len] = '\0';
+    }
+    if (n == 0) {
+        close(s->out_fd);
+        s->out_fd = -1;
+    }
+}
+
+/* The last line(s) of the handler's output, trimmed, for error texts. */
+static const char *tail_text(slot *s)
+{
+    char *t = s->tail;
+    while (s->tail_len > 0 && (t[s->tail_len - 1] == '\n' || t[s->tail_len - 1] == ' '))
+        t[--s->tail_len] = '\0';
+    for (size_t i = 0; i < s->tail_len; i++)
+        if (t[i] == '\0')
+            t[i] = ' ';
+    return t;
+}
+
+/* Polls one running slot: lease and timeout checks first (a handler whose
+ * lease ran out while this process was stopped must not be completed, even
+ * if it finished meanwhile), then whether it finished. */
+static void poll_slot(warren_worker *w, slot *s, int64_t now)
+{
+    if (s->state != SLOT_RUNNING)
+        return;
+    if (s->kind != KIND_SQL) {
+        if (now >= s->last_hb_ok + s->lease_ms - s->hb_margin_ms && s->stop_reason != STOP_LOST) {
+            if (s->stop_reason == STOP_NONE)
+                warren_log(w->lg, WARREN_LOG_WARN,
+                           "worker %s: %s attempt %d: no successful heartbeat for %lld ms (lease "
+                           "%lld ms): stopping the handler, not completing",
+                           w->id, s->run_key, s->claim.attempt, (long long)(now - s->last_hb_ok),
+                           (long long)s->lease_ms);
+            if (s->stop_reason != STOP_NONE)
+                s->stop_reason = STOP_LOST; /* already stopping: now it must not complete */
+            else
+                stop_slot(w, s, STOP_LOST, now);
+        } else if (now >= s->timeout_at && s->stop_reason == STOP_NONE) {
+            warren_log(w->lg, WARREN_LOG_WARN, "worker %s: %s attempt %d: timed out after %lld ms",
+                       w->id, s->run_key, s->claim.attempt, (long long)s->job->timeout_ms);
+            stop_slot(w, s, STOP_TIMEOUT, now);
+        }
+    }
+    if (s->kind == KIND_EXEC) {
+        int status;
+        pid_t r;
+        read_output(w, s);
+        if (s->kill_at != 0 && now >= s->kill_at) {
+            kill(-s->pid, SIGKILL);
+            s->kill_at = 0;
+        }
+        r = waitpid(s->pid, &status, WNOHANG);
+        if (r != s->pid)
+            return;
+        read_output(w, s);
+        kill(-s->pid, SIGKILL); /* stragglers left in its process group */
+        s->pid = 0;
+        s->state = SLOT_DONE;
+        if (s->stop_reason == STOP_TIMEOUT) {
+            s->outcome = WARREN_OUTCOME_RETRY;
+            s->error =
+                fmt_error("timed out after %lld ms (process group killed)%s%s",
+                          (long long)s->job->timeout_ms, s->tail_len ? ": " : "", tail_text(s));
+        } else if (s->stop_reason == STOP_SHUTDOWN) {
+            s->outcome = WARREN_OUTCOME_RETRY;
+            s->error = fmt_error("stopped: worker %s shutting down", w->id);
+        } else if (WIFEXITED(status)) {
+            int code = WEXITSTATUS(status);
+            s->outcome = code == 0                  ? WARREN_OUTCOME_SUCCEEDED
+                         : code == 64 || code == 65 ? WARREN_OUTCOME_FAILED
+                                                    : WARREN_OUTCOME_RETRY;
+            if (code != 0)
+                s->error = fmt_error("exit status %d%s%s%s", code,
+                                     code == 127 ? " (command not found?)" : "",
+                                     s->tail_len ? ": " : "", tail_text(s));
+        } else {
+            int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+            s->outcome = WARREN_OUTCOME_RETRY;
+            s->error = fmt_error("killed by signal %d (%s)%s%s", sig, strsignal(sig),
+                                 s->tail_len ? ": " : "", tail_text(s));
+        }
+        return;
+    }
+    /* threads */
+    if (s->ctx == NULL || !atomic_load_explicit(&s->ctx->done, memory_order_acquire))
+        return;
+    pthread_join(s->th, NULL);
+    s->has_thread = 0;
+    s->state = SLOT_DONE;
+    if (s->kind == KIND_C) {
+        s->outcome = s->ctx->outcome;
+        if (s->outcome != WARREN_OUTCOME_SUCCEEDED && s->outcome != WARREN_OUTCOME_RETRY &&
+            s->outcome != WARREN_OUTCOME_FAILED)
+            s->outcome = WARREN_OUTCOME_RETRY;
+        if (s->stop_reason == STOP_TIMEOUT) {
+            s->outcome = WARREN_OUTCOME_RETRY;
+            s->error = fmt_error("timed out after %lld ms", (long long)s->job->timeout_ms);
+        } else if (s->stop_reason == STOP_SHUTDOWN) {
+            s->outcome = WARREN_OUTCOME_RETRY;
+            s->error = fmt_error("stopped: worker %s shutting down", w->id);
+        } else if (s->outcome != WARREN_OUTCOME_SUCCEEDED) {
+            s->error = strdup(s->ctx->has_error ? s->ctx->error : "handler reported failure");
+        }
+        ctx_free(s->ctx);
+        s->ctx = NULL;
+    }
+    /* sql contexts are consumed by finish_sql */
+}
+
+/* ------------------------------------------------------------ completion */
+
+static const char *outcome_name(warren_outcome o)
+{
+    return o == WARREN_OUTCOME_SUCCEEDED ? "succeeded"
+           : o == WARREN_OUTCOME_FAILED  ? "failed"
+                                         : "retry";
+}
+
+static void report(warren_worker *w, slot *s)
+{
+    warren_run_times t;
+    warren_error e = {0};
+    if (w->report_fn == NULL)
+        return;
+    if (warren_store_run_times(w->st, s->run_key, &t, &e) != 0)
+        memset(&t, 0, sizeof(t));
+    warren_run_report r = {
+        .run_key = s->run_key,
+        .job = s->job->name,
+        .attempt = s->claim.attempt,
+        .outcome = outcome_name(s->outcome),
+        .state = t.state[0] ? t.state : "?",
+        .error = s->error,
+        .scheduled_at = s->claim.scheduled_at,
+        .due_at = t.due_at,
+        .published_at = t.published_at,
+        .started_at = t.started_at,
+        .finished_at = t.finished_at,
+    };
+    w->report_fn(w->report_ud, &r);
+}
+
+static void count_outcome(warren_worker *w, warren_outcome o)
+{
+    if (o == WARREN_OUTCOME_SUCCEEDED)
+        w->stats.succeeded++;
+    else if (o == WARREN_OUTCOME_FAILED)
+        w->stats.failed++;
+    else
+        w->stats.retried++;
+}
+
+/* After a completion committed (recorded or stale): ack and free the slot. */
+static void slot_finish(warren_worker *w, slot *s, int recorded)
+{
+    if (recorded) {
+        count_outcome(w, s->outcome);
+        if (s->outcome == WARREN_OUTCOME_SUCCEEDED)
+            warren_log(w->lg, WARREN_LOG_DEBUG, "worker %s: %s attempt %d succeeded", w->id,
+                       s->run_key, s->claim.attempt);
+        else
+            warren_log(w->lg, WARREN_LOG_INFO, "worker %s: %s attempt %d: %s: %s", w->id,
+                       s->run_key, s->claim.attempt, outcome_name(s->outcome),
+                       s->error ? s->error : "");
+    } else {
+        w->stats.stale++;
+        warren_log(w->lg, WARREN_LOG_WARN,
+                   "worker %s: %s attempt %d: completion rejected (a newer attempt holds the "
+                   "run); acknowledging",
+                   w->id, s->run_key, s->claim.attempt);
+    }
+    ack(w, s->tag, s->gen, s->run_key);
+    if (recorded)
+        report(w, s);
+    slot_reset(s);
+}
+
+/* sql handler finished its transaction. */
+static void finish_sql(warren_worker *w, slot *s, int64_t now)
+{
+    warren_handler_ctx *c = s->ctx;
+    if (c->sql_rc != 0) {
+        /* Connection trouble: nothing committed (or, if the commit's answer
+         * was lost, the next try finds the run finished and is told stale). */
+        warren_error e = {0};
+        warren_error_set(&e, c->sql_rc, "%s", c->error);
+        w->stats.db_errors++;
+        warren_log(w->lg, WARREN_LOG_WARN, "worker %s: sql handler of %s: %s; retrying", w->id,
+                   s->run_key, c->error);
+        ctx_free(c);
+        s->ctx = NULL;
+        s->state = SLOT_RUNNING;
+        s->complete_sql_retry = 1;
+        s->retry_at = now + (w->store_backoff = backoff_next(w->store_backoff));
+        return;
+    }
+    if (c->sql_stmt_error != NULL) {
+        s->outcome = WARREN_OUTCOME_RETRY;
+        s->error = c->sql_stmt_error;
+        c->sql_stmt_error = NULL;
+        ctx_free(c);
+        s->ctx = NULL;
+        return; /* stays SLOT_DONE: completed as retry through the batch path */
+    }
+    s->outcome = WARREN_OUTCOME_SUCCEEDED;
+    int recorded = c->sql_recorded;
+    ctx_free(c);
+    s->ctx = NULL;
+    slot_finish(w, s, recorded);
+}
+
+/* Completes every finished slot in one batch; lost-lease slots are only acked. */
+static void complete_done(warren_worker *w, int64_t now)
+{
+    size_t n = 0;
+    int cap = w->concurrency;
+    warren_completion *c = NULL;
+    int *rec = NULL;
+    slot **which = NULL;
+    warren_error e = {0};
+    int rc;
+
+    for (int i = 0; i < cap; i++) {
+        slot *s = &w->slots[i];
+        if (s->state == SLOT_DONE && s->kind == KIND_SQL && s->ctx != NULL)
+            finish_sql(w, s, now);
+        if (s->state == SLOT_DONE && s->stop_reason == STOP_LOST) {
+            /* Not ours any more: no completion. The run is safe in the
+             * database (the new holder or the reaper moves it on). */
+            warren_log(w->lg, WARREN_LOG_WARN,
+                       "worker %s: %s attempt %d: handler stopped after the lease was lost; not "
+                       "completing",
+                       w->id, s->run_key, s->claim.attempt);
+            ack(w, s->tag, s->gen, s->run_key);
+            slot_reset(s);
+        }
+        if (s->state == SLOT_DONE)
+            n++;
+    }
+    if (n == 0 || !store_ready(w))
+        return;
+    c = calloc(n, sizeof(*c));
+    rec = calloc(n, sizeof(*rec));
+    which = calloc(n, sizeof(*which));
+    if (c == NULL || rec == NULL || which == NULL)
+        goto out;
+    n = 0;
+    for (int i = 0; i < cap; i++) {
+        slot *s = &w->slots[i];
+        if (s->state != SLOT_DONE)
+            continue;
+        which[n] = s;
+        c[n].run_key = s->run_key;
+        c[n].attempt = s->claim.attempt;
+        c[n].outcome = outcome_name(s->outcome);
+        c[n].error = s->error;
+        n++;
+    }
+    rc = warren_store_complete_batch(w->st, c, n, rec, &e);
+    if (rc != 0 && rc != WARREN_EDBCONN && n > 1) {
+        /* One bad completion must not hold up the others: one by one. */
+        for (size_t i = 0; i < n; i++) {
+            warren_error e1 = {0};
+            int r1 = warren_store_complete_batch(w->st, &c[i], 1, &rec[i], &e1);
+            if (r1 != 0) {
+                store_failed(w, r1, &e1, "complete");
+                which[i] = NULL;
+                if (r1 == WARREN_EDBCONN)
+                    break;
+            }
+        }
+        for (size_t i = 0; i < n; i++)
+            if (which[i] != NULL && which[i]->state == SLOT_DONE)
+                slot_finish(w, which[i], rec[i]);
+        goto out;
+    }
+    if (rc != 0) {
+        store_failed(w, rc, &e, "complete");
+        goto out; /* nothing acked: retried with backoff */
+    }
+    store_ok(w);
+    for (size_t i = 0; i < n; i++)
+        slot_finish(w, which[i], rec[i]);
+out:
+    free(c);
+    free(rec);
+    free(which);
+}
+
+/* ------------------------------------------------------------ heartbeats */
+
+static void heartbeat_due(warren_worker *w, int64_t now)
+{
+    size_t n = 0;
+    const char **keys = NULL;
+    int *att = NULL, *held = NULL;
+    slot **which = NULL;
+    warren_error e = {0};
+    int rc;
+
+    for (int i = 0; i < w->concurrency; i++) {
+        slot *s = &w->slots[i];
+        if (s->state == SLOT_RUNNING && s->kind != KIND_SQL && s->stop_reason != STOP_LOST &&
+            now >= s->next_hb)
+            n++;
+    }
+    if (n == 0 || !store_ready(w))
+        return;
+    keys = calloc(n, sizeof(*keys));
+    att = calloc(n, sizeof(*att));
+    held = calloc(n, sizeof(*held));
+    which = calloc(n, sizeof(*which));
+    if (keys == NULL || att == NULL || held == NULL || which == NULL)
+        goto out;
+    n = 0;
+    for (int i = 0; i < w->concurrency; i++) {
+        slot *s = &w->slots[i];
+        if (s->state == SLOT_RUNNING && s->kind != KIND_SQL && s->stop_reason != STOP_LOST &&
+            now >= s->next_hb) {
+            which[n] = s;
+            keys[n] = s->run_key;
+            att[n] = s->claim.attempt;
+            n++;
+        }
+    }
+    int64_t sent = mono_ms();
+    rc = warren_store_heartbeat_batch(w->st, keys, att, n, held, &e);
+    if (rc != 0) {
+        store_failed(w, rc, &e, "heartbeat");
+        for (size_t i = 0; i < n; i++)
+            which[i]->next_hb = now + BACKOFF_MIN_MS * 5; /* try again soon; the deadline rules */
+        goto out;
+    }
+    store_ok(w);
+    for (size_t i = 0; i < n; i++) {
+        slot *s = which[i];
+        if (held[i]) {
+            s->last_hb_ok = sent;
+            s->next_hb = sent + s->hb_every_ms;
+        } else {
+            warren_log(w->lg, WARREN_LOG_WARN,
+                       "worker %s: %s attempt %d: heartbeat refused (the lease was lost): "
+                       "stopping the handler, not completing",
+                       w->id, s->run_key, s->claim.attempt);
+            if (s->stop_reason != STOP_NONE)
+                s->stop_reason = STOP_LOST;
+            else
+                stop_slot(w, s, STOP_LOST, now);
+        }
+    }
+out:
+    free(keys);
+    free(att);
+    free(held);
+    free(which);
+}
+
+/* ------------------------------------------------------------ claims */
+
+static int cmp_pend_key(const void *a, const void *b)
+{
+    const pend *const *x = a, *const *y = b;
+    return strcmp((*x)->msg.run_key, (*y)->msg.run_key);
+}
+
+static int free_slots(const warren_worker *w)
+{
+    int n = 0;
+    for (int i = 0; i < w->concurrency; i++)
+        if (w->slots[i].state == SLOT_FREE)
+            n++;
+    return n;
+}
+
+static slot *a_free_slot(warren_worker *w)
+{
+    for (int i = 0; i < w->concurrency; i++)
+        if (w->slots[i].state == SLOT_FREE)
+            return &w->slots[i];
+    return NULL;
+}
+
+/* Claims as many waiting deliveries as there are free slots, in one batch. */
+static void claim_pending(warren_worker *w)
+{
+    size_t n = (size_t)free_slots(w);
+    pend **batch = NULL;
+    const char **keys = NULL;
+    warren_claim *cl = NULL;
+    warren_error e = {0};
+    int rc;
+
+    if (n > w->pq_len)
+        n = w->pq_len;
+    if (n == 0 || !store_ready(w))
+        return;
+    batch = calloc(n, sizeof(*batch));
+    keys = calloc(n, sizeof(*keys));
+    cl = calloc(n, sizeof(*cl));
+    if (batch == NULL || keys == NULL || cl == NULL)
+        goto out;
+    for (size_t i = 0; i < n; i++)
+        batch[i] = pq_at(w, i);
+    /* One lock order for every batch: no deadlocks between workers. */
+    qsort(batch, n, sizeof(*batch), cmp_pend_key);
+    for (size_t i = 0; i < n; i++)
+        keys[i] = batch[i]->msg.run_key;
+    int64_t sent = mono_ms();
+    rc = warren_store_claim_batch(w->st, keys, n, w->id, cl, &e);
+    if (rc != 0) {
+        store_failed(w, rc, &e, "claim");
+        goto out; /* the deliveries stay unacknowledged and are claimed later */
+    }
+    store_ok(w);
+    for (size_t i = 0; i < n; i++) {
+        pend *p = batch[i];
+        if (cl[i].claimed) {
+            slot_start(w, a_free_slot(w), p, &cl[i], sent);
+        } else {
+            w->stats.duplicates++;
+            warren_log(w->lg, WARREN_LOG_DEBUG,
+                       "worker %s: %s not claimable (finished, leased elsewhere or held back); "
+                       "dropped",
+                       w->id, p->msg.run_key);
+            ack(w, p->d.tag, p->gen, p->msg.run_key);
+        }
+    }
+    /* The batch was the first n entries of the FIFO. */
+    for (size_t i = 0; i < n && w->pq_len > 0; i++) {
+        pend_clear(&w->pq[w->pq_head]);
+        w->pq_head = (w->pq_head + 1) % w->pq_cap;
+        w->pq_len--;
+    }
+out:
+    if (cl != NULL)
+        for (size_t i = 0; i < n; i++)
+            warren_claim_clear(&cl[i]);
+    free(batch);
+    free(keys);
+    free(cl);
+}
+
+/* Reads what the broker has (waiting up to wait_ms for the first). */
+static void receive(warren_worker *w, int wait_ms, int stopping)
+{
+    int max = w->concurrency * 2 + 16;
+    for (int k = 0; k < max && w->b != NULL; k++) {
+        pend p;
+        int got = 0;
+        warren_error e = {0};
+        char why[WARREN_ERROR_MSG_MAX];
+        int rc;
+
+        memset(&p, 0, sizeof(p));
+        rc = warren_broker_next(w->b, k == 0 ? wait_ms : 0, &p.d, &got, &e);
+        if (rc != 0) {
+            if (rc == WARREN_EBROKERCONN || !warren_broker_connected(w->b))
+                broker_lost(w, &e);
+            else
+                warren_log(w->lg, WARREN_LOG_WARN, "worker %s: %s", w->id, e.message);
+            return;
+        }
+        if (!got)
+            return;
+        w->stats.received++;
+        p.gen = w->gen;
+        if (stopping) {
+            /* Not ours to start any more: left unacknowledged, it returns
+             * to its queue when the connection closes. */
+            pend_clear(&p);
+            continue;
+        }
+        if (judge(w, &p, why, sizeof(why)) != NULL) {
+            dead_letter(w, &p.d, why);
+            pend_clear(&p);
+            continue;
+        }
+        if (pq_push(w, &p) != 0) {
+            warren_log(w->lg, WARREN_LOG_ERROR, "worker %s: out of memory queueing a delivery",
+                       w->id);
+            pend_clear(&p);
+        }
+    }
+}
+
+/* ------------------------------------------------------------ the loop */
+
+static int running_count(const warren_worker *w)
+{
+    int n = 0;
+    for (int i = 0; i < w->concurrency; i++)
+        if (w->slots[i].state != SLOT_FREE)
+            n++;
+    return n;
+}
+
+static void relaunch_sql(warren_worker *w, int64_t now)
+{
+    for (int i = 0; i < w->concurrency; i++) {
+        slot *s = &w->slots[i];
+        warren_error e = {0};
+        if (s->state != SLOT_RUNNING || !s->complete_sql_retry || now < s->retry_at)
+            continue;
+        s->complete_sql_retry = 0;
+        if (start_thread(w, s, &e) != 0) {
+            s->complete_sql_retry = 1;
+            s->retry_at = now + BACKOFF_MAX_MS;
+            warren_log(w->lg, WARREN_LOG_ERROR, "worker %s: %s", w->id, e.message);
+        }
+    }
+}
+
+int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_error *err)
+{
+    int rc;
+    int stopping = 0;
+    int64_t stop_deadline = 0, hard_deadline = 0;
+
+    if ((rc = default_queues(w, err)) != 0)
+        return rc;
+    if (w->db_url == NULL || w->amqp_url == NULL)
+        return warren_error_set(err, WARREN_EINVAL, "worker: no database or broker URL");
+    if ((w->slots = calloc((size_t)w->concurrency, sizeof(slot))) == NULL)
+        return warren_error_set(err, WARREN_ENOMEM, "out of memory");
+    for (int i = 0; i < w->concurrency; i++)
+        slot_reset(&w->slots[i]);
+    if ((rc = warren_store_open(w->db_url, w->lg, &w->st, err)) != 0)
+        goto out;
+    if ((rc = broker_setup(w, err)) != 0)
+        goto out;
+    {
+        char list[512] = "";
+        for (size_t i = 0; i < w->nqueues; i++)
+            snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i ? ", " : "",
+                     w->queues[i]);
+        warren_log(w->lg, WARREN_LOG_INFO, "worker %s: consuming %s with %d slots", w->id, list,
+                   w->concurrency);
+    }
+    for (;;) {
+        int64_t now = mono_ms();
+        if (!stopping && stop != NULL && *stop) {
+            stopping = 1;
+            stop_deadline = now + w->cfg->worker.shutdown_grace_ms;
+            hard_deadline = stop_deadline + kill_grace(w) + 2000;
+            pq_clear(w);
+            warren_log(w->lg, WARREN_LOG_INFO,
+                       "worker %s: stopping: %d running handler(s) get %lld ms to finish", w->id,
+                       running_count(w), (long long)w->cfg->worker.shutdown_grace_ms);
+        }
+        if (stopping) {
+            if (running_count(w) == 0)
+                break;
+            if (now >= stop_deadline)
+                for (int i = 0; i < w->concurrency; i++)
+                    stop_slot(w, &w->slots[i], STOP_SHUTDOWN, now);
+            if (now >= hard_deadline) {
+                int left = 0;
+                for (int i = 0; i < w->concurrency; i++)
+                    if (w->slots[i].state == SLOT_RUNNING && w->slots[i].kind != KIND_EXEC)
+                        left++;
+                if (left == running_count(w)) {
+                    warren_log(w->lg, WARREN_LOG_WARN,
+                               "worker %s: %d in-process handler(s) ignore should_stop; leaving "
+                               "them (their leases expire)",
+                               w->id, left);
+                    break;
+                }
+            }
+        }
+        /* Wait for the broker only when there is nothing else to do. */
+        int busy = 0;
+        for (int i = 0; i < w->concurrency; i++)
+            if (w->slots[i].state == SLOT_DONE)
+                busy = 1;
+        if (w->pq_len > 0 && free_slots(w) > 0 && w->store_retry_at == 0)
+            busy = 1;
+        if (w->b != NULL)
+            receive(w, busy ? 0 : IDLE_WAIT_MS, stopping);
+        else {
+            broker_try_reconnect(w);
+            if (w->b == NULL)
+                sleep_ms(IDLE_WAIT_MS);
+        }
+        if (!stopping)
+            claim_pending(w);
+        now = mono_ms();
+        relaunch_sql(w, now);
+        for (int i = 0; i < w->concurrency; i++)
+            poll_slot(w, &w->slots[i], now);
+        heartbeat_due(w, now);
+        complete_done(w, now);
+    }
+    rc = 0;
+out:
+    if (w->slots != NULL) {
+        for (int i = 0; i < w->concurrency; i++) {
+            slot *s = &w->slots[i];
+            if (s->has_thread && s->ctx != NULL &&
+                atomic_load_explicit(&s->ctx->done, memory_order_acquire)) {
+                pthread_join(s->th, NULL);
+                ctx_free(s->ctx);
+                s->ctx = NULL;
+            } else if (s->has_thread) {
+                pthread_detach(s->th); /* leaked on purpose: it ignores should_stop */
+                s->ctx = NULL;
+            }
+            slot_reset(s);
+        }
+        free(w->slots);
+        w->slots = NULL;
+    }
+    pq_clear(w);
+    free(w->pq);
+    w->pq = NULL;
+    w->pq_cap = 0;
+    warren_broker_free(w->b);
+    w->b = NULL;
+    warren_store_free(w->st);
+    w->st = NULL;
+    warren_log(w->lg, WARREN_LOG_INFO,
+               "worker %s: stopped (received %llu, started %llu, succeeded %llu, retried %llu, "
+               "failed %llu, duplicates %llu, dead-lettered %llu)",
+               w->id, (unsigned long long)w->stats.received, (unsigned long long)w->stats.started,
+               (unsigned long long)w->stats.succeeded, (unsigned long long)w->stats.retried,
+               (unsigned long long)w->stats.failed, (unsigned long long)w->stats.duplicates,
+               (unsigned long long)w->stats.dead_lettered);
+    return rc;
+}
