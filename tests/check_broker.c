@@ -429,6 +429,33 @@ START_TEST(test_delay_seconds_published_out_of_order_release_in_due_order)
 }
 END_TEST
 
+START_TEST(test_vanished_delay_queue_is_returned_then_declared_again)
+{
+    warren_error err = {0};
+    warren_broker *b = open_fresh(NULL, 5);
+    confirms c = {0};
+    char name[64];
+    int64_t s = wall_s() + 60;
+    uint64_t seq;
+
+    ck_assert_int_eq(warren_broker_confirm_select(b, &err), 0);
+    ck_assert_int_eq(warren_broker_delay_queue(b, s, 600000, name, sizeof(name), &err), 0);
+    ck_assert_int_eq(warren_broker_queue_delete(b, name, &err), 0);
+    /* still cached as declared: the publish is returned, not lost silently */
+    ck_assert_int_eq(warren_broker_delay_queue(b, s, 600000, name, sizeof(name), &err), 0);
+    seq = publish_run(b, "", name, "default", "r1", 50000, 1);
+    wait_all(b, seq, &c);
+    ck_assert_int_eq(c.by_seq[seq], WARREN_BROKER_RETURNED);
+    /* the return evicted the cache entry: declared again, then routed */
+    ck_assert_int_eq(warren_broker_delay_queue(b, s, 600000, name, sizeof(name), &err), 0);
+    seq = publish_run(b, "", name, "default", "r2", 50000, 1);
+    wait_all(b, seq, &c);
+    ck_assert_int_eq(c.by_seq[seq], WARREN_BROKER_ACKED);
+    ck_assert_uint_eq(depth(b, name), 1);
+    warren_broker_free(b);
+}
+END_TEST
+
 START_TEST(test_delay_queue_expires_must_stay_constant)
 {
     warren_error err = {0};
@@ -684,6 +711,7 @@ static Suite *broker_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_delay_message_arrives_no_earlier_than_ttl_with_id_and_headers);
     tcase_add_test(tc, test_delay_seconds_published_out_of_order_release_in_due_order);
+    tcase_add_test(tc, test_vanished_delay_queue_is_returned_then_declared_again);
     tcase_add_test(tc, test_delay_queue_expires_must_stay_constant);
     tcase_add_test(tc, test_delay_ring_slot_releases_into_ready_queue);
     suite_add_tcase(s, tc);
