@@ -269,10 +269,21 @@ static int footer_window(const footer *f, int64_t y, ftrans out[6])
     return n;
 }
 
+/* The footer's rules are evaluated within +-FOOTER_LIMIT seconds of the epoch
+ * (about 300,000 years); beyond, the state at the limit holds. This keeps the
+ * calendar arithmetic far from int64 overflow for any input instant. */
+#define FOOTER_LIMIT INT64_C(10000000000000)
+
+static int64_t clamp_t(int64_t t)
+{
+    return t > FOOTER_LIMIT ? FOOTER_LIMIT : t < -FOOTER_LIMIT ? -FOOTER_LIMIT : t;
+}
+
 /* Footer state at t: *dst and the instant it began (INT64_MIN if unknown). */
 static void footer_at(const footer *f, int64_t t, int *dst, int64_t *since)
 {
     ftrans w[6];
+    t = clamp_t(t);
     int n = footer_window(f, year_of(t), w), best = -1;
     for (int i = 0; i < n; i++)
         if (w[i].at <= t && (best < 0 || w[i].at >= w[best].at))
@@ -290,6 +301,9 @@ static void footer_at(const footer *f, int64_t t, int *dst, int64_t *since)
 static int footer_after(const footer *f, int64_t t, int64_t *at, int *dst)
 {
     ftrans w[6];
+    if (t >= FOOTER_LIMIT)
+        return -1;
+    t = clamp_t(t);
     int n = footer_window(f, year_of(t), w), best = -1;
     for (int i = 0; i < n; i++)
         if (w[i].at > t && (best < 0 || w[i].at <= w[best].at))
