@@ -1,39 +1,604 @@
-/* cli_worker.c: placeholder until its owner lands the real commands. */
+/* cli_worker.c: `warren worker`, `warren run` (planner and workers in one
+ * process), `warren replay`, `warren runs` and `warren show`. Thin: parse
+ * arguments, load the config, wire the modules, print. */
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <warren/planner.h>
+#include <warren/store.h>
+#include <warren/store_work.h>
+#include <warren/timefmt.h>
+#include <warren/worker.h>
 
 #include "cli.h"
 
+/* ------------------------------------------------------------ shared conventions */
+
+/* The conventions of cli.h, kept local until src/cli_common.c lands; they
+ * match cli_config_path / cli_load_config / cli_exit_code / cli_logger. */
+static const char *config_path(const char *given)
+{
+    const char *env = getenv("WARREN_CONFIG");
+    if (given != NULL && given[0] != '\0')
+        return given;
+    if (env != NULL && env[0] != '\0')
+        return env;
+    return "warren.cfg";
+}
+
+static warren_config *load_config(const char *path)
+{
+    warren_config *cfg = NULL;
+    warren_diags diags = {0};
+    warren_error err = {0};
+
+    if (warren_config_load(path, &cfg, &diags, &err) != 0) {
+        if (diags.count == 0)
+            fprintf(stderr, "warren: %s\n", err.message);
+        for (size_t i = 0; i < diags.count; i++)
+            fprintf(stderr, "%s\n", diags.items[i]);
+        warren_diags_free(&diags);
+        return NULL;
+    }
+    warren_diags_free(&diags);
+    return cfg;
+}
+
+static int exit_code(int rc)
+{
+    switch (rc) {
+    case WARREN_OK:
+        return WARREN_EXIT_OK;
+    case WARREN_EBROKERCONN:
+    case WARREN_EDBCONN:
+        return WARREN_EXIT_UNAVAILABLE;
+    case WARREN_EINVAL:
+    case WARREN_ECONFIG:
+    case WARREN_EPARSE:
+        return WARREN_EXIT_USAGE;
+    default:
+        return WARREN_EXIT_FAIL;
+    }
+}
+
+static warren_logger stderr_logger(void)
+{
+    warren_logger lg = {warren_log_stderr, stderr, WARREN_LOG_INFO};
+    const char *lvl = getenv("WARREN_LOG");
+    if (lvl != NULL && strcmp(lvl, "debug") == 0)
+        lg.min_level = WARREN_LOG_DEBUG;
+    else if (lvl != NULL && strcmp(lvl, "warn") == 0)
+        lg.min_level = WARREN_LOG_WARN;
+    return lg;
+}
+
+static volatile sig_atomic_t stop_flag;
+
+static void on_stop_signal(int sig)
+{
+    (void)sig;
+    stop_flag = 1;
+}
+
+static void install_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sa.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &sa, NULL);
+}
+
+/* -c FILE / --config FILE / --config=FILE at argv[*i]: 1 if consumed. */
+static int config_arg(int argc, char **argv, int *i, const char **given)
+{
+    if ((strcmp(argv[*i], "-c") == 0 || strcmp(argv[*i], "--config") == 0) && *i + 1 < argc) {
+        *given = argv[++*i];
+        return 1;
+    }
+    if (strncmp(argv[*i], "--config=", 9) == 0) {
+        *given = argv[*i] + 9;
+        return 1;
+    }
+    return 0;
+}
+
+static int parse_int(const char *s, int lo, int hi, int *out)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*s == '\0' || *end != '\0' || v < lo || v > hi)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* ------------------------------------------------------------ warren worker */
+
+static void worker_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: warren worker [-c FILE] [--queue Q ...] [--concurrency N] [--id ID]\n\n"
+            "Consumes the ready queues of the config's jobs (every queue that has a job with a\n"
+            "handler, or the --queue ones), claims each run in PostgreSQL, runs its handler\n"
+            "(exec, sql), heartbeats, completes, and only then acknowledges the message.\n"
+            "SIGTERM/SIGINT: stop taking runs, let running handlers finish within\n"
+            "worker.shutdown_grace, stop the rest, exit 0.\n\n"
+            "  -c, --config FILE    the configuration (default: $WARREN_CONFIG, else warren.cfg)\n"
+            "  --queue Q            consume warren.ready.Q (repeatable)\n"
+            "  --concurrency N      handler slots (default worker.concurrency)\n"
+            "  --id ID              lease owner id (default worker.id, else host:pid)\n\n"
+            "exit codes: 0 stopped by a signal, 1 runtime failure, 2 usage or config error,\n"
+            "69 PostgreSQL or RabbitMQ unreachable at start\n");
+}
+
 int cli_worker(int argc, char **argv)
 {
-    (void)argc;
-    fprintf(stderr, "warren %s: not built yet\n", argv[0]);
-    return WARREN_EXIT_FAIL;
+    const char *given = NULL, *id = NULL;
+    const char **queues = calloc((size_t)argc + 1, sizeof(char *));
+    size_t nq = 0;
+    int conc = 0;
+    warren_config *cfg = NULL;
+    warren_worker *w = NULL;
+    warren_error err = {0};
+    warren_logger lg = stderr_logger();
+    int rc;
+
+    if (queues == NULL)
+        return WARREN_EXIT_FAIL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            worker_usage(stdout);
+            free(queues);
+            return WARREN_EXIT_OK;
+        } else if (config_arg(argc, argv, &i, &given)) {
+        } else if (strcmp(argv[i], "--queue") == 0 && i + 1 < argc) {
+            queues[nq++] = argv[++i];
+        } else if (strncmp(argv[i], "--queue=", 8) == 0) {
+            queues[nq++] = argv[i] + 8;
+        } else if (strcmp(argv[i], "--concurrency") == 0 && i + 1 < argc) {
+            if (parse_int(argv[++i], 1, 1000, &conc) != 0) {
+                fprintf(stderr, "warren worker: --concurrency takes 1..1000, not \"%s\"\n",
+                        argv[i]);
+                free(queues);
+                return WARREN_EXIT_USAGE;
+            }
+        } else if (strcmp(argv[i], "--id") == 0 && i + 1 < argc) {
+            id = argv[++i];
+        } else {
+            fprintf(stderr, "warren worker: unexpected argument \"%s\"\n", argv[i]);
+            worker_usage(stderr);
+            free(queues);
+            return WARREN_EXIT_USAGE;
+        }
+    }
+    if ((cfg = load_config(config_path(given))) == NULL) {
+        free(queues);
+        return WARREN_EXIT_USAGE;
+    }
+    install_signals();
+    rc = warren_worker_new(cfg, &lg, &w, &err);
+    if (rc == 0 && nq > 0)
+        rc = warren_worker_set_queues(w, queues, nq, &err);
+    if (rc == 0 && conc > 0)
+        rc = warren_worker_set_concurrency(w, conc, &err);
+    if (rc == 0 && id != NULL)
+        rc = warren_worker_set_id(w, id, &err);
+    if (rc == 0)
+        rc = warren_worker_run(w, &stop_flag, &err);
+    if (rc != 0)
+        fprintf(stderr, "warren worker: %s\n", err.message);
+    warren_worker_free(w);
+    warren_config_free(cfg);
+    free(queues);
+    return exit_code(rc);
+}
+
+/* ------------------------------------------------------------ warren run */
+
+static const char *hms(warren_us t, char *buf, size_t len)
+{
+    if (t == 0)
+        return "-";
+    warren_time_format_ms(t, buf, len);
+    /* "YYYY-MM-DDTHH:MM:SS.mmmZ" -> "HH:MM:SS.mmm" */
+    if (strlen(buf) >= 23) {
+        memmove(buf, buf + 11, 12);
+        buf[12] = '\0';
+    }
+    return buf;
+}
+
+/* One human line per finished run (stdout, line-buffered). */
+static void print_report(void *ud, const warren_run_report *r)
+{
+    char a[WARREN_TIME_BUF], b[WARREN_TIME_BUF], c[WARREN_TIME_BUF], d[WARREN_TIME_BUF];
+    char late[32] = "-";
+    (void)ud;
+    if (r->started_at != 0 && r->due_at != 0)
+        snprintf(late, sizeof(late), "%lld ms", (long long)((r->started_at - r->due_at) / 1000));
+    printf("%s: scheduled %s, released %s, started %s, finished %s, %s%s%s (attempt %d, run %s), "
+           "lateness %s\n",
+           r->run_key, hms(r->scheduled_at, a, sizeof(a)), hms(r->published_at, b, sizeof(b)),
+           hms(r->started_at, c, sizeof(c)), hms(r->finished_at, d, sizeof(d)), r->outcome,
+           r->error ? ": " : "", r->error ? r->error : "", r->attempt, r->state, late);
+    fflush(stdout);
+}
+
+typedef struct planner_thread {
+    warren_planner *p;
+    int rc;
+    warren_error err;
+} planner_thread;
+
+static void *run_planner(void *arg)
+{
+    planner_thread *pt = arg;
+    pt->rc = warren_planner_run(pt->p, &stop_flag, &pt->err);
+    if (pt->rc != 0)
+        stop_flag = 1; /* the planner died: bring the worker down too */
+    return NULL;
+}
+
+static void run_usage(FILE *f)
+{
+    fprintf(f, "usage: warren run [-c FILE] [--concurrency N]\n\n"
+               "A planner and a worker for every queue of the config in one process (small\n"
+               "installs, the demo). Prints one line per finished run: scheduled, released,\n"
+               "started, finished (database clock, UTC), outcome and start lateness.\n"
+               "Run `warren migrate`, `warren topology` and `warren sync` first.\n\n"
+               "  -c, --config FILE    the configuration (default: $WARREN_CONFIG, else "
+               "warren.cfg)\n"
+               "  --concurrency N      worker handler slots (default worker.concurrency)\n\n"
+               "exit codes: 0 stopped by a signal, 1 runtime failure, 2 usage or config error,\n"
+               "69 PostgreSQL or RabbitMQ unreachable at start\n");
 }
 
 int cli_run(int argc, char **argv)
 {
-    (void)argc;
-    fprintf(stderr, "warren %s: not built yet\n", argv[0]);
-    return WARREN_EXIT_FAIL;
+    const char *given = NULL;
+    int conc = 0;
+    warren_config *cfg = NULL;
+    warren_worker *w = NULL;
+    planner_thread pt;
+    pthread_t th;
+    int have_thread = 0;
+    warren_error err = {0};
+    warren_logger lg = stderr_logger();
+    int rc;
+
+    memset(&pt, 0, sizeof(pt));
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            run_usage(stdout);
+            return WARREN_EXIT_OK;
+        } else if (config_arg(argc, argv, &i, &given)) {
+        } else if (strcmp(argv[i], "--concurrency") == 0 && i + 1 < argc) {
+            if (parse_int(argv[++i], 1, 1000, &conc) != 0) {
+                fprintf(stderr, "warren run: --concurrency takes 1..1000, not \"%s\"\n", argv[i]);
+                return WARREN_EXIT_USAGE;
+            }
+        } else {
+            fprintf(stderr, "warren run: unexpected argument \"%s\"\n", argv[i]);
+            run_usage(stderr);
+            return WARREN_EXIT_USAGE;
+        }
+    }
+    if ((cfg = load_config(config_path(given))) == NULL)
+        return WARREN_EXIT_USAGE;
+    install_signals();
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    rc = warren_planner_new(cfg, cfg->database_url, cfg->amqp_url, &lg, &pt.p, &err);
+    if (rc != 0) {
+        fprintf(stderr, "warren run: planner: %s\n", err.message);
+        goto out;
+    }
+    rc = warren_worker_new(cfg, &lg, &w, &err);
+    if (rc == 0 && conc > 0)
+        rc = warren_worker_set_concurrency(w, conc, &err);
+    if (rc != 0) {
+        fprintf(stderr, "warren run: %s\n", err.message);
+        goto out;
+    }
+    warren_worker_on_finished(w, print_report, NULL);
+    if (pthread_create(&th, NULL, run_planner, &pt) != 0) {
+        fprintf(stderr, "warren run: cannot start the planner thread\n");
+        rc = WARREN_ESYS;
+        goto out;
+    }
+    have_thread = 1;
+    rc = warren_worker_run(w, &stop_flag, &err);
+    if (rc != 0)
+        fprintf(stderr, "warren run: worker: %s\n", err.message);
+    stop_flag = 1;
+out:
+    if (have_thread) {
+        pthread_join(th, NULL);
+        if (pt.rc != 0) {
+            fprintf(stderr, "warren run: planner: %s\n", pt.err.message);
+            if (rc == 0)
+                rc = pt.rc;
+        }
+    }
+    warren_worker_free(w);
+    warren_planner_free(pt.p);
+    warren_config_free(cfg);
+    return exit_code(rc);
+}
+
+/* ------------------------------------------------------------ replay, runs, show */
+
+/* Opens the config's database (for the admin commands). */
+static int open_store(const char *given, warren_config **cfg, warren_store **st,
+                      const warren_logger *lg)
+{
+    warren_error err = {0};
+    int rc;
+    if ((*cfg = load_config(config_path(given))) == NULL)
+        return WARREN_EXIT_USAGE;
+    rc = warren_store_open((*cfg)->database_url, lg, st, &err);
+    if (rc != 0) {
+        fprintf(stderr, "warren: %s\n", err.message);
+        warren_config_free(*cfg);
+        *cfg = NULL;
+        return exit_code(rc);
+    }
+    return WARREN_EXIT_OK;
+}
+
+static void replay_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: warren replay [-c FILE] RUN_KEY\n"
+            "       warren replay [-c FILE] --job JOB --dead\n\n"
+            "Sends a dead run (or every dead run of JOB) back to planned, due now, under the\n"
+            "same run key; its attempts and notes are kept and its retry budget starts again.\n\n"
+            "exit codes: 0 replayed, 1 the run is not dead (or unknown), 2 usage or config\n"
+            "error, 69 PostgreSQL unreachable\n");
 }
 
 int cli_replay(int argc, char **argv)
 {
-    (void)argc;
-    fprintf(stderr, "warren %s: not built yet\n", argv[0]);
-    return WARREN_EXIT_FAIL;
+    const char *given = NULL, *key = NULL, *job = NULL;
+    int dead = 0, code;
+    warren_config *cfg = NULL;
+    warren_store *st = NULL;
+    warren_error err = {0};
+    warren_logger lg = stderr_logger();
+    char who[64];
+
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            replay_usage(stdout);
+            return WARREN_EXIT_OK;
+        } else if (config_arg(argc, argv, &i, &given)) {
+        } else if (strcmp(argv[i], "--job") == 0 && i + 1 < argc) {
+            job = argv[++i];
+        } else if (strcmp(argv[i], "--dead") == 0) {
+            dead = 1;
+        } else if (argv[i][0] != '-' && key == NULL) {
+            key = argv[i];
+        } else {
+            fprintf(stderr, "warren replay: unexpected argument \"%s\"\n", argv[i]);
+            replay_usage(stderr);
+            return WARREN_EXIT_USAGE;
+        }
+    }
+    if ((key == NULL) == (job == NULL) || (job != NULL && !dead)) {
+        fprintf(stderr, "warren replay: give a RUN_KEY, or --job JOB --dead\n");
+        replay_usage(stderr);
+        return WARREN_EXIT_USAGE;
+    }
+    if (key != NULL && warren_run_key_parse(key, NULL, 0, NULL, &err) != 0) {
+        fprintf(stderr, "warren replay: %s\n", err.message);
+        return WARREN_EXIT_USAGE;
+    }
+    if ((code = open_store(given, &cfg, &st, &lg)) != WARREN_EXIT_OK)
+        return code;
+    snprintf(who, sizeof(who), "warren replay (pid %ld)", (long)getpid());
+    if (key != NULL) {
+        int replayed = 0;
+        int rc = warren_store_replay(st, key, who, &replayed, &err);
+        if (rc != 0) {
+            fprintf(stderr, "warren replay: %s\n", err.message);
+            code = exit_code(rc);
+        } else if (!replayed) {
+            fprintf(stderr, "warren replay: %s is not dead (see `warren show %s`)\n", key, key);
+            code = WARREN_EXIT_FAIL;
+        } else {
+            printf("replayed %s: planned, due now\n", key);
+        }
+    } else {
+        int64_t n = 0;
+        int rc = warren_store_replay_dead(st, job, who, &n, &err);
+        if (rc != 0) {
+            fprintf(stderr, "warren replay: %s\n", err.message);
+            code = exit_code(rc);
+        } else {
+            printf("replayed %lld dead run(s) of %s\n", (long long)n, job);
+        }
+    }
+    warren_store_free(st);
+    warren_config_free(cfg);
+    return code;
+}
+
+static void runs_usage(FILE *f)
+{
+    fprintf(f, "usage: warren runs [-c FILE] [--job J] [--state S] [--limit N]\n\n"
+               "Lists runs, newest scheduled time first (default limit 50). States: planned,\n"
+               "published, running, retrying, succeeded, dead, skipped, cancelled.\n");
+}
+
+static const char *utc(warren_us t, char *buf, size_t len)
+{
+    if (t == 0)
+        return "-";
+    return warren_time_format_ms(t, buf, len);
+}
+
+static int valid_state(const char *s)
+{
+    static const char *const states[] = {"planned",   "published", "running", "retrying",
+                                         "succeeded", "dead",      "skipped", "cancelled"};
+    for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++)
+        if (strcmp(s, states[i]) == 0)
+            return 1;
+    return 0;
 }
 
 int cli_runs(int argc, char **argv)
 {
-    (void)argc;
-    fprintf(stderr, "warren %s: not built yet\n", argv[0]);
-    return WARREN_EXIT_FAIL;
+    const char *given = NULL, *job = NULL, *state = NULL;
+    int limit = 50, code, rc;
+    warren_config *cfg = NULL;
+    warren_store *st = NULL;
+    warren_error err = {0};
+    warren_logger lg = stderr_logger();
+    warren_run_row *rows = NULL;
+    size_t n = 0;
+
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            runs_usage(stdout);
+            return WARREN_EXIT_OK;
+        } else if (config_arg(argc, argv, &i, &given)) {
+        } else if (strcmp(argv[i], "--job") == 0 && i + 1 < argc) {
+            job = argv[++i];
+        } else if (strcmp(argv[i], "--state") == 0 && i + 1 < argc) {
+            state = argv[++i];
+            if (!valid_state(state)) {
+                fprintf(stderr, "warren runs: unknown state \"%s\"\n", state);
+                return WARREN_EXIT_USAGE;
+            }
+        } else if (strcmp(argv[i], "--limit") == 0 && i + 1 < argc) {
+            if (parse_int(argv[++i], 1, 1000000, &limit) != 0) {
+                fprintf(stderr, "warren runs: --limit takes a positive number, not \"%s\"\n",
+                        argv[i]);
+                return WARREN_EXIT_USAGE;
+            }
+        } else {
+            fprintf(stderr, "warren runs: unexpected argument \"%s\"\n", argv[i]);
+            runs_usage(stderr);
+            return WARREN_EXIT_USAGE;
+        }
+    }
+    if ((code = open_store(given, &cfg, &st, &lg)) != WARREN_EXIT_OK)
+        return code;
+    rc = warren_store_runs(st, job, state, limit, &rows, &n, &err);
+    if (rc != 0) {
+        fprintf(stderr, "warren runs: %s\n", err.message);
+        code = exit_code(rc);
+    } else {
+        printf("%-44s %-10s %7s %-24s %-24s %s\n", "RUN KEY", "STATE", "ATTEMPT", "DUE", "FINISHED",
+               "ERROR / NOTE");
+        for (size_t i = 0; i < n; i++) {
+            char a[WARREN_TIME_BUF], b[WARREN_TIME_BUF];
+            const warren_run_row *r = &rows[i];
+            const char *extra = r->last_error ? r->last_error : r->note ? r->note : "";
+            const char *nl = strchr(extra, '\n');
+            printf("%-44s %-10s %7d %-24s %-24s %.*s\n", r->run_key, r->state, r->attempt,
+                   utc(r->due_at, a, sizeof(a)), utc(r->finished_at, b, sizeof(b)),
+                   nl ? (int)(nl - extra) : (int)strlen(extra), extra);
+        }
+        for (size_t i = 0; i < n; i++)
+            warren_run_row_clear(&rows[i]);
+        free(rows);
+    }
+    warren_store_free(st);
+    warren_config_free(cfg);
+    return code;
+}
+
+static void show_usage(FILE *f)
+{
+    fprintf(f, "usage: warren show [-c FILE] RUN_KEY\n\n"
+               "One run with its history: state, times, attempts (worker, outcome, error) and\n"
+               "notes (what a misfire, overlap or DST rule, the reconciler or replay did).\n");
 }
 
 int cli_show(int argc, char **argv)
 {
-    (void)argc;
-    fprintf(stderr, "warren %s: not built yet\n", argv[0]);
-    return WARREN_EXIT_FAIL;
+    const char *given = NULL, *key = NULL;
+    int code, rc;
+    warren_config *cfg = NULL;
+    warren_store *st = NULL;
+    warren_error err = {0};
+    warren_logger lg = stderr_logger();
+    warren_run_detail d;
+
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            show_usage(stdout);
+            return WARREN_EXIT_OK;
+        } else if (config_arg(argc, argv, &i, &given)) {
+        } else if (argv[i][0] != '-' && key == NULL) {
+            key = argv[i];
+        } else {
+            fprintf(stderr, "warren show: unexpected argument \"%s\"\n", argv[i]);
+            show_usage(stderr);
+            return WARREN_EXIT_USAGE;
+        }
+    }
+    if (key == NULL) {
+        show_usage(stderr);
+        return WARREN_EXIT_USAGE;
+    }
+    if ((code = open_store(given, &cfg, &st, &lg)) != WARREN_EXIT_OK)
+        return code;
+    rc = warren_store_show(st, key, &d, &err);
+    if (rc != 0) {
+        fprintf(stderr, "warren show: %s\n", err.message);
+        code = rc == WARREN_ENOENT ? WARREN_EXIT_FAIL : exit_code(rc);
+    } else {
+        char t[WARREN_TIME_BUF];
+        const warren_run_row *r = &d.run;
+        printf("run          %s\n", r->run_key);
+        printf("job          %s\n", r->job);
+        printf("state        %s\n", r->state);
+        printf("origin       %s\n", r->origin);
+        printf("attempt      %d\n", r->attempt);
+        printf("scheduled    %s\n", utc(r->scheduled_at, t, sizeof(t)));
+        printf("due          %s\n", utc(r->due_at, t, sizeof(t)));
+        printf("published    %s (%d publish%s)\n", utc(r->published_at, t, sizeof(t)),
+               r->publish_count, r->publish_count == 1 ? "" : "es");
+        printf("started      %s\n", utc(r->started_at, t, sizeof(t)));
+        printf("finished     %s\n", utc(r->finished_at, t, sizeof(t)));
+        if (r->lease_owner != NULL)
+            printf("lease        %s until %s\n", r->lease_owner, utc(r->lease_until, t, sizeof(t)));
+        if (r->last_error != NULL)
+            printf("last error   %s\n", r->last_error);
+        if (r->note != NULL) {
+            printf("notes\n");
+            const char *p = r->note;
+            while (*p) {
+                const char *nl = strchr(p, '\n');
+                int len = nl ? (int)(nl - p) : (int)strlen(p);
+                printf("  %.*s\n", len, p);
+                p += len + (nl ? 1 : 0);
+            }
+        }
+        printf("attempts\n");
+        if (d.nattempts == 0)
+            printf("  (none)\n");
+        for (size_t i = 0; i < d.nattempts; i++) {
+            char a[WARREN_TIME_BUF], b[WARREN_TIME_BUF];
+            const warren_attempt_row *at = &d.attempts[i];
+            printf("  #%d %s  %s -> %s  %s%s%s\n", at->attempt, at->worker,
+                   utc(at->started_at, a, sizeof(a)), utc(at->finished_at, b, sizeof(b)),
+                   at->outcome ? at->outcome : "running", at->error ? ": " : "",
+                   at->error ? at->error : "");
+        }
+        warren_run_detail_clear(&d);
+    }
+    warren_store_free(st);
+    warren_config_free(cfg);
+    return code;
 }
