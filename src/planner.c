@@ -402,7 +402,14 @@ static int plan_job(warren_planner *p, const warren_plan_job *j, warren_us now, 
     warren_duration_format(p->pc.misfire_threshold_ms, thr, sizeof(thr));
     /* The cursor is the first fire time not yet materialised (NULL: start
      * from now); tolerate a cursor that is not itself a fire time. */
-    rc = warren_schedule_next(s, (j->has_next ? j->next_fire_at : now) - 1, &t, &flags, &e);
+    {
+        /* A one-shot job synced after its instant still fires once (through
+         * the misfire policy): its NULL cursor means "from the beginning". */
+        warren_us from = j->has_next                  ? j->next_fire_at
+                         : strcmp(j->kind, "at") == 0 ? INT64_MIN / 2
+                                                      : now;
+        rc = warren_schedule_next(s, from - 1, &t, &flags, &e);
+    }
 
     /* Missed fire times: older than the misfire threshold. */
     int is_catch = strcmp(j->misfire, "catch_up") == 0;

@@ -1,0 +1,898 @@
+/* check_planner: the planner (src/planner.c, src/store_plan.c) against real
+ * PostgreSQL and RabbitMQ: schedules and jitter, materialising, release no
+ * earlier than due, several planners at once, misfire policies, pause and
+ * resume, and the trigger/backfill/pause commands of the warren program. */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <warren/broker.h>
+#include <warren/codec.h>
+#include <warren/planner.h>
+#include <warren/store.h>
+#include <warren/store_plan.h>
+
+#include "testenv.h"
+
+/* ----------------------------------------------------------------- helpers */
+
+static void sleep_ms(int64_t ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static warren_us wall_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (warren_us)ts.tv_sec * WARREN_US_PER_S + ts.tv_nsec / 1000;
+}
+
+static warren_config test_config(int partitions)
+{
+    warren_config c;
+    memset(&c, 0, sizeof(c));
+    c.planner.horizon_ms = 10000;
+    c.planner.tick_ms = 200;
+    c.planner.misfire_threshold_ms = 60000;
+    c.planner.reconcile_grace_ms = 600000; /* no republishes unless a test wants them */
+    c.planner.partitions = partitions;
+    c.planner.publish_batch = 200;
+    c.planner.delay_queue_expires_ms = 600000;
+    return c;
+}
+
+/* A fresh migrated database and a vhost with ready queue "q". */
+typedef struct env {
+    char *db;
+    char *amqp;
+} env;
+
+static env env_new(void)
+{
+    static const char *const queues[] = {"q"};
+    env e = {testenv_db_migrated(), testenv_vhost()};
+    warren_broker *b = NULL;
+    warren_error err = {0};
+    ck_assert_msg(warren_broker_open(e.amqp, NULL, &b, &err) == 0, "%s", err.message);
+    ck_assert_msg(warren_broker_topology(b, queues, 1, 5, &err) == 0, "%s", err.message);
+    warren_broker_free(b);
+    return e;
+}
+
+static void env_free(env *e)
+{
+    free(e->db);
+    free(e->amqp);
+}
+
+static void add_job(const env *e, const char *name, const char *kind, const char *expr,
+                    const char *extra_cols, const char *extra_vals, int partitions)
+{
+    char sql[1024];
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, partition%s) "
+             "VALUES ('%s', '%s', '%s', 'q', %d%s)",
+             extra_cols ? extra_cols : "", name, kind, expr, warren_job_partition(name, partitions),
+             extra_vals ? extra_vals : "");
+    ck_assert_int_ge(testenv_psql(e->db, sql, NULL), 0);
+}
+
+static long sql_long(const env *e, const char *sql)
+{
+    char *v = testenv_sql1(e->db, sql);
+    long n = v ? atol(v) : -1;
+    free(v);
+    return n;
+}
+
+static warren_planner *planner_new(const env *e, const warren_config *c)
+{
+    warren_planner *p = NULL;
+    warren_error err = {0};
+    ck_assert_msg(warren_planner_new(c, e->db, e->amqp, NULL, &p, &err) == 0, "planner: %s",
+                  err.message);
+    return p;
+}
+
+static void tick(warren_planner *p)
+{
+    warren_error err = {0};
+    ck_assert_msg(warren_planner_tick(p, &err) == 0, "tick: %s", err.message);
+}
+
+/* database clock - local realtime, in µs, measured once. */
+static warren_us db_offset(const env *e)
+{
+    warren_store *st = NULL;
+    warren_error err = {0};
+    warren_us best = 0, best_rtt = INT64_MAX;
+    ck_assert_msg(warren_store_open(e->db, NULL, &st, &err) == 0, "%s", err.message);
+    for (int i = 0; i < 5; i++) {
+        warren_us a = wall_us(), now = 0, b;
+        ck_assert(warren_store_now(st, &now, &err) == 0);
+        b = wall_us();
+        if (b - a < best_rtt) {
+            best_rtt = b - a;
+            best = now - (a + b) / 2;
+        }
+    }
+    warren_store_free(st);
+    return best;
+}
+
+/* A consumer on warren.ready.q. */
+static warren_broker *consumer(const env *e)
+{
+    warren_broker *b = NULL;
+    warren_error err = {0};
+    ck_assert_msg(warren_broker_open(e->amqp, NULL, &b, &err) == 0, "%s", err.message);
+    ck_assert(warren_broker_qos(b, 500, &err) == 0);
+    ck_assert_msg(warren_broker_consume(b, "warren.ready.q", &err) == 0, "%s", err.message);
+    return b;
+}
+
+/* ------------------------------------------------------------------- pure */
+
+START_TEST(test_jitter_is_stable_whole_seconds_below_jitter)
+{
+    int seen[30] = {0}, distinct = 0;
+    ck_assert_int_eq(warren_jitter_offset_s("report", 0), 0);
+    ck_assert_int_eq(warren_jitter_offset_s("report", 999), 0); /* [0, 1 s) */
+    for (int i = 0; i < 300; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "job-%d", i);
+        int64_t a = warren_jitter_offset_s(name, 30000);
+        ck_assert_int_ge(a, 0);
+        ck_assert_int_lt(a, 30);
+        ck_assert_int_eq(a, warren_jitter_offset_s(name, 30000));
+        if (!seen[a]++)
+            distinct++;
+    }
+    ck_assert_int_gt(distinct, 20); /* spread, not a constant */
+    /* FNV-1a 64 of "a" is 0xaf63dc4c8601ec8c; mod 7 = 3 (documented hash). */
+    ck_assert_int_eq(warren_jitter_offset_s("a", 7000),
+                     (int64_t)(UINT64_C(0xaf63dc4c8601ec8c) % 7));
+}
+END_TEST
+
+START_TEST(test_every_fires_at_multiples_since_epoch)
+{
+    warren_tzdb *db = warren_tzdb_new(NULL);
+    warren_schedule *s = NULL;
+    warren_error err = {0};
+    int64_t t = 0;
+    ck_assert_msg(warren_schedule_new(db, "j", "every", "90s", "Europe/Berlin", &s, &err) == 0,
+                  "%s", err.message);
+    ck_assert(warren_schedule_next(s, 0, &t, NULL, &err) == 0);
+    ck_assert_int_eq(t, 90);
+    ck_assert(warren_schedule_next(s, 90 * WARREN_US_PER_S, &t, NULL, &err) == 0);
+    ck_assert_int_eq(t, 180); /* strictly after */
+    ck_assert(warren_schedule_next(s, 1764410000LL * WARREN_US_PER_S + 1, &t, NULL, &err) == 0);
+    ck_assert_int_eq(t % 90, 0);
+    ck_assert_int_gt(t, 1764410000LL);
+    ck_assert_int_le(t, 1764410000LL + 90);
+    warren_schedule_free(s);
+
+    ck_assert(warren_schedule_new(db, "j", "at", "2030-01-01T00:00:00Z", "UTC", &s, &err) == 0);
+    ck_assert(warren_schedule_next(s, 0, &t, NULL, &err) == 0);
+    ck_assert_int_eq(t, 1893456000LL);
+    ck_assert_int_eq(warren_schedule_next(s, 1893456000LL * WARREN_US_PER_S, &t, NULL, &err),
+                     WARREN_ENEVER);
+    warren_schedule_free(s);
+
+    ck_assert_int_eq(warren_schedule_new(db, "j", "cron", "0 25 * * *", "UTC", &s, NULL),
+                     WARREN_ECRON);
+    ck_assert_int_eq(warren_schedule_new(db, "j", "cron", "0 2 * * *", "Nowhere/Zone", &s, NULL),
+                     WARREN_ETZ);
+    warren_tzdb_free(db);
+}
+END_TEST
+
+START_TEST(test_cron_dst_gap_run_gets_a_note)
+{
+    /* Europe/Berlin springs forward at 2027-03-28 02:00 local: 02:30 is moved. */
+    env e = env_new();
+    warren_config c = test_config(4);
+    warren_planner *p;
+    add_job(&e, "dst", "cron", "30 2 * * *", ", timezone, next_fire_at",
+            ", 'Europe/Berlin', '2027-03-28T00:00:00Z'", 4);
+    c.planner.misfire_threshold_ms = 1000LL * 86400 * 3650; /* never a misfire here */
+    c.planner.horizon_ms = 1000LL * 86400 * 3650;
+    p = planner_new(&e, &c);
+    /* The horizon reaches years ahead; one tick writes at most 10000 runs per job. */
+    tick(p);
+    char *note = testenv_sql1(e.db, "SELECT note FROM warren.runs WHERE job = 'dst' AND "
+                                    "scheduled_at = '2027-03-28T01:00:00Z'");
+    ck_assert_msg(note != NULL && strstr(note, "spring-forward gap") != NULL, "note: %s",
+                  note ? note : "(null)");
+    free(note);
+    /* The day after: 02:30 CEST = 00:30Z, no note. */
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'dst' AND "
+                                  "scheduled_at = '2027-03-29T00:30:00Z' AND note IS NULL"),
+                     1);
+    warren_planner_free(p);
+    env_free(&e);
+}
+END_TEST
+
+/* ------------------------------------------------------------ materialise */
+
+START_TEST(test_materialise_creates_each_fire_time_once_and_advances_cursor)
+{
+    env e = env_new();
+    warren_config c = test_config(8);
+    warren_planner *p;
+    warren_planner_stats s;
+
+    add_job(&e, "every2", "every", "2s", NULL, NULL, 8);
+    add_job(&e, "jit", "every", "5s", ", jitter_ms", ", 4000", 8);
+    add_job(&e, "paused", "every", "1s", ", paused", ", true", 8);
+    p = planner_new(&e, &c);
+    tick(p);
+    tick(p); /* a second tick adds nothing new for the same horizon */
+    warren_planner_stats_get(p, &s);
+    ck_assert_int_eq(s.partitions_owned, 8);
+    /* horizon 10 s: 5 or 6 fire times of every2, all at even seconds */
+    long n = sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'every2'");
+    ck_assert_msg(n >= 5 && n <= 7, "every2 has %ld runs", n);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'every2' AND "
+                                  "extract(epoch FROM scheduled_at)::bigint % 2 <> 0"),
+                     0);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'paused'"), 0);
+    /* cursor: the first fire time not materialised, beyond now + horizon */
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs j WHERE name = 'every2' AND "
+                                  "next_fire_at = (SELECT max(scheduled_at) + interval '2 s' "
+                                  "FROM warren.runs WHERE job = 'every2')"),
+                     1);
+    /* jitter: due_at - scheduled_at is the documented stable offset */
+    {
+        char sql[256];
+        snprintf(sql, sizeof(sql),
+                 "SELECT count(*) FROM warren.runs WHERE job = 'jit' AND due_at - scheduled_at "
+                 "<> interval '%lld s'",
+                 (long long)warren_jitter_offset_s("jit", 4000));
+        ck_assert_int_eq(sql_long(&e, sql), 0);
+    }
+    /* at: fires once, cursor goes to infinity */
+    add_job(&e, "once", "at", "2020-01-01T00:00:00Z", ", misfire", ", 'catch_up'", 8);
+    tick(p);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'once'"), 1);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE name = 'once' AND "
+                                  "next_fire_at = 'infinity'"),
+                     1);
+    warren_planner_free(p);
+    env_free(&e);
+}
+END_TEST
+
+/* --------------------------------------------------------------- release */
+
+typedef struct arrival {
+    char key[WARREN_RUN_KEY_MAX];
+    warren_us due;
+    warren_us at; /* database clock */
+} arrival;
+
+/* Consumes until n distinct run keys arrived or timeout; returns count. */
+static int collect(warren_broker *b, warren_us offset, arrival *out, int n, int64_t timeout_ms)
+{
+    int got_n = 0;
+    int64_t end = mono_ms() + timeout_ms;
+    while (got_n < n && mono_ms() < end) {
+        warren_delivery d = {0};
+        warren_error err = {0};
+        int got = 0;
+        ck_assert_msg(warren_broker_next(b, 200, &d, &got, &err) == 0, "%s", err.message);
+        if (!got)
+            continue;
+        warren_us at = wall_us() + offset, due = 0;
+        const char *dh = warren_delivery_header(&d, "x-warren-due-at");
+        ck_assert(dh != NULL);
+        ck_assert(warren_time_parse(dh, &due, NULL) == 0);
+        int dup = 0;
+        for (int i = 0; i < got_n; i++)
+            dup |= strcmp(out[i].key, d.message_id) == 0;
+        if (!dup) {
+            snprintf(out[got_n].key, sizeof(out[got_n].key), "%s", d.message_id);
+            out[got_n].due = due;
+            out[got_n].at = at;
+            got_n++;
+        }
+        ck_assert(warren_broker_ack(b, d.tag, &err) == 0);
+        warren_delivery_clear(&d);
+    }
+    return got_n;
+}
+
+static void insert_due(const env *e, const char *key_job, int sched_offset_s, int due_offset_ms)
+{
+    char sql[512];
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) VALUES ('%s', "
+             "date_trunc('second', now()) + interval '%d s', clock_timestamp() + interval '%d "
+             "ms', 'trigger')",
+             key_job, sched_offset_s, due_offset_ms);
+    ck_assert_int_eq(testenv_psql(e->db, sql, NULL), 1);
+}
+
+START_TEST(test_release_never_before_due_out_of_order)
+{
+    env e = env_new();
+    warren_config c = test_config(4);
+    warren_planner *p;
+    warren_broker *b;
+    warren_us off;
+    arrival a[8];
+    int n;
+
+    c.planner.horizon_ms = 120000;
+    add_job(&e, "r", "at", "2099-01-01T00:00:00Z", ", paused", ", true", 4);
+    off = db_offset(&e);
+    b = consumer(&e);
+    p = planner_new(&e, &c);
+    /* Published one tick at a time, latest due first: each lands in its own
+     * second's delay queue, so an early one is never stuck behind a later one. */
+    insert_due(&e, "r", 1, 62000); /* a minute away */
+    tick(p);
+    insert_due(&e, "r", 2, 4700);
+    tick(p);
+    insert_due(&e, "r", 3, 2300);
+    insert_due(&e, "r", 4, 2900);
+    tick(p);
+    insert_due(&e, "r", 5, 1100);
+    tick(p);
+    insert_due(&e, "r", 6, 0); /* due now: straight to the ready exchange */
+    tick(p);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'published'"), 6);
+    n = collect(b, off, a, 6, 75000);
+    ck_assert_int_eq(n, 6);
+    for (int i = 0; i < n; i++) {
+        int64_t late_ms = (a[i].at - a[i].due) / 1000;
+        ck_assert_msg(a[i].at >= a[i].due, "%s released %lld us before due", a[i].key,
+                      (long long)(a[i].due - a[i].at));
+        ck_assert_msg(late_ms < 1000, "%s released %lld ms late", a[i].key, (long long)late_ms);
+    }
+    /* arrival in due order */
+    for (int i = 1; i < n; i++)
+        ck_assert_msg(a[i].due >= a[i - 1].due, "out of due order at %d", i);
+    warren_planner_free(p);
+    warren_broker_free(b);
+    env_free(&e);
+}
+END_TEST
+
+/* --------------------------------------------------- several planners */
+
+/* Runs a planner in a child until SIGTERM. */
+static pid_t spawn_planner(const env *e, const warren_config *c, const char *id)
+{
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) {
+        int stop = 0;
+        warren_planner *p = NULL;
+        warren_error err = {0};
+        if (warren_planner_new(c, e->db, e->amqp, NULL, &p, &err) != 0) {
+            fprintf(stderr, "child planner: %s\n", err.message);
+            _exit(3);
+        }
+        warren_planner_set_id(p, id, NULL);
+        {
+            sigset_t set;
+            sigemptyset(&set);
+            sigaddset(&set, SIGTERM);
+            sigprocmask(SIG_BLOCK, &set, NULL);
+            /* poll for SIGTERM between ticks via sigpending */
+            while (!stop) {
+                sigset_t pend;
+                warren_error te = {0};
+                if (warren_planner_tick(p, &te) != 0)
+                    fprintf(stderr, "child planner %s: %s\n", id, te.message);
+                sigpending(&pend);
+                if (sigismember(&pend, SIGTERM))
+                    stop = 1;
+                else
+                    usleep((useconds_t)c->planner.tick_ms * 1000);
+            }
+        }
+        warren_planner_release(p, NULL);
+        warren_planner_free(p);
+        _exit(0);
+    }
+    return pid;
+}
+
+static void stop_child(pid_t pid)
+{
+    int status = 0;
+    kill(pid, SIGTERM);
+    ck_assert(waitpid(pid, &status, 0) == pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "planner child status %d", status);
+}
+
+static void many_planners(int nplanners, int seconds, int stop_one)
+{
+    env e = env_new();
+    warren_config c = test_config(16);
+    pid_t kids[3];
+    warren_broker *b;
+    char key_sql[256];
+    int64_t end;
+    long rows, expected_ok, messages = 0;
+
+    c.planner.horizon_ms = 5000;
+    c.planner.tick_ms = 300;
+    for (int i = 0; i < 12; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "multi-%02d", i);
+        add_job(&e, name, "every", i % 2 ? "1s" : "2s", NULL, NULL, 16);
+    }
+    b = consumer(&e);
+    testenv_psql(e.db, "CREATE TABLE public.t0 AS SELECT now() AS t", NULL);
+    for (int i = 0; i < nplanners; i++) {
+        char id[32];
+        snprintf(id, sizeof(id), "planner-%d", i);
+        kids[i] = spawn_planner(&e, &c, id);
+    }
+    /* Keys seen, with counts, in a table so SQL can compare. */
+    testenv_psql(e.db, "CREATE TABLE public.seen (run_key text PRIMARY KEY, n int NOT NULL)", NULL);
+    end = mono_ms() + (int64_t)seconds * 1000;
+    int stopped = 0;
+    while (mono_ms() < end + 8000) {
+        warren_delivery d = {0};
+        warren_error err = {0};
+        int got = 0;
+        if (stop_one && !stopped && mono_ms() > end - (int64_t)seconds * 1000 / 2) {
+            /* A planner frozen past its lease wakes up later: no duplicates. */
+            kill(kids[nplanners - 1], SIGSTOP);
+            stopped = 1;
+        }
+        if (stop_one && stopped == 1 && mono_ms() > end - 3000) {
+            kill(kids[nplanners - 1], SIGCONT);
+            stopped = 2;
+        }
+        if (mono_ms() > end && kids[0] != 0) {
+            testenv_psql(e.db, "CREATE TABLE public.t1 AS SELECT now() AS t", NULL);
+            for (int i = 0; i < nplanners; i++)
+                stop_child(kids[i]);
+            kids[0] = 0;
+        }
+        ck_assert_msg(warren_broker_next(b, 200, &d, &got, &err) == 0, "%s", err.message);
+        if (!got)
+            continue;
+        snprintf(key_sql, sizeof(key_sql),
+                 "INSERT INTO public.seen VALUES ('%s', 1) ON CONFLICT (run_key) DO UPDATE SET "
+                 "n = seen.n + 1",
+                 d.message_id);
+        ck_assert_int_ge(testenv_psql(e.db, key_sql, NULL), 0);
+        messages++;
+        warren_broker_ack(b, d.tag, &err);
+        warren_delivery_clear(&d);
+    }
+    if (kids[0] != 0)
+        for (int i = 0; i < nplanners; i++)
+            stop_child(kids[i]);
+    /* Every fire time from the first planned one to the last due one has
+     * exactly one row (no gap, no duplicate), for every job. */
+    rows = sql_long(&e, "SELECT count(*) FROM warren.runs");
+    ck_assert_int_gt(rows, seconds * 6);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM (SELECT job, "
+                                  "extract(epoch FROM max(scheduled_at) - min(scheduled_at)) / "
+                                  "(CASE WHEN j.expression = '1s' THEN 1 ELSE 2 END) + 1 - "
+                                  "count(*) AS gap "
+                                  "FROM warren.runs r JOIN warren.jobs j ON j.name = r.job "
+                                  "GROUP BY job, j.expression) g WHERE gap <> 0"),
+                     0);
+    /* every run due by the end got at least one message, and no more
+     * messages than confirmed publishes (no double publishing by planners) */
+    expected_ok = sql_long(&e, "SELECT count(*) FROM warren.runs r WHERE r.due_at < (SELECT t "
+                               "FROM t1) AND r.scheduled_at >= (SELECT t FROM t0)");
+    ck_assert_int_gt(expected_ok, seconds * 4);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs r WHERE r.due_at < (SELECT "
+                                  "t FROM t1) AND r.scheduled_at >= (SELECT t FROM t0) AND "
+                                  "NOT EXISTS (SELECT 1 FROM public.seen s WHERE s.run_key = "
+                                  "r.run_key)"),
+                     0);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM public.seen s JOIN warren.runs r USING "
+                                  "(run_key) WHERE s.n > r.publish_count"),
+                     0);
+    /* leases were shared: each planner's id shows up in planner_leases history
+     * only while alive; after the stops every lease is released */
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.planner_leases WHERE owner <> ''"),
+                     0);
+    warren_broker_free(b);
+    env_free(&e);
+    (void)messages;
+}
+
+START_TEST(test_two_planners_one_row_per_fire_time)
+{
+    many_planners(2, 30, 0);
+}
+END_TEST
+
+START_TEST(test_three_planners_one_frozen_past_its_lease)
+{
+    many_planners(3, 40, 1);
+}
+END_TEST
+
+START_TEST(test_fair_share_of_partitions)
+{
+    env e = env_new();
+    warren_config c = test_config(10);
+    warren_planner *p1 = planner_new(&e, &c), *p2 = planner_new(&e, &c), *p3;
+    warren_planner_stats s1, s2, s3;
+    warren_planner_set_id(p1, "p1", NULL);
+    warren_planner_set_id(p2, "p2", NULL);
+    tick(p1); /* p1 alone: all 10 */
+    warren_planner_stats_get(p1, &s1);
+    ck_assert_int_eq(s1.partitions_owned, 10);
+    tick(p2); /* p2 announces itself; nothing free yet */
+    tick(p1); /* p1 gives up down to 5 */
+    tick(p2); /* p2 takes 5 */
+    warren_planner_stats_get(p1, &s1);
+    warren_planner_stats_get(p2, &s2);
+    ck_assert_int_eq(s1.partitions_owned, 5);
+    ck_assert_int_eq(s2.partitions_owned, 5);
+    p3 = planner_new(&e, &c);
+    warren_planner_set_id(p3, "p3", NULL);
+    tick(p3);
+    tick(p1);
+    tick(p2);
+    tick(p3);
+    warren_planner_stats_get(p1, &s1);
+    warren_planner_stats_get(p2, &s2);
+    warren_planner_stats_get(p3, &s3);
+    ck_assert_int_le(s1.partitions_owned, 4);
+    ck_assert_int_le(s2.partitions_owned, 4);
+    ck_assert_int_eq(s1.partitions_owned + s2.partitions_owned + s3.partitions_owned, 10);
+    /* release: p3's partitions become free for the others */
+    ck_assert(warren_planner_release(p3, NULL) == 0);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.planner_leases WHERE owner = 'p3'"),
+                     0);
+    warren_planner_free(p1);
+    warren_planner_free(p2);
+    warren_planner_free(p3);
+    env_free(&e);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- misfire */
+
+/* A 10 s job whose planner was away for 5 minutes (cursor in the past). */
+static env outage(const char *policy, int max_catch_up)
+{
+    env e = env_new();
+    char vals[128];
+    snprintf(vals, sizeof(vals),
+             ", '%s', %d, to_timestamp(floor(extract(epoch FROM now()) / 10) * 10) - interval "
+             "'5 min'",
+             policy, max_catch_up);
+    add_job(&e, "m", "every", "10s", ", misfire, max_catch_up, next_fire_at", vals, 4);
+    warren_config c = test_config(4);
+    warren_planner *p = planner_new(&e, &c);
+    tick(p);
+    warren_planner_free(p);
+    return e;
+}
+
+/* Rows after the outage cover every fire time from the cursor on, once. */
+static void assert_contiguous(const env *e)
+{
+    ck_assert_int_eq(sql_long(e, "SELECT extract(epoch FROM max(scheduled_at) - "
+                                 "min(scheduled_at))::bigint / 10 + 1 - count(*) FROM warren.runs "
+                                 "WHERE job = 'm'"),
+                     0);
+}
+
+START_TEST(test_misfire_run_once_coalesces_with_a_note)
+{
+    env e = outage("run_once", 0);
+    /* exactly one run older than the threshold: the latest missed fire time */
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'm' AND "
+                                  "scheduled_at < now() - interval '60 s'"),
+                     1);
+    char *note = testenv_sql1(e.db, "SELECT note FROM warren.runs WHERE origin = 'misfire'");
+    ck_assert_msg(note != NULL && strstr(note, "run_once") && strstr(note, "missed fire time") &&
+                      strstr(note, "coalesced"),
+                  "note: %s", note ? note : "(null)");
+    /* how many: from 5 min ago up to the threshold: 24 to 25 fire times */
+    ck_assert_msg(strstr(note, ": 24 missed") || strstr(note, ": 25 missed") ||
+                      strstr(note, ": 23 missed"),
+                  "note: %s", note);
+    free(note);
+    ck_assert_int_eq(
+        sql_long(&e,
+                 "SELECT count(*) FROM warren.runs WHERE origin = 'misfire' AND "
+                 "state IN ('planned', 'published') AND scheduled_at > now() - interval '71 s'"),
+        1);
+    /* fire times within the threshold run late as usual */
+    ck_assert_int_ge(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE origin = 'schedule' AND "
+                                  "scheduled_at BETWEEN now() - interval '60 s' AND now()"),
+                     5);
+    env_free(&e);
+}
+END_TEST
+
+START_TEST(test_misfire_skip_records_each_skipped_time)
+{
+    env e = outage("skip", 0);
+    long skipped = sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'skipped' AND "
+                                "note LIKE 'misfire skip:%' AND finished_at IS NOT NULL");
+    ck_assert_msg(skipped >= 23 && skipped <= 25, "skipped %ld", skipped);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state <> 'skipped' AND "
+                                  "scheduled_at < now() - interval '60 s'"),
+                     0);
+    assert_contiguous(&e);
+    env_free(&e);
+}
+END_TEST
+
+START_TEST(test_misfire_catch_up_runs_oldest_first_up_to_cap)
+{
+    env e = outage("catch_up", 3);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE origin = 'misfire' AND "
+                                  "state IN ('planned', 'published')"),
+                     3);
+    /* the three are the oldest missed ones */
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM (SELECT origin, state FROM warren.runs "
+                                  "WHERE job = 'm' ORDER BY scheduled_at LIMIT 3) x WHERE origin = "
+                                  "'misfire' AND state IN ('planned', 'published')"),
+                     3);
+    long skipped = sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'skipped' AND "
+                                "note LIKE 'misfire catch_up: over max_catch_up%'");
+    ck_assert_msg(skipped >= 20 && skipped <= 22, "skipped %ld", skipped);
+    assert_contiguous(&e);
+    env_free(&e);
+
+    e = outage("catch_up", 0); /* no cap: every missed time runs */
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'skipped'"), 0);
+    ck_assert_int_ge(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE origin = 'misfire'"), 23);
+    assert_contiguous(&e);
+    env_free(&e);
+}
+END_TEST
+
+/* ----------------------------------------------------------- pause/resume */
+
+START_TEST(test_pause_stops_planning_resume_applies_misfire)
+{
+    env e = env_new();
+    warren_config c = test_config(4);
+    warren_store *st = NULL;
+    warren_error err = {0};
+    warren_planner *p;
+    int was = -1, cancelled = 0, replanned = 0;
+
+    c.planner.misfire_threshold_ms = 2000;
+    c.planner.horizon_ms = 5000;
+    add_job(&e, "pr", "every", "1s", NULL, NULL, 4);
+    p = planner_new(&e, &c);
+    tick(p);
+    ck_assert(warren_store_open(e.db, NULL, &st, &err) == 0);
+    ck_assert_msg(warren_plan_pause(st, "pr", &was, &cancelled, &err) == 0, "%s", err.message);
+    ck_assert_int_eq(was, 0);
+    ck_assert_int_ge(cancelled, 3);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state IN ('planned', "
+                                  "'published') AND due_at > now()"),
+                     0);
+    long before = sql_long(&e, "SELECT count(*) FROM warren.runs");
+    sleep_ms(1500);
+    tick(p);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs"), before);
+    ck_assert(warren_plan_pause(st, "pr", &was, &cancelled, &err) == 0);
+    ck_assert_int_eq(was, 1);
+    sleep_ms(5000); /* paused across several fire times, beyond the 2 s threshold */
+    ck_assert_msg(warren_plan_resume(st, "pr", &was, &replanned, &err) == 0, "%s", err.message);
+    ck_assert_int_eq(was, 1);
+    tick(p);
+    /* the cancelled runs are gone; the missed ones coalesced into one run */
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'cancelled'"), 0);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE origin = 'misfire' AND "
+                                  "note LIKE 'misfire run_once:%'"),
+                     1);
+    ck_assert_int_ge(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE origin = 'schedule' AND "
+                                  "state IN ('planned', 'published') AND scheduled_at > now()"),
+                     3);
+    ck_assert_int_eq(warren_plan_pause(st, "nosuch", &was, &cancelled, &err), WARREN_ENOENT);
+    warren_store_free(st);
+    warren_planner_free(p);
+    env_free(&e);
+}
+END_TEST
+
+/* ------------------------------------------------------ commands (program) */
+
+/* Writes a config for the test database and runs `warren ARGS`; returns the
+ * exit status and the output (new). */
+static int run_warren(const env *e, const char *args, char **out)
+{
+    char cfgpath[] = "/tmp/warren-planner-test-XXXXXX";
+    char cmd[2048];
+    int fd = mkstemp(cfgpath);
+    FILE *f, *pp;
+    size_t len = 0, cap = 4096;
+    char *buf = malloc(cap);
+    int status;
+
+    ck_assert(fd >= 0 && buf != NULL);
+    f = fdopen(fd, "w");
+    fprintf(f,
+            "database = { url = \"%s\"; };\nbroker = { url = \"%s\"; };\n"
+            "jobs = ( { name = \"cmd\"; every = \"10s\"; queue = \"q\"; } );\n",
+            e->db, e->amqp);
+    fclose(f);
+    snprintf(cmd, sizeof(cmd), "env -u WARREN_DATABASE_URL -u WARREN_AMQP_URL %s %s -c %s 2>&1",
+             WARREN_BINARY, args, cfgpath);
+    pp = popen(cmd, "r");
+    ck_assert(pp != NULL);
+    while (!feof(pp)) {
+        if (len + 1024 > cap)
+            buf = realloc(buf, cap *= 2);
+        len += fread(buf + len, 1, 1023, pp);
+    }
+    buf[len] = '\0';
+    status = pclose(pp);
+    unlink(cfgpath);
+    *out = buf;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+START_TEST(test_trigger_twice_creates_one_run_and_says_so)
+{
+    env e = env_new();
+    char *out = NULL;
+    int rc;
+    add_job(&e, "cmd", "every", "10s", NULL, NULL, 64);
+    rc = run_warren(&e, "trigger cmd --at 2030-01-02T03:04:05Z --payload '{\"x\": 1}'", &out);
+    ck_assert_msg(rc == 0 && strstr(out, "created run cmd@2030-01-02T03:04:05Z"), "rc %d: %s", rc,
+                  out);
+    free(out);
+    rc = run_warren(&e, "trigger cmd --at 2030-01-02T03:04:05Z", &out);
+    ck_assert_msg(rc == 0 && strstr(out, "already exists") && strstr(out, "not created again"),
+                  "rc %d: %s", rc, out);
+    free(out);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE origin = 'trigger' AND "
+                                  "payload = '{\"x\": 1}' AND due_at = scheduled_at"),
+                     1);
+    rc = run_warren(&e, "trigger nosuch", &out);
+    ck_assert_msg(rc != 0 && strstr(out, "nosuch"), "rc %d: %s", rc, out);
+    free(out);
+    rc = run_warren(&e, "trigger cmd --payload '[1]'", &out);
+    ck_assert_msg(rc == 2, "rc %d: %s", rc, out);
+    free(out);
+    /* now: a run keyed by the database's current second */
+    rc = run_warren(&e, "trigger cmd", &out);
+    ck_assert_msg(rc == 0 && strstr(out, "created run cmd@"), "rc %d: %s", rc, out);
+    free(out);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE origin = 'trigger' AND "
+                                  "scheduled_at BETWEEN now() - interval '1 min' AND now()"),
+                     1);
+    env_free(&e);
+}
+END_TEST
+
+START_TEST(test_backfill_dry_run_lists_then_writes)
+{
+    env e = env_new();
+    char *out = NULL;
+    int rc;
+    add_job(&e, "cmd", "every", "10s", NULL, NULL, 64);
+    testenv_psql(e.db,
+                 "INSERT INTO warren.runs (job, scheduled_at, due_at) VALUES ('cmd', "
+                 "'2026-01-01T00:00:20Z', '2026-01-01T00:00:20Z')",
+                 NULL);
+    rc = run_warren(&e,
+                    "backfill cmd --from 2026-01-01T00:00:00Z --to 2026-01-01T00:01:00Z "
+                    "--dry-run",
+                    &out);
+    ck_assert_msg(rc == 0, "rc %d: %s", rc, out);
+    ck_assert_msg(strstr(out, "cmd@2026-01-01T00:00:00Z\tnew") &&
+                      strstr(out, "cmd@2026-01-01T00:00:20Z\texists") &&
+                      strstr(out, "cmd@2026-01-01T00:01:00Z\tnew") &&
+                      strstr(out, "7 fire time(s)") && strstr(out, "nothing written"),
+                  "%s", out);
+    free(out);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs"), 1);
+    rc = run_warren(&e, "backfill cmd --from 2026-01-01T00:00:00Z --to 2026-01-01T00:01:00Z", &out);
+    ck_assert_msg(rc == 0 && strstr(out, "backfilled 6 run(s)"), "rc %d: %s", rc, out);
+    free(out);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE origin = 'backfill'"), 6);
+    rc = run_warren(&e, "backfill cmd --from 2026-01-01T00:01:00Z --to 2026-01-01T00:00:00Z", &out);
+    ck_assert_msg(rc == 2, "rc %d: %s", rc, out);
+    free(out);
+    env_free(&e);
+}
+END_TEST
+
+START_TEST(test_pause_resume_commands)
+{
+    env e = env_new();
+    char *out = NULL;
+    int rc;
+    add_job(&e, "cmd", "every", "10s", NULL, NULL, 64);
+    rc = run_warren(&e, "pause cmd", &out);
+    ck_assert_msg(rc == 0 && strstr(out, "paused job cmd"), "rc %d: %s", rc, out);
+    free(out);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE paused"), 1);
+    rc = run_warren(&e, "resume cmd", &out);
+    ck_assert_msg(rc == 0 && strstr(out, "resumed job cmd"), "rc %d: %s", rc, out);
+    free(out);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE paused"), 0);
+    rc = run_warren(&e, "pause", &out);
+    ck_assert_msg(rc == 2, "rc %d: %s", rc, out);
+    free(out);
+    env_free(&e);
+}
+END_TEST
+
+static Suite *planner_suite(void)
+{
+    Suite *s = suite_create("planner");
+    TCase *tc;
+
+    tc = tcase_create("schedules");
+    tcase_add_test(tc, test_jitter_is_stable_whole_seconds_below_jitter);
+    tcase_add_test(tc, test_every_fires_at_multiples_since_epoch);
+    tcase_add_test(tc, test_cron_dst_gap_run_gets_a_note);
+    tcase_set_timeout(tc, 60);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("materialise");
+    tcase_add_test(tc, test_materialise_creates_each_fire_time_once_and_advances_cursor);
+    tcase_add_test(tc, test_fair_share_of_partitions);
+    tcase_set_timeout(tc, 60);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("release");
+    tcase_add_test(tc, test_release_never_before_due_out_of_order);
+    tcase_set_timeout(tc, 120);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("planners");
+    tcase_add_test(tc, test_two_planners_one_row_per_fire_time);
+    tcase_add_test(tc, test_three_planners_one_frozen_past_its_lease);
+    tcase_set_timeout(tc, 120);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("misfire");
+    tcase_add_test(tc, test_misfire_run_once_coalesces_with_a_note);
+    tcase_add_test(tc, test_misfire_skip_records_each_skipped_time);
+    tcase_add_test(tc, test_misfire_catch_up_runs_oldest_first_up_to_cap);
+    tcase_add_test(tc, test_pause_stops_planning_resume_applies_misfire);
+    tcase_set_timeout(tc, 60);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("commands");
+    tcase_add_test(tc, test_trigger_twice_creates_one_run_and_says_so);
+    tcase_add_test(tc, test_backfill_dry_run_lists_then_writes);
+    tcase_add_test(tc, test_pause_resume_commands);
+    tcase_set_timeout(tc, 60);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(planner_suite());
+    int failed;
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
