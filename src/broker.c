@@ -30,15 +30,17 @@
 #define CONNECT_TIMEOUT_MS 5000
 #define RPC_TIMEOUT_MS 10000
 #define PUBLISH_TIMEOUT_MS 10000 /* the socket must accept a frame within this */
+#define CLOSE_TIMEOUT_MS 2000
 #define HEARTBEAT_S 30
+#define SHORTSTR_MAX 255 /* AMQP short strings: names, ids, header keys */
 #define FRAME_MAX 131072
 
-#define MAX_UNCONFIRMED (1u << 17) /* publishes in flight without confirm_wait */
-#define MAX_HEADERS 64             /* per published or consumed message */
-#define MAX_HEADER_VALUE 65536     /* bytes kept of a consumed header value */
-#define MAX_BODY (16u * 1024 * 1024)
-#define MAX_BUFFERED 65536 /* deliveries read while waiting for confirms */
-#define DELAY_CACHE 4096   /* delay seconds remembered as declared */
+#define MAX_UNCONFIRMED (1u << 17)   /* publishes in flight without confirm_wait */
+#define MAX_HEADERS 64               /* per published or consumed message */
+#define MAX_HEADER_VALUE 65536       /* bytes kept of a consumed header value */
+#define MAX_BODY (16u * 1024 * 1024) /* published or kept of a consumed body */
+#define MAX_BUFFERED 65536           /* deliveries read while waiting for confirms */
+#define DELAY_CACHE 4096             /* delay seconds remembered as declared */
 #define MAX_RING 86400
 #define MAX_CONSUMERS 64
 
@@ -540,8 +542,9 @@ void warren_broker_free(warren_broker *b)
         return;
     if (b->conn != NULL) {
         if (!b->dead) {
-            amqp_channel_close(b->conn, CH_ADMIN, AMQP_REPLY_SUCCESS);
-            amqp_channel_close(b->conn, CH_MAIN, AMQP_REPLY_SUCCESS);
+            /* connection.close closes the channels too; don't hang on a dying server */
+            struct timeval tv = ms_tv(CLOSE_TIMEOUT_MS);
+            amqp_set_rpc_timeout(b->conn, &tv);
             amqp_connection_close(b->conn, AMQP_REPLY_SUCCESS);
         }
         amqp_destroy_connection(b->conn);
@@ -790,22 +793,23 @@ int warren_broker_delay_ring_queue(warren_broker *b, int64_t second, int ring, c
     return 0;
 }
 
-int warren_broker_queue_count(warren_broker *b, const char *queue, uint32_t *messages,
-                              uint32_t *consumers, warren_error *err)
+/* A passive declare on the declaration channel (a 404 closes only that one). */
+static int passive_declare(warren_broker *b, const char *queue, const char *op, uint32_t *messages,
+                           uint32_t *consumers, warren_error *err)
 {
     amqp_queue_declare_ok_t *ok;
     char reason[512];
     int rc;
 
-    if (b == NULL || queue == NULL)
-        return warren_error_set(err, WARREN_EINVAL, "warren_broker_queue_count: bad arguments");
+    if (b == NULL || queue == NULL || queue[0] == '\0' || strlen(queue) > SHORTSTR_MAX)
+        return warren_error_set(err, WARREN_EINVAL, "%s: bad queue name", op);
     if (b->dead)
         return dead_error(b, err);
     ok = amqp_queue_declare(b->conn, CH_ADMIN, amqp_cstring_bytes(queue), 1, 0, 0, 0,
                             amqp_empty_table);
     rc = reply_reason(b, CH_ADMIN, amqp_get_rpc_reply(b->conn), reason, sizeof(reason));
     if (rc != 0)
-        return fail(b, rc, "counting queue", queue, reason, err);
+        return fail(b, rc, op, queue, reason, err);
     if (messages != NULL)
         *messages = ok->message_count;
     if (consumers != NULL)
@@ -813,12 +817,18 @@ int warren_broker_queue_count(warren_broker *b, const char *queue, uint32_t *mes
     return 0;
 }
 
+int warren_broker_queue_count(warren_broker *b, const char *queue, uint32_t *messages,
+                              uint32_t *consumers, warren_error *err)
+{
+    return passive_declare(b, queue, "counting queue", messages, consumers, err);
+}
+
 int warren_broker_queue_delete(warren_broker *b, const char *queue, warren_error *err)
 {
     char reason[512];
     int rc;
 
-    if (b == NULL || queue == NULL)
+    if (b == NULL || queue == NULL || strlen(queue) > SHORTSTR_MAX)
         return warren_error_set(err, WARREN_EINVAL, "warren_broker_queue_delete: bad arguments");
     if (b->dead)
         return dead_error(b, err);
@@ -916,6 +926,18 @@ int warren_broker_publish(warren_broker *b, const warren_message *m, uint64_t *s
     if (m->nheaders > MAX_HEADERS)
         return warren_error_set(err, WARREN_EINVAL, "a message may carry at most %d headers",
                                 MAX_HEADERS);
+    /* rabbitmq-c fails to encode an over-long short string only after it has
+     * started the frame, which would cost the connection: check first */
+    if (strlen(m->exchange) > SHORTSTR_MAX || strlen(m->routing_key) > SHORTSTR_MAX ||
+        (m->message_id != NULL && strlen(m->message_id) > SHORTSTR_MAX) ||
+        (m->type != NULL && strlen(m->type) > SHORTSTR_MAX))
+        return warren_error_set(err, WARREN_EINVAL,
+                                "exchange, routing key, message_id and type are limited to %d "
+                                "bytes",
+                                SHORTSTR_MAX);
+    if (m->body_len > MAX_BODY)
+        return warren_error_set(err, WARREN_EINVAL, "message body of %zu bytes exceeds %u",
+                                m->body_len, MAX_BODY);
     if (b->dead)
         return dead_error(b, err);
     if (b->confirming && (rc = pend_reserve(b, err)) != 0)
@@ -946,8 +968,11 @@ int warren_broker_publish(warren_broker *b, const warren_message *m, uint64_t *s
     }
     if (m->nheaders > 0) {
         for (size_t i = 0; i < m->nheaders; i++) {
-            if (m->headers[i].key == NULL || m->headers[i].value == NULL)
-                return warren_error_set(err, WARREN_EINVAL, "header %zu has no key or value", i);
+            if (m->headers[i].key == NULL || m->headers[i].value == NULL ||
+                strlen(m->headers[i].key) > SHORTSTR_MAX)
+                return warren_error_set(err, WARREN_EINVAL,
+                                        "header %zu has no key or value, or a key over %d bytes", i,
+                                        SHORTSTR_MAX);
             entry_str(&b->hdrs[i], m->headers[i].key, m->headers[i].value);
         }
         props._flags |= AMQP_BASIC_HEADERS_FLAG;
@@ -1512,6 +1537,10 @@ int warren_broker_consume(warren_broker *b, const char *queue, warren_error *err
     for (size_t i = 0; i < b->nconsumers; i++)
         if (strcmp(b->consumers[i], queue) == 0)
             return warren_error_set(err, WARREN_EINVAL, "already consuming %s", queue);
+    /* a consume of a missing queue would close channel 1 (and nack its
+     * unconfirmed publishes): ask on the declaration channel first */
+    if ((rc = passive_declare(b, queue, "consuming queue", NULL, NULL, err)) != 0)
+        return rc;
     q = amqp_cstring_bytes(queue);
     amqp_basic_consume(b->conn, CH_MAIN, q, q, 0, 0, 0, amqp_empty_table);
     rc = reply_reason(b, CH_MAIN, amqp_get_rpc_reply(b->conn), reason, sizeof(reason));
