@@ -401,7 +401,79 @@ void warren_tz_lookup(const warren_tz *tz, int64_t t, int32_t *utc_offset, int *
         *abbr = ab;
 }
 
+static void span_generic(const warren_tz *tz, int64_t t, warren_tz_span *out);
+
+/* Fast path inside the listed transitions (not touching the last one, whose
+ * successor state comes from the footer). Returns -1 to defer to span_generic. */
+static int span_table(const warren_tz *tz, int64_t t, warren_tz_span *out)
+{
+    int32_t n = tz->ntimes;
+    if (n < 2 || t >= tz->times[n - 1])
+        return -1;
+    int32_t i = find_idx(tz, t);
+    int32_t off = tz->types[i < 0 ? 0 : tz->idx[i]].off;
+    int32_t j = i;
+    while (j >= 0 && tz->types[j == 0 ? 0 : tz->idx[j - 1]].off == off)
+        j--;
+    if (j < 0) {
+        out->start = INT64_MIN;
+        out->prev_offset = off;
+    } else {
+        out->start = tz->times[j];
+        out->prev_offset = tz->types[j == 0 ? 0 : tz->idx[j - 1]].off;
+    }
+    int32_t k = i + 1;
+    while (k < n - 1 && tz->types[tz->idx[k]].off == off)
+        k++;
+    if (k >= n - 1)
+        return -1;
+    out->end = tz->times[k];
+    out->next_offset = tz->types[tz->idx[k]].off;
+    out->offset = off;
+    return 0;
+}
+
+/* Fast path in the footer's regular alternation: one window computation. */
+static int span_footer(const warren_tz *tz, int64_t t, warren_tz_span *out)
+{
+    const footer *f = &tz->ft;
+    ftrans w[6];
+    if (!f->present || !f->has_dst || !uses_footer(tz, t) || t >= FOOTER_LIMIT ||
+        t <= -FOOTER_LIMIT)
+        return -1;
+    int n = footer_window(f, year_of(t), w), b = -1;
+    for (int i = 0; i < n; i++) {
+        if (i > 0 && w[i].at <= w[i - 1].at)
+            return -1;
+        if (w[i].at <= t)
+            b = i;
+    }
+    if (b < 1 || b >= n - 1)
+        return -1;
+    if (w[b].dst == w[b - 1].dst || w[b + 1].dst == w[b].dst)
+        return -1;
+    if (tz->ntimes > 0 && w[b - 1].at <= tz->times[tz->ntimes - 1])
+        return -1;
+    int32_t cur = w[b].dst ? f->dst.off : f->std.off;
+    int32_t other = w[b].dst ? f->std.off : f->dst.off;
+    if (cur == other)
+        return -1;
+    out->start = w[b].at;
+    out->end = w[b + 1].at;
+    out->offset = cur;
+    out->prev_offset = other;
+    out->next_offset = other;
+    return 0;
+}
+
 void warren_tz_span_at(const warren_tz *tz, int64_t t, warren_tz_span *out)
+{
+    if (span_table(tz, t, out) == 0 || span_footer(tz, t, out) == 0)
+        return;
+    span_generic(tz, t, out);
+}
+
+static void span_generic(const warren_tz *tz, int64_t t, warren_tz_span *out)
 {
     ttype ty, pty;
     const char *ab;
