@@ -111,6 +111,8 @@ typedef struct loader {
     char **files; /* distinct source files, in order seen */
     size_t nfiles;
     warren_tzdb *tzdb;
+    size_t *names; /* open-addressing set of job index + 1, by name (duplicates) */
+    size_t names_cap;
     int oom;
 } loader;
 
@@ -886,6 +888,33 @@ static void load_schedule(loader *L, const config_setting_t *job, const scope *j
     warren_cron_free(c);
 }
 
+static uint64_t fnv1a(const char *s)
+{
+    uint64_t h = 14695981039346656037ULL;
+    for (; *s != '\0'; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    return h;
+}
+
+/* Adds job `index` to the name set; returns the earlier job with the same
+ * name, or NULL. A hash set keeps 100,000-job files fast. */
+static const warren_job *remember_name(loader *L, const warren_config *cfg, int index)
+{
+    const char *name = cfg->jobs[index].name;
+    if (L->names == NULL)
+        return NULL;
+    size_t mask = L->names_cap - 1;
+    for (size_t i = (size_t)fnv1a(name) & mask;; i = (i + 1) & mask) {
+        if (L->names[i] == 0) {
+            L->names[i] = (size_t)index + 1;
+            return NULL;
+        }
+        const warren_job *o = &cfg->jobs[L->names[i] - 1];
+        if (strcmp(o->name, name) == 0)
+            return o;
+    }
+}
+
 static void load_job(loader *L, const config_setting_t *job, int index, warren_config *cfg,
                      warren_job *j)
 {
@@ -920,14 +949,10 @@ static void load_job(loader *L, const config_setting_t *job, int index, warren_c
             report(L, ns, who, "name", "%s cannot be used as a job name (%s)", qn, NAME_RULE);
         snprintf(who, sizeof(who), "job %s", qn);
         j->name = dup_or_oom(L, s);
-        for (size_t k = 0; k < (size_t)index && j->name != NULL; k++) {
-            const warren_job *o = &cfg->jobs[k];
-            if (o->name != NULL && strcmp(o->name, j->name) == 0) {
-                report(L, ns, NULL, NULL, "job %s is defined twice (first at %s:%d)", qn, o->file,
-                       o->line);
-                break;
-            }
-        }
+        const warren_job *first = j->name ? remember_name(L, cfg, index) : NULL;
+        if (first != NULL)
+            report(L, ns, NULL, NULL, "job %s is defined twice (first at %s:%d)", qn, first->file,
+                   first->line);
     }
 
     check_known(L, job, &sc, job_known);
@@ -1041,7 +1066,10 @@ static void load_jobs(loader *L, config_t *cf, warren_config *cfg)
     if (n == 0)
         return;
     cfg->jobs = calloc((size_t)n, sizeof(warren_job));
-    if (cfg->jobs == NULL) {
+    for (L->names_cap = 16; L->names_cap < 2 * (size_t)n; L->names_cap *= 2)
+        ;
+    L->names = calloc(L->names_cap, sizeof(size_t));
+    if (cfg->jobs == NULL || L->names == NULL) {
         L->oom = 1;
         return;
     }
@@ -1270,6 +1298,7 @@ done:
     free(L.files);
     free(L.dir);
     free(L.absdir);
+    free(L.names);
     warren_tzdb_free(L.tzdb);
     warren_config_free(cfg);
     return rc;
