@@ -1469,7 +1469,7 @@ int warren_broker_confirm_wait(warren_broker *b, uint64_t seq, int timeout_ms, w
                                 "warren_broker_confirm_wait: call warren_broker_confirm_select "
                                 "first");
     deadline = mono_ms() + (timeout_ms > 0 ? timeout_ms : 0);
-    while (!all_resolved(b, seq)) {
+    while (b->dead || !all_resolved(b, seq)) {
         int64_t left;
         if (b->dead) {
             nack_all_pending(b);

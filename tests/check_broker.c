@@ -653,6 +653,121 @@ START_TEST(test_queue_count_missing_queue_is_enoent_and_consumers_survive)
 }
 END_TEST
 
+START_TEST(test_nack_from_full_queue_is_reported)
+{
+    warren_error err = {0};
+    char *url = testenv_vhost(), *vpath = testenv_vhost_path(url), *resp = NULL;
+    warren_broker *b = NULL;
+    confirms c = {0};
+    char path[512];
+    uint64_t s1, s2, s3;
+
+    /* a queue that refuses publishes beyond one message: the broker nacks */
+    snprintf(path, sizeof(path), "/api/queues/%s/tiny", vpath);
+    ck_assert_int_lt(testenv_http("PUT", path,
+                                  "{\"durable\":true,\"arguments\":{\"x-queue-type\":\"classic\","
+                                  "\"x-max-length\":1,\"x-overflow\":\"reject-publish\"}}",
+                                  &resp),
+                     300);
+    free(resp);
+    ck_assert_int_eq(warren_broker_open(url, NULL, &b, &err), 0);
+    ck_assert_int_eq(warren_broker_confirm_select(b, &err), 0);
+    s1 = publish_run(b, "", "tiny", "default", "first", -1, 1);
+    wait_all(b, s1, &c); /* the queue must hold it before the next one comes */
+    s2 = publish_run(b, "", "tiny", "default", "second", -1, 1);
+    s3 = publish_run(b, "", "tiny", "default", "third", -1, 1);
+    wait_all(b, s3, &c);
+    ck_assert_int_eq(c.by_seq[s1], WARREN_BROKER_ACKED);
+    ck_assert_int_eq(c.by_seq[s2], WARREN_BROKER_NACKED);
+    ck_assert_int_eq(c.by_seq[s3], WARREN_BROKER_NACKED);
+    ck_assert_uint_eq(depth(b, "tiny"), 1);
+    warren_broker_free(b);
+    free(vpath);
+    free(url);
+}
+END_TEST
+
+/* Percent-encodes s for a management API path segment. */
+static void pct(const char *s, char *out, size_t len)
+{
+    size_t o = 0;
+    for (; *s != '\0' && o + 4 < len; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+            ch == '.' || ch == '_' || ch == '-')
+            out[o++] = (char)ch;
+        else
+            o += (size_t)snprintf(out + o, len - o, "%%%02X", ch);
+    }
+    out[o] = '\0';
+}
+
+/* Closes every connection of the vhost through the management API (what an
+ * operator or a node shutdown does). Waits until the API lists one. */
+static void force_close_connections(const char *url)
+{
+    char *vpath = testenv_vhost_path(url), *resp = NULL;
+    char path[1400], name[400], enc[1200];
+    int closed = 0;
+
+    for (int tries = 0; tries < 100 && !closed; tries++) {
+        const char *p, *q;
+        snprintf(path, sizeof(path), "/api/vhosts/%s/connections?columns=name", vpath);
+        ck_assert_int_eq(testenv_http("GET", path, NULL, &resp), 200);
+        p = strstr(resp, "\"name\":\"");
+        if (p != NULL) {
+            p += 8;
+            q = strchr(p, '"');
+            snprintf(name, sizeof(name), "%.*s", (int)(q - p), p);
+            pct(name, enc, sizeof(enc));
+            snprintf(path, sizeof(path), "/api/connections/%s", enc);
+            free(resp);
+            resp = NULL;
+            ck_assert_int_lt(testenv_http("DELETE", path, NULL, &resp), 300);
+            closed = 1;
+        } else {
+            struct timespec ts = {0, 100 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        free(resp);
+        resp = NULL;
+    }
+    ck_assert_msg(closed, "the management API never listed the connection");
+    free(vpath);
+}
+
+START_TEST(test_server_closing_the_connection_is_ebrokerconn)
+{
+    warren_error err = {0};
+    char *url = NULL;
+    warren_broker *b = open_fresh(&url, 5);
+    warren_delivery d = {0};
+    confirms c = {0};
+    int got = 1, rc = 0;
+    int64_t t0;
+
+    ck_assert_int_eq(warren_broker_confirm_select(b, &err), 0);
+    ck_assert_int_eq(warren_broker_consume(b, "warren.ready.other", &err), 0);
+    force_close_connections(url);
+    t0 = now_ms();
+    while (rc == 0 && now_ms() - t0 < 10000)
+        rc = warren_broker_next(b, 500, &d, &got, &err);
+    ck_assert_int_eq(rc, WARREN_EBROKERCONN);
+    ck_assert_int_eq(got, 0);
+    ck_assert(!warren_broker_connected(b));
+    ck_assert_msg(strstr(err.message, "127.0.0.1:") != NULL, "%s", err.message);
+    ck_assert_msg(strstr(err.message, "CONNECTION_FORCED") != NULL, "%s", err.message);
+    /* later calls fail at once with the same kind of error; publishes
+     * awaiting confirms on a dead connection are reported nacked */
+    warren_error_clear(&err);
+    ck_assert_int_eq(warren_broker_ack(b, 1, &err), WARREN_EBROKERCONN);
+    ck_assert_int_eq(warren_broker_confirm_wait(b, 1, 100, on_confirm, &c, &err),
+                     WARREN_EBROKERCONN);
+    warren_broker_free(b);
+    free(url);
+}
+END_TEST
+
 /* ---- connection errors ---------------------------------------------------------- */
 
 START_TEST(test_unreachable_port_is_ebrokerconn_naming_host_and_port)
@@ -707,6 +822,7 @@ static Suite *broker_suite(void)
     tcase_add_test(tc, test_publish_1000_pipelined_all_acked);
     tcase_add_test(tc, test_mandatory_unroutable_is_returned);
     tcase_add_test(tc, test_publish_to_missing_exchange_nacks_and_recovers);
+    tcase_add_test(tc, test_nack_from_full_queue_is_reported);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("delay");
@@ -730,6 +846,7 @@ static Suite *broker_suite(void)
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_unreachable_port_is_ebrokerconn_naming_host_and_port);
     tcase_add_test(tc, test_unknown_vhost_and_bad_url_are_reported);
+    tcase_add_test(tc, test_server_closing_the_connection_is_ebrokerconn);
     suite_add_tcase(s, tc);
     return s;
 }
