@@ -1120,6 +1120,7 @@ void warren_config_free(warren_config *cfg)
     for (size_t i = 0; i < cfg->njobs; i++)
         job_clear(&cfg->jobs[i]);
     free(cfg->jobs);
+    free(cfg->name_index);
     free(cfg->path);
     free(cfg->database_url);
     free(cfg->amqp_url);
@@ -1277,6 +1278,10 @@ done:
         rc = WARREN_ECONFIG;
     }
     if (rc == 0) {
+        /* the duplicate-name set becomes the lookup index */
+        cfg->name_index = L.names;
+        cfg->name_index_cap = L.names_cap;
+        L.names = NULL;
         *out = cfg;
         cfg = NULL;
     }
@@ -1306,9 +1311,14 @@ done:
 
 const warren_job *warren_config_job(const warren_config *cfg, const char *name)
 {
-    for (size_t i = 0; cfg != NULL && name != NULL && i < cfg->njobs; i++)
-        if (cfg->jobs[i].name != NULL && strcmp(cfg->jobs[i].name, name) == 0)
-            return &cfg->jobs[i];
+    if (cfg == NULL || name == NULL || cfg->name_index == NULL)
+        return NULL;
+    size_t mask = cfg->name_index_cap - 1;
+    for (size_t i = (size_t)fnv1a(name) & mask; cfg->name_index[i] != 0; i = (i + 1) & mask) {
+        const warren_job *j = &cfg->jobs[cfg->name_index[i] - 1];
+        if (strcmp(j->name, name) == 0)
+            return j;
+    }
     return NULL;
 }
 

@@ -274,7 +274,11 @@ START_TEST(test_config_every_valid_file_loads)
         if (len < 5 || strcmp(e->d_name + len - 4, ".cfg") != 0)
             continue;
         snprintf(path, sizeof(path), "%s/%s", VALID, e->d_name);
-        warren_config_free(load_ok(path));
+        warren_config *cfg = load_ok(path);
+        for (size_t i = 0; i < cfg->njobs; i++)
+            ck_assert_ptr_eq(warren_config_job(cfg, cfg->jobs[i].name), &cfg->jobs[i]);
+        ck_assert_ptr_null(warren_config_job(cfg, "no-such-job"));
+        warren_config_free(cfg);
         n++;
     }
     closedir(d);

@@ -97,6 +97,8 @@ typedef struct warren_config {
     warren_worker_config worker;
     warren_job *jobs;
     size_t njobs;
+    size_t *name_index; /* private: hash set of job index + 1 for warren_config_job */
+    size_t name_index_cap;
 } warren_config;
 
 /* Every problem found while loading, in file order. */
@@ -119,7 +121,7 @@ int warren_config_load(const char *path, warren_config **out, warren_diags *diag
                        warren_error *err);
 void warren_config_free(warren_config *cfg);
 
-/* Finds a job by name (borrowed) or NULL. */
+/* Finds a job by name (borrowed) or NULL, in constant time. */
 const warren_job *warren_config_job(const warren_config *cfg, const char *name);
 
 /* The distinct queue names the jobs use, borrowed from the jobs; *n gets the
