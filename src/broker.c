@@ -707,7 +707,7 @@ static int delay_queue_name(int64_t second, char *name, size_t len, warren_error
 int warren_broker_delay_queue(warren_broker *b, int64_t second, int64_t expires_ms, char *name,
                               size_t len, warren_error *err)
 {
-    amqp_table_entry_t a[2];
+    amqp_table_entry_t a[3];
     delay_slot *slot;
     int64_t now;
     int rc;
@@ -736,7 +736,10 @@ int warren_broker_delay_queue(warren_broker *b, int64_t second, int64_t expires_
         return 0;
     entry_i64(&a[0], "x-expires", expires_ms);
     entry_str(&a[1], "x-dead-letter-exchange", WARREN_READY_EXCHANGE);
-    if ((rc = declare_queue(b, name, a, 2, err)) != 0)
+    /* explicit: a vhost whose default queue type is quorum (RabbitMQ >= 3.11)
+     * must not turn these into quorum queues, one Erlang atom each */
+    entry_str(&a[2], "x-queue-type", "classic");
+    if ((rc = declare_queue(b, name, a, 3, err)) != 0)
         return rc;
     slot->second = second;
     slot->expires_ms = expires_ms;

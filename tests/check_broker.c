@@ -653,6 +653,46 @@ START_TEST(test_queue_count_missing_queue_is_enoent_and_consumers_survive)
 }
 END_TEST
 
+START_TEST(test_channel_close_restores_consumer_and_refuses_stale_tags)
+{
+    warren_error err = {0};
+    warren_broker *b = open_fresh(NULL, 5);
+    warren_delivery d = {0}, d2 = {0};
+    confirms c = {0};
+    uint64_t seq;
+
+    ck_assert_int_eq(warren_broker_confirm_select(b, &err), 0);
+    ck_assert_int_eq(warren_broker_qos(b, 5, &err), 0);
+    ck_assert_int_eq(warren_broker_consume(b, "warren.ready.default", &err), 0);
+    seq = publish_run(b, WARREN_READY_EXCHANGE, "default", "default", "held", -1, 1);
+    wait_all(b, seq, &c);
+    next_or_fail(b, 5000, &d); /* not acked yet */
+    ck_assert_str_eq(d.message_id, "held");
+    /* the server closes channel 1 (404): warren reopens it */
+    seq = publish_run(b, "no.such.exchange", "x", "default", "boom", -1, 0);
+    ck_assert_int_eq(warren_broker_confirm_wait(b, seq, 5000, on_confirm, &c, &err),
+                     WARREN_EBROKER);
+    warren_error_clear(&err);
+    /* the unacked delivery was requeued and comes again on the new channel */
+    next_or_fail(b, 5000, &d2);
+    ck_assert_str_eq(d2.message_id, "held");
+    ck_assert_int_eq(d2.redelivered, 1);
+    ck_assert_int_eq(warren_broker_ack(b, d.tag, &err), WARREN_ESTALE);
+    warren_error_clear(&err);
+    ck_assert_int_eq(warren_broker_ack(b, d2.tag, &err), 0);
+    /* and the channel is in confirm mode again */
+    seq = publish_run(b, WARREN_READY_EXCHANGE, "default", "default", "after", -1, 1);
+    wait_all(b, seq, &c);
+    ck_assert_int_eq(c.by_seq[seq], WARREN_BROKER_ACKED);
+    warren_delivery_clear(&d);
+    warren_delivery_clear(&d2);
+    next_or_fail(b, 5000, &d);
+    ck_assert_str_eq(d.message_id, "after");
+    warren_delivery_clear(&d);
+    warren_broker_free(b);
+}
+END_TEST
+
 START_TEST(test_nack_from_full_queue_is_reported)
 {
     warren_error err = {0};
@@ -823,6 +863,7 @@ static Suite *broker_suite(void)
     tcase_add_test(tc, test_mandatory_unroutable_is_returned);
     tcase_add_test(tc, test_publish_to_missing_exchange_nacks_and_recovers);
     tcase_add_test(tc, test_nack_from_full_queue_is_reported);
+    tcase_add_test(tc, test_channel_close_restores_consumer_and_refuses_stale_tags);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("delay");
