@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <warren/cron.h>
 #include <warren/timefmt.h>
@@ -592,6 +594,117 @@ START_TEST(test_cron_property_random_expressions_match_brute_force)
 }
 END_TEST
 
+/* ---- the command ------------------------------------------------------------ */
+
+typedef struct run_result {
+    int status;
+    char out[8192], err[4096];
+} run_result;
+
+static void slurp(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
+    buf[n] = '\0';
+    if (f)
+        fclose(f);
+}
+
+/* Runs `warren cron ARGS` (ARGS already shell-quoted). */
+static void run_cli(const char *args, run_result *r)
+{
+    char out[] = "/tmp/warren-cron-out-XXXXXX", err[] = "/tmp/warren-cron-err-XXXXXX";
+    int fo = mkstemp(out), fe = mkstemp(err);
+    ck_assert(fo >= 0 && fe >= 0);
+    close(fo);
+    close(fe);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s cron %s >%s 2>%s", WARREN_BINARY, args, out, err);
+    int st = system(cmd);
+    ck_assert(st != -1 && WIFEXITED(st));
+    r->status = WEXITSTATUS(st);
+    slurp(out, r->out, sizeof r->out);
+    slurp(err, r->err, sizeof r->err);
+    unlink(out);
+    unlink(err);
+}
+
+START_TEST(test_cron_cli_prints_instants_one_a_line)
+{
+    run_result r;
+    run_cli("next --tz America/New_York --from 2026-03-07T12:00:00.5-05:00 --count 3 '30 2 * * *'",
+            &r);
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_str_eq(r.out, "2026-03-08T07:00:00Z\n2026-03-09T06:30:00Z\n2026-03-10T06:30:00Z\n");
+    ck_assert_str_eq(r.err, "");
+    run_cli("next --from=2026-01-01T00:00:00Z --job backup-db 'H H * * *'", &r);
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_str_eq(r.out, "2026-01-01T10:47:00Z\n");
+    /* Unquoted fields are joined. */
+    run_cli("next --from 2026-01-01T00:00:00Z 0 9 1 1 '?'", &r);
+    ck_assert_str_eq(r.out, "2026-01-01T09:00:00Z\n");
+    /* Default from is now: the instant is in the future. */
+    run_cli("next '* * * * *'", &r);
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_int_eq((int)strlen(r.out), 21);
+}
+END_TEST
+
+START_TEST(test_cron_cli_local_explains_dst_moves)
+{
+    run_result r;
+    run_cli("next --local --tz America/New_York --from 2026-03-07T12:00:00Z --count 2 "
+            "'30 2 * * *'",
+            &r);
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_msg(strstr(r.out, "2026-03-08T07:00:00Z  2026-03-08T03:00:00-04:00 EDT  (DST gap") ==
+                      r.out,
+                  "%s", r.out);
+    ck_assert_ptr_nonnull(strstr(r.out, "\n2026-03-09T06:30:00Z  2026-03-09T02:30:00-04:00 EDT\n"));
+    run_cli("next --local --tz America/New_York --from 2026-11-01T05:45:00Z '*/30 * * * *'", &r);
+    ck_assert_ptr_nonnull(strstr(r.out, "-05:00 EST  (DST overlap"));
+    ck_assert_ptr_nonnull(strstr(r.out, "second"));
+    run_cli("next --local --tz Asia/Kathmandu --from 2026-01-01T00:00:00Z '0 9 * * *'", &r);
+    ck_assert_str_eq(r.out, "2026-01-01T03:15:00Z  2026-01-01T09:00:00+05:45 +0545\n");
+}
+END_TEST
+
+START_TEST(test_cron_cli_errors_exit_2_with_nothing_on_stdout)
+{
+    static const struct {
+        const char *args, *msg;
+    } cases[] = {
+        {"next '0 25 * * *'", "field 2 (hour): \"25\" is out of range 0-23"},
+        {"next '0 0 30 2 *'", "can never fire"},
+        {"next --tz Mars/Olympus '* * * * *'", "unknown time zone \"Mars/Olympus\""},
+        {"next --tz /etc/localtime '* * * * *'", "absolute path"},
+        {"next --tz 'Europe/Berlin ' '* * * * *'", "trailing spaces"},
+        {"next --tz 'CET-1CEST,M3.5.0,M10.5.0/3' '* * * * *'", "POSIX TZ string"},
+        {"next --from yesterday '* * * * *'", "--from"},
+        {"next --count 0 '* * * * *'", "--count"},
+        {"next --count 1x '* * * * *'", "--count"},
+        {"next --tz", "needs a value"},
+        {"next --bogus '* * * * *'", "unknown option"},
+        {"next", "missing cron expression"},
+        {"next 'H * * * *'", "needs a job name"},
+        {"later '* * * * *'", "unknown subcommand"},
+        {"next --from 9999-12-31T00:00:00Z --count 2 '0 0 1 1 *'", "before year 10000"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        run_result r;
+        run_cli(cases[i].args, &r);
+        ck_assert_msg(r.status == 2, "%s: exit %d", cases[i].args, r.status);
+        ck_assert_msg(r.out[0] == '\0', "%s: stdout \"%s\"", cases[i].args, r.out);
+        ck_assert_msg(strstr(r.err, cases[i].msg) != NULL, "%s: stderr \"%s\" lacks \"%s\"",
+                      cases[i].args, r.err, cases[i].msg);
+    }
+    run_result r;
+    run_cli("next --help", &r);
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "usage: warren cron next"));
+}
+END_TEST
+
 static Suite *cron_suite(void)
 {
     Suite *s = suite_create("cron");
@@ -628,6 +741,12 @@ static Suite *cron_suite(void)
     tcase_add_test(tc, test_cron_dst_negative_dublin_and_odd_offsets_2026);
     tcase_add_test(tc, test_cron_dst_abolished_zones_have_no_shift);
     tcase_add_test(tc, test_cron_dst_apia_skipped_day_2011);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("cli");
+    tcase_add_test(tc, test_cron_cli_prints_instants_one_a_line);
+    tcase_add_test(tc, test_cron_cli_local_explains_dst_moves);
+    tcase_add_test(tc, test_cron_cli_errors_exit_2_with_nothing_on_stdout);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("property");
