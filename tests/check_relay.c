@@ -1,0 +1,351 @@
+/* check_relay: the relay and reconciler inside the planner (src/relay.c,
+ * src/store_plan.c) against real PostgreSQL and RabbitMQ: the message
+ * contract, unroutable publishes recorded as errors, the outbox, republishing
+ * lost runs and reaping expired worker leases. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <warren/broker.h>
+#include <warren/codec.h>
+#include <warren/planner.h>
+#include <warren/relay.h>
+#include <warren/store.h>
+
+#include "testenv.h"
+
+static warren_config test_config(void)
+{
+    warren_config c;
+    memset(&c, 0, sizeof(c));
+    c.planner.horizon_ms = 60000;
+    c.planner.tick_ms = 200;
+    c.planner.misfire_threshold_ms = 60000;
+    c.planner.reconcile_grace_ms = 600000;
+    c.planner.partitions = 4;
+    c.planner.publish_batch = 50;
+    c.planner.delay_queue_expires_ms = 600000;
+    return c;
+}
+
+typedef struct env {
+    char *db;
+    char *amqp;
+} env;
+
+static env env_new(void)
+{
+    static const char *const queues[] = {"q"};
+    env e = {testenv_db_migrated(), testenv_vhost()};
+    warren_broker *b = NULL;
+    warren_error err = {0};
+    ck_assert_msg(warren_broker_open(e.amqp, NULL, &b, &err) == 0, "%s", err.message);
+    ck_assert_msg(warren_broker_topology(b, queues, 1, 5, &err) == 0, "%s", err.message);
+    warren_broker_free(b);
+    ck_assert_int_eq(testenv_psql(e.db,
+                                  "INSERT INTO warren.jobs (name, schedule_kind, expression, "
+                                  "queue, payload, paused) VALUES "
+                                  "('j', 'at', '2099-01-01T00:00:00Z', 'q', '{\"k\": \"v\"}', "
+                                  "true), ('lost', 'at', '2099-01-01T00:00:00Z', 'nosuch', '{}', "
+                                  "true)",
+                                  NULL),
+                     2);
+    return e;
+}
+
+static void env_free(env *e)
+{
+    free(e->db);
+    free(e->amqp);
+}
+
+static long sql_long(const env *e, const char *sql)
+{
+    char *v = testenv_sql1(e->db, sql);
+    long n = v ? atol(v) : -1;
+    free(v);
+    return n;
+}
+
+static warren_planner *planner_new(const env *e, const warren_config *c)
+{
+    warren_planner *p = NULL;
+    warren_error err = {0};
+    ck_assert_msg(warren_planner_new(c, e->db, e->amqp, NULL, &p, &err) == 0, "planner: %s",
+                  err.message);
+    return p;
+}
+
+static void tick(warren_planner *p)
+{
+    warren_error err = {0};
+    ck_assert_msg(warren_planner_tick(p, &err) == 0, "tick: %s", err.message);
+}
+
+static warren_broker *consumer(const env *e, const char *queue)
+{
+    warren_broker *b = NULL;
+    warren_error err = {0};
+    ck_assert_msg(warren_broker_open(e->amqp, NULL, &b, &err) == 0, "%s", err.message);
+    ck_assert_msg(warren_broker_consume(b, queue, &err) == 0, "%s", err.message);
+    return b;
+}
+
+static int next_msg(warren_broker *b, warren_delivery *d, int timeout_ms)
+{
+    warren_error err = {0};
+    int got = 0;
+    for (int waited = 0; !got && waited < timeout_ms; waited += 200)
+        ck_assert_msg(warren_broker_next(b, 200, d, &got, &err) == 0, "%s", err.message);
+    return got;
+}
+
+START_TEST(test_json_compact_keeps_strings)
+{
+    char s[] = "{\"a\": 1, \"s\": \"x y\\\" z\",\n \"n\": [1, 2]}";
+    size_t n = warren_json_compact_inplace(s);
+    ck_assert_str_eq(s, "{\"a\":1,\"s\":\"x y\\\" z\",\"n\":[1,2]}");
+    ck_assert_uint_eq(n, strlen(s));
+}
+END_TEST
+
+START_TEST(test_run_message_follows_the_contract)
+{
+    env e = env_new();
+    warren_config c = test_config();
+    warren_planner *p = planner_new(&e, &c);
+    warren_broker *b = consumer(&e, "warren.ready.q");
+    warren_delivery d = {0};
+    warren_run_msg m = {0};
+    warren_error err = {0};
+
+    testenv_psql(e.db,
+                 "INSERT INTO warren.runs (job, scheduled_at, due_at, payload) VALUES ('j', "
+                 "'2026-01-02T03:04:05Z', '2026-01-02T03:04:07.250Z', '{\"over\": true}'), "
+                 "('j', '2026-01-02T03:04:06Z', '2026-01-02T03:04:06Z', NULL)",
+                 NULL);
+    tick(p);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'published' "
+                                  "AND publish_count = 1 AND published_at IS NOT NULL"),
+                     2);
+    ck_assert(next_msg(b, &d, 5000));
+    /* due order: ...:06 first */
+    ck_assert_str_eq(d.message_id, "j@2026-01-02T03:04:06Z");
+    ck_assert(warren_run_msg_decode(d.body, d.body_len, &m, &err) == 0);
+    ck_assert_str_eq(m.payload_json, "{\"k\":\"v\"}");
+    warren_run_msg_clear(&m);
+    warren_broker_ack(b, d.tag, NULL);
+    warren_delivery_clear(&d);
+
+    ck_assert(next_msg(b, &d, 5000));
+    ck_assert_str_eq(d.message_id, "j@2026-01-02T03:04:05Z");
+    ck_assert_str_eq(d.type, "j");
+    ck_assert_int_eq(d.timestamp, 1767323045LL * WARREN_US_PER_S);
+    ck_assert_str_eq(warren_delivery_header(&d, "x-warren-job"), "j");
+    ck_assert_str_eq(warren_delivery_header(&d, "x-warren-scheduled-at"), "2026-01-02T03:04:05Z");
+    ck_assert_str_eq(warren_delivery_header(&d, "x-warren-due-at"), "2026-01-02T03:04:07.250Z");
+    ck_assert_str_eq(warren_delivery_header(&d, "x-warren-attempt"), "0");
+    ck_assert_str_eq(warren_delivery_header(&d, "x-warren-queue"), "q");
+    ck_assert_msg(warren_run_msg_decode(d.body, d.body_len, &m, &err) == 0, "%s", err.message);
+    ck_assert_str_eq(m.run_key, "j@2026-01-02T03:04:05Z");
+    ck_assert_int_eq(m.due_at, 1767323047250000LL);
+    ck_assert_int_eq(m.attempt, 0);
+    ck_assert_str_eq(m.payload_json, "{\"over\":true}"); /* the run's override */
+    warren_run_msg_clear(&m);
+    warren_delivery_clear(&d);
+    warren_broker_free(b);
+    warren_planner_free(p);
+    env_free(&e);
+}
+END_TEST
+
+START_TEST(test_unroutable_publish_is_recorded_not_success)
+{
+    env e = env_new();
+    warren_config c = test_config();
+    warren_planner *p = planner_new(&e, &c);
+    warren_planner_stats s;
+
+    /* due now: straight to warren.ready, which has no queue for "nosuch" */
+    testenv_psql(e.db,
+                 "INSERT INTO warren.runs (job, scheduled_at, due_at) VALUES ('lost', "
+                 "date_trunc('second', now()), now())",
+                 NULL);
+    tick(p);
+    warren_planner_stats_get(p, &s);
+    ck_assert_int_eq(s.runs_unroutable, 1);
+    ck_assert_int_eq(s.runs_published, 0);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'planned' AND "
+                                  "publish_count = 0 AND published_at IS NULL AND last_error "
+                                  "LIKE 'unroutable:%nosuch%'"),
+                     1);
+    tick(p); /* not hammered: retried after a pause */
+    warren_planner_stats_get(p, &s);
+    ck_assert_int_eq(s.runs_unroutable, 1);
+
+    /* due later: its delay queue would drop it at expiry, so it is not published */
+    testenv_psql(e.db,
+                 "INSERT INTO warren.runs (job, scheduled_at, due_at) VALUES ('lost', "
+                 "date_trunc('second', now()) + interval '30 s', now() + interval '30 s')",
+                 NULL);
+    tick(p);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'planned' AND "
+                                  "last_error LIKE 'ready queue warren.ready.nosuch does not "
+                                  "exist%'"),
+                     1);
+
+    /* once the queue exists both go out */
+    {
+        static const char *const queues[] = {"nosuch"};
+        warren_broker *b = NULL;
+        ck_assert(warren_broker_open(e.amqp, NULL, &b, NULL) == 0);
+        ck_assert(warren_broker_topology(b, queues, 1, 5, NULL) == 0);
+        warren_broker_free(b);
+    }
+    testenv_psql(e.db, "UPDATE warren.runs SET relay_retry_at = NULL", NULL);
+    warren_planner_free(p);
+    p = planner_new(&e, &c);
+    tick(p);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'published'"), 2);
+    warren_planner_free(p);
+    env_free(&e);
+}
+END_TEST
+
+START_TEST(test_outbox_published_with_headers_then_deleted)
+{
+    env e = env_new();
+    warren_config c = test_config();
+    warren_planner *p = planner_new(&e, &c);
+    char *vpath = testenv_vhost_path(e.amqp), *resp = NULL, path[512];
+    warren_broker *b;
+    warren_delivery d = {0};
+
+    snprintf(path, sizeof(path), "/api/queues/%s/events-test", vpath);
+    ck_assert_int_lt(testenv_http("PUT", path, "{\"durable\":true}", &resp), 300);
+    free(resp);
+    snprintf(path, sizeof(path), "/api/bindings/%s/e/warren.events/q/events-test", vpath);
+    ck_assert_int_lt(testenv_http("POST", path, "{\"routing_key\":\"run.#\"}", &resp), 300);
+    free(resp);
+    for (int i = 0; i < 120; i++) {
+        char sql[512];
+        snprintf(sql, sizeof(sql),
+                 "INSERT INTO warren.outbox (exchange, routing_key, message_id, type, headers, "
+                 "body) VALUES ('warren.events', 'run.succeeded.j', 'j@k%03d', 'j', "
+                 "'{\"x-warren-job\": \"j\", \"x-n\": \"%d\"}', '{\"n\": %d, \"s\": \"a b\"}')",
+                 i, i, i);
+        ck_assert_int_eq(testenv_psql(e.db, sql, NULL), 1);
+    }
+    tick(p);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.outbox"), 0);
+    b = consumer(&e, "events-test");
+    for (int i = 0; i < 120; i++) {
+        char want[64], n[16];
+        ck_assert(next_msg(b, &d, 5000));
+        snprintf(want, sizeof(want), "j@k%03d", i);
+        ck_assert_str_eq(d.message_id, want); /* id order */
+        ck_assert_str_eq(d.routing_key, "run.succeeded.j");
+        ck_assert_str_eq(warren_delivery_header(&d, "x-warren-job"), "j");
+        snprintf(n, sizeof(n), "%d", i);
+        ck_assert_str_eq(warren_delivery_header(&d, "x-n"), n);
+        snprintf(want, sizeof(want), "{\"n\":%d,\"s\":\"a b\"}", i);
+        ck_assert_str_eq(d.body, want);
+        warren_broker_ack(b, d.tag, NULL);
+        warren_delivery_clear(&d);
+    }
+    warren_broker_free(b);
+    free(vpath);
+    warren_planner_free(p);
+    env_free(&e);
+}
+END_TEST
+
+START_TEST(test_reconciler_republishes_lost_runs_and_reaps_leases)
+{
+    env e = env_new();
+    warren_config c = test_config();
+    warren_planner *p;
+    warren_broker *b = consumer(&e, "warren.ready.q");
+    warren_delivery d = {0};
+
+    c.planner.reconcile_grace_ms = 2000;
+    /* published 10 s ago, due 10 s ago, never started: its message was lost */
+    testenv_psql(e.db,
+                 "INSERT INTO warren.runs (job, scheduled_at, due_at, state, published_at, "
+                 "publish_count) VALUES ('j', '2026-01-01T00:00:00Z', now() - interval '10 s', "
+                 "'published', now() - interval '10 s', 1), "
+                 "('j', '2026-01-01T00:00:01Z', now() - interval '10 s', 'published', now() - "
+                 "interval '1 s', 1)",
+                 NULL);
+    /* a worker died holding a lease */
+    testenv_psql(e.db,
+                 "INSERT INTO warren.runs (job, scheduled_at, due_at, state, attempt, lease_owner, "
+                 "lease_until, started_at) VALUES ('j', '2026-01-01T00:00:02Z', now() - interval "
+                 "'1 min', 'running', 1, 'dead-worker', now() - interval '5 s', now() - interval "
+                 "'1 min'); INSERT INTO warren.attempts (run_key, attempt, worker) VALUES "
+                 "('j@2026-01-01T00:00:02Z', 1, 'dead-worker')",
+                 NULL);
+    p = planner_new(&e, &c);
+    tick(p); /* reconcile: back to planned */
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE scheduled_at = "
+                                  "'2026-01-01T00:00:00Z' AND state = 'planned' AND note LIKE "
+                                  "'republished by reconciler at %: not started % s after due'"),
+                     1);
+    /* published only a second ago: left alone */
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE scheduled_at = "
+                                  "'2026-01-01T00:00:01Z' AND state = 'published'"),
+                     1);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE scheduled_at = "
+                                  "'2026-01-01T00:00:02Z' AND state <> 'running'"),
+                     1);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.attempts WHERE outcome = "
+                                  "'lease_lost'"),
+                     1);
+    tick(p); /* relay: published again under the same key */
+    ck_assert_int_eq(sql_long(&e, "SELECT publish_count FROM warren.runs WHERE scheduled_at = "
+                                  "'2026-01-01T00:00:00Z' AND state = 'published'"),
+                     2);
+    ck_assert(next_msg(b, &d, 5000));
+    ck_assert_str_eq(d.message_id, "j@2026-01-01T00:00:00Z");
+    warren_delivery_clear(&d);
+    warren_broker_free(b);
+    warren_planner_free(p);
+    env_free(&e);
+}
+END_TEST
+
+static Suite *relay_suite(void)
+{
+    Suite *s = suite_create("relay");
+    TCase *tc;
+
+    tc = tcase_create("messages");
+    tcase_add_test(tc, test_json_compact_keeps_strings);
+    tcase_add_test(tc, test_run_message_follows_the_contract);
+    tcase_add_test(tc, test_unroutable_publish_is_recorded_not_success);
+    tcase_set_timeout(tc, 60);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("outbox");
+    tcase_add_test(tc, test_outbox_published_with_headers_then_deleted);
+    tcase_set_timeout(tc, 60);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("reconciler");
+    tcase_add_test(tc, test_reconciler_republishes_lost_runs_and_reaps_leases);
+    tcase_set_timeout(tc, 60);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(relay_suite());
+    int failed;
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
