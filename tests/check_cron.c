@@ -439,6 +439,13 @@ START_TEST(test_cron_dst_abolished_zones_have_no_shift)
     expect_next("30 2 * * *", "Europe/Moscow", "2026-03-28T00:00:00Z", msk, none);
     const char *ist[] = {"2050-03-26T23:30:00Z", "2050-03-27T23:30:00Z", NULL};
     expect_next("30 2 * * *", "Europe/Istanbul", "2050-03-26T00:00:00Z", ist, none);
+    /* Apia dropped DST in 2021: its old last-Sunday-of-September change is gone. */
+    const char *apia[] = {"2026-09-26T13:30:00Z", "2026-09-27T13:30:00Z", NULL};
+    expect_next("30 2 * * *", "Pacific/Apia", "2026-09-26T00:00:00Z", apia, none);
+    const char *apia2[] = {"2050-04-02T13:30:00Z", "2050-04-03T13:30:00Z", NULL};
+    expect_next("30 2 * * *", "Pacific/Apia", "2050-04-02T00:00:00Z", apia2, none);
+    const char *sao2[] = {"2055-11-01T03:00:00Z", NULL};
+    expect_next("0 0 * * *", "America/Sao_Paulo", "2055-11-01T00:00:00Z", sao2, none);
 }
 END_TEST
 

@@ -441,6 +441,68 @@ START_TEST(test_tz_fuzz_regressions)
 }
 END_TEST
 
+START_TEST(test_tz_spans_agree_with_lookups_in_every_zone)
+{
+    /* Walk every zone's spans 1900-2200: the offsets at and around each edge,
+     * and sampled instants inside, are those the lookup gives. */
+    warren_tzdb *db = warren_tzdb_new(NULL);
+    FILE *f = fopen("/usr/share/zoneinfo/tzdata.zi", "r");
+    char line[1024];
+    long spans = 0;
+    uint64_t r = 12345;
+    ck_assert_ptr_nonnull(f);
+    while (fgets(line, sizeof line, f)) {
+        char a[256], b[256];
+        const char *name = NULL;
+        const warren_tz *tz;
+        if (line[0] == 'Z' && sscanf(line, "Z %255s", a) == 1)
+            name = a;
+        else if (line[0] == 'L' && sscanf(line, "L %255s %255s", a, b) == 2)
+            name = b;
+        if (name == NULL)
+            continue;
+        ck_assert_int_eq(warren_tzdb_get(db, name, &tz, NULL), 0);
+        int64_t t = sec("1900-01-01T00:00:00Z"), stop = sec("2200-01-01T00:00:00Z");
+        while (t < stop) {
+            warren_tz_span sp;
+            int32_t o;
+            warren_tz_span_at(tz, t, &sp);
+            ck_assert(sp.start <= t && t < sp.end);
+            warren_tz_lookup(tz, t, &o, NULL, NULL);
+            ck_assert_int_eq(o, sp.offset);
+            if (sp.start != INT64_MIN) {
+                warren_tz_lookup(tz, sp.start, &o, NULL, NULL);
+                ck_assert_int_eq(o, sp.offset);
+                warren_tz_lookup(tz, sp.start - 1, &o, NULL, NULL);
+                ck_assert_msg(o == sp.prev_offset && o != sp.offset, "%s at %lld", name,
+                              (long long)sp.start);
+            }
+            if (sp.end == INT64_MAX)
+                break;
+            warren_tz_lookup(tz, sp.end - 1, &o, NULL, NULL);
+            ck_assert_int_eq(o, sp.offset);
+            warren_tz_lookup(tz, sp.end, &o, NULL, NULL);
+            ck_assert_msg(o == sp.next_offset && o != sp.offset, "%s at %lld", name,
+                          (long long)sp.end);
+            for (int k = 0; k < 4; k++) {
+                r ^= r << 13;
+                r ^= r >> 7;
+                r ^= r << 17;
+                int64_t lo = sp.start == INT64_MIN ? t : sp.start;
+                int64_t x = lo + (int64_t)(r % (uint64_t)(sp.end - lo));
+                warren_tz_lookup(tz, x, &o, NULL, NULL);
+                ck_assert_msg(o == sp.offset, "%s at %lld inside span", name, (long long)x);
+            }
+            t = sp.end;
+            spans++;
+        }
+    }
+    fclose(f);
+    ck_assert_int_ge(spans, 50000);
+    warren_tzdb_free(db);
+}
+END_TEST
+
 static Suite *tz_suite(void)
 {
     Suite *s = suite_create("tz");
@@ -448,6 +510,7 @@ static Suite *tz_suite(void)
     tcase_add_test(tc, test_tz_berlin_listed_and_footer_years);
     tcase_add_test(tc, test_tz_named_zones_have_their_rules);
     tcase_add_test(tc, test_tz_zones_are_parsed_once_and_cached);
+    tcase_add_test(tc, test_tz_spans_agree_with_lookups_in_every_zone);
     suite_add_tcase(s, tc);
     tc = tcase_create("names");
     tcase_add_test(tc, test_tz_rejects_names_that_are_not_iana_zones);
