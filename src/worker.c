@@ -990,6 +990,15 @@ static void slot_start(warren_worker *w, slot *s, pend *p, warren_claim *cl, int
     s->job = p->job;
     s->claim = *cl;
     memset(cl, 0, sizeof(*cl));
+    {
+        /* Handlers get the payload compact, as in the message body. */
+        char *compact = NULL;
+        if (s->claim.payload_json != NULL &&
+            warren_json_object_check(s->claim.payload_json, &compact, NULL) == 0) {
+            free(s->claim.payload_json);
+            s->claim.payload_json = compact;
+        }
+    }
     s->lease_ms = (int64_t)s->claim.lease_seconds * 1000;
     if (s->job->lease_ms > 0 && s->job->lease_ms < s->lease_ms)
         s->lease_ms = s->job->lease_ms;
@@ -1654,9 +1663,13 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
             claim_pending(w);
         now = mono_ms();
         relaunch_sql(w, now);
+        /* Heartbeat before the lease deadline check: after a pause (SIGSTOP,
+         * a stall) the overdue heartbeat tells whether the run is still ours;
+         * the deadline then stops what could not be confirmed. */
+        heartbeat_due(w, now);
+        now = mono_ms();
         for (int i = 0; i < w->concurrency; i++)
             poll_slot(w, &w->slots[i], now);
-        heartbeat_due(w, now);
         complete_done(w, now);
     }
     rc = 0;

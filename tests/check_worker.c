@@ -1,0 +1,920 @@
+/* check_worker.c: the C worker against real PostgreSQL and RabbitMQ, with the
+ * real planner relaying runs: end to end with an idempotent sink keyed by run
+ * key, kill -9 and SIGSTOP of a worker (leases, fencing), retries to success
+ * and to dead (warren.dead), replay, timeouts, graceful stop, in-process C
+ * and sql handlers, malformed and poison messages. */
+#include <check.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <warren/broker.h>
+#include <warren/codec.h>
+#include <warren/config.h>
+#include <warren/planner.h>
+#include <warren/store.h>
+#include <warren/worker.h>
+
+#include "testenv.h"
+
+/* ------------------------------------------------------------ harness */
+
+typedef struct env {
+    char *db, *amqp, *dir, *cfg_path;
+    warren_config *cfg;
+    warren_planner *planner;
+    pthread_t planner_th;
+    volatile sig_atomic_t planner_stop;
+    int planner_running;
+} env;
+
+static warren_logger test_logger = {warren_log_stderr, NULL, WARREN_LOG_WARN};
+
+static char *xfmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *xfmt(const char *fmt, ...)
+{
+    va_list ap, cp;
+    va_start(ap, fmt);
+    va_copy(cp, ap);
+    int n = vsnprintf(NULL, 0, fmt, cp);
+    va_end(cp);
+    char *s = malloc((size_t)n + 1);
+    ck_assert_ptr_nonnull(s);
+    vsnprintf(s, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+static void write_file(const char *path, const char *text, int mode)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_msg(f != NULL, "cannot write %s", path);
+    fputs(text, f);
+    fclose(f);
+    chmod(path, (mode_t)mode);
+}
+
+static char *q1(const char *url, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static char *q1(const char *url, const char *fmt, ...)
+{
+    va_list ap, cp;
+    va_start(ap, fmt);
+    va_copy(cp, ap);
+    int n = vsnprintf(NULL, 0, fmt, cp);
+    va_end(cp);
+    char *sql = malloc((size_t)n + 1);
+    vsnprintf(sql, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    char *v = testenv_sql1(url, sql);
+    free(sql);
+    return v;
+}
+
+static void qx(const char *url, const char *sql)
+{
+    ck_assert_msg(testenv_psql(url, sql, NULL) >= 0, "failed: %s", sql);
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* Polls sql until its first value equals want, up to timeout_ms. */
+static int wait_for(const char *url, const char *want, long timeout_ms, const char *sql)
+{
+    for (long waited = 0;; waited += 100) {
+        char *v = testenv_sql1(url, sql);
+        int ok = v != NULL && strcmp(v, want) == 0;
+        if (!ok && waited >= timeout_ms)
+            fprintf(stderr, "wait_for: \"%s\" gave \"%s\", want \"%s\"\n", sql, v ? v : "NULL",
+                    want);
+        free(v);
+        if (ok)
+            return 1;
+        if (waited >= timeout_ms)
+            return 0;
+        sleep_ms(100);
+    }
+}
+
+/* A fresh database and vhost, a config with the given jobs (libconfig list
+ * body) and worker settings, the config synced and the topology declared. */
+static void env_setup(env *e, const char *jobs, const char *worker_settings, int delivery_limit)
+{
+    warren_error err = {0};
+    warren_diags diags = {0};
+    warren_store *st = NULL;
+    warren_broker *b = NULL;
+    char tmpl[] = "/tmp/warren-check-worker-XXXXXX";
+
+    memset(e, 0, sizeof(*e));
+    /* The config file names the servers; nothing in the environment may override it. */
+    unsetenv("WARREN_DATABASE_URL");
+    unsetenv("WARREN_AMQP_URL");
+    e->db = testenv_db_migrated();
+    e->amqp = testenv_vhost();
+    ck_assert_ptr_nonnull(mkdtemp(tmpl));
+    e->dir = strdup(tmpl);
+    e->cfg_path = xfmt("%s/warren.cfg", e->dir);
+    char *text =
+        xfmt("database = { url = \"%s\"; };\n"
+             "broker = { url = \"%s\"; delivery_limit = %d; };\n"
+             "planner = { tick = \"100ms\"; reconcile_grace = \"2s\"; horizon = \"10s\"; };\n"
+             "worker = { %s };\n"
+             "jobs = ( %s );\n",
+             e->db, e->amqp, delivery_limit,
+             worker_settings ? worker_settings
+                             : "concurrency = 4; shutdown_grace = \"3s\"; "
+                               "heartbeat_margin = \"500ms\";",
+             jobs);
+    write_file(e->cfg_path, text, 0644);
+    free(text);
+    if (warren_config_load(e->cfg_path, &e->cfg, &diags, &err) != 0) {
+        for (size_t i = 0; i < diags.count; i++)
+            fprintf(stderr, "%s\n", diags.items[i]);
+        ck_abort_msg("config: %s", err.message);
+    }
+    warren_diags_free(&diags);
+    ck_assert_int_eq(warren_store_open(e->db, NULL, &st, &err), 0);
+    ck_assert_msg(warren_store_sync(st, e->cfg, NULL, &err) == 0, "sync: %s", err.message);
+    warren_store_free(st);
+    size_t nq = 0;
+    const char **queues = warren_config_queues(e->cfg, &nq);
+    ck_assert_int_eq(warren_broker_open(e->amqp, NULL, &b, &err), 0);
+    ck_assert_msg(warren_broker_topology(b, queues, nq, e->cfg->delivery_limit, &err) == 0,
+                  "topology: %s", err.message);
+    warren_broker_free(b);
+    free(queues);
+    /* The sink: effects keyed by run key (exactly once), and every execution (at least once). */
+    qx(e->db, "CREATE TABLE sink (run_key text PRIMARY KEY, attempt int, who text, "
+              "at timestamptz DEFAULT clock_timestamp());"
+              "CREATE TABLE execs (run_key text, attempt int, who text, "
+              "at timestamptz DEFAULT clock_timestamp())");
+    setenv("SINK_URL", e->db, 1);
+    setenv("PATH", "/usr/bin:/bin", 1);
+}
+
+static void *planner_main(void *arg)
+{
+    env *e = arg;
+    warren_error err = {0};
+    if (warren_planner_run(e->planner, &e->planner_stop, &err) != 0)
+        fprintf(stderr, "planner: %s\n", err.message);
+    return NULL;
+}
+
+/* The real planner (relay, outbox, reconciler) on a thread of this process. */
+static void planner_start(env *e)
+{
+    warren_error err = {0};
+    ck_assert_msg(warren_planner_new(e->cfg, e->db, e->amqp, &test_logger, &e->planner, &err) == 0,
+                  "planner: %s", err.message);
+    e->planner_stop = 0;
+    ck_assert_int_eq(pthread_create(&e->planner_th, NULL, planner_main, e), 0);
+    e->planner_running = 1;
+}
+
+static void planner_stop(env *e)
+{
+    if (!e->planner_running)
+        return;
+    e->planner_stop = 1;
+    pthread_join(e->planner_th, NULL);
+    warren_planner_free(e->planner);
+    e->planner = NULL;
+    e->planner_running = 0;
+}
+
+static void env_teardown(env *e)
+{
+    planner_stop(e);
+    warren_config_free(e->cfg);
+    free(e->db);
+    free(e->amqp);
+    free(e->dir);
+    free(e->cfg_path);
+}
+
+/* Inserts planned runs of job (due now, scheduled at distinct past seconds)
+ * and wakes the planner. Returns nothing; keys are JOB@<base + i s>. */
+static void add_runs(env *e, const char *job, int n, int base_offset_s)
+{
+    char *sql = xfmt("INSERT INTO warren.runs (job, scheduled_at, due_at, origin) "
+                     "SELECT '%s', date_trunc('second', now()) - make_interval(secs => %d + g), "
+                     "now(), 'trigger' FROM generate_series(1, %d) g; NOTIFY warren_jobs",
+                     job, base_offset_s, n);
+    qx(e->db, sql);
+    free(sql);
+}
+
+static char *first_key(env *e, const char *job)
+{
+    return q1(e->db,
+              "SELECT run_key FROM warren.runs WHERE job = '%s' ORDER BY scheduled_at LIMIT 1",
+              job);
+}
+
+/* `warren worker -c CFG ARGS...` as a child process, stderr to DIR/NAME.log. */
+static pid_t spawn_worker(env *e, const char *name, const char *id)
+{
+    char *log = xfmt("%s/%s.log", e->dir, name);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        FILE *f = freopen(log, "w", stderr);
+        (void)f;
+        execl(WARREN_BINARY, "warren", "worker", "-c", e->cfg_path, "--id", id, (char *)NULL);
+        _exit(127);
+    }
+    free(log);
+    return pid;
+}
+
+static int wait_exit(pid_t pid, long timeout_ms)
+{
+    int status;
+    for (long waited = 0; waited <= timeout_ms; waited += 50) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid)
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        sleep_ms(50);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    return -1;
+}
+
+/* 1 if pid runs (a zombie, exited but not reaped by a non-reaping init, counts as gone). */
+static int pid_alive(int pid)
+{
+    char path[64], buf[512];
+    if (pid <= 0 || kill(pid, 0) != 0)
+        return 0;
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *rp = strrchr(buf, ')');
+    return !(rp != NULL && rp[1] == ' ' && rp[2] == 'Z');
+}
+
+static char *read_text(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return strdup("");
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    size_t got = fread(s, 1, (size_t)n, f);
+    s[got] = '\0';
+    fclose(f);
+    return s;
+}
+
+static int log_has(env *e, const char *name, const char *needle)
+{
+    char *path = xfmt("%s/%s.log", e->dir, name);
+    char *t = read_text(path);
+    int has = strstr(t, needle) != NULL;
+    if (!has)
+        fprintf(stderr, "--- %s (no \"%s\") ---\n%s\n", path, needle, t);
+    free(t);
+    free(path);
+    return has;
+}
+
+/* An exec handler script: records each execution, sleeps SLEEP seconds on
+ * attempts listed in SLOW (e.g. "1"), exits CODE_<attempt> if given, and
+ * writes the effect to the sink (idempotent: keyed by run key). */
+static const char *handler_script =
+    "#!/bin/sh\n"
+    "payload=$(cat)\n"
+    "psql \"$SINK_URL\" -qAtc \"INSERT INTO execs VALUES ('$WARREN_RUN_KEY', $WARREN_ATTEMPT, "
+    "'$$')\" >/dev/null\n"
+    "case \" $SLOW \" in *\" $WARREN_ATTEMPT \"*) echo $$ > \"$MARK_DIR/slow.pid\"; sleep "
+    "${SLEEP:-30};; esac\n"
+    "eval code=\\${CODE_$WARREN_ATTEMPT:-${CODE:-0}}\n"
+    "if [ \"$code\" = 0 ]; then\n"
+    "  psql \"$SINK_URL\" -qAtc \"INSERT INTO sink (run_key, attempt, who) VALUES "
+    "('$WARREN_RUN_KEY', $WARREN_ATTEMPT, '$payload') ON CONFLICT (run_key) DO NOTHING\" "
+    ">/dev/null\n"
+    "fi\n"
+    "echo \"handler $WARREN_JOB attempt $WARREN_ATTEMPT exits $code\" >&2\n"
+    "exit $code\n";
+
+static char *install_handler(env *e)
+{
+    char *path = xfmt("%s/handler.sh", e->dir);
+    write_file(path, handler_script, 0755);
+    setenv("MARK_DIR", e->dir, 1);
+    return path;
+}
+
+/* ------------------------------------------------------------ end to end */
+
+START_TEST(test_worker_end_to_end_sink_gets_one_row_per_run)
+{
+    env e;
+    char jobs[2048];
+    /* The handler path is known only after env_setup made the directory:
+     * use a shell command that finds it through MARK_DIR. */
+    snprintf(jobs, sizeof(jobs),
+             "{ name = \"ex\"; every = \"1s\"; queue = \"q1\"; payload = { v = 1; };"
+             "  handler = { exec = \"exec \\\"$MARK_DIR/handler.sh\\\"\"; shell = true; };"
+             "  overlap = \"allow\"; lease = \"5s\"; },"
+             "{ name = \"sq\"; every = \"1s\"; queue = \"q1\"; overlap = \"allow\";"
+             "  handler = { sql = \"INSERT INTO sink (run_key, attempt, who) VALUES ($1, 0, "
+             "$3::text) ON CONFLICT DO NOTHING\"; }; }");
+    env_setup(&e, jobs, NULL, 5);
+    free(install_handler(&e));
+    planner_start(&e);
+    pid_t a = spawn_worker(&e, "a", "wa");
+    pid_t b = spawn_worker(&e, "b", "wb");
+    /* Jobs fire every second: let them run for a while. */
+    sleep_ms(6000);
+    /* Stop planning (pause) and let the workers drain what was released. */
+    qx(e.db, "UPDATE warren.jobs SET paused = true");
+    sleep_ms(1500);
+    ck_assert(wait_for(e.db, "0", 20000,
+                       "SELECT count(*) FROM warren.runs WHERE state NOT IN ('succeeded', "
+                       "'skipped') AND due_at < now() - interval '1 second'"));
+    kill(a, SIGTERM);
+    kill(b, SIGTERM);
+    ck_assert_int_eq(wait_exit(a, 10000), 0);
+    ck_assert_int_eq(wait_exit(b, 10000), 0);
+    char *n = q1(e.db, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'");
+    ck_assert_int_ge(atoi(n), 8);
+    free(n);
+    /* Every succeeded run has exactly one sink row and nothing else has one. */
+    ck_assert(wait_for(e.db, "0", 1000,
+                       "SELECT count(*) FROM warren.runs r FULL JOIN sink s USING (run_key) "
+                       "WHERE r.state = 'succeeded' AND s.run_key IS NULL "
+                       "OR s.run_key IS NOT NULL AND r.state IS DISTINCT FROM 'succeeded'"));
+    ck_assert(wait_for(e.db, "t", 1000,
+                       "SELECT (SELECT count(*) FROM sink) = (SELECT count(*) FROM warren.runs "
+                       "WHERE state = 'succeeded')"));
+    /* The payload reached the exec handler on stdin; both handler kinds ran. */
+    ck_assert(wait_for(e.db, "t", 1000,
+                       "SELECT bool_and(who = '{\"v\":1}' OR who = '{\"v\": 1}') FROM sink "
+                       "WHERE run_key LIKE 'ex@%'"));
+    ck_assert(wait_for(e.db, "t", 1000,
+                       "SELECT count(*) FILTER (WHERE run_key LIKE 'ex@%') > 0 AND "
+                       "count(*) FILTER (WHERE run_key LIKE 'sq@%') > 0 FROM sink"));
+    /* Each success is in the outbox or already published as an event. */
+    ck_assert(wait_for(e.db, "t", 1000,
+                       "SELECT count(*) = 0 FROM warren.attempts WHERE outcome IS NULL"));
+    env_teardown(&e);
+}
+END_TEST
+
+/* In-process C handlers: context fields, outcomes, errors. */
+typedef struct c_calls {
+    pthread_mutex_t mu;
+    int calls;
+    char last_key[128];
+    char last_payload[256];
+    int last_attempt;
+} c_calls;
+
+static warren_outcome c_handler(warren_handler_ctx *ctx, void *ud)
+{
+    c_calls *c = ud;
+    pthread_mutex_lock(&c->mu);
+    c->calls++;
+    snprintf(c->last_key, sizeof(c->last_key), "%s", warren_handler_run_key(ctx));
+    snprintf(c->last_payload, sizeof(c->last_payload), "%s", warren_handler_payload(ctx));
+    c->last_attempt = warren_handler_attempt(ctx);
+    pthread_mutex_unlock(&c->mu);
+    if (warren_handler_attempt(ctx) < 2) {
+        warren_handler_set_error(ctx, "first attempt of %s fails", warren_handler_job(ctx));
+        return WARREN_OUTCOME_RETRY;
+    }
+    return WARREN_OUTCOME_SUCCEEDED;
+}
+
+/* Waits for should_stop and reports whether it saw it. */
+static warren_outcome c_waits_for_stop(warren_handler_ctx *ctx, void *ud)
+{
+    int *saw = ud;
+    for (int i = 0; i < 300 && !warren_handler_should_stop(ctx); i++)
+        sleep_ms(10);
+    *saw = warren_handler_should_stop(ctx);
+    return WARREN_OUTCOME_SUCCEEDED;
+}
+
+typedef struct worker_thread {
+    warren_worker *w;
+    volatile sig_atomic_t stop;
+    pthread_t th;
+    int rc;
+} worker_thread;
+
+static void *worker_main(void *arg)
+{
+    worker_thread *wt = arg;
+    warren_error err = {0};
+    wt->rc = warren_worker_run(wt->w, &wt->stop, &err);
+    if (wt->rc != 0)
+        fprintf(stderr, "worker: %s\n", err.message);
+    return NULL;
+}
+
+START_TEST(test_worker_c_handler_retries_then_succeeds_with_context)
+{
+    env e;
+    c_calls calls = {PTHREAD_MUTEX_INITIALIZER, 0, "", "", 0};
+    int saw_stop = 0;
+    warren_error err = {0};
+    worker_thread wt = {0};
+
+    env_setup(&e,
+              "{ name = \"cj\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qc\"; payload = { x = "
+              "\"y\"; };  handler = { c = \"flaky\"; }; retry = { base = \"10ms\"; cap = "
+              "\"20ms\"; }; },"
+              "{ name = \"slow\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qc\"; "
+              "  handler = { c = \"waiter\"; }; timeout = \"300ms\"; retry = { max_attempts = 1; "
+              "}; }",
+              NULL, 5);
+    ck_assert_int_eq(warren_worker_new(e.cfg, &test_logger, &wt.w, &err), 0);
+    ck_assert_int_eq(warren_worker_register(wt.w, "flaky", c_handler, &calls), 0);
+    ck_assert_int_eq(warren_worker_register(wt.w, "flaky", c_handler, &calls), WARREN_EINVAL);
+    ck_assert_int_eq(warren_worker_register(wt.w, "waiter", c_waits_for_stop, &saw_stop), 0);
+    ck_assert_int_eq(pthread_create(&wt.th, NULL, worker_main, &wt), 0);
+    planner_start(&e);
+    add_runs(&e, "cj", 1, 10);
+    add_runs(&e, "slow", 1, 10);
+    char *key = first_key(&e, "cj");
+    ck_assert(wait_for(e.db, "succeeded|2", 15000,
+                       "SELECT state || '|' || attempt FROM warren.runs WHERE job = 'cj'"));
+    ck_assert(wait_for(e.db, "retry|first attempt of cj fails,succeeded|", 1000,
+                       "SELECT string_agg(outcome || '|' || coalesce(error, ''), ',' ORDER BY "
+                       "attempt) FROM warren.attempts WHERE run_key LIKE 'cj@%'"));
+    /* The in-process handler timed out: should_stop was set, the attempt is a retry
+     * (max_attempts 1: dead). */
+    ck_assert(wait_for(e.db, "dead|timed out after 300 ms", 15000,
+                       "SELECT state || '|' || last_error FROM warren.runs WHERE job = 'slow'"));
+    wt.stop = 1;
+    pthread_join(wt.th, NULL);
+    ck_assert_int_eq(wt.rc, 0);
+    pthread_mutex_lock(&calls.mu);
+    ck_assert_int_eq(calls.calls, 2);
+    ck_assert_str_eq(calls.last_key, key);
+    ck_assert_str_eq(calls.last_payload, "{\"x\":\"y\"}");
+    ck_assert_int_eq(calls.last_attempt, 2);
+    pthread_mutex_unlock(&calls.mu);
+    ck_assert_int_eq(saw_stop, 1);
+    warren_worker_stats st;
+    warren_worker_stats_get(wt.w, &st);
+    ck_assert_uint_eq(st.succeeded, 1);
+    ck_assert_uint_ge(st.retried, 2);
+    ck_assert_uint_eq(st.timeouts, 1);
+    warren_worker_free(wt.w);
+    free(key);
+    env_teardown(&e);
+}
+END_TEST
+
+/* ------------------------------------------------------------ leases and fencing */
+
+START_TEST(test_worker_killed_mid_run_another_completes_after_lease_expiry)
+{
+    env e;
+    env_setup(&e,
+              "{ name = \"k9\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qk\";"
+              "  handler = { exec = \"exec \\\"$MARK_DIR/handler.sh\\\"\"; shell = true; };"
+              "  lease = \"2s\"; retry = { base = \"10ms\"; cap = \"10ms\"; }; }",
+              NULL, 5);
+    free(install_handler(&e));
+    setenv("SLOW", "1", 1); /* attempt 1 hangs (30 s): it is the one we kill */
+    planner_start(&e);
+    pid_t a = spawn_worker(&e, "a", "wa");
+    add_runs(&e, "k9", 1, 5);
+    ck_assert(wait_for(e.db, "running|1|wa", 15000,
+                       "SELECT concat_ws('|', state, attempt, lease_owner) FROM warren.runs"));
+    ck_assert(wait_for(e.db, "1", 5000, "SELECT count(*) FROM execs"));
+    kill(a, SIGKILL);
+    waitpid(a, NULL, 0);
+    pid_t b = spawn_worker(&e, "b", "wb");
+    /* The planner's reconciler reaps the expired lease; the relay republishes; b runs it. */
+    ck_assert(
+        wait_for(e.db, "succeeded|2|wb", 20000,
+                 "SELECT concat_ws('|', r.state, r.attempt, a.worker) FROM warren.runs r "
+                 "JOIN warren.attempts a ON a.run_key = r.run_key AND a.attempt = r.attempt"));
+    ck_assert(wait_for(e.db, "1|2", 1000, "SELECT count(*) || '|' || max(attempt) FROM sink"));
+    ck_assert(wait_for(e.db, "lease_lost", 1000,
+                       "SELECT outcome FROM warren.attempts WHERE attempt = 1"));
+    kill(b, SIGTERM);
+    ck_assert_int_eq(wait_exit(b, 10000), 0);
+    /* The orphaned handler of the killed worker: its process group outlived it. */
+    char *pidf = xfmt("%s/slow.pid", e.dir);
+    char *pidt = read_text(pidf);
+    if (atoi(pidt) > 0)
+        kill(-atoi(pidt), SIGKILL);
+    free(pidt);
+    free(pidf);
+    unsetenv("SLOW");
+    env_teardown(&e);
+}
+END_TEST
+
+START_TEST(test_worker_stopped_past_its_lease_is_fenced_off)
+{
+    env e;
+    env_setup(&e,
+              "{ name = \"st\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qs\";"
+              "  handler = { exec = \"exec \\\"$MARK_DIR/handler.sh\\\"\"; shell = true; };"
+              "  lease = \"2s\"; retry = { base = \"10ms\"; cap = \"10ms\"; }; }",
+              NULL, 5);
+    free(install_handler(&e));
+    setenv("SLOW", "1", 1); /* attempt 1 sleeps 30 s: stopped by its worker on SIGCONT */
+    planner_start(&e);
+    pid_t a = spawn_worker(&e, "a", "wa");
+    add_runs(&e, "st", 1, 5);
+    ck_assert(wait_for(e.db, "running|1|wa", 15000,
+                       "SELECT concat_ws('|', state, attempt, lease_owner) FROM warren.runs"));
+    ck_assert(wait_for(e.db, "1", 5000, "SELECT count(*) FROM execs"));
+    kill(a, SIGSTOP);
+    pid_t b = spawn_worker(&e, "b", "wb");
+    ck_assert(
+        wait_for(e.db, "succeeded|2|wb", 20000,
+                 "SELECT concat_ws('|', r.state, r.attempt, a.worker) FROM warren.runs r "
+                 "JOIN warren.attempts a ON a.run_key = r.run_key AND a.attempt = r.attempt"));
+    kill(a, SIGCONT);
+    /* a finds its heartbeat refused, stops its handler (SIGTERM to the group) and
+     * does not complete: the newer attempt's result stands. */
+    sleep_ms(2000);
+    ck_assert(log_has(&e, "a", "heartbeat refused"));
+    ck_assert(log_has(&e, "a", "not completing"));
+    char *pidf = xfmt("%s/slow.pid", e.dir);
+    char *pidt = read_text(pidf);
+    ck_assert_int_gt(atoi(pidt), 0);
+    ck_assert_msg(!pid_alive(atoi(pidt)), "the stale handler %s still runs", pidt);
+    free(pidt);
+    free(pidf);
+    ck_assert(
+        wait_for(e.db, "succeeded|2", 1000, "SELECT state || '|' || attempt FROM warren.runs"));
+    ck_assert(wait_for(e.db, "1|2", 1000, "SELECT count(*) || '|' || max(attempt) FROM sink"));
+    ck_assert(wait_for(e.db, "1|lease_lost,2|succeeded", 1000,
+                       "SELECT string_agg(attempt || '|' || outcome, ',' ORDER BY attempt) FROM "
+                       "warren.attempts"));
+    kill(a, SIGTERM);
+    kill(b, SIGTERM);
+    ck_assert_int_eq(wait_exit(a, 10000), 0);
+    ck_assert_int_eq(wait_exit(b, 10000), 0);
+    unsetenv("SLOW");
+    env_teardown(&e);
+}
+END_TEST
+
+/* ------------------------------------------------------------ retries, dead, replay */
+
+/* Reads one message from warren.dead (on the env's vhost): its body and a header. */
+static int get_dead(env *e, char **body, const char *hdr, char **hval)
+{
+    warren_broker *b = NULL;
+    warren_error err = {0};
+    warren_delivery d;
+    int got = 0;
+    ck_assert_int_eq(warren_broker_open(e->amqp, NULL, &b, &err), 0);
+    ck_assert_int_eq(warren_broker_qos(b, 1, &err), 0);
+    ck_assert_int_eq(warren_broker_consume(b, WARREN_DEAD_QUEUE, &err), 0);
+    ck_assert_int_eq(warren_broker_next(b, 10000, &d, &got, &err), 0);
+    if (got) {
+        *body = strdup(d.body);
+        const char *v = hdr ? warren_delivery_header(&d, hdr) : NULL;
+        if (hval != NULL)
+            *hval = v ? strdup(v) : NULL;
+        warren_broker_ack(b, d.tag, &err);
+        warren_delivery_clear(&d);
+    }
+    warren_broker_free(b);
+    return got;
+}
+
+START_TEST(test_worker_retries_until_success_then_until_dead_and_replay)
+{
+    env e;
+    env_setup(&e,
+              "{ name = \"ok3\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qr\";"
+              "  handler = { exec = \"exec \\\"$MARK_DIR/handler.sh\\\"\"; shell = true; };"
+              "  retry = { max_attempts = 5; base = \"50ms\"; cap = \"200ms\"; }; },"
+              "{ name = \"die\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qr\";"
+              "  handler = { exec = [\"/bin/sh\", \"-c\", \"echo boom $WARREN_ATTEMPT >&2; "
+              "test -e \\\"$MARK_DIR/fixed\\\" || exit 3; $MARK_DIR/handler.sh\"]; };"
+              "  retry = { max_attempts = 3; base = \"50ms\"; cap = \"200ms\"; }; }",
+              NULL, 5);
+    free(install_handler(&e));
+    setenv("CODE_1", "75", 1);
+    setenv("CODE_2", "1", 1);
+    planner_start(&e);
+    pid_t a = spawn_worker(&e, "a", "wa");
+    add_runs(&e, "ok3", 1, 5);
+    add_runs(&e, "die", 1, 5);
+    ck_assert(wait_for(e.db, "succeeded|3", 20000,
+                       "SELECT state || '|' || attempt FROM warren.runs WHERE job = 'ok3'"));
+    ck_assert(wait_for(e.db, "retry,retry,succeeded", 1000,
+                       "SELECT string_agg(outcome, ',' ORDER BY attempt) FROM warren.attempts "
+                       "WHERE run_key LIKE 'ok3@%'"));
+    ck_assert(wait_for(e.db, "1", 1000, "SELECT count(*) FROM sink WHERE run_key LIKE 'ok3@%'"));
+    /* die: three attempts exit 3, then dead with a dead letter in warren.dead. */
+    ck_assert(wait_for(e.db, "dead|3", 20000,
+                       "SELECT state || '|' || attempt FROM warren.runs WHERE job = 'die'"));
+    char *key = first_key(&e, "die");
+    ck_assert(wait_for(e.db, "0", 10000, "SELECT count(*) FROM warren.outbox"));
+    char *body = NULL, *herr = NULL;
+    ck_assert(get_dead(&e, &body, "x-warren-error", &herr));
+    ck_assert_ptr_nonnull(strstr(body, key));
+    ck_assert_ptr_nonnull(strstr(body, "\"attempts\":3"));
+    ck_assert_ptr_nonnull(strstr(body, "exit status 3: boom 3"));
+    ck_assert_ptr_nonnull(herr);
+    ck_assert_ptr_nonnull(strstr(herr, "exit status 3"));
+    free(body);
+    free(herr);
+    /* Replay after the fix: same run key, history kept, a fresh budget. */
+    char *fixed = xfmt("%s/fixed", e.dir);
+    write_file(fixed, "", 0644);
+    free(fixed);
+    unsetenv("CODE_1");
+    unsetenv("CODE_2");
+    char *cmd = xfmt("%s replay -c %s %s >/dev/null", WARREN_BINARY, e.cfg_path, key);
+    ck_assert_int_eq(system(cmd), 0);
+    free(cmd);
+    cmd = xfmt("%s replay -c %s %s 2>/dev/null >/dev/null", WARREN_BINARY, e.cfg_path, key);
+    ck_assert_int_ne(system(cmd), 0); /* not dead any more */
+    free(cmd);
+    ck_assert(wait_for(e.db, "succeeded|4", 20000,
+                       "SELECT state || '|' || attempt FROM warren.runs WHERE job = 'die'"));
+    ck_assert(wait_for(e.db, "retry,retry,retry,succeeded", 1000,
+                       "SELECT string_agg(outcome, ',' ORDER BY attempt) FROM warren.attempts "
+                       "WHERE run_key LIKE 'die@%'"));
+    ck_assert(wait_for(e.db, "1", 1000, "SELECT count(*) FROM sink WHERE run_key LIKE 'die@%'"));
+    /* show prints the history. */
+    cmd = xfmt("%s show -c %s %s > %s/show.log", WARREN_BINARY, e.cfg_path, key, e.dir);
+    ck_assert_int_eq(system(cmd), 0);
+    free(cmd);
+    ck_assert(log_has(&e, "show", "replayed at"));
+    ck_assert(log_has(&e, "show", "#3 wa"));
+    ck_assert(log_has(&e, "show", "exit status 3: boom 3"));
+    free(key);
+    kill(a, SIGTERM);
+    ck_assert_int_eq(wait_exit(a, 10000), 0);
+    env_teardown(&e);
+}
+END_TEST
+
+START_TEST(test_worker_timeout_kills_the_process_group_and_retries)
+{
+    env e;
+    env_setup(&e,
+              "{ name = \"to\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qt\";"
+              "  handler = { exec = [\"/bin/sh\", \"-c\", \"sleep 30 & echo $! > "
+              "$MARK_DIR/child.pid; wait\"]; };"
+              "  timeout = \"500ms\"; retry = { max_attempts = 1; }; }",
+              NULL, 5);
+    setenv("MARK_DIR", e.dir, 1);
+    planner_start(&e);
+    pid_t a = spawn_worker(&e, "a", "wa");
+    add_runs(&e, "to", 1, 5);
+    ck_assert(wait_for(e.db, "dead", 15000, "SELECT state FROM warren.runs"));
+    ck_assert(wait_for(e.db, "t", 1000,
+                       "SELECT last_error LIKE 'timed out after 500 ms%' FROM warren.runs"));
+    /* The grandchild (sleep 30) was in the handler's process group: gone too. */
+    char *pidf = xfmt("%s/child.pid", e.dir);
+    char *pidt = read_text(pidf);
+    ck_assert_int_gt(atoi(pidt), 0);
+    sleep_ms(200);
+    ck_assert_msg(!pid_alive(atoi(pidt)), "grandchild %s survived the timeout", pidt);
+    free(pidt);
+    free(pidf);
+    kill(a, SIGTERM);
+    ck_assert_int_eq(wait_exit(a, 10000), 0);
+    env_teardown(&e);
+}
+END_TEST
+
+START_TEST(test_worker_sigterm_lets_handlers_finish_then_stops_the_rest)
+{
+    env e;
+    env_setup(&e,
+              "{ name = \"quick\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qg\";"
+              "  handler = { exec = [\"/bin/sh\", \"-c\", \"sleep 1\"]; }; },"
+              "{ name = \"long\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qg\";"
+              "  handler = { exec = [\"/bin/sh\", \"-c\", \"sleep 60\"]; }; }",
+              "concurrency = 4; shutdown_grace = \"2s\"; heartbeat_margin = \"1s\";", 5);
+    planner_start(&e);
+    pid_t a = spawn_worker(&e, "a", "wa");
+    add_runs(&e, "quick", 1, 5);
+    add_runs(&e, "long", 1, 5);
+    ck_assert(
+        wait_for(e.db, "2", 15000, "SELECT count(*) FROM warren.runs WHERE state = 'running'"));
+    kill(a, SIGTERM);
+    ck_assert_int_eq(wait_exit(a, 15000), 0);
+    ck_assert(
+        wait_for(e.db, "succeeded", 1000, "SELECT state FROM warren.runs WHERE job = 'quick'"));
+    /* Stopped after the grace and completed as a retry (the relay may already
+     * have republished it). */
+    ck_assert(wait_for(
+        e.db, "retry|stopped: worker wa shutting down", 1000,
+        "SELECT outcome || '|' || error FROM warren.attempts WHERE run_key LIKE 'long@%'"));
+    env_teardown(&e);
+}
+END_TEST
+
+START_TEST(test_worker_sql_handler_failure_rolls_back_and_retries)
+{
+    env e;
+    worker_thread wt = {0};
+    warren_error err = {0};
+    env_setup(&e,
+              "{ name = \"sqf\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qq\";"
+              "  handler = { sql = \"INSERT INTO sink (run_key, attempt) VALUES ($1, "
+              "(SELECT 1 / (count(*) - 1)::int FROM execs))\"; };"
+              "  retry = { max_attempts = 5; base = \"50ms\"; cap = \"100ms\"; }; }",
+              NULL, 5);
+    /* execs empty: 1 / (0 - 1) = -1 works... make the first attempt divide by zero. */
+    qx(e.db, "INSERT INTO execs VALUES ('x', 0, 'seed')");
+    ck_assert_int_eq(warren_worker_new(e.cfg, &test_logger, &wt.w, &err), 0);
+    ck_assert_int_eq(pthread_create(&wt.th, NULL, worker_main, &wt), 0);
+    planner_start(&e);
+    add_runs(&e, "sqf", 1, 5);
+    ck_assert(wait_for(e.db, "t", 15000,
+                       "SELECT count(*) >= 1 FROM warren.attempts WHERE outcome = 'retry' AND "
+                       "error LIKE '%division by zero%'"));
+    ck_assert(wait_for(e.db, "0", 1000, "SELECT count(*) FROM sink"));
+    qx(e.db, "INSERT INTO execs VALUES ('y', 0, 'fix')");
+    ck_assert(wait_for(e.db, "succeeded", 15000, "SELECT state FROM warren.runs"));
+    ck_assert(wait_for(e.db, "1", 1000, "SELECT count(*) FROM sink"));
+    wt.stop = 1;
+    pthread_join(wt.th, NULL);
+    warren_worker_free(wt.w);
+    env_teardown(&e);
+}
+END_TEST
+
+/* ------------------------------------------------------------ bad messages */
+
+static void publish_raw(env *e, const char *queue, const char *body, const char *message_id)
+{
+    warren_broker *b = NULL;
+    warren_error err = {0};
+    uint64_t seq = 0;
+    warren_header h[2] = {{WARREN_QUEUE_HEADER, queue}, {"x-test", "1"}};
+    warren_message m = {.exchange = WARREN_READY_EXCHANGE,
+                        .routing_key = queue,
+                        .message_id = message_id,
+                        .type = "junk",
+                        .expiration_ms = -1,
+                        .headers = h,
+                        .nheaders = 2,
+                        .body = body,
+                        .body_len = strlen(body),
+                        .mandatory = 1};
+    ck_assert_int_eq(warren_broker_open(e->amqp, NULL, &b, &err), 0);
+    ck_assert_int_eq(warren_broker_confirm_select(b, &err), 0);
+    ck_assert_int_eq(warren_broker_publish(b, &m, &seq, &err), 0);
+    ck_assert_int_eq(warren_broker_confirm_wait(b, seq, 5000, NULL, NULL, &err), 0);
+    warren_broker_free(b);
+}
+
+START_TEST(test_worker_dead_letters_malformed_and_unknown_messages_with_a_reason)
+{
+    env e;
+    env_setup(&e,
+              "{ name = \"mj\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qm\";"
+              "  handler = { exec = \"/bin/true\"; }; }",
+              NULL, 5);
+    pid_t a = spawn_worker(&e, "a", "wa");
+    publish_raw(&e, "qm", "this is not json", "garbage-1");
+    char *body = NULL, *why = NULL;
+    ck_assert(get_dead(&e, &body, "x-warren-error", &why));
+    ck_assert_str_eq(body, "this is not json");
+    ck_assert_ptr_nonnull(why);
+    ck_assert_msg(strstr(why, "malformed") != NULL, "reason: %s", why);
+    free(body);
+    free(why);
+    publish_raw(&e, "qm",
+                "{\"run_key\":\"nojob@2026-01-01T00:00:00Z\",\"job\":\"nojob\",\"scheduled_at\":"
+                "\"2026-01-01T00:00:00Z\",\"due_at\":\"2026-01-01T00:00:00.000Z\",\"attempt\":0,"
+                "\"payload\":{}}",
+                "nojob@2026-01-01T00:00:00Z");
+    ck_assert(get_dead(&e, &body, "x-warren-error", &why));
+    ck_assert_ptr_nonnull(why);
+    ck_assert_msg(strstr(why, "unknown job \"nojob\"") != NULL, "reason: %s", why);
+    free(body);
+    free(why);
+    /* The worker is still alive and the ready queue is empty. */
+    ck_assert_int_eq(waitpid(a, NULL, WNOHANG), 0);
+    ck_assert_int_eq(testenv_queue_depth(e.amqp, "warren.ready.qm"), 0);
+    kill(a, SIGTERM);
+    ck_assert_int_eq(wait_exit(a, 10000), 0);
+    ck_assert(log_has(&e, "a", "dead-lettered 2"));
+    env_teardown(&e);
+}
+END_TEST
+
+/* A consumer that crashes before its ack: the quorum queue's x-delivery-limit
+ * dead-letters the message after delivery_limit + 1 deliveries. */
+START_TEST(test_poison_message_ends_in_warren_dead_via_delivery_limit)
+{
+    env e;
+    env_setup(&e,
+              "{ name = \"pj\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qp\";"
+              "  handler = { exec = \"/bin/true\"; }; }",
+              NULL, 2);
+    publish_raw(&e, "qp", "{\"poison\": true}", "poison-1");
+    int crashes = 0;
+    for (int i = 0; i < 6; i++) {
+        pid_t pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+            warren_broker *b = NULL;
+            warren_error err = {0};
+            warren_delivery d;
+            int got = 0;
+            if (warren_broker_open(e.amqp, NULL, &b, &err) != 0 ||
+                warren_broker_qos(b, 1, &err) != 0 ||
+                warren_broker_consume(b, "warren.ready.qp", &err) != 0 ||
+                warren_broker_next(b, 2000, &d, &got, &err) != 0)
+                _exit(2);
+            if (got)
+                raise(SIGKILL); /* the crash, before any ack */
+            _exit(0);
+        }
+        int status;
+        waitpid(pid, &status, 0);
+        if (WIFSIGNALED(status))
+            crashes++;
+        else
+            break;
+    }
+    ck_assert_int_eq(crashes, 3); /* delivery_limit 2: delivered 3 times */
+    char *body = NULL, *death = NULL;
+    ck_assert(get_dead(&e, &body, "x-death", &death));
+    ck_assert_str_eq(body, "{\"poison\": true}");
+    ck_assert_ptr_nonnull(death);
+    ck_assert_msg(strstr(death, "delivery_limit") != NULL, "x-death: %s", death);
+    free(body);
+    free(death);
+    env_teardown(&e);
+}
+END_TEST
+
+static Suite *worker_suite(void)
+{
+    Suite *s = suite_create("worker");
+    TCase *tc = tcase_create("end_to_end");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_worker_end_to_end_sink_gets_one_row_per_run);
+    tcase_add_test(tc, test_worker_c_handler_retries_then_succeeds_with_context);
+    tcase_add_test(tc, test_worker_sql_handler_failure_rolls_back_and_retries);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("leases");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_worker_killed_mid_run_another_completes_after_lease_expiry);
+    tcase_add_test(tc, test_worker_stopped_past_its_lease_is_fenced_off);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("retries");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_worker_retries_until_success_then_until_dead_and_replay);
+    tcase_add_test(tc, test_worker_timeout_kills_the_process_group_and_retries);
+    tcase_add_test(tc, test_worker_sigterm_lets_handlers_finish_then_stops_the_rest);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("bad_messages");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_worker_dead_letters_malformed_and_unknown_messages_with_a_reason);
+    tcase_add_test(tc, test_poison_message_ends_in_warren_dead_via_delivery_limit);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    testenv_pg_admin_url();
+    testenv_amqp_url();
+    test_logger.ud = stderr;
+    SRunner *sr = srunner_create(worker_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
