@@ -1,10 +1,12 @@
 /* cli_config.c: `warren check`: validate a config file, print every error
  * (exit 2) or a one-line summary per job (exit 0). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <time.h>
+#include <unistd.h>
 
 #include <warren/cron.h>
 #include <warren/duration.h>
@@ -14,11 +16,12 @@
 
 static void check_usage(FILE *f)
 {
-    fprintf(f, "usage: warren check [-c FILE]\n\n"
+    fprintf(f, "usage: warren check [-c FILE] [-q]\n\n"
                "Validates the configuration file and prints one line per job.\n"
-               "Every error is printed to stderr as FILE:LINE: job \"NAME\": setting \"X\": ...\n\n"
+               "Every error is printed to stderr as FILE:LINE: job \"NAME\": setting \"X\": ...\n"
+               "An exec handler program missing on this machine is a warning, not an error.\n\n"
                "  -c, --config FILE  the configuration (default: $WARREN_CONFIG, else warren.cfg)\n"
-               "  -q, --quiet        print nothing when the file is valid\n\n"
+               "  -q, --quiet        no summary (errors and warnings still go to stderr)\n\n"
                "exit codes: 0 valid, 2 invalid or usage error, 1 other failure\n");
 }
 
@@ -107,6 +110,22 @@ static void print_job(const warren_job *j, warren_tzdb *db)
            warren_overlap_name(j->overlap), handler, j->paused ? " [paused]" : "");
 }
 
+/* Handlers run where the workers run, so a missing program is not an error
+ * of the file; on this machine it is still worth a warning. */
+static void warn_missing_programs(const warren_config *cfg)
+{
+    for (size_t i = 0; i < cfg->njobs; i++) {
+        const warren_job *j = &cfg->jobs[i];
+        if (j->handler != WARREN_HANDLER_EXEC || j->exec_shell || j->exec_argv[0][0] != '/')
+            continue;
+        if (access(j->exec_argv[0], X_OK) != 0)
+            fprintf(stderr,
+                    "%s:%d: warning: job \"%s\": handler program %s is not executable "
+                    "here (%s)\n",
+                    j->file, j->line, j->name, j->exec_argv[0], strerror(errno));
+    }
+}
+
 int cli_check(int argc, char **argv)
 {
     const char *given = NULL;
@@ -147,6 +166,7 @@ int cli_check(int argc, char **argv)
         warren_diags_free(&diags);
         return rc == WARREN_ECONFIG || rc == WARREN_EINVAL ? WARREN_EXIT_USAGE : WARREN_EXIT_FAIL;
     }
+    warn_missing_programs(cfg);
     if (!quiet) {
         size_t nq = 0;
         const char **qs = warren_config_queues(cfg, &nq);

@@ -514,6 +514,17 @@ START_TEST(test_check_prints_every_error_and_exits_2)
 }
 END_TEST
 
+START_TEST(test_check_warns_about_missing_handler_programs)
+{
+    static char out[65536], err[65536];
+    int rc = run_check("-q -c " VALID "/full.cfg", out, sizeof(out), err, sizeof(err));
+    ck_assert_int_eq(rc, 0);
+    ck_assert_str_eq(out, "");
+    ck_assert_ptr_nonnull(strstr(err, VALID "/full.cfg:26: warning: job \"usage-report\": handler "
+                                            "program /usr/local/bin/report is not executable"));
+}
+END_TEST
+
 START_TEST(test_check_usage_errors_exit_2)
 {
     static char out[4096], err[4096];
@@ -673,6 +684,7 @@ static Suite *config_suite(void)
     tc = tcase_create("check_command");
     tcase_add_test(tc, test_check_prints_one_line_per_job_and_exits_0);
     tcase_add_test(tc, test_check_prints_every_error_and_exits_2);
+    tcase_add_test(tc, test_check_warns_about_missing_handler_programs);
     tcase_add_test(tc, test_check_usage_errors_exit_2);
     tcase_add_test(tc, test_check_reads_warren_config_env);
     suite_add_tcase(s, tc);
