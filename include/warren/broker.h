@@ -44,7 +44,13 @@ typedef struct warren_broker warren_broker;
  * WARREN_EBROKERCONN leaves the object dead (warren_broker_connected() == 0):
  * free it and open a new one. rabbitmq-c sends heartbeats only while a call
  * is inside the library: an idle holder should call warren_broker_poll at
- * least every 15 s. */
+ * least every 15 s.
+ *
+ * Timeouts: every wait is bounded (connect, login, RPCs, confirm_wait, next,
+ * poll, and the socket taking a publish). The one wait without its own
+ * deadline is rabbitmq-c reading the content frames the broker sends right
+ * after a delivery or return; the heartbeat bounds it (no data for 60 s:
+ * the connection is declared dead). */
 int warren_broker_open(const char *url, const warren_logger *lg, warren_broker **out,
                        warren_error *err);
 void warren_broker_free(warren_broker *b);
