@@ -22,6 +22,11 @@ const char *__lsan_default_suppressions(void)
 {
     return "leak:libconfig.so\n";
 }
+const char *__lsan_default_options(void);
+const char *__lsan_default_options(void)
+{
+    return "print_suppressions=0";
+}
 
 #define DATA WARREN_TEST_DATA "/config"
 #define VALID DATA "/valid"
