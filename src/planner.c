@@ -166,6 +166,13 @@ static int64_t mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+static int64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 static void sleep_ms(int64_t ms)
 {
     struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
@@ -582,7 +589,10 @@ int warren_planner_tick(warren_planner *p, warren_error *err)
     while (owned > 0 && !stopping(p)) {
         size_t n = 0;
         int k = 0;
-        if ((rc = materialise_batch(p, &n, &k, err)) != 0)
+        int64_t m0 = mono_us();
+        rc = materialise_batch(p, &n, &k, err);
+        p->stats.materialise_us += (uint64_t)(mono_us() - m0);
+        if (rc != 0)
             return rc;
         jobs_seen += n;
         inserted += k;

@@ -82,7 +82,8 @@ typedef struct warren_planner_stats {
     uint64_t republished;      /* published runs sent back to planned by the reconciler */
     uint64_t leases_reaped;    /* expired worker leases handed to warren.reap_expired_leases */
     uint64_t reconnects;
-    int partitions_owned; /* at the last tick */
+    int partitions_owned;    /* at the last tick */
+    uint64_t materialise_us; /* time spent materialising (wall, monotonic) */
 } warren_planner_stats;
 void warren_planner_stats_get(const warren_planner *p, warren_planner_stats *out);
 
