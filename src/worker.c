@@ -101,7 +101,7 @@ typedef struct slot {
     warren_outcome outcome;
     char *error;
     int complete_sql_retry; /* sql: relaunch after a connection failure */
-    int64_t retry_at;
+    int64_t retry_at, sql_backoff;
 } slot;
 
 typedef struct pend {
@@ -476,19 +476,15 @@ static void broker_try_reconnect(warren_worker *w)
 static void store_failed(warren_worker *w, int rc, const warren_error *e, const char *what)
 {
     w->stats.db_errors++;
-    if (rc == WARREN_EDBCONN || !warren_store_connected(w->st)) {
-        if (w->store_retry_at == 0 || w->store_backoff == 0)
-            warren_log(w->lg, WARREN_LOG_WARN,
-                       "worker %s: %s: %s; messages stay unacknowledged, retrying", w->id, what,
-                       e->message);
-        w->store_backoff = backoff_next(w->store_backoff);
-        w->store_retry_at = mono_ms() + w->store_backoff;
-    } else {
-        warren_log(w->lg, WARREN_LOG_ERROR, "worker %s: %s: %s", w->id, what, e->message);
-        /* Not a connection problem (a server-side error): still back off. */
-        w->store_backoff = backoff_next(w->store_backoff);
-        w->store_retry_at = mono_ms() + w->store_backoff;
+    if (w->store_backoff == 0) {
+        warren_log(w->lg, rc == WARREN_EDBCONN ? WARREN_LOG_WARN : WARREN_LOG_ERROR,
+                   "worker %s: %s: %s; messages stay unacknowledged, retrying", w->id, what,
+                   e->message);
+        w->store_backoff = BACKOFF_MIN_MS;
     }
+    /* Calls fail in bursts (every slot at once): the backoff grows only when
+     * reconnecting fails (store_ready), not once per failed call. */
+    w->store_retry_at = mono_ms() + w->store_backoff;
 }
 
 /* 1 if the store may be used now (reconnecting when its backoff allows). */
@@ -1269,7 +1265,8 @@ static void finish_sql(warren_worker *w, slot *s, int64_t now)
         s->ctx = NULL;
         s->state = SLOT_RUNNING;
         s->complete_sql_retry = 1;
-        s->retry_at = now + (w->store_backoff = backoff_next(w->store_backoff));
+        s->sql_backoff = backoff_next(s->sql_backoff);
+        s->retry_at = now + s->sql_backoff;
         return;
     }
     if (c->sql_stmt_error != NULL) {

@@ -1,0 +1,229 @@
+/* check_faults_worker.c: the worker while PostgreSQL restarts under it
+ * (tests/servers.sh restart-pg): no run lost, no effect twice, no message
+ * acknowledged before its completion committed. Separate from check_worker
+ * because the restart disturbs every test running at that moment. */
+#include <check.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <warren/broker.h>
+#include <warren/config.h>
+#include <warren/planner.h>
+#include <warren/store.h>
+
+#include "testenv.h"
+
+static warren_logger test_logger = {warren_log_stderr, NULL, WARREN_LOG_ERROR};
+
+static char *xfmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *xfmt(const char *fmt, ...)
+{
+    va_list ap, cp;
+    va_start(ap, fmt);
+    va_copy(cp, ap);
+    int n = vsnprintf(NULL, 0, fmt, cp);
+    va_end(cp);
+    char *s = malloc((size_t)n + 1);
+    ck_assert_ptr_nonnull(s);
+    vsnprintf(s, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* Polls sql until its first value equals want (connection errors while the
+ * server restarts count as "not yet"). */
+static int wait_for(const char *url, const char *want, long timeout_ms, const char *sql)
+{
+    for (long waited = 0;; waited += 200) {
+        char *v = NULL;
+        int ok = testenv_psql(url, sql, &v) >= 0 && v != NULL && strcmp(v, want) == 0;
+        if (!ok && waited >= timeout_ms)
+            fprintf(stderr, "wait_for: \"%s\" gave \"%s\", want \"%s\"\n", sql, v ? v : "NULL",
+                    want);
+        free(v);
+        if (ok)
+            return 1;
+        if (waited >= timeout_ms)
+            return 0;
+        sleep_ms(200);
+    }
+}
+
+typedef struct planner_ctx {
+    warren_planner *p;
+    volatile sig_atomic_t stop;
+} planner_ctx;
+
+static void *planner_main(void *arg)
+{
+    planner_ctx *pc = arg;
+    warren_error err = {0};
+    if (warren_planner_run(pc->p, &pc->stop, &err) != 0)
+        fprintf(stderr, "planner: %s\n", err.message);
+    return NULL;
+}
+
+START_TEST(test_worker_survives_postgresql_restart_during_completions)
+{
+    warren_error err = {0};
+    warren_diags diags = {0};
+    warren_config *cfg = NULL;
+    warren_store *st = NULL;
+    warren_broker *b = NULL;
+    char tmpl[] = "/tmp/warren-check-faults-XXXXXX";
+
+    unsetenv("WARREN_DATABASE_URL");
+    unsetenv("WARREN_AMQP_URL");
+    char *db = testenv_db_migrated();
+    char *amqp = testenv_vhost();
+    ck_assert_ptr_nonnull(mkdtemp(tmpl));
+    char *cfg_path = xfmt("%s/warren.cfg", tmpl);
+    char *text = xfmt(
+        "database = { url = \"%s\"; };\n"
+        "broker = { url = \"%s\"; };\n"
+        "planner = { tick = \"100ms\"; reconcile_grace = \"5s\"; horizon = \"10s\"; };\n"
+        "worker = { concurrency = 8; shutdown_grace = \"5s\"; heartbeat_margin = \"2s\"; };\n"
+        "jobs = (\n"
+        " { name = \"fs\"; at = \"2099-01-01T00:00:00Z\"; queue = \"f\"; overlap = \"allow\";\n"
+        "   handler = { sql = \"INSERT INTO sink (run_key, n) VALUES ($1, 1) ON CONFLICT (run_key) "
+        "DO UPDATE SET n = sink.n + 1\"; };\n"
+        "   lease = \"10s\"; retry = { base = \"100ms\"; cap = \"500ms\"; max_attempts = 20; }; "
+        "},\n"
+        " { name = \"fe\"; at = \"2099-01-01T00:00:00Z\"; queue = \"f\"; overlap = \"allow\";\n"
+        "   handler = { exec = [\"/bin/sh\", \"-c\", \"psql \\\"$SINK_URL\\\" -qAtc \\\"INSERT "
+        "INTO esink VALUES ('$WARREN_RUN_KEY') ON CONFLICT DO NOTHING\\\"\"]; };\n"
+        "   lease = \"10s\"; retry = { base = \"100ms\"; cap = \"500ms\"; max_attempts = 20; }; }\n"
+        ");\n",
+        db, amqp);
+    FILE *f = fopen(cfg_path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+    free(text);
+    if (warren_config_load(cfg_path, &cfg, &diags, &err) != 0) {
+        for (size_t i = 0; i < diags.count; i++)
+            fprintf(stderr, "%s\n", diags.items[i]);
+        ck_abort_msg("config: %s", err.message);
+    }
+    ck_assert_int_eq(warren_store_open(db, NULL, &st, &err), 0);
+    ck_assert_int_eq(warren_store_sync(st, cfg, NULL, &err), 0);
+    warren_store_free(st);
+    const char *queues[] = {"f"};
+    ck_assert_int_eq(warren_broker_open(amqp, NULL, &b, &err), 0);
+    ck_assert_int_eq(warren_broker_topology(b, queues, 1, cfg->delivery_limit, &err), 0);
+    warren_broker_free(b);
+    /* sink.n counts how often the sql handler's effect committed: must stay 1. */
+    ck_assert_int_ge(testenv_psql(db,
+                                  "CREATE TABLE sink (run_key text PRIMARY KEY, n int NOT NULL);"
+                                  "CREATE TABLE esink (run_key text PRIMARY KEY)",
+                                  NULL),
+                     0);
+    setenv("SINK_URL", db, 1);
+
+    planner_ctx pc = {0};
+    pthread_t th;
+    test_logger.ud = stderr;
+    ck_assert_int_eq(warren_planner_new(cfg, db, amqp, &test_logger, &pc.p, &err), 0);
+    ck_assert_int_eq(pthread_create(&th, NULL, planner_main, &pc), 0);
+
+    pid_t w[2];
+    for (int i = 0; i < 2; i++) {
+        char *log = xfmt("%s/w%d.log", tmpl, i);
+        char *id = xfmt("fw%d", i);
+        w[i] = fork();
+        ck_assert_int_ge(w[i], 0);
+        if (w[i] == 0) {
+            if (freopen(log, "w", stderr) == NULL)
+                _exit(126);
+            execl(WARREN_BINARY, "warren", "worker", "-c", cfg_path, "--id", id, (char *)NULL);
+            _exit(127);
+        }
+        free(log);
+        free(id);
+    }
+    /* 400 sql runs and 60 exec runs, due now. */
+    ck_assert_int_ge(
+        testenv_psql(db,
+                     "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) "
+                     "SELECT 'fs', date_trunc('second', now()) - make_interval(secs => g), now(), "
+                     "'trigger' FROM generate_series(1, 400) g;"
+                     "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) "
+                     "SELECT 'fe', date_trunc('second', now()) - make_interval(secs => g), now(), "
+                     "'trigger' FROM generate_series(1, 60) g; NOTIFY warren_jobs",
+                     NULL),
+        0);
+    /* Restart PostgreSQL while completions are flowing. */
+    ck_assert(wait_for(db, "t", 20000,
+                       "SELECT count(*) > 20 FROM warren.runs WHERE state = 'succeeded'"));
+    char *before = NULL;
+    testenv_psql(db, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'", &before);
+    ck_assert_int_eq(testenv_restart("pg"), 0);
+    fprintf(stderr, "restart-pg done with %s runs succeeded before\n", before ? before : "?");
+    ck_assert_msg(before != NULL && atoi(before) < 460, "everything finished before the restart");
+    free(before);
+    /* Everything completes: nothing lost. */
+    ck_assert(
+        wait_for(db, "460", 90000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
+    /* Exactly-once effects: the sql handler's effect committed once per run, and the
+     * exec handler's idempotent effect exists once per run. */
+    ck_assert(wait_for(db, "400|400|1", 1000,
+                       "SELECT count(*) || '|' || sum(n) || '|' || max(n) "
+                       "FROM sink"));
+    ck_assert(wait_for(db, "60", 1000, "SELECT count(*) FROM esink"));
+    /* Every attempt that ran is accounted for: none left open. */
+    ck_assert(
+        wait_for(db, "0", 1000, "SELECT count(*) FROM warren.attempts WHERE outcome IS NULL"));
+    for (int i = 0; i < 2; i++) {
+        int status;
+        kill(w[i], SIGTERM);
+        waitpid(w[i], &status, 0);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "worker %d exit %d", i,
+                      status);
+    }
+    pc.stop = 1;
+    pthread_join(th, NULL);
+    warren_planner_free(pc.p);
+    warren_config_free(cfg);
+    free(cfg_path);
+    free(db);
+    free(amqp);
+}
+END_TEST
+
+static Suite *faults_suite(void)
+{
+    Suite *s = suite_create("faults_worker");
+    TCase *tc = tcase_create("restart");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_worker_survives_postgresql_restart_during_completions);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    testenv_pg_admin_url();
+    testenv_amqp_url();
+    SRunner *sr = srunner_create(faults_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
