@@ -16,68 +16,12 @@ static void topology_usage(FILE *f)
             "exchanges warren.ready (headers), warren.dead (fanout), warren.events (topic);\n"
             "the quorum queue warren.dead; and per job queue Q the quorum queue warren.ready.Q\n"
             "(x-delivery-limit = broker.delivery_limit, dead-lettering to warren.dead).\n"
-            "Delay queues are declared by the planner on demand. See broker/README.md.\n\n"
+            "With planner.delay_ring = N it also declares the N quorum delay queues\n"
+            "warren.delay.ring.0..N-1; per-second delay queues are declared by the planner on\n"
+            "demand. See broker/README.md.\n\n"
             "  -c, --config FILE  the configuration (default: $WARREN_CONFIG, else warren.cfg)\n\n"
             "exit codes: 0 declared, 1 the broker refused (e.g. a queue exists with other\n"
             "arguments), 2 usage or config error, 69 RabbitMQ unreachable\n");
-}
-
-/* The conventions of cli.h, kept local until src/cli_common.c lands (the
- * lead parked it); they match cli_config_path / cli_load_config /
- * cli_exit_code / cli_logger exactly. */
-static const char *config_path(const char *given)
-{
-    const char *env = getenv("WARREN_CONFIG");
-    if (given != NULL && given[0] != '\0')
-        return given;
-    if (env != NULL && env[0] != '\0')
-        return env;
-    return "warren.cfg";
-}
-
-static warren_config *load_config(const char *path)
-{
-    warren_config *cfg = NULL;
-    warren_diags diags = {0};
-    warren_error err = {0};
-
-    if (warren_config_load(path, &cfg, &diags, &err) != 0) {
-        if (diags.count == 0)
-            fprintf(stderr, "warren: %s\n", err.message);
-        for (size_t i = 0; i < diags.count; i++)
-            fprintf(stderr, "%s\n", diags.items[i]);
-        warren_diags_free(&diags);
-        return NULL;
-    }
-    warren_diags_free(&diags);
-    return cfg;
-}
-
-static int exit_code(int rc)
-{
-    switch (rc) {
-    case WARREN_OK:
-        return WARREN_EXIT_OK;
-    case WARREN_EBROKERCONN:
-    case WARREN_EDBCONN:
-        return WARREN_EXIT_UNAVAILABLE;
-    case WARREN_EINVAL:
-    case WARREN_ECONFIG:
-        return WARREN_EXIT_USAGE;
-    default:
-        return WARREN_EXIT_FAIL;
-    }
-}
-
-static warren_logger stderr_logger(void)
-{
-    warren_logger lg = {warren_log_stderr, stderr, WARREN_LOG_INFO};
-    const char *lvl = getenv("WARREN_LOG");
-    if (lvl != NULL && strcmp(lvl, "debug") == 0)
-        lg.min_level = WARREN_LOG_DEBUG;
-    else if (lvl != NULL && strcmp(lvl, "warn") == 0)
-        lg.min_level = WARREN_LOG_WARN;
-    return lg;
 }
 
 int cli_topology(int argc, char **argv)
@@ -86,17 +30,17 @@ int cli_topology(int argc, char **argv)
     warren_config *cfg = NULL;
     warren_broker *b = NULL;
     warren_error err = {0};
-    warren_logger lg = stderr_logger();
+    warren_logger lg = cli_logger();
     const char **queues = NULL;
     size_t nqueues = 0;
     int rc;
 
+    if (cli_wants_help(argc, argv)) {
+        topology_usage(stdout);
+        return WARREN_EXIT_OK;
+    }
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            topology_usage(stdout);
-            return WARREN_EXIT_OK;
-        } else if ((strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "--config") == 0) &&
-                   i + 1 < argc) {
+        if ((strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "--config") == 0) && i + 1 < argc) {
             given = argv[++i];
         } else if (strncmp(argv[i], "--config=", 9) == 0) {
             given = argv[i] + 9;
@@ -106,7 +50,7 @@ int cli_topology(int argc, char **argv)
             return WARREN_EXIT_USAGE;
         }
     }
-    cfg = load_config(config_path(given));
+    cfg = cli_load_config(cli_config_path(given));
     if (cfg == NULL)
         return WARREN_EXIT_USAGE;
     queues = warren_config_queues(cfg, &nqueues);
@@ -118,6 +62,14 @@ int cli_topology(int argc, char **argv)
     rc = warren_broker_open(cfg->amqp_url, &lg, &b, &err);
     if (rc == 0)
         rc = warren_broker_topology(b, queues, nqueues, cfg->delivery_limit, &err);
+    /* the optional quorum delay ring: created up front so operators see it */
+    if (rc == 0 && cfg->planner.delay_ring > 0)
+        rc = warren_broker_delay_ring_check(cfg->planner.delay_ring, cfg->planner.horizon_ms, &err);
+    for (int s = 0; rc == 0 && s < cfg->planner.delay_ring; s++) {
+        char name[64];
+        rc =
+            warren_broker_delay_ring_queue(b, s, cfg->planner.delay_ring, name, sizeof(name), &err);
+    }
     if (rc != 0) {
         fprintf(stderr, "warren topology: %s\n", err.message);
         goto out;
@@ -138,9 +90,17 @@ int cli_topology(int argc, char **argv)
     }
     if (nqueues == 0)
         printf("  (the configuration names no job queues)\n");
+    if (cfg->planner.delay_ring > 0)
+        printf("  queues   %s0 .. %s%d: quorum delay ring (planner.delay_ring = %d), dead "
+               "letters to %s\n",
+               WARREN_DELAY_RING_PREFIX, WARREN_DELAY_RING_PREFIX, cfg->planner.delay_ring - 1,
+               cfg->planner.delay_ring, WARREN_READY_EXCHANGE);
+    else
+        printf("  (delay queues %s<second> are declared by the planner on demand)\n",
+               WARREN_DELAY_PREFIX);
 out:
     warren_broker_free(b);
     free(queues);
     warren_config_free(cfg);
-    return exit_code(rc);
+    return cli_exit_code(rc);
 }

@@ -220,7 +220,7 @@ END_TEST
 
 /* Runs `warren topology -c cfg` with WARREN_AMQP_URL=url; returns the exit
  * status and the combined output in out. */
-static int run_topology_cli(const char *url, int limit, char *out, size_t len)
+static int run_topology_cli(const char *url, int limit, const char *planner, char *out, size_t len)
 {
     char cfg[] = "/tmp/warren_check_broker_XXXXXX", cmd[2048];
     size_t used = 0;
@@ -233,8 +233,9 @@ static int run_topology_cli(const char *url, int limit, char *out, size_t len)
             "database = { url = \"postgresql://postgres@127.0.0.1:1/none\"; };\n"
             "broker = { url = \"amqp://guest:guest@127.0.0.1:1/%%2f\"; delivery_limit = %d; };\n"
             "jobs = ( { name = \"a\"; every = \"10s\"; queue = \"default\"; },\n"
-            "         { name = \"b\"; every = \"10s\"; queue = \"slow\"; } );\n",
-            limit);
+            "         { name = \"b\"; every = \"10s\"; queue = \"slow\"; } );\n"
+            "planner = { %s };\n",
+            limit, planner ? planner : "");
     fclose(f);
     snprintf(cmd, sizeof(cmd), "WARREN_AMQP_URL='%s' '%s' topology -c '%s' 2>&1", url,
              WARREN_BINARY, cfg);
@@ -254,23 +255,47 @@ START_TEST(test_topology_command_declares_and_reports)
     warren_error err = {0};
     warren_broker *b = NULL;
 
-    ck_assert_msg(run_topology_cli(url, 4, out, sizeof(out)) == 0, "%s", out);
+    ck_assert_msg(run_topology_cli(url, 4, NULL, out, sizeof(out)) == 0, "%s", out);
     ck_assert_msg(strstr(out, "warren.ready.default") != NULL, "%s", out);
     ck_assert_msg(strstr(out, "warren.ready.slow") != NULL, "%s", out);
     ck_assert_msg(strstr(out, "x-delivery-limit 4") != NULL, "%s", out);
-    ck_assert_msg(run_topology_cli(url, 4, out, sizeof(out)) == 0, "again: %s", out);
+    ck_assert_msg(run_topology_cli(url, 4, NULL, out, sizeof(out)) == 0, "again: %s", out);
     ck_assert_int_eq(warren_broker_open(url, NULL, &b, &err), 0);
     ck_assert_uint_eq(depth(b, "warren.ready.slow"), 0);
     ck_assert_uint_eq(depth(b, WARREN_DEAD_QUEUE), 0);
     warren_broker_free(b);
     /* a changed delivery limit: exit 1, the queue and argument named */
-    ck_assert_int_eq(run_topology_cli(url, 6, out, sizeof(out)), 1);
+    ck_assert_int_eq(run_topology_cli(url, 6, NULL, out, sizeof(out)), 1);
     ck_assert_msg(strstr(out, "\"warren.ready.default\"") != NULL, "%s", out);
     ck_assert_msg(strstr(out, "\"x-delivery-limit\"") != NULL, "%s", out);
     /* unreachable: exit 69 naming host and port */
-    ck_assert_int_eq(run_topology_cli("amqp://guest:guest@127.0.0.1:1/%2f", 4, out, sizeof(out)),
-                     69);
+    ck_assert_int_eq(
+        run_topology_cli("amqp://guest:guest@127.0.0.1:1/%2f", 4, NULL, out, sizeof(out)), 69);
     ck_assert_msg(strstr(out, "127.0.0.1:1") != NULL, "%s", out);
+    free(url);
+}
+END_TEST
+
+START_TEST(test_topology_command_declares_the_delay_ring)
+{
+    char *url = testenv_vhost(), out[8192];
+    warren_error err = {0};
+    warren_broker *b = NULL;
+
+    /* a ring no larger than the horizon would block: refused, exit 2 */
+    ck_assert_int_eq(
+        run_topology_cli(url, 5, "horizon = \"10s\"; delay_ring = 8;", out, sizeof(out)), 2);
+    ck_assert_msg(strstr(out, "delay_ring") != NULL && strstr(out, "12") != NULL, "%s", out);
+    ck_assert_msg(
+        run_topology_cli(url, 5, "horizon = \"10s\"; delay_ring = 12;", out, sizeof(out)) == 0,
+        "%s", out);
+    ck_assert_msg(strstr(out, "warren.delay.ring.11") != NULL, "%s", out);
+    ck_assert_int_eq(warren_broker_open(url, NULL, &b, &err), 0);
+    ck_assert_uint_eq(depth(b, "warren.delay.ring.0"), 0);
+    ck_assert_uint_eq(depth(b, "warren.delay.ring.11"), 0);
+    ck_assert_int_eq(warren_broker_queue_count(b, "warren.delay.ring.12", NULL, NULL, &err),
+                     WARREN_ENOENT);
+    warren_broker_free(b);
     free(url);
 }
 END_TEST
@@ -855,6 +880,7 @@ static Suite *broker_suite(void)
     tcase_add_test(tc, test_topology_rejects_bad_queue_name);
     tcase_add_test(tc, test_definitions_file_imports_and_matches_topology);
     tcase_add_test(tc, test_topology_command_declares_and_reports);
+    tcase_add_test(tc, test_topology_command_declares_the_delay_ring);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("publish");
