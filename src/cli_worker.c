@@ -18,64 +18,6 @@
 
 /* ------------------------------------------------------------ shared conventions */
 
-/* The conventions of cli.h, kept local until src/cli_common.c lands; they
- * match cli_config_path / cli_load_config / cli_exit_code / cli_logger. */
-static const char *config_path(const char *given)
-{
-    const char *env = getenv("WARREN_CONFIG");
-    if (given != NULL && given[0] != '\0')
-        return given;
-    if (env != NULL && env[0] != '\0')
-        return env;
-    return "warren.cfg";
-}
-
-static warren_config *load_config(const char *path)
-{
-    warren_config *cfg = NULL;
-    warren_diags diags = {0};
-    warren_error err = {0};
-
-    if (warren_config_load(path, &cfg, &diags, &err) != 0) {
-        if (diags.count == 0)
-            fprintf(stderr, "warren: %s\n", err.message);
-        for (size_t i = 0; i < diags.count; i++)
-            fprintf(stderr, "%s\n", diags.items[i]);
-        warren_diags_free(&diags);
-        return NULL;
-    }
-    warren_diags_free(&diags);
-    return cfg;
-}
-
-static int exit_code(int rc)
-{
-    switch (rc) {
-    case WARREN_OK:
-        return WARREN_EXIT_OK;
-    case WARREN_EBROKERCONN:
-    case WARREN_EDBCONN:
-        return WARREN_EXIT_UNAVAILABLE;
-    case WARREN_EINVAL:
-    case WARREN_ECONFIG:
-    case WARREN_EPARSE:
-        return WARREN_EXIT_USAGE;
-    default:
-        return WARREN_EXIT_FAIL;
-    }
-}
-
-static warren_logger stderr_logger(void)
-{
-    warren_logger lg = {warren_log_stderr, stderr, WARREN_LOG_INFO};
-    const char *lvl = getenv("WARREN_LOG");
-    if (lvl != NULL && strcmp(lvl, "debug") == 0)
-        lg.min_level = WARREN_LOG_DEBUG;
-    else if (lvl != NULL && strcmp(lvl, "warn") == 0)
-        lg.min_level = WARREN_LOG_WARN;
-    return lg;
-}
-
 static volatile sig_atomic_t stop_flag;
 
 static void on_stop_signal(int sig)
@@ -148,7 +90,7 @@ int cli_worker(int argc, char **argv)
     warren_config *cfg = NULL;
     warren_worker *w = NULL;
     warren_error err = {0};
-    warren_logger lg = stderr_logger();
+    warren_logger lg = cli_logger();
     int rc;
 
     if (queues == NULL)
@@ -179,7 +121,7 @@ int cli_worker(int argc, char **argv)
             return WARREN_EXIT_USAGE;
         }
     }
-    if ((cfg = load_config(config_path(given))) == NULL) {
+    if ((cfg = cli_load_config(cli_config_path(given))) == NULL) {
         free(queues);
         return WARREN_EXIT_USAGE;
     }
@@ -198,7 +140,7 @@ int cli_worker(int argc, char **argv)
     warren_worker_free(w);
     warren_config_free(cfg);
     free(queues);
-    return exit_code(rc);
+    return cli_exit_code(rc);
 }
 
 /* ------------------------------------------------------------ warren run */
@@ -271,7 +213,7 @@ int cli_run(int argc, char **argv)
     pthread_t th;
     int have_thread = 0;
     warren_error err = {0};
-    warren_logger lg = stderr_logger();
+    warren_logger lg = cli_logger();
     int rc;
 
     memset(&pt, 0, sizeof(pt));
@@ -291,7 +233,7 @@ int cli_run(int argc, char **argv)
             return WARREN_EXIT_USAGE;
         }
     }
-    if ((cfg = load_config(config_path(given))) == NULL)
+    if ((cfg = cli_load_config(cli_config_path(given))) == NULL)
         return WARREN_EXIT_USAGE;
     install_signals();
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -330,7 +272,7 @@ out:
     warren_worker_free(w);
     warren_planner_free(pt.p);
     warren_config_free(cfg);
-    return exit_code(rc);
+    return cli_exit_code(rc);
 }
 
 /* ------------------------------------------------------------ replay, runs, show */
@@ -341,14 +283,14 @@ static int open_store(const char *given, warren_config **cfg, warren_store **st,
 {
     warren_error err = {0};
     int rc;
-    if ((*cfg = load_config(config_path(given))) == NULL)
+    if ((*cfg = cli_load_config(cli_config_path(given))) == NULL)
         return WARREN_EXIT_USAGE;
     rc = warren_store_open((*cfg)->database_url, lg, st, &err);
     if (rc != 0) {
         fprintf(stderr, "warren: %s\n", err.message);
         warren_config_free(*cfg);
         *cfg = NULL;
-        return exit_code(rc);
+        return cli_exit_code(rc);
     }
     return WARREN_EXIT_OK;
 }
@@ -371,7 +313,7 @@ int cli_replay(int argc, char **argv)
     warren_config *cfg = NULL;
     warren_store *st = NULL;
     warren_error err = {0};
-    warren_logger lg = stderr_logger();
+    warren_logger lg = cli_logger();
     char who[64];
 
     for (int i = 1; i < argc; i++) {
@@ -408,7 +350,7 @@ int cli_replay(int argc, char **argv)
         int rc = warren_store_replay(st, key, who, &replayed, &err);
         if (rc != 0) {
             fprintf(stderr, "warren replay: %s\n", err.message);
-            code = exit_code(rc);
+            code = cli_exit_code(rc);
         } else if (!replayed) {
             fprintf(stderr, "warren replay: %s is not dead (see `warren show %s`)\n", key, key);
             code = WARREN_EXIT_FAIL;
@@ -420,7 +362,7 @@ int cli_replay(int argc, char **argv)
         int rc = warren_store_replay_dead(st, job, who, &n, &err);
         if (rc != 0) {
             fprintf(stderr, "warren replay: %s\n", err.message);
-            code = exit_code(rc);
+            code = cli_exit_code(rc);
         } else {
             printf("replayed %lld dead run(s) of %s\n", (long long)n, job);
         }
@@ -461,7 +403,7 @@ int cli_runs(int argc, char **argv)
     warren_config *cfg = NULL;
     warren_store *st = NULL;
     warren_error err = {0};
-    warren_logger lg = stderr_logger();
+    warren_logger lg = cli_logger();
     warren_run_row *rows = NULL;
     size_t n = 0;
 
@@ -495,7 +437,7 @@ int cli_runs(int argc, char **argv)
     rc = warren_store_runs(st, job, state, limit, &rows, &n, &err);
     if (rc != 0) {
         fprintf(stderr, "warren runs: %s\n", err.message);
-        code = exit_code(rc);
+        code = cli_exit_code(rc);
     } else {
         printf("%-44s %-10s %7s %-24s %-24s %s\n", "RUN KEY", "STATE", "ATTEMPT", "DUE", "FINISHED",
                "ERROR / NOTE");
@@ -531,7 +473,7 @@ int cli_show(int argc, char **argv)
     warren_config *cfg = NULL;
     warren_store *st = NULL;
     warren_error err = {0};
-    warren_logger lg = stderr_logger();
+    warren_logger lg = cli_logger();
     warren_run_detail d;
 
     for (int i = 1; i < argc; i++) {
@@ -556,7 +498,7 @@ int cli_show(int argc, char **argv)
     rc = warren_store_show(st, key, &d, &err);
     if (rc != 0) {
         fprintf(stderr, "warren show: %s\n", err.message);
-        code = rc == WARREN_ENOENT ? WARREN_EXIT_FAIL : exit_code(rc);
+        code = rc == WARREN_ENOENT ? WARREN_EXIT_FAIL : cli_exit_code(rc);
     } else {
         char t[WARREN_TIME_BUF];
         const warren_run_row *r = &d.run;
