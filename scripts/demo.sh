@@ -56,6 +56,10 @@ step() { # name, then the warren arguments
 }
 
 step migrate migrate -c "$CFG"
+# The example's sql job (ticks-sql) writes here, inside its completion transaction.
+psql -q "$WARREN_DATABASE_URL" -c "CREATE TABLE IF NOT EXISTS warren_demo_ticks (
+    run_key text PRIMARY KEY, scheduled_at timestamptz NOT NULL, payload jsonb NOT NULL)" ||
+    die "could not create the demo table warren_demo_ticks"
 step topology topology -c "$CFG"
 step sync sync -c "$CFG"
 say "warren run -c $CFG (Ctrl-C stops it; the servers keep running)"
