@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# e2e_python_worker.sh: the Python example worker (examples/workers/python)
+# against the real servers and the real planner: a job without a C handler
+# fires every second, the planner releases its runs into warren.ready.py, the
+# Python worker claims, heartbeats and completes them through the SQL
+# functions (the first attempt of each run fails on purpose, so every run
+# also goes through a retry with backoff), and its effect table, keyed by run
+# key, ends with exactly one row per succeeded run. A malformed message is
+# rejected into warren.dead. Fails (never skips) without the servers.
+set -euo pipefail
+
+fail() {
+    echo "e2e_python_worker: FAIL: $*" >&2
+    exit 1
+}
+[ -n "${WARREN_TEST_PG_URL:-}" ] || fail "WARREN_TEST_PG_URL is not set (eval \"\$(tests/servers.sh start)\")"
+[ -n "${WARREN_TEST_AMQP_URL:-}" ] || fail "WARREN_TEST_AMQP_URL is not set"
+SRC=${WARREN_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+BIN=${WARREN_BIN:-$SRC/build/warren}
+[ -x "$BIN" ] || fail "no warren binary at $BIN (set WARREN_BIN)"
+PY=/usr/bin/python3 # Debian's: python3-pika and python3-psycopg2 live there
+[ -x "$PY" ] || PY=python3
+"$PY" -c 'import pika, psycopg2' || fail "python3-pika / python3-psycopg2 missing (scripts/deps.sh)"
+
+NAME=warren_t_py_$(date +%s)_$$
+WORK=$(mktemp -d /tmp/warren-e2e-py-XXXXXX)
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+# A fresh database and vhost.
+psql -qX "$WARREN_TEST_PG_URL" -c "CREATE DATABASE $NAME" >/dev/null
+DB="${WARREN_TEST_PG_URL%/*}/$NAME"
+MGMT=${WARREN_TEST_MGMT_URL:-}
+if [ -z "$MGMT" ]; then
+    hostport=${WARREN_TEST_AMQP_URL#amqp://}
+    creds=${hostport%%@*}
+    host=${hostport#*@}
+    host=${host%%:*}
+    MGMT="http://$creds@$host:55673"
+fi
+USER_=$(printf '%s' "${WARREN_TEST_AMQP_URL#amqp://}" | cut -d: -f1)
+curl -sf -X PUT "$MGMT/api/vhosts/$NAME" >/dev/null || fail "cannot create vhost $NAME via $MGMT"
+curl -sf -X PUT -H 'content-type: application/json' \
+    -d '{"configure":".*","write":".*","read":".*"}' \
+    "$MGMT/api/permissions/$NAME/$USER_" >/dev/null || fail "cannot grant vhost permissions"
+AMQP="${WARREN_TEST_AMQP_URL%/*}/$NAME"
+unset WARREN_DATABASE_URL WARREN_AMQP_URL
+
+cat >"$WORK/warren.cfg" <<EOF
+database = { url = "$DB"; };
+broker = { url = "$AMQP"; };
+planner = { tick = "200ms"; horizon = "10s"; reconcile_grace = "5s"; };
+jobs = (
+  { name = "pyjob"; every = "1s"; queue = "py"; payload = { lang = "python"; };
+    overlap = "allow"; lease = "6s"; retry = { base = "100ms"; cap = "200ms"; }; }
+);
+EOF
+
+"$BIN" migrate -c "$WORK/warren.cfg" >"$WORK/migrate.log" 2>&1 || { cat "$WORK/migrate.log"; fail "warren migrate"; }
+"$BIN" topology -c "$WORK/warren.cfg" >/dev/null 2>"$WORK/topology.log" || { cat "$WORK/topology.log"; fail "warren topology"; }
+"$BIN" sync -c "$WORK/warren.cfg" >/dev/null 2>"$WORK/sync.log" || { cat "$WORK/sync.log"; fail "warren sync"; }
+
+"$BIN" planner -c "$WORK/warren.cfg" 2>"$WORK/planner.log" &
+PIDS+=($!)
+"$PY" "$SRC/examples/workers/python/worker.py" --queue py --database-url "$DB" --amqp-url "$AMQP" \
+    --worker-id py-e2e --table py_effects --fail-first 1 2>"$WORK/worker.log" &
+WORKER=$!
+PIDS+=($WORKER)
+
+sleep 8
+psql -qXAt "$DB" -c "UPDATE warren.jobs SET paused = true" >/dev/null
+
+q() { psql -qXAt "$DB" -c "$1"; }
+for _ in $(seq 1 100); do
+    left=$(q "SELECT count(*) FROM warren.runs WHERE state NOT IN ('succeeded','skipped') AND due_at < now() - interval '2 seconds'")
+    [ "$left" = 0 ] && break
+    sleep 0.3
+done
+[ "$left" = 0 ] || { tail -20 "$WORK/worker.log"; q "SELECT run_key, state, attempt FROM warren.runs ORDER BY 1" >&2; fail "$left run(s) did not finish"; }
+
+succeeded=$(q "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'")
+[ "$succeeded" -ge 4 ] || fail "only $succeeded run(s) succeeded in 8 s"
+# Exactly one effect per succeeded run, none for anything else, all from attempt 2.
+mismatch=$(q "SELECT count(*) FROM warren.runs r FULL JOIN py_effects e USING (run_key)
+              WHERE (r.state = 'succeeded') IS DISTINCT FROM (e.run_key IS NOT NULL)")
+[ "$mismatch" = 0 ] || fail "$mismatch run(s) without exactly one effect"
+effects=$(q "SELECT count(*) FROM py_effects")
+[ "$effects" = "$succeeded" ] || fail "$effects effects for $succeeded runs"
+bad=$(q "SELECT count(*) FROM py_effects WHERE attempt <> 2 OR payload->>'lang' <> 'python'")
+[ "$bad" = 0 ] || fail "$bad effect(s) not from attempt 2 with the job's payload"
+hist=$(q "SELECT count(*) FROM warren.runs r WHERE r.state = 'succeeded' AND
+          (SELECT string_agg(outcome, ',' ORDER BY attempt) FROM warren.attempts a
+            WHERE a.run_key = r.run_key) IS DISTINCT FROM 'retry,succeeded'")
+[ "$hist" = 0 ] || fail "$hist run(s) without the history retry,succeeded"
+
+# A malformed message: rejected without requeue, it dead-letters to warren.dead.
+"$PY" - "$AMQP" <<'EOF' || fail "malformed message did not reach warren.dead"
+import sys, time, pika
+conn = pika.BlockingConnection(pika.URLParameters(sys.argv[1]))
+ch = conn.channel()
+ch.confirm_delivery()
+ch.basic_publish("warren.ready", "py", b"not json at all",
+                 pika.BasicProperties(message_id="junk-1", headers={"x-warren-queue": "py"},
+                                      delivery_mode=2))
+for _ in range(50):
+    m, p, body = ch.basic_get("warren.dead", auto_ack=True)
+    if m is not None and body == b"not json at all":
+        sys.exit(0)
+    time.sleep(0.2)
+sys.exit(1)
+EOF
+
+kill -TERM "$WORKER"
+wait "$WORKER" || fail "the Python worker did not exit 0 on SIGTERM"
+grep -q "rejecting malformed message" "$WORK/worker.log" || fail "worker did not log the rejection"
+echo "e2e_python_worker: $succeeded runs, each with one effect (attempt 2 after a retry); malformed message dead-lettered"
+echo "1 passed, 0 failed"
