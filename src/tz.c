@@ -283,6 +283,7 @@ static int64_t clamp_t(int64_t t)
 static void footer_at(const footer *f, int64_t t, int *dst, int64_t *since)
 {
     ftrans w[6];
+    int below = t < -FOOTER_LIMIT;
     t = clamp_t(t);
     int n = footer_window(f, year_of(t), w), best = -1;
     for (int i = 0; i < n; i++)
@@ -294,7 +295,7 @@ static void footer_at(const footer *f, int64_t t, int *dst, int64_t *since)
         return;
     }
     *dst = w[best].dst;
-    *since = w[best].at;
+    *since = below ? INT64_MIN : w[best].at;
 }
 
 /* First footer transition after t: returns 0 and fills *at, *dst; -1 if none. */
@@ -661,7 +662,7 @@ int warren_tz_parse_tzif(const char *name, const unsigned char *data, size_t len
         if (q >= end || *q != '\n')
             goto fail;
         const unsigned char *nl = memchr(q + 1, '\n', (size_t)(end - q - 1));
-        if (nl == NULL || nl - q - 1 > 255)
+        if (nl == NULL || nl - q - 1 > 255 || memchr(q + 1, '\0', (size_t)(nl - q - 1)))
             goto fail;
         char buf[256];
         memcpy(buf, q + 1, (size_t)(nl - q - 1));

@@ -428,16 +428,22 @@ START_TEST(test_tz_fuzz_regressions)
         unsigned char *b = read_all(path, &len);
         warren_tz *tz = NULL;
         if (warren_tz_parse_tzif("fuzz", b, len, &tz, NULL) == 0) {
-            warren_tz_span sp;
-            warren_tz_span_at(tz, 0, &sp);
-            warren_tz_lookup(tz, INT64_MAX, NULL, NULL, NULL);
-            warren_tz_lookup(tz, INT64_MIN, NULL, NULL, NULL);
+            static const int64_t probes[] = {INT64_MIN, -5000000000, 0, 2200000000, INT64_MAX};
+            for (size_t k = 0; k < sizeof probes / sizeof probes[0]; k++) {
+                warren_tz_span sp;
+                int32_t off;
+                warren_tz_span_at(tz, probes[k], &sp);
+                warren_tz_lookup(tz, probes[k], &off, NULL, NULL);
+                ck_assert_msg(sp.start <= probes[k] &&
+                                  (sp.end == INT64_MAX || sp.end > probes[k]) && sp.offset == off,
+                              "case-%03d at %lld", i, (long long)probes[k]);
+            }
             warren_tz_free(tz);
         }
         free(b);
         seen++;
     }
-    ck_assert_int_ge(seen, 1);
+    ck_assert_int_ge(seen, 3);
 }
 END_TEST
 
