@@ -36,6 +36,9 @@ int warren_tz_parse_tzif(const char *name, const unsigned char *data, size_t len
 /* Frees a zone from warren_tz_parse_tzif (never one borrowed from a db). NULL allowed. */
 void warren_tz_free(warren_tz *tz);
 
+/* A loaded zone is immutable: the lookups below may run concurrently from
+ * any number of threads (only warren_tzdb_get mutates the cache). */
+
 /* The zone's name as given to warren_tzdb_get (borrowed). */
 const char *warren_tz_name(const warren_tz *tz);
 
