@@ -166,6 +166,44 @@ START_TEST(test_topology_conflict_names_queue_and_argument)
 }
 END_TEST
 
+START_TEST(test_topology_conflicts_on_exchange_type_and_queue_type)
+{
+    static const char *const queues[] = {"default"};
+    char *url = testenv_vhost(), *vpath = testenv_vhost_path(url), *resp = NULL;
+    warren_error err = {0};
+    warren_broker *b = NULL;
+    char path[512];
+
+    snprintf(path, sizeof(path), "/api/exchanges/%s/warren.events", vpath);
+    ck_assert_int_lt(testenv_http("PUT", path, "{\"type\":\"direct\",\"durable\":true}", &resp),
+                     300);
+    free(resp);
+    snprintf(path, sizeof(path), "/api/queues/%s/warren.ready.default", vpath);
+    ck_assert_int_lt(testenv_http("PUT", path, "{\"durable\":true}", &resp), 300);
+    free(resp);
+    ck_assert_int_eq(warren_broker_open(url, NULL, &b, &err), 0);
+    ck_assert_int_eq(warren_broker_topology(b, queues, 1, 5, &err), WARREN_ECONFLICT);
+    ck_assert_msg(strstr(err.message, "exchange \"warren.events\"") != NULL, "%s", err.message);
+    ck_assert_msg(strstr(err.message, "\"type\"") != NULL, "%s", err.message);
+    ck_assert_msg(strstr(err.message, "delete the exchange") != NULL, "%s", err.message);
+    snprintf(path, sizeof(path), "/api/exchanges/%s/warren.events", vpath);
+    ck_assert_int_lt(testenv_http("DELETE", path, NULL, &resp), 300);
+    free(resp);
+    warren_error_clear(&err);
+    /* a classic queue where a quorum one belongs */
+    ck_assert_int_eq(warren_broker_topology(b, queues, 1, 5, &err), WARREN_ECONFLICT);
+    ck_assert_msg(strstr(err.message, "queue \"warren.ready.default\"") != NULL, "%s", err.message);
+    ck_assert_msg(strstr(err.message, "\"x-queue-type\"") != NULL ||
+                      strstr(err.message, "\"x-delivery-limit\"") != NULL ||
+                      strstr(err.message, "\"x-dead-letter-exchange\"") != NULL,
+                  "%s", err.message);
+    ck_assert(warren_broker_connected(b));
+    warren_broker_free(b);
+    free(vpath);
+    free(url);
+}
+END_TEST
+
 START_TEST(test_topology_rejects_bad_queue_name)
 {
     static const char *const queues[] = {"bad name"};
@@ -877,6 +915,7 @@ static Suite *broker_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_topology_twice_is_idempotent);
     tcase_add_test(tc, test_topology_conflict_names_queue_and_argument);
+    tcase_add_test(tc, test_topology_conflicts_on_exchange_type_and_queue_type);
     tcase_add_test(tc, test_topology_rejects_bad_queue_name);
     tcase_add_test(tc, test_definitions_file_imports_and_matches_topology);
     tcase_add_test(tc, test_topology_command_declares_and_reports);
