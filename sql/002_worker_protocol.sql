@@ -51,8 +51,10 @@ RETURNS text LANGUAGE sql IMMUTABLE AS $$
 $$;
 
 -- Writes the event run.<kind>.<job> to the outbox (published after commit by the relay).
+-- plpgsql rather than sql: its plan is cached (an SQL function's is not).
 CREATE OR REPLACE FUNCTION warren.wp_event(r warren.runs, kind text, err text, worker text)
-RETURNS void LANGUAGE sql VOLATILE AS $$
+RETURNS void LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
     INSERT INTO warren.outbox (exchange, routing_key, message_id, type, headers, body)
     VALUES ('warren.events', 'run.' || kind || '.' || r.job, r.run_key, r.job,
             jsonb_build_object('x-warren-job', r.job,
@@ -65,13 +67,15 @@ RETURNS void LANGUAGE sql VOLATILE AS $$
                 'scheduled_at', warren.wp_utc(r.scheduled_at),
                 'due_at', warren.wp_utc_ms(r.due_at),
                 'attempt', r.attempt, 'state', r.state, 'worker', worker,
-                'error', err, 'at', warren.wp_utc_ms(clock_timestamp()))))
+                'error', err, 'at', warren.wp_utc_ms(clock_timestamp()))));
+END
 $$;
 
 -- Writes the dead letter of a run that just became dead to the outbox
 -- (exchange warren.dead, fanout; routing key = the job queue).
 CREATE OR REPLACE FUNCTION warren.wp_dead_letter(r warren.runs, j warren.jobs, err text)
-RETURNS void LANGUAGE sql VOLATILE AS $$
+RETURNS void LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
     INSERT INTO warren.outbox (exchange, routing_key, message_id, type, headers, body)
     VALUES ('warren.dead', j.queue, r.run_key, r.job,
             jsonb_strip_nulls(jsonb_build_object(
@@ -88,7 +92,8 @@ RETURNS void LANGUAGE sql VOLATILE AS $$
                 'attempts', r.attempt - r.attempt_base,
                 'payload', coalesce(r.payload, j.payload),
                 'last_error', err,
-                'dead_at', warren.wp_utc_ms(clock_timestamp())))
+                'dead_at', warren.wp_utc_ms(clock_timestamp())));
+END
 $$;
 
 -- After a failed attempt of the locked run r (outcome retry / lease_lost) or a
@@ -148,7 +153,7 @@ DECLARE
     r warren.runs%ROWTYPE;
     j warren.jobs%ROWTYPE;
     pol text;
-    jname text;
+    both_ record;
     b record;
     newer_key text;
     line text;
@@ -156,20 +161,24 @@ BEGIN
     IF k IS NULL OR w IS NULL OR w = '' THEN
         RAISE EXCEPTION 'warren.claim: run_key and worker are required' USING ERRCODE = '22023';
     END IF;
-    SELECT jb.overlap, jb.name INTO pol, jname
+    -- The run (locked) and its job in one statement.
+    SELECT rr AS run, jb AS job INTO both_
       FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job
-     WHERE rr.run_key = k;
+     WHERE rr.run_key = k
+       FOR UPDATE OF rr;
     IF NOT FOUND THEN
         RETURN; -- unknown run
     END IF;
-    -- Claims of one job's runs serialise so the overlap check sees every
-    -- committed claim (an advisory lock: the planner's FOR UPDATE SKIP LOCKED
-    -- on warren.jobs is not disturbed).
+    r := both_.run;
+    j := both_.job;
+    pol := j.overlap;
+    -- Claims of one job's runs serialise so the overlap check (a statement
+    -- after the lock, so with a fresh snapshot) sees every committed claim.
+    -- An advisory lock: the planner's FOR UPDATE SKIP LOCKED on warren.jobs
+    -- is not disturbed. Taken after the run's row lock, in every claim alike.
     IF pol <> 'allow' THEN
-        PERFORM pg_advisory_xact_lock(hashtextextended('warren.overlap:' || jname, 0));
+        PERFORM pg_advisory_xact_lock(hashtextextended('warren.overlap:' || j.name, 0));
     END IF;
-    SELECT * INTO r FROM warren.runs rr WHERE rr.run_key = k FOR UPDATE;
-    SELECT * INTO j FROM warren.jobs jb WHERE jb.name = r.job;
 
     IF r.state = 'running' THEN
         IF r.lease_until >= now() THEN
@@ -310,21 +319,26 @@ BEGIN
         RAISE EXCEPTION 'warren.complete: outcome must be succeeded, retry or failed, not %',
             coalesce(o, 'NULL') USING ERRCODE = '22023';
     END IF;
-    SELECT * INTO r FROM warren.runs rr WHERE rr.run_key = k FOR UPDATE;
-    IF NOT FOUND OR r.state <> 'running' OR r.attempt IS DISTINCT FROM fence THEN
-        RETURN false; -- stale token: another attempt holds (or finished) the run
-    END IF;
-    UPDATE warren.attempts a SET finished_at = now(), outcome = o, error = err
-     WHERE a.run_key = k AND a.attempt = fence;
     IF o = 'succeeded' THEN
         UPDATE warren.runs rr
            SET state = 'succeeded', finished_at = now(), lease_until = NULL
-         WHERE rr.run_key = k
+         WHERE rr.run_key = k AND rr.state = 'running' AND rr.attempt = fence
         RETURNING * INTO r;
+        IF NOT FOUND THEN
+            RETURN false; -- stale token: another attempt holds (or finished) the run
+        END IF;
+        UPDATE warren.attempts a SET finished_at = now(), outcome = o, error = err
+         WHERE a.run_key = k AND a.attempt = fence;
         PERFORM warren.wp_event(r, 'succeeded', err, r.lease_owner);
-    ELSE
-        PERFORM warren.wp_after_failure(k, o, coalesce(err, o), r.lease_owner, NULL);
+        RETURN true;
     END IF;
+    SELECT * INTO r FROM warren.runs rr WHERE rr.run_key = k FOR UPDATE;
+    IF NOT FOUND OR r.state <> 'running' OR r.attempt IS DISTINCT FROM fence THEN
+        RETURN false;
+    END IF;
+    UPDATE warren.attempts a SET finished_at = now(), outcome = o, error = err
+     WHERE a.run_key = k AND a.attempt = fence;
+    PERFORM warren.wp_after_failure(k, o, coalesce(err, o), r.lease_owner, NULL);
     RETURN true;
 END
 $fn$;

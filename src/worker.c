@@ -8,6 +8,7 @@
  * own PostgreSQL connection from a small pool) and report through atomics. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -134,6 +135,8 @@ struct warren_worker {
     pend *pq; /* FIFO of deliveries waiting for a slot */
     size_t pq_head, pq_len, pq_cap;
 
+    int wake[2]; /* handler threads write a byte when done (non-blocking) */
+
     pthread_mutex_t pool_mu;
     warren_store *pool[SQL_POOL_MAX];
     size_t npool;
@@ -243,6 +246,15 @@ int warren_worker_new(const warren_config *cfg, const warren_logger *lg, warren_
     w->db_url = xstrdup(cfg->database_url);
     w->amqp_url = xstrdup(cfg->amqp_url);
     pthread_mutex_init(&w->pool_mu, NULL);
+    w->wake[0] = w->wake[1] = -1;
+    if (pipe(w->wake) != 0) {
+        warren_worker_free(w);
+        return warren_error_set(err, WARREN_ESYS, "pipe: %s", strerror(errno));
+    }
+    for (int i = 0; i < 2; i++) {
+        fcntl(w->wake[i], F_SETFL, fcntl(w->wake[i], F_GETFL) | O_NONBLOCK);
+        fcntl(w->wake[i], F_SETFD, FD_CLOEXEC);
+    }
     if (w->id == NULL || (cfg->database_url && !w->db_url) || (cfg->amqp_url && !w->amqp_url)) {
         warren_worker_free(w);
         return warren_error_set(err, WARREN_ENOMEM, "out of memory");
@@ -274,6 +286,10 @@ void warren_worker_free(warren_worker *w)
     for (size_t i = 0; i < w->npool; i++)
         warren_store_free(w->pool[i]);
     pthread_mutex_destroy(&w->pool_mu);
+    if (w->wake[0] >= 0)
+        close(w->wake[0]);
+    if (w->wake[1] >= 0)
+        close(w->wake[1]);
     free(w);
 }
 
@@ -883,11 +899,31 @@ done:
     return rc;
 }
 
+/* Tells the loop a handler thread finished (it may be waiting in poll). */
+static void wake(warren_worker *w)
+{
+    char x = 1;
+    ssize_t n = write(w->wake[1], &x, 1); /* a full pipe is as good as a byte */
+    (void)n;
+}
+
+/* Waits up to ms for a handler thread to finish (no free slot: the broker
+ * cannot send anything, so waiting on it would only add latency). */
+static void wait_wake(warren_worker *w, int ms)
+{
+    char buf[256];
+    struct pollfd p = {w->wake[0], POLLIN, 0};
+    if (poll(&p, 1, ms) > 0)
+        while (read(w->wake[0], buf, sizeof(buf)) > 0)
+            ;
+}
+
 static void *c_thread(void *arg)
 {
     warren_handler_ctx *c = arg;
     c->outcome = c->fn(c, c->ud);
     atomic_store_explicit(&c->done, 1, memory_order_release);
+    wake(c->w);
     return NULL;
 }
 
@@ -909,6 +945,7 @@ static void *sql_thread(void *arg)
         pool_put(c->w, st);
     }
     atomic_store_explicit(&c->done, 1, memory_order_release);
+    wake(c->w);
     return NULL;
 }
 
@@ -1642,16 +1679,24 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
                 }
             }
         }
-        /* Wait for the broker only when there is nothing else to do. */
-        int busy = 0;
-        for (int i = 0; i < w->concurrency; i++)
+        /* Wait for the broker only when there is nothing else to do; with
+         * every slot taken nothing can arrive, so wait for a handler instead. */
+        int busy = 0, threads = 0;
+        for (int i = 0; i < w->concurrency; i++) {
             if (w->slots[i].state == SLOT_DONE)
                 busy = 1;
+            if (w->slots[i].state == SLOT_RUNNING && w->slots[i].has_thread)
+                threads = 1;
+        }
         if (w->pq_len > 0 && free_slots(w) > 0 && w->store_retry_at == 0)
             busy = 1;
-        if (w->b != NULL)
-            receive(w, busy ? 0 : IDLE_WAIT_MS, stopping);
-        else {
+        int wait = busy ? 0 : threads ? 1 : IDLE_WAIT_MS;
+        if (w->b != NULL && free_slots(w) == 0 && !busy) {
+            receive(w, 0, stopping); /* keep the connection serviced */
+            wait_wake(w, IDLE_WAIT_MS);
+        } else if (w->b != NULL) {
+            receive(w, wait, stopping);
+        } else {
             broker_try_reconnect(w);
             if (w->b == NULL)
                 sleep_ms(IDLE_WAIT_MS);
