@@ -5,6 +5,10 @@
  *   eval "$(tests/servers.sh start)"
  *   build/tests/bench_broker [MESSAGES] [WINDOW]      (default 20000, 256)
  *
+ * Then release lateness through per-second delay queues (arrival at a ready
+ * queue consumer - due, one clock): 1000 runs due over 5 s, and 500 runs due
+ * at one instant.
+ *
  * Each run gets a fresh vhost (testenv_vhost) with the topology for queue
  * "bench"; messages are persistent 300-byte run messages with the contract's
  * headers, routed through the warren.ready headers exchange. */
@@ -117,6 +121,104 @@ static void run(const char *mode, long n, long window)
     warren_broker_free(b);
 }
 
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Release lateness through per-second delay queues: n runs due over
+ * spread_ms starting 2 s from now (spread 0: all at one instant), published
+ * in due order with expiration = due - now, consumed from the ready queue by
+ * a second connection (prefetch 500). Lateness = arrival - due, one clock. */
+static void run_delay(const char *mode, long n, long spread_ms)
+{
+    warren_header h[2] = {{WARREN_QUEUE_HEADER, "bench"}, {"x-warren-job", "bench"}};
+    warren_broker *b = fresh();
+    warren_error err = {0};
+    warren_message m = {0};
+    warren_delivery d;
+    counts c = {0};
+    char id[64], qname[64];
+    int64_t *due = calloc((size_t)n, sizeof(*due)), *late = calloc((size_t)n, sizeof(*late));
+    int64_t start = wall_ms() + 2000, deadline, publish_ms;
+    uint64_t seq = 0;
+    long got_n = 0, early = 0;
+    int got;
+
+    if (due == NULL || late == NULL)
+        exit(1);
+    m.exchange = "";
+    m.type = "bench";
+    m.headers = h;
+    m.nheaders = 2;
+    m.body = "{}";
+    m.body_len = 2;
+    m.mandatory = 1;
+    m.message_id = id;
+    /* consume from the start: nothing is due before publishing ends (2 s) */
+    if (warren_broker_qos(b, 500, &err) != 0 ||
+        warren_broker_consume(b, "warren.ready.bench", &err) != 0)
+        die("consume", &err);
+    for (long i = 0; i < n; i++) {
+        due[i] = start + (n > 1 ? spread_ms * i / (n - 1) : 0);
+        snprintf(id, sizeof(id), "%ld", i);
+        if (warren_broker_delay_queue(b, due[i] / 1000, 600000, qname, sizeof(qname), &err) != 0)
+            die("delay_queue", &err);
+        m.routing_key = qname;
+        m.expiration_ms = due[i] - wall_ms();
+        if (m.expiration_ms < 1)
+            m.expiration_ms = 1;
+        if (warren_broker_publish(b, &m, &seq, &err) != 0)
+            die("publish", &err);
+        if ((long)seq % 256 == 0 &&
+            warren_broker_confirm_wait(b, seq, 30000, on_confirm, &c, &err) != 0)
+            die("confirm_wait", &err);
+    }
+    if (warren_broker_confirm_wait(b, seq, 30000, on_confirm, &c, &err) != 0)
+        die("confirm_wait", &err);
+    publish_ms = wall_ms() - (start - 2000);
+    deadline = start + spread_ms + 30000;
+    while (got_n < n && wall_ms() < deadline) {
+        if (warren_broker_next(b, 1000, &d, &got, &err) != 0)
+            die("next", &err);
+        if (!got)
+            continue;
+        {
+            int64_t now = wall_ms();
+            long i = atol(d.message_id ? d.message_id : "-1");
+            if (i >= 0 && i < n) {
+                late[got_n] = now - due[i];
+                if (late[got_n] < 0)
+                    early++;
+                got_n++;
+            }
+        }
+        if (warren_broker_ack(b, d.tag, &err) != 0)
+            die("ack", &err);
+        warren_delivery_clear(&d);
+    }
+    qsort(late, (size_t)got_n, sizeof(*late), cmp_i64);
+    printf("{\"bench\":\"broker_delay_release\",\"mode\":\"%s\",\"runs\":%ld,"
+           "\"spread_ms\":%ld,\"publish_ms\":%" PRId64
+           ",\"received\":%ld,\"early\":%ld,\"lateness_ms\":{\"min\":%" PRId64 ",\"p50\":%" PRId64
+           ",\"p99\":%" PRId64 ",\"max\":%" PRId64 "}}\n",
+           mode, n, spread_ms, publish_ms, got_n, early, got_n ? late[0] : -1,
+           got_n ? late[got_n / 2] : -1, got_n ? late[(got_n * 99) / 100] : -1,
+           got_n ? late[got_n - 1] : -1);
+    fflush(stdout);
+    free(due);
+    free(late);
+    warren_broker_free(b);
+}
+
 int main(int argc, char **argv)
 {
     long n = argc > 1 ? atol(argv[1]) : 20000;
@@ -130,5 +232,7 @@ int main(int argc, char **argv)
     run("pipelined", n, window);
     /* waiting for every confirm is ~25x slower: fewer messages, same rate */
     run("confirm_each", n / 10 > 0 ? n / 10 : 1, 1);
+    run_delay("steady", 1000, 5000); /* 200 runs/s, ms-distinct due times */
+    run_delay("burst", 500, 0);      /* 500 runs due at one instant */
     return 0;
 }
