@@ -684,6 +684,32 @@ START_TEST(test_consumer_and_publisher_share_one_connection)
 }
 END_TEST
 
+START_TEST(test_poll_reads_confirms_and_keeps_deliveries)
+{
+    warren_error err = {0};
+    warren_broker *b = open_fresh(NULL, 5);
+    warren_delivery d = {0};
+    confirms c = {0};
+    uint64_t seq;
+    int64_t t0;
+
+    ck_assert_int_eq(warren_broker_confirm_select(b, &err), 0);
+    ck_assert_int_eq(warren_broker_consume(b, "warren.ready.default", &err), 0);
+    seq = publish_run(b, WARREN_READY_EXCHANGE, "default", "default", "polled", -1, 1);
+    ck_assert_int_eq(warren_broker_poll(b, 1000, &err), 0);
+    /* the confirm was read by poll: waiting takes no time now */
+    t0 = now_ms();
+    ck_assert_int_eq(warren_broker_confirm_wait(b, seq, 0, on_confirm, &c, &err), 0);
+    ck_assert_int_eq(c.acked, 1);
+    ck_assert_int_lt(now_ms() - t0, 50);
+    /* and the delivery it read is handed out by next */
+    next_or_fail(b, 0, &d);
+    ck_assert_str_eq(d.message_id, "polled");
+    warren_delivery_clear(&d);
+    warren_broker_free(b);
+}
+END_TEST
+
 START_TEST(test_queue_count_missing_queue_is_enoent_and_consumers_survive)
 {
     warren_error err = {0};
@@ -946,6 +972,7 @@ static Suite *broker_suite(void)
     tcase_add_test(tc, test_delivery_limit_dead_letters_after_limit_plus_one_deliveries);
     tcase_add_test(tc, test_consumer_and_publisher_share_one_connection);
     tcase_add_test(tc, test_queue_count_missing_queue_is_enoent_and_consumers_survive);
+    tcase_add_test(tc, test_poll_reads_confirms_and_keeps_deliveries);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("errors");
