@@ -1,0 +1,283 @@
+/* check_faults_delivery: the delivery path under faults, with the real
+ * `warren planner` program: kill -9 between publish and confirm, SIGTERM,
+ * and restarts of RabbitMQ and PostgreSQL under load (nothing is lost).
+ * The restarts disturb every test using the shared servers at that moment:
+ * tests/run-all.sh runs tests one at a time. */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <warren/broker.h>
+#include <warren/planner.h>
+
+#include "testenv.h"
+
+typedef struct env {
+    char *db;
+    char *amqp;
+    char cfg[64];
+} env;
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int64_t ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static long sql_long(const env *e, const char *sql)
+{
+    char *v = testenv_sql1(e->db, sql);
+    long n = v ? atol(v) : -1;
+    free(v);
+    return n;
+}
+
+/* Fresh database and vhost, ready queue "q", a config file for the program. */
+static env env_new(const char *planner_settings)
+{
+    static const char *const queues[] = {"q"};
+    env e = {testenv_db_migrated(), testenv_vhost(), "/tmp/warren-faults-XXXXXX"};
+    warren_broker *b = NULL;
+    warren_error err = {0};
+    int fd;
+    FILE *f;
+
+    ck_assert_msg(warren_broker_open(e.amqp, NULL, &b, &err) == 0, "%s", err.message);
+    ck_assert_msg(warren_broker_topology(b, queues, 1, 5, &err) == 0, "%s", err.message);
+    warren_broker_free(b);
+    fd = mkstemp(e.cfg);
+    ck_assert(fd >= 0);
+    f = fdopen(fd, "w");
+    fprintf(f,
+            "database = { url = \"%s\"; };\nbroker = { url = \"%s\"; };\nplanner = { %s };\n"
+            "jobs = ( { name = \"unused\"; every = \"1h\"; queue = \"q\"; } );\n",
+            e.db, e.amqp, planner_settings);
+    fclose(f);
+    return e;
+}
+
+static void env_free(env *e)
+{
+    unlink(e->cfg);
+    free(e->db);
+    free(e->amqp);
+}
+
+/* Starts `warren planner -c CFG` with extra environment (may be NULL). */
+static pid_t spawn(const env *e, const char *extra_env)
+{
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) {
+        char log[128];
+        snprintf(log, sizeof(log), "/tmp/warren-faults-planner-%d.log", (int)getpid());
+        if (freopen(log, "w", stderr) == NULL)
+            _exit(126);
+        unsetenv("WARREN_DATABASE_URL");
+        unsetenv("WARREN_AMQP_URL");
+        if (extra_env != NULL)
+            putenv((char *)extra_env);
+        execl(WARREN_BINARY, "warren", "planner", "-c", e->cfg, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* SIGTERM; the planner must exit 0 within 10 s. */
+static void term(pid_t pid)
+{
+    int status = 0;
+    int64_t end = mono_ms() + 10000;
+    kill(pid, SIGTERM);
+    while (waitpid(pid, &status, WNOHANG) == 0) {
+        ck_assert_msg(mono_ms() < end, "planner did not exit within 10 s of SIGTERM");
+        sleep_ms(50);
+    }
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "planner exit status %d", status);
+}
+
+static void add_jobs(const env *e, int n, const char *every)
+{
+    char sql[512];
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, partition) "
+             "SELECT 'f-' || g, 'every', '%s', 'q', g %% 64 FROM generate_series(1, %d) g",
+             every, n);
+    ck_assert_int_eq(testenv_psql(e->db, sql, NULL), n);
+}
+
+/* Drains warren.ready.q into public.seen (run_key, n) until quiet for quiet_ms. */
+static void drain(const env *e, int64_t quiet_ms, int64_t max_ms)
+{
+    warren_broker *b = NULL;
+    warren_error err = {0};
+    int64_t last = mono_ms(), end = mono_ms() + max_ms;
+    testenv_psql(e->db,
+                 "CREATE TABLE IF NOT EXISTS public.seen (run_key text PRIMARY KEY, n int NOT "
+                 "NULL)",
+                 NULL);
+    ck_assert_msg(warren_broker_open(e->amqp, NULL, &b, &err) == 0, "%s", err.message);
+    ck_assert(warren_broker_qos(b, 500, &err) == 0);
+    ck_assert(warren_broker_consume(b, "warren.ready.q", &err) == 0);
+    while (mono_ms() - last < quiet_ms && mono_ms() < end) {
+        warren_delivery d = {0};
+        char sql[256];
+        int got = 0;
+        ck_assert_msg(warren_broker_next(b, 200, &d, &got, &err) == 0, "%s", err.message);
+        if (!got)
+            continue;
+        last = mono_ms();
+        snprintf(sql, sizeof(sql),
+                 "INSERT INTO public.seen VALUES ('%s', 1) ON CONFLICT (run_key) DO UPDATE SET "
+                 "n = seen.n + 1",
+                 d.message_id);
+        ck_assert_int_ge(testenv_psql(e->db, sql, NULL), 0);
+        warren_broker_ack(b, d.tag, NULL);
+        warren_delivery_clear(&d);
+    }
+    warren_broker_free(b);
+}
+
+START_TEST(test_kill9_between_publish_and_confirm_still_delivers)
+{
+    env e = env_new("tick = \"200ms\";");
+    char q[128];
+    pid_t pid;
+    long sec;
+    int64_t end;
+
+    testenv_psql(e.db,
+                 "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, paused) VALUES "
+                 "('k', 'at', '2099-01-01T00:00:00Z', 'q', true); INSERT INTO warren.runs (job, "
+                 "scheduled_at, due_at) VALUES ('k', '2030-01-01T00:00:00Z', now() + interval "
+                 "'6 s')",
+                 NULL);
+    sec = sql_long(&e, "SELECT floor(extract(epoch FROM due_at))::bigint FROM warren.runs");
+    snprintf(q, sizeof(q), "warren.delay.%ld", sec);
+    pid = spawn(&e, "WARREN_PLANNER_TEST_STALL_MS=30000");
+    /* published: the message sits in its delay queue; the planner now
+     * waits before reading the confirm */
+    end = mono_ms() + 15000;
+    while (testenv_queue_depth(e.amqp, q) != 1) {
+        ck_assert_msg(mono_ms() < end, "the planner never published");
+        sleep_ms(50);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    /* not marked: the mark comes only after the confirm */
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'planned' AND "
+                                  "publish_count = 0"),
+                     1);
+    /* a new planner publishes it again; it is delivered (at least once) */
+    pid = spawn(&e, NULL);
+    end = mono_ms() + 20000;
+    while (sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'published'") != 1) {
+        ck_assert_msg(mono_ms() < end, "not republished after the kill");
+        sleep_ms(100);
+    }
+    sleep_ms(7000); /* past due */
+    term(pid);
+    drain(&e, 2000, 20000);
+    ck_assert_int_ge(sql_long(&e, "SELECT n FROM public.seen WHERE run_key = "
+                                  "'k@2030-01-01T00:00:00Z'"),
+                     1);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.planner_leases WHERE owner <> ''"),
+                     0);
+    env_free(&e);
+}
+END_TEST
+
+/* Runs the planner on 20 one-second jobs, restarts a server in the middle,
+ * and checks every run due before the end reached the ready queue. */
+static void restart_under_load(const char *what)
+{
+    env e = env_new("horizon = \"10s\"; tick = \"500ms\"; reconcile_grace = \"5s\"; "
+                    "misfire_threshold = \"5m\";");
+    char cmd[512];
+    pid_t pid;
+    int64_t end;
+    long due, missing = -1;
+
+    add_jobs(&e, 20, "1s");
+    testenv_psql(e.db, "CREATE TABLE public.t0 AS SELECT now() AS t", NULL);
+    pid = spawn(&e, NULL);
+    sleep_ms(6000);
+    snprintf(cmd, sizeof(cmd), "bash %s %s >/dev/null 2>&1", testenv_servers_script(), what);
+    ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
+    sleep_ms(8000);
+    testenv_psql(e.db, "CREATE TABLE public.t1 AS SELECT now() AS t", NULL);
+    /* every run due before t1 gets published (the reconciler republishes
+     * what a restart lost), then reaches the ready queue */
+    end = mono_ms() + 90000;
+    while (mono_ms() < end) {
+        drain(&e, 1500, 10000);
+        missing = sql_long(&e, "SELECT count(*) FROM warren.runs r WHERE r.due_at < (SELECT t "
+                               "FROM public.t1) AND NOT EXISTS (SELECT 1 FROM public.seen s "
+                               "WHERE s.run_key = r.run_key)");
+        if (missing == 0)
+            break;
+    }
+    due = sql_long(&e, "SELECT count(*) FROM warren.runs WHERE due_at < (SELECT t FROM t1)");
+    term(pid);
+    ck_assert_msg(due >= 20 * 12, "only %ld runs due", due);
+    ck_assert_msg(missing == 0, "%ld of %ld runs due before the end never reached the ready queue",
+                  missing, due);
+    /* one row per fire time, no gaps */
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM (SELECT job FROM warren.runs GROUP BY job "
+                                  "HAVING extract(epoch FROM max(scheduled_at) - "
+                                  "min(scheduled_at))::bigint + 1 <> count(*)) g"),
+                     0);
+    env_free(&e);
+}
+
+START_TEST(test_rabbitmq_restart_under_load_loses_nothing)
+{
+    restart_under_load("restart-rabbit");
+}
+END_TEST
+
+START_TEST(test_postgresql_restart_under_load_loses_nothing)
+{
+    restart_under_load("restart-pg");
+}
+END_TEST
+
+static Suite *faults_suite(void)
+{
+    Suite *s = suite_create("faults_delivery");
+    TCase *tc;
+
+    tc = tcase_create("planner_process");
+    tcase_add_test(tc, test_kill9_between_publish_and_confirm_still_delivers);
+    tcase_set_timeout(tc, 120);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("server_restarts");
+    tcase_add_test(tc, test_rabbitmq_restart_under_load_loses_nothing);
+    tcase_add_test(tc, test_postgresql_restart_under_load_loses_nothing);
+    tcase_set_timeout(tc, 300);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(faults_suite());
+    int failed;
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
