@@ -574,7 +574,7 @@ int warren_store_open(const char *url, const warren_logger *lg, warren_store **o
 {
     PQconninfoOption *opts;
     char *perr = NULL;
-    const char *keys[8], *vals[8];
+    const char *keys[10], *vals[10];
     int n = 0, has_timeout = 0, has_keepalive = 0;
     warren_store *st;
     int rc;
@@ -599,7 +599,8 @@ int warren_store_open(const char *url, const warren_logger *lg, warren_store **o
             continue;
         if (strcmp(o->keyword, "connect_timeout") == 0)
             has_timeout = 1;
-        else if (strncmp(o->keyword, "keepalives", 10) == 0)
+        else if (strncmp(o->keyword, "keepalives", 10) == 0 ||
+                 strcmp(o->keyword, "tcp_user_timeout") == 0)
             has_keepalive = 1;
     }
     PQconninfoFree(opts);
@@ -618,6 +619,8 @@ int warren_store_open(const char *url, const warren_logger *lg, warren_store **o
         keys[n] = "keepalives_idle", vals[n++] = "30";
         keys[n] = "keepalives_interval", vals[n++] = "10";
         keys[n] = "keepalives_count", vals[n++] = "3";
+        /* Unacknowledged writes fail after 60 s instead of ~15 min. */
+        keys[n] = "tcp_user_timeout", vals[n++] = "60000";
     }
     keys[n] = NULL, vals[n] = NULL;
 
@@ -1229,24 +1232,42 @@ static int jobs_document(const warren_config *cfg, int partitions, dbuf *b, warr
     return 0;
 }
 
-/* The upsert. config_hash = md5 of the job's settings as canonical jsonb
- * text (jsonb sorts keys and drops whitespace), without the partition, which
- * follows planner.partitions rather than the job. A row is written only when
- * its hash differs, it was removed, or its partition moved; the config's
- * paused value is applied with a settings change (so `warren pause` on an
- * unchanged job survives a sync). A changed schedule, or a job coming back,
- * restarts the planner's cursor (next_fire_at NULL = from now). */
-static const char SYNC_UPSERT_SQL[] =
-    "WITH cfg AS ("
-    "  SELECT r.*, md5((e - 'partition')::text) AS config_hash"
+/* Sync stages the config's jobs in a temporary table (parsed once from one
+ * JSON parameter, then ANALYZEd so the joins below are hash joins: with
+ * jsonb_array_elements' default estimate of 100 rows, 100,000 jobs took
+ * nested loops for minutes). config_hash = md5 of the job's settings as
+ * canonical jsonb text (jsonb sorts keys and drops whitespace), without the
+ * partition, which follows planner.partitions rather than the job. The
+ * primary key rejects a duplicate name. */
+static const char SYNC_STAGE_SQL[] =
+    "CREATE TEMPORARY TABLE warren_sync_cfg ("
+    "  name text PRIMARY KEY, schedule_kind text, expression text, timezone text, queue text,"
+    "  payload jsonb, handler jsonb, misfire text, max_catch_up int, overlap text,"
+    "  retry_max_attempts int, retry_base_ms bigint, retry_cap_ms bigint, lease_ms bigint,"
+    "  timeout_ms bigint, jitter_ms bigint, paused boolean, partition int, config_hash text"
+    ") ON COMMIT DROP";
+
+static const char SYNC_LOAD_SQL[] =
+    "INSERT INTO warren_sync_cfg"
+    "  SELECT r.*, md5((e - 'partition')::text)"
     "  FROM jsonb_array_elements($1::jsonb) AS e,"
     "       jsonb_to_record(e) AS r(name text, schedule_kind text, expression text,"
     "         timezone text, queue text, payload jsonb, handler jsonb, misfire text,"
     "         max_catch_up int, overlap text, retry_max_attempts int, retry_base_ms bigint,"
     "         retry_cap_ms bigint, lease_ms bigint, timeout_ms bigint, jitter_ms bigint,"
-    "         paused boolean, partition int)"
-    "), old AS ("
-    "  SELECT j.name, j.config_hash, j.removed FROM warren.jobs j JOIN cfg USING (name)"
+    "         paused boolean, partition int)";
+
+/* The upsert. A row is written only when its hash differs, it was removed,
+ * or its partition moved (unchanged rows are filtered before the INSERT,
+ * so they are not even locked); the config's paused value is applied with a
+ * settings change (so `warren pause` on an unchanged job survives a sync).
+ * A changed schedule, or a job coming back, restarts the planner's cursor
+ * (next_fire_at NULL = from now). `old` sees the rows as they were before
+ * the INSERT (one snapshot for the whole statement). */
+static const char SYNC_UPSERT_SQL[] =
+    "WITH old AS ("
+    "  SELECT j.name, j.config_hash, j.removed FROM warren.jobs j"
+    "  JOIN warren_sync_cfg USING (name)"
     "), up AS ("
     "  INSERT INTO warren.jobs AS j (name, schedule_kind, expression, timezone, queue, payload,"
     "    handler, misfire, max_catch_up, overlap, retry_max_attempts, retry_base_ms,"
@@ -1255,7 +1276,10 @@ static const char SYNC_UPSERT_SQL[] =
     "  SELECT name, schedule_kind, expression, timezone, queue, payload, handler, misfire,"
     "    max_catch_up, overlap, retry_max_attempts, retry_base_ms, retry_cap_ms, lease_ms,"
     "    timeout_ms, jitter_ms, paused, CASE WHEN paused THEN now() END, partition, config_hash"
-    "  FROM cfg"
+    "  FROM warren_sync_cfg c"
+    "  WHERE NOT EXISTS (SELECT 1 FROM warren.jobs o WHERE o.name = c.name"
+    "                    AND NOT o.removed AND o.config_hash = c.config_hash"
+    "                    AND o.partition = c.partition)"
     "  ON CONFLICT (name) DO UPDATE SET"
     "    schedule_kind = EXCLUDED.schedule_kind, expression = EXCLUDED.expression,"
     "    timezone = EXCLUDED.timezone, queue = EXCLUDED.queue, payload = EXCLUDED.payload,"
@@ -1287,18 +1311,18 @@ static const char SYNC_UPSERT_SQL[] =
     ")"
     "SELECT up.name,"
     "  CASE WHEN old.name IS NULL OR old.removed THEN 'added'"
-    "       WHEN old.config_hash IS DISTINCT FROM cfg.config_hash THEN 'changed'"
+    "       WHEN old.config_hash IS DISTINCT FROM c.config_hash THEN 'changed'"
     "       ELSE 'moved' END AS what"
-    " FROM up JOIN cfg USING (name) LEFT JOIN old USING (name)"
+    " FROM up JOIN warren_sync_cfg c USING (name) LEFT JOIN old USING (name)"
     " ORDER BY up.name";
 
 /* Jobs no longer in the config: paused and marked, never deleted. */
 static const char SYNC_REMOVE_SQL[] =
-    "UPDATE warren.jobs SET removed = true, paused = true,"
-    "  paused_at = CASE WHEN paused THEN paused_at ELSE now() END, updated_at = now()"
-    " WHERE NOT removed"
-    "   AND name NOT IN (SELECT e->>'name' FROM jsonb_array_elements($1::jsonb) AS e)"
-    " RETURNING name";
+    "UPDATE warren.jobs j SET removed = true, paused = true,"
+    "  paused_at = CASE WHEN j.paused THEN j.paused_at ELSE now() END, updated_at = now()"
+    " WHERE NOT j.removed"
+    "   AND NOT EXISTS (SELECT 1 FROM warren_sync_cfg c WHERE c.name = j.name)"
+    " RETURNING j.name";
 
 static int report_add(char ***arr, size_t *n, const char *name)
 {
@@ -1369,8 +1393,15 @@ int warren_store_sync(warren_store *st, const warren_config *cfg, warren_sync_re
     }
     PQclear(res);
     res = NULL;
-    rc =
-        warren__store_exec(st, SYNC_UPSERT_SQL, 1, params, &res, "sync jobs into warren.jobs", err);
+    rc = warren__store_exec_simple(st, SYNC_STAGE_SQL, "stage the config's jobs", err);
+    if (rc == 0)
+        rc = warren__store_exec(st, SYNC_LOAD_SQL, 1, params, NULL, "load the config's jobs", err);
+    if (rc == 0)
+        rc = warren__store_exec_simple(st, "ANALYZE warren_sync_cfg", "analyze the config's jobs",
+                                       err);
+    if (rc != 0)
+        goto fail;
+    rc = warren__store_exec(st, SYNC_UPSERT_SQL, 0, NULL, &res, "sync jobs into warren.jobs", err);
     if (rc != 0)
         goto fail;
     for (int i = 0; i < PQntuples(res) && rc == 0; i++) {
@@ -1388,7 +1419,7 @@ int warren_store_sync(warren_store *st, const warren_config *cfg, warren_sync_re
         rc = warren_error_set(err, WARREN_ENOMEM, "out of memory");
         goto fail;
     }
-    rc = warren__store_exec(st, SYNC_REMOVE_SQL, 1, params, &res, "mark removed jobs", err);
+    rc = warren__store_exec(st, SYNC_REMOVE_SQL, 0, NULL, &res, "mark removed jobs", err);
     if (rc != 0)
         goto fail;
     for (int i = 0; i < PQntuples(res) && rc == 0; i++)
