@@ -601,14 +601,18 @@ int warren_planner_tick(warren_planner *p, warren_error *err)
     }
     p->stats.runs_inserted += (uint64_t)inserted;
 
-    if ((rc = warren_relay_runs(p->relay, relay_lead_ms(p), budget, &published, &unroutable,
-                                err)) != 0)
-        return rc;
-    p->stats.runs_published += (uint64_t)published;
-    p->stats.runs_unroutable += (uint64_t)unroutable;
-    if ((rc = warren_relay_outbox(p->relay, budget, &outbox, err)) != 0)
-        return rc;
-    p->stats.outbox_published += (uint64_t)outbox;
+    /* Without RabbitMQ (reconnecting) the planner keeps materialising: runs
+     * wait in the database and go out when the broker is back. */
+    if (p->b != NULL) {
+        if ((rc = warren_relay_runs(p->relay, relay_lead_ms(p), budget, &published, &unroutable,
+                                    err)) != 0)
+            return rc;
+        p->stats.runs_published += (uint64_t)published;
+        p->stats.runs_unroutable += (uint64_t)unroutable;
+        if ((rc = warren_relay_outbox(p->relay, budget, &outbox, err)) != 0)
+            return rc;
+        p->stats.outbox_published += (uint64_t)outbox;
+    }
 
     if (mono_ms() - p->last_reconcile_ms >= RECONCILE_EVERY_MS && !stopping(p)) {
         warren_error e = {0};
@@ -646,34 +650,21 @@ int warren_planner_release(warren_planner *p, warren_error *err)
     return warren_plan_release(p->st, p->id, err);
 }
 
-/* Re-establishes whichever connection is down (both after a timeout). */
-static int reconnect(warren_planner *p, int code, warren_error *err)
+static int is_broker_error(int rc)
 {
-    int rc = 0;
-    if (!warren_store_connected(p->st) || code == WARREN_EDBCONN) {
-        warren_plan_rollback(p->st);
-        if ((rc = warren_store_reconnect(p->st, err)) != 0)
-            return rc;
-    }
-    if (p->b == NULL || !warren_broker_connected(p->b) || code == WARREN_EBROKERCONN ||
-        code == WARREN_EBROKER || code == WARREN_ETIMEOUT) {
-        if ((rc = connect_broker(p, err)) != 0)
-            return rc;
-    }
-    p->stats.reconnects++;
-    return 0;
+    return rc == WARREN_EBROKERCONN || rc == WARREN_EBROKER || rc == WARREN_ETIMEOUT;
 }
 
-static int is_conn_error(int rc)
+static void sleep_unless_stopped(warren_planner *p, int64_t ms)
 {
-    return rc == WARREN_EDBCONN || rc == WARREN_EBROKERCONN || rc == WARREN_EBROKER ||
-           rc == WARREN_ETIMEOUT || rc == WARREN_EIO;
+    for (int64_t slept = 0; slept < ms && !stopping(p); slept += 100)
+        sleep_ms(ms - slept < 100 ? ms - slept : 100);
 }
 
 int warren_planner_run(warren_planner *p, volatile sig_atomic_t *stop, warren_error *err)
 {
-    int64_t backoff = BACKOFF_MIN_MS;
-    int broken = 0;
+    int64_t db_backoff = BACKOFF_MIN_MS, mq_backoff = BACKOFF_MIN_MS, mq_next = 0;
+    int db_down = 0;
 
     p->stop = stop;
     while (!stopping(p)) {
@@ -681,29 +672,54 @@ int warren_planner_run(warren_planner *p, volatile sig_atomic_t *stop, warren_er
         warren_error e = {0};
         int rc;
 
-        if (broken) {
-            rc = reconnect(p, broken, &e);
-            if (rc == 0) {
-                warren_log(p->lg, WARREN_LOG_INFO, "planner %s: reconnected", p->id);
-                broken = 0;
-                backoff = BACKOFF_MIN_MS;
-            }
-        } else {
-            rc = warren_planner_tick(p, &e);
-        }
-        if (rc != 0) {
-            warren_plan_rollback(p->st);
-            if (is_conn_error(rc) || broken) {
-                if (!broken)
-                    broken = rc;
+        if (p->b == NULL && t0 >= mq_next) {
+            if ((rc = connect_broker(p, &e)) == 0) {
+                warren_log(p->lg, WARREN_LOG_INFO, "planner %s: reconnected to RabbitMQ", p->id);
+                p->stats.reconnects++;
+                mq_backoff = BACKOFF_MIN_MS;
+            } else {
                 warren_log(p->lg, WARREN_LOG_WARN, "planner %s: %s; retrying in %lld ms", p->id,
-                           e.message, (long long)backoff);
-                for (int64_t slept = 0; slept < backoff && !stopping(p); slept += 100)
-                    sleep_ms(100);
-                backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
+                           e.message, (long long)mq_backoff);
+                mq_next = t0 + mq_backoff;
+                mq_backoff = mq_backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : mq_backoff * 2;
+                warren_error_clear(&e);
+            }
+        }
+        if (db_down) {
+            warren_plan_rollback(p->st);
+            if ((rc = warren_store_reconnect(p->st, &e)) != 0) {
+                warren_log(p->lg, WARREN_LOG_WARN, "planner %s: %s; retrying in %lld ms", p->id,
+                           e.message, (long long)db_backoff);
+                sleep_unless_stopped(p, db_backoff);
+                db_backoff = db_backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : db_backoff * 2;
                 continue;
             }
-            warren_log(p->lg, WARREN_LOG_ERROR, "planner %s: tick failed: %s", p->id, e.message);
+            warren_log(p->lg, WARREN_LOG_INFO, "planner %s: reconnected to PostgreSQL", p->id);
+            p->stats.reconnects++;
+            db_down = 0;
+            db_backoff = BACKOFF_MIN_MS;
+        }
+        rc = warren_planner_tick(p, &e);
+        if (rc != 0) {
+            warren_plan_rollback(p->st);
+            if (rc == WARREN_EDBCONN || !warren_store_connected(p->st)) {
+                warren_log(p->lg, WARREN_LOG_WARN, "planner %s: %s; reconnecting", p->id,
+                           e.message);
+                db_down = 1;
+                continue;
+            }
+            if (is_broker_error(rc) || (p->b != NULL && !warren_broker_connected(p->b))) {
+                warren_log(p->lg, WARREN_LOG_WARN,
+                           "planner %s: %s; reconnecting to RabbitMQ (materialising meanwhile)",
+                           p->id, e.message);
+                warren_broker_free(p->b);
+                p->b = NULL;
+                warren_relay_set_broker(p->relay, NULL);
+                mq_next = mono_ms() + mq_backoff;
+            } else {
+                warren_log(p->lg, WARREN_LOG_ERROR, "planner %s: tick failed: %s", p->id,
+                           e.message);
+            }
         }
         /* Sleep out the tick on LISTEN: a NOTIFY (sync, trigger, pause,
          * resume) wakes us at once. */
@@ -714,7 +730,7 @@ int warren_planner_run(warren_planner *p, volatile sig_atomic_t *stop, warren_er
                 break;
             rc = warren_store_wait_notify(p->st, left > 250 ? 250 : (int)left, &got, &e);
             if (rc != 0 && rc != WARREN_EINTR) {
-                broken = is_conn_error(rc) ? rc : WARREN_EDBCONN;
+                db_down = 1;
                 break;
             }
             if (got)
