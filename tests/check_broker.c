@@ -478,8 +478,9 @@ START_TEST(test_delay_seconds_published_out_of_order_release_in_due_order)
     next_or_fail(b, 5000, &d);
     first_at = now_ms() - t0;
     ck_assert_str_eq(d.message_id, "soon");
-    /* not held behind the 3 s message: the head-of-line blocking is gone */
-    ck_assert_msg(first_at >= 800 && first_at < 2000, "soon released after %" PRId64 " ms",
+    /* not held behind the 3 s message (it would come at >= 3000 ms): no
+     * head-of-line blocking; the slack is for a loaded machine */
+    ck_assert_msg(first_at >= 800 && first_at < 2700, "soon released after %" PRId64 " ms",
                   first_at);
     ck_assert_int_eq(warren_broker_ack(b, d.tag, &err), 0);
     warren_delivery_clear(&d);
