@@ -1,18 +1,206 @@
-/* cli_store.c: placeholder until its owner lands the real commands. */
+/* cli_store.c: `warren migrate` (apply sql/NNN_*.sql) and `warren sync`
+ * (upsert the config's jobs), thin wrappers over include/warren/store.h. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <warren/store.h>
 
 #include "cli.h"
 
+#ifndef WARREN_SQL_DIR
+#define WARREN_SQL_DIR "sql"
+#endif
+
+static const char migrate_usage[] =
+    "usage: warren migrate [-c FILE] [--database URL] [--sql-dir DIR]\n"
+    "\n"
+    "Applies the SQL migrations (NNN_*.sql) not yet recorded in\n"
+    "warren.schema_migrations, each in its own transaction, under an advisory\n"
+    "lock (safe to run twice, and from several processes at once).\n"
+    "\n"
+    "  -c, --config FILE  config file for database.url (default $WARREN_CONFIG "
+    "or\n"
+    "                     warren.cfg; not needed when WARREN_DATABASE_URL is "
+    "set\n"
+    "                     and the file does not exist)\n"
+    "  --database URL     PostgreSQL URL; overrides the config and "
+    "WARREN_DATABASE_URL\n"
+    "  --sql-dir DIR      migrations directory (default $WARREN_SQL_DIR, else\n"
+    "                     " WARREN_SQL_DIR ")\n"
+    "\n"
+    "exit codes: 0 ok, 1 failure, 2 usage or config error, 69 database "
+    "unreachable\n";
+
+static const char sync_usage[] =
+    "usage: warren sync [-c FILE]\n"
+    "\n"
+    "Upserts the config's jobs into warren.jobs in one transaction and prints\n"
+    "what was added, changed and removed. A job no longer in the file is "
+    "paused\n"
+    "and marked removed, never deleted (its runs are history); putting it "
+    "back\n"
+    "restores it. Planners are notified (NOTIFY " WARREN_NOTIFY_CHANNEL ").\n"
+    "\n"
+    "  -c, --config FILE  config file (default $WARREN_CONFIG or warren.cfg);\n"
+    "                     WARREN_DATABASE_URL overrides its database.url\n"
+    "\n"
+    "exit codes: 0 ok, 1 failure, 2 usage or config error, 69 database "
+    "unreachable\n";
+
+/* Matches "--name VALUE", "--name=VALUE" or, when short is set, "-s VALUE".
+ * Returns 1 and sets *val (borrowed), 0 if argv[*i] is not this option,
+ * -1 if the value is missing. */
+static int opt_value(int argc, char **argv, int *i, const char *name, const char *shortopt,
+                     const char **val)
+{
+    const char *a = argv[*i];
+    size_t n = strlen(name);
+
+    if (strncmp(a, name, n) == 0 && a[n] == '=') {
+        *val = a + n + 1;
+        return 1;
+    }
+    if (strcmp(a, name) != 0 && (shortopt == NULL || strcmp(a, shortopt) != 0))
+        return 0;
+    if (*i + 1 >= argc)
+        return -1;
+    *val = argv[++*i];
+    return 1;
+}
+
+/* Prints 'warren CMD: PROBLEM "ARG"' and the usage to stderr. */
+static int usage_error(const char *cmd, const char *usage, const char *problem, const char *arg)
+{
+    fprintf(stderr, "warren %s: %s \"%s\"\n%s", cmd, problem, arg, usage);
+    return WARREN_EXIT_USAGE;
+}
+
+static int fail(const char *cmd, const warren_error *err, int rc)
+{
+    fprintf(stderr, "warren %s: %s\n", cmd, err->message[0] ? err->message : warren_strerror(rc));
+    return cli_exit_code(rc);
+}
+
 int cli_migrate(int argc, char **argv)
 {
-    (void)argc;
-    fprintf(stderr, "warren %s: not built yet\n", argv[0]);
-    return WARREN_EXIT_FAIL;
+    const char *cfg_path = NULL, *url = NULL, *sql_dir = NULL, *val;
+    warren_config *cfg = NULL;
+    warren_store *st = NULL;
+    warren_logger lg = cli_logger();
+    warren_error err = {0};
+    int applied = 0, rc, r;
+
+    if (cli_wants_help(argc, argv)) {
+        fputs(migrate_usage, stdout);
+        return WARREN_EXIT_OK;
+    }
+    for (int i = 1; i < argc; i++) {
+        if ((r = opt_value(argc, argv, &i, "--config", "-c", &val)) != 0)
+            cfg_path = val;
+        else if ((r = opt_value(argc, argv, &i, "--database", NULL, &val)) != 0)
+            url = val;
+        else if ((r = opt_value(argc, argv, &i, "--sql-dir", NULL, &val)) != 0)
+            sql_dir = val;
+        else
+            return usage_error(argv[0], migrate_usage, "unknown argument", argv[i]);
+        if (r < 0)
+            return usage_error(argv[0], migrate_usage, "missing value for", argv[i]);
+    }
+    if (sql_dir == NULL)
+        sql_dir = getenv("WARREN_SQL_DIR");
+    if (sql_dir == NULL || sql_dir[0] == '\0')
+        sql_dir = WARREN_SQL_DIR;
+    if (url == NULL) {
+        const char *env = getenv("WARREN_DATABASE_URL");
+        const char *path = cli_config_path(cfg_path);
+        /* migrate needs only a URL: without a config file the environment will do.
+         */
+        if (cfg_path == NULL && env != NULL && env[0] != '\0' && access(path, F_OK) != 0) {
+            url = env;
+        } else {
+            cfg = cli_load_config(path);
+            if (cfg == NULL)
+                return WARREN_EXIT_USAGE;
+            url = cfg->database_url;
+        }
+    }
+    if (url == NULL || url[0] == '\0') {
+        fprintf(stderr,
+                "warren %s: no database URL: set database.url in the config, "
+                "WARREN_DATABASE_URL, or --database\n",
+                argv[0]);
+        warren_config_free(cfg);
+        return WARREN_EXIT_USAGE;
+    }
+    rc = warren_store_open(url, &lg, &st, &err);
+    if (rc == 0)
+        rc = warren_store_migrate(st, sql_dir, &applied, &err);
+    if (rc == 0) {
+        if (applied == 0)
+            printf("migrate: %s is up to date (%s)\n", warren_store_where(st), sql_dir);
+        else
+            printf("migrate: applied %d migration%s to %s (%s)\n", applied, applied == 1 ? "" : "s",
+                   warren_store_where(st), sql_dir);
+    }
+    warren_store_free(st);
+    warren_config_free(cfg);
+    return rc == 0 ? WARREN_EXIT_OK : fail(argv[0], &err, rc);
+}
+
+static void print_names(const char *label, char **names, size_t n, const char *suffix)
+{
+    for (size_t i = 0; i < n; i++)
+        printf("%-8s %s%s\n", label, names[i], suffix);
 }
 
 int cli_sync(int argc, char **argv)
 {
-    (void)argc;
-    fprintf(stderr, "warren %s: not built yet\n", argv[0]);
-    return WARREN_EXIT_FAIL;
+    const char *cfg_path = NULL, *val;
+    warren_config *cfg;
+    warren_store *st = NULL;
+    warren_sync_report rep = {0};
+    warren_logger lg = cli_logger();
+    warren_error err = {0};
+    int rc, r;
+
+    if (cli_wants_help(argc, argv)) {
+        fputs(sync_usage, stdout);
+        return WARREN_EXIT_OK;
+    }
+    for (int i = 1; i < argc; i++) {
+        if ((r = opt_value(argc, argv, &i, "--config", "-c", &val)) != 0)
+            cfg_path = val;
+        else
+            return usage_error(argv[0], sync_usage, "unknown argument", argv[i]);
+        if (r < 0)
+            return usage_error(argv[0], sync_usage, "missing value for", argv[i]);
+    }
+    cfg = cli_load_config(cli_config_path(cfg_path));
+    if (cfg == NULL)
+        return WARREN_EXIT_USAGE;
+    if (cfg->database_url == NULL || cfg->database_url[0] == '\0') {
+        fprintf(stderr,
+                "warren %s: no database URL: set database.url in %s or "
+                "WARREN_DATABASE_URL\n",
+                argv[0], cfg->path ? cfg->path : "the config");
+        warren_config_free(cfg);
+        return WARREN_EXIT_USAGE;
+    }
+    rc = warren_store_open(cfg->database_url, &lg, &st, &err);
+    if (rc == 0)
+        rc = warren_store_sync(st, cfg, &rep, &err);
+    if (rc == 0) {
+        size_t unchanged = cfg->njobs - rep.nadded - rep.nchanged;
+        print_names("added", rep.added, rep.nadded, "");
+        print_names("changed", rep.changed, rep.nchanged, "");
+        print_names("removed", rep.removed, rep.nremoved, " (paused; its runs are kept)");
+        printf("sync: %zu added, %zu changed, %zu removed, %zu unchanged (%s)\n", rep.nadded,
+               rep.nchanged, rep.nremoved, unchanged, warren_store_where(st));
+    }
+    warren_sync_report_free(&rep);
+    warren_store_free(st);
+    warren_config_free(cfg);
+    return rc == 0 ? WARREN_EXIT_OK : fail(argv[0], &err, rc);
 }
