@@ -18,16 +18,27 @@ typedef struct warren_store warren_store;
 #define WARREN_NOTIFY_CHANNEL "warren_jobs"
 
 /* Connects to url (libpq conninfo or URI) with a connect timeout (5 s unless
- * the URL sets one). *out is new; free with warren_store_free (NULL ok).
- * lg is borrowed and may be NULL. Errors: WARREN_EDBCONN with a message
- * naming host and port ("cannot connect to PostgreSQL at 127.0.0.1:5432:
- * connection refused; is the server running? set WARREN_DATABASE_URL"). */
+ * the URL sets connect_timeout), TCP keepalives (30 s idle, 3 probes 10 s
+ * apart) and tcp_user_timeout 60 s unless the URL sets any of those, and
+ * application_name "warren" unless set. The session runs with TimeZone UTC
+ * and DateStyle ISO. Server notices go to lg (debug; warnings at warn).
+ * *out is new; free with warren_store_free (NULL ok). lg is borrowed, may be
+ * NULL, and must outlive the store. Errors: WARREN_EINVAL for a malformed URL
+ * (the message never echoes a password); WARREN_EDBCONN with a message naming
+ * host and port and the fix ("cannot connect to PostgreSQL at 127.0.0.1:5432:
+ * Connection refused; is the server running? check database.url or
+ * WARREN_DATABASE_URL"; a missing database or bad password get their own
+ * fix). */
 int warren_store_open(const char *url, const warren_logger *lg, warren_store **out,
                       warren_error *err);
 void warren_store_free(warren_store *st);
 
-/* 1 if the connection is up. warren_store_reconnect re-establishes it
- * (re-LISTENing if listening); daemons call it with their own backoff. */
+/* 1 if the connection is up (as far as libpq knows: a dead server is noticed
+ * by the next call). warren_store_reconnect re-establishes it with the same
+ * parameters (re-LISTENing if listening; prepared statements of store_int.h
+ * are re-prepared on next use); it fails like warren_store_open with
+ * "cannot reconnect to PostgreSQL at HOST:PORT: ...". Daemons call it with
+ * their own backoff after a WARREN_EDBCONN; one-shot commands just fail. */
 int warren_store_connected(const warren_store *st);
 /* "HOST:PORT" of the server, for messages (borrowed, valid until the next
  * reconnect or warren_store_free). */
@@ -86,8 +97,13 @@ int warren_store_sync(warren_store *st, const warren_config *cfg, warren_sync_re
 /* PostgreSQL's clock: SELECT clock_timestamp(). Every due/late decision uses it. */
 int warren_store_now(warren_store *st, warren_us *now, warren_error *err);
 
-/* LISTEN on WARREN_NOTIFY_CHANNEL; then warren_store_wait_notify blocks up to
- * timeout_ms for a notification (*got = 1) or returns with *got = 0. */
+/* LISTEN on WARREN_NOTIFY_CHANNEL (re-issued by warren_store_reconnect); then
+ * warren_store_wait_notify blocks up to timeout_ms (< 0: no limit) for a
+ * notification and returns 0 with *got = 1 (all pending notifications are
+ * consumed: several NOTIFYs wake the caller once), or 0 with *got = 0 after
+ * the timeout or when a signal interrupted the wait (so a daemon's loop can
+ * look at its flags). Notifications that arrived during other queries on the
+ * same store count. Errors: WARREN_EDBCONN when the connection is lost. */
 int warren_store_listen(warren_store *st, warren_error *err);
 int warren_store_wait_notify(warren_store *st, int timeout_ms, int *got, warren_error *err);
 /* NOTIFY WARREN_NOTIFY_CHANNEL with payload (may be NULL). */
