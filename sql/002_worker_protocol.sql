@@ -346,6 +346,110 @@ COMMENT ON FUNCTION warren.complete(text, int, text, text) IS
     'Records the outcome (succeeded, retry, failed) of the caller''s attempt with its retry '
     'schedule or dead letter and events as outbox rows, in the caller''s transaction; false: stale token';
 
+-- ------------------------------------------------------------------ batch forms
+-- The same protocol for many runs in one call (the C worker claims and
+-- completes the messages it has in batches). Rows a set-based statement can
+-- settle are settled in one statement; everything else goes through
+-- warren.claim / warren.complete one by one, so there is one set of rules.
+
+CREATE OR REPLACE FUNCTION warren.claim_many(run_keys text[], worker text)
+RETURNS TABLE(run_key text, attempt int, job text, scheduled_at timestamptz, payload jsonb,
+              lease_seconds int)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    w text := claim_many.worker;
+    keys text[] := claim_many.run_keys;
+    done_ text[];
+BEGIN
+    IF w IS NULL OR w = '' THEN
+        RAISE EXCEPTION 'warren.claim_many: worker is required' USING ERRCODE = '22023';
+    END IF;
+    -- Fast path: fresh runs of jobs without an overlap check (keys sorted, so
+    -- concurrent batches lock rows in one order).
+    RETURN QUERY
+    WITH c AS (
+        UPDATE warren.runs rr
+           SET state = 'running', attempt = rr.attempt + 1, lease_owner = w,
+               lease_until = now() + make_interval(secs => jb.lease_ms / 1000.0),
+               started_at = now()
+          FROM warren.jobs jb
+         WHERE rr.run_key = ANY (ARRAY(SELECT DISTINCT x FROM unnest(keys) x ORDER BY x))
+           AND jb.name = rr.job AND jb.overlap = 'allow'
+           AND (rr.state IN ('planned', 'published')
+                OR (rr.state = 'retrying' AND rr.due_at <= now() + interval '1 second'))
+        RETURNING rr.run_key, rr.attempt, rr.job, rr.scheduled_at,
+                  coalesce(rr.payload, jb.payload) AS payload,
+                  greatest(1, ceil(jb.lease_ms / 1000.0))::int AS lease_seconds
+    ), a AS (
+        INSERT INTO warren.attempts (run_key, attempt, worker, started_at)
+        SELECT c.run_key, c.attempt, w, now() FROM c
+        ON CONFLICT ON CONSTRAINT attempts_pkey DO UPDATE
+            SET worker = EXCLUDED.worker, started_at = EXCLUDED.started_at,
+                finished_at = NULL, outcome = NULL, error = NULL
+    )
+    SELECT c.run_key, c.attempt, c.job, c.scheduled_at, c.payload, c.lease_seconds FROM c;
+    -- What this transaction claimed above (started_at = now(): this transaction).
+    SELECT array_agg(rr.run_key) INTO done_ FROM warren.runs rr
+     WHERE rr.run_key = ANY (keys) AND rr.state = 'running' AND rr.lease_owner = w
+       AND rr.started_at = now();
+    -- The rest, by the full rules.
+    RETURN QUERY
+    SELECT t.k, cl.attempt, cl.job, cl.scheduled_at, cl.payload, cl.lease_seconds
+      FROM (SELECT DISTINCT x AS k FROM unnest(keys) x
+             WHERE done_ IS NULL OR NOT (x = ANY (done_)) ORDER BY 1) t
+     CROSS JOIN LATERAL warren.claim(t.k, w) cl;
+END
+$fn$;
+COMMENT ON FUNCTION warren.claim_many(text[], text) IS
+    'warren.claim for many run keys: one row per claimed run (run_key first); the others gave no row';
+
+CREATE OR REPLACE FUNCTION warren.complete_many(run_keys text[], attempts int[])
+RETURNS TABLE(run_key text, recorded boolean)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+BEGIN
+    IF coalesce(array_length(complete_many.run_keys, 1), 0)
+       <> coalesce(array_length(complete_many.attempts, 1), 0) THEN
+        RAISE EXCEPTION 'warren.complete_many: run_keys and attempts differ in length'
+            USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY
+    WITH t AS (
+        SELECT * FROM unnest(complete_many.run_keys, complete_many.attempts) AS t(k, a)
+    ), u AS (
+        UPDATE warren.runs rr
+           SET state = 'succeeded', finished_at = now(), lease_until = NULL
+          FROM t
+         WHERE rr.run_key = t.k AND rr.attempt = t.a AND rr.state = 'running'
+        RETURNING rr.*
+    ), at AS (
+        UPDATE warren.attempts x SET finished_at = now(), outcome = 'succeeded', error = NULL
+          FROM u WHERE x.run_key = u.run_key AND x.attempt = u.attempt
+    ), ev AS (
+        INSERT INTO warren.outbox (exchange, routing_key, message_id, type, headers, body)
+        SELECT 'warren.events', 'run.succeeded.' || u.job, u.run_key, u.job,
+               jsonb_build_object('x-warren-job', u.job,
+                                  'x-warren-scheduled-at', warren.wp_utc(u.scheduled_at),
+                                  'x-warren-attempt', u.attempt::text,
+                                  'x-warren-event', 'succeeded',
+                                  'x-warren-state', 'succeeded'),
+               jsonb_strip_nulls(jsonb_build_object(
+                   'event', 'succeeded', 'run_key', u.run_key, 'job', u.job,
+                   'scheduled_at', warren.wp_utc(u.scheduled_at),
+                   'due_at', warren.wp_utc_ms(u.due_at),
+                   'attempt', u.attempt, 'state', 'succeeded', 'worker', u.lease_owner,
+                   'at', warren.wp_utc_ms(clock_timestamp())))
+          FROM u ORDER BY u.run_key
+    )
+    SELECT t.k, EXISTS (SELECT 1 FROM u WHERE u.run_key = t.k) FROM t;
+END
+$fn$;
+COMMENT ON FUNCTION warren.complete_many(text[], int[]) IS
+    'warren.complete(key, attempt, ''succeeded'') for many runs in one statement; recorded per key';
+
 -- ------------------------------------------------------------------ reaper
 
 CREATE OR REPLACE FUNCTION warren.reap_expired_leases(max int)
@@ -419,7 +523,7 @@ BEGIN
 END
 $$;
 COMMENT ON ROLE warren_worker IS
-    'May execute warren.claim, warren.heartbeat and warren.complete only; grant it to worker logins';
+    'May execute warren.claim, warren.heartbeat and warren.complete (and their batch forms) only; grant it to worker logins';
 
 REVOKE ALL ON FUNCTION warren.wp_utc(timestamptz), warren.wp_utc_ms(timestamptz),
     warren.wp_backoff_ms(bigint, bigint, int), warren.wp_note(text, text),
@@ -428,10 +532,12 @@ REVOKE ALL ON FUNCTION warren.wp_utc(timestamptz), warren.wp_utc_ms(timestamptz)
     warren.wp_after_failure(text, text, text, text, text),
     warren.claim(text, text), warren.heartbeat(text, int),
     warren.complete(text, int, text, text), warren.reap_expired_leases(int),
-    warren.replay(text, text) FROM PUBLIC;
+    warren.replay(text, text), warren.claim_many(text[], text),
+    warren.complete_many(text[], int[]) FROM PUBLIC;
 GRANT USAGE ON SCHEMA warren TO warren_worker;
 GRANT EXECUTE ON FUNCTION warren.claim(text, text), warren.heartbeat(text, int),
-    warren.complete(text, int, text, text) TO warren_worker;
+    warren.complete(text, int, text, text), warren.claim_many(text[], text),
+    warren.complete_many(text[], int[]) TO warren_worker;
 
 INSERT INTO warren.schema_migrations (version, name) VALUES (2, '002_worker_protocol')
 ON CONFLICT (version) DO NOTHING;

@@ -15,10 +15,10 @@
 #define OID_TIMESTAMPTZ 1184
 #define OID_JSONB 3802
 
+/* warren.claim_many: claimed rows come back keyed by run key. */
 #define SQL_CLAIM_BATCH                                                                            \
-    "SELECT t.i, c.attempt, c.job, c.scheduled_at, c.payload, c.lease_seconds "                    \
-    "FROM unnest($1::text[]) WITH ORDINALITY AS t(k, i) "                                          \
-    "LEFT JOIN LATERAL warren.claim(t.k, $2::text) c ON true"
+    "SELECT run_key, attempt, job, scheduled_at, payload, lease_seconds "                          \
+    "FROM warren.claim_many($1::text[], $2::text)"
 
 #define SQL_HEARTBEAT_BATCH                                                                        \
     "SELECT t.i, warren.heartbeat(t.k, t.a) "                                                      \
@@ -28,6 +28,9 @@
     "SELECT t.i, warren.complete(t.k, t.a, t.o, t.e) "                                             \
     "FROM unnest($1::text[], $2::int[], $3::text[], $4::text[]) WITH ORDINALITY AS t(k, a, o, e, " \
     "i)"
+
+#define SQL_COMPLETE_MANY                                                                          \
+    "SELECT run_key, recorded FROM warren.complete_many($1::text[], $2::int[])"
 
 #define SQL_COMPLETE_ONE "SELECT warren.complete($1::text, $2::int, 'succeeded')"
 
@@ -168,29 +171,31 @@ int warren_store_claim_batch(warren_store *st, const char *const *keys, size_t n
     free(arr.p);
     if (rc != 0)
         return rc;
-    for (int r = 0; r < PQntuples(res); r++) {
-        long i = row_index(res, r, n);
-        const char *job, *payload;
-        if (i < 0 || PQgetisnull(res, r, 1))
-            continue;
-        warren_claim *c = &out[i];
-        job = warren__store_get_text(res, r, 2);
-        payload = warren__store_get_text(res, r, 4);
-        if (warren__store_get_int(res, r, 1, &c->attempt) != 0 ||
-            warren__store_get_us(res, r, 3, &c->scheduled_at) != 0 ||
-            warren__store_get_int(res, r, 5, &c->lease_seconds) != 0 || job == NULL ||
-            strlen(job) > WARREN_JOB_NAME_MAX) {
-            rc = warren_error_set(err, WARREN_EDB, "claim %s: unexpected row from warren.claim",
-                                  keys[i]);
-            break;
+    for (int r = 0; r < PQntuples(res) && rc == 0; r++) {
+        const char *key = warren__store_get_text(res, r, 0);
+        const char *job = warren__store_get_text(res, r, 2);
+        const char *payload = warren__store_get_text(res, r, 4);
+        for (size_t i = 0; i < n; i++) {
+            warren_claim *c = &out[i];
+            if (key == NULL || c->claimed || strcmp(keys[i], key) != 0)
+                continue;
+            if (warren__store_get_int(res, r, 1, &c->attempt) != 0 ||
+                warren__store_get_us(res, r, 3, &c->scheduled_at) != 0 ||
+                warren__store_get_int(res, r, 5, &c->lease_seconds) != 0 || job == NULL ||
+                strlen(job) > WARREN_JOB_NAME_MAX) {
+                rc = warren_error_set(err, WARREN_EDB,
+                                      "claim %s: unexpected row from warren.claim_many", key);
+                break;
+            }
+            snprintf(c->job, sizeof(c->job), "%s", job);
+            c->payload_json = strdup(payload ? payload : "{}");
+            if (c->payload_json == NULL) {
+                rc = warren_error_set(err, WARREN_ENOMEM, "out of memory");
+                break;
+            }
+            c->claimed = 1;
+            break; /* a key twice in the batch: only its first entry gets the claim */
         }
-        snprintf(c->job, sizeof(c->job), "%s", job);
-        c->payload_json = strdup(payload ? payload : "{}");
-        if (c->payload_json == NULL) {
-            rc = warren_error_set(err, WARREN_ENOMEM, "out of memory");
-            break;
-        }
-        c->claimed = 1;
     }
     PQclear(res);
     if (rc != 0)
@@ -258,11 +263,53 @@ int warren_store_heartbeat(warren_store *st, const char *run_key, int attempt, i
 
 /* ------------------------------------------------------------ complete */
 
+/* Successful completions in one statement (warren.complete_many). */
+static int complete_succeeded(warren_store *st, const warren_completion *c, const size_t *idx,
+                              size_t m, int *recorded, warren_error *err)
+{
+    sbuf ka = {0}, aa = {0};
+    PGresult *res = NULL;
+    int rc;
+
+    sb_str(&ka, "{");
+    sb_str(&aa, "{");
+    for (size_t j = 0; j < m; j++) {
+        sb_elem(&ka, c[idx[j]].run_key, j == 0);
+        sb_int(&aa, c[idx[j]].attempt, j == 0);
+    }
+    sb_str(&ka, "}");
+    sb_str(&aa, "}");
+    if (sb_done(&ka, err) != 0 || sb_done(&aa, err) != 0) {
+        free(ka.p);
+        free(aa.p);
+        return WARREN_ENOMEM;
+    }
+    const char *params[2] = {ka.p, aa.p};
+    rc = warren__store_exec_prepared(st, "work_complete_many", SQL_COMPLETE_MANY, 2, params, &res,
+                                     m == 1 ? "complete run" : "complete runs", err);
+    free(ka.p);
+    free(aa.p);
+    if (rc != 0)
+        return rc;
+    for (int r = 0; r < PQntuples(res); r++) {
+        const char *key = warren__store_get_text(res, r, 0);
+        int b = 0;
+        if (key == NULL || warren__store_get_bool(res, r, 1, &b) != 0)
+            continue;
+        for (size_t j = 0; j < m; j++)
+            if (strcmp(c[idx[j]].run_key, key) == 0)
+                recorded[idx[j]] = b;
+    }
+    PQclear(res);
+    return 0;
+}
+
 int warren_store_complete_batch(warren_store *st, const warren_completion *c, size_t n,
                                 int *recorded, warren_error *err)
 {
     sbuf ka = {0}, aa = {0}, oa = {0}, ea = {0};
     PGresult *res = NULL;
+    size_t *idx = NULL, m = 0, others = 0;
     int rc;
 
     if (st == NULL || (n > 0 && (c == NULL || recorded == NULL)))
@@ -271,15 +318,35 @@ int warren_store_complete_batch(warren_store *st, const warren_completion *c, si
         recorded[i] = 0;
     if (n == 0)
         return 0;
+    /* Successes (the common case) go through the set-based statement, the
+     * rest (retry, failed: backoff, dead letters) through warren.complete. */
+    if ((idx = malloc(n * sizeof(*idx))) == NULL)
+        return warren_error_set(err, WARREN_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        if (c[i].outcome != NULL && strcmp(c[i].outcome, "succeeded") == 0 && c[i].error == NULL)
+            idx[m++] = i;
+        else
+            others++;
+    }
+    if (m > 0 && (rc = complete_succeeded(st, c, idx, m, recorded, err)) != 0) {
+        free(idx);
+        return rc;
+    }
+    free(idx);
+    if (others == 0)
+        return 0;
     sb_str(&ka, "{");
     sb_str(&aa, "{");
     sb_str(&oa, "{");
     sb_str(&ea, "{");
-    for (size_t i = 0; i < n; i++) {
-        sb_elem(&ka, c[i].run_key, i == 0);
-        sb_int(&aa, c[i].attempt, i == 0);
-        sb_elem(&oa, c[i].outcome, i == 0);
-        sb_elem(&ea, c[i].error, i == 0);
+    for (size_t i = 0, k = 0; i < n; i++) {
+        if (c[i].outcome != NULL && strcmp(c[i].outcome, "succeeded") == 0 && c[i].error == NULL)
+            continue;
+        sb_elem(&ka, c[i].run_key, k == 0);
+        sb_int(&aa, c[i].attempt, k == 0);
+        sb_elem(&oa, c[i].outcome, k == 0);
+        sb_elem(&ea, c[i].error, k == 0);
+        k++;
     }
     sb_str(&ka, "}");
     sb_str(&aa, "}");
@@ -295,7 +362,7 @@ int warren_store_complete_batch(warren_store *st, const warren_completion *c, si
     }
     const char *params[4] = {ka.p, aa.p, oa.p, ea.p};
     rc = warren__store_exec_prepared(st, "work_complete_batch", SQL_COMPLETE_BATCH, 4, params, &res,
-                                     n == 1 ? "complete run" : "complete runs", err);
+                                     others == 1 ? "complete run" : "complete runs", err);
     free(ka.p);
     free(aa.p);
     free(oa.p);
@@ -303,10 +370,20 @@ int warren_store_complete_batch(warren_store *st, const warren_completion *c, si
     if (rc != 0)
         return rc;
     for (int r = 0; r < PQntuples(res); r++) {
-        long i = row_index(res, r, n);
+        long k = row_index(res, r, others);
         int b = 0;
-        if (i >= 0 && warren__store_get_bool(res, r, 1, &b) == 0)
-            recorded[i] = b;
+        if (k < 0 || warren__store_get_bool(res, r, 1, &b) != 0)
+            continue;
+        /* the k-th non-success */
+        for (size_t i = 0, seen = 0; i < n; i++) {
+            if (c[i].outcome != NULL && strcmp(c[i].outcome, "succeeded") == 0 &&
+                c[i].error == NULL)
+                continue;
+            if ((long)seen++ == k) {
+                recorded[i] = b;
+                break;
+            }
+        }
     }
     PQclear(res);
     return 0;

@@ -511,6 +511,48 @@ START_TEST(test_overlap_skip_holds_under_concurrent_claims)
 }
 END_TEST
 
+/* ------------------------------------------------------------ batch forms */
+
+START_TEST(test_claim_many_claims_fresh_runs_and_applies_the_rules_to_the_rest)
+{
+    char *url = setup("skip", 5, 1000, 60000, 30000);
+    add_run2(url);
+    ck_assert_int_eq(qn(url, "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, "
+                             "overlap) VALUES ('j2', 'every', '60s', 'q1', 'allow');"
+                             "INSERT INTO warren.runs (job, scheduled_at, due_at) SELECT 'j2', "
+                             "'2026-01-01'::timestamptz + make_interval(secs => g), now() "
+                             "FROM generate_series(1, 3) g"),
+                     3);
+    /* j2 (allow) takes the set-based path, j1 (skip) the full rules: RK claimed, RK2 skipped. */
+    ck_q(url,
+         "j1@2026-01-01T00:00:00Z:1,j2@2026-01-01T00:00:01Z:1,j2@2026-01-01T00:00:02Z:1,"
+         "j2@2026-01-01T00:00:03Z:1",
+         "SELECT string_agg(run_key || ':' || attempt, ',' ORDER BY run_key) FROM "
+         "warren.claim_many(ARRAY['j2@2026-01-01T00:00:03Z', '" RK "', '" RK2 "', "
+         "'j2@2026-01-01T00:00:01Z', 'j2@2026-01-01T00:00:02Z', 'nosuch@2026-01-01T00:00:00Z', "
+         "'j2@2026-01-01T00:00:01Z'], 'w1')");
+    ck_q(url, "skipped", "SELECT state FROM warren.runs WHERE run_key = '" RK2 "'");
+    ck_q(url, "4", "SELECT count(*) FROM warren.attempts WHERE worker = 'w1'");
+    /* Again: all held now, nothing comes back. */
+    ck_q(url, "0",
+         "SELECT count(*) FROM warren.claim_many(ARRAY['" RK "', "
+         "'j2@2026-01-01T00:00:01Z'], 'w2')");
+    /* complete_many records current tokens and rejects stale ones. */
+    ck_q(url,
+         "j2@2026-01-01T00:00:01Z:true,j2@2026-01-01T00:00:02Z:false,nosuch@2026-01-01T00:00:00Z:"
+         "false",
+         "SELECT string_agg(run_key || ':' || recorded, ',' ORDER BY run_key) FROM "
+         "warren.complete_many(ARRAY['j2@2026-01-01T00:00:01Z', 'j2@2026-01-01T00:00:02Z', "
+         "'nosuch@2026-01-01T00:00:00Z'], ARRAY[1, 7, 1])");
+    ck_q(url, "succeeded|succeeded|1",
+         "SELECT r.state || '|' || a.outcome || '|' || (SELECT count(*) FROM warren.outbox WHERE "
+         "routing_key = 'run.succeeded.j2') FROM warren.runs r JOIN warren.attempts a USING "
+         "(run_key) WHERE r.run_key = 'j2@2026-01-01T00:00:01Z'");
+    ck_q(url, "running", "SELECT state FROM warren.runs WHERE run_key = 'j2@2026-01-01T00:00:02Z'");
+    free(url);
+}
+END_TEST
+
 /* ------------------------------------------------------------ role, migration */
 
 START_TEST(test_worker_role_executes_the_protocol_but_cannot_touch_tables)
@@ -519,6 +561,8 @@ START_TEST(test_worker_role_executes_the_protocol_but_cannot_touch_tables)
     ck_q(url, "1", "SET ROLE warren_worker; SELECT attempt FROM warren.claim('" RK "', 'w1')");
     ck_q(url, "t", "SET ROLE warren_worker; SELECT warren.heartbeat('" RK "', 1)");
     ck_q(url, "t", "SET ROLE warren_worker; SELECT warren.complete('" RK "', 1, 'succeeded')");
+    ck_q(url, "0",
+         "SET ROLE warren_worker; SELECT count(*) FROM warren.claim_many(ARRAY['" RK "'], 'w2')");
     ck_assert_int_eq(qn(url, "SET ROLE warren_worker; SELECT * FROM warren.runs"), -1);
     ck_assert_int_eq(qn(url, "SET ROLE warren_worker; SELECT * FROM warren.jobs"), -1);
     ck_assert_int_eq(qn(url, "SET ROLE warren_worker; SELECT * FROM warren.outbox"), -1);
@@ -598,6 +642,10 @@ static Suite *protocol_suite(void)
     tcase_add_test(tc, test_overlap_queue_holds_the_newer_run_until_the_older_finishes);
     tcase_add_test(tc, test_overlap_cancel_previous_revokes_the_older_lease);
     tcase_add_test(tc, test_overlap_skip_holds_under_concurrent_claims);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("batch");
+    tcase_add_test(tc, test_claim_many_claims_fresh_runs_and_applies_the_rules_to_the_rest);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("security");

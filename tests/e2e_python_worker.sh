@@ -82,21 +82,6 @@ for _ in $(seq 1 100); do
 done
 [ "$left" = 0 ] || { tail -20 "$WORK/worker.log"; q "SELECT run_key, state, attempt FROM warren.runs ORDER BY 1" >&2; fail "$left run(s) did not finish"; }
 
-succeeded=$(q "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'")
-[ "$succeeded" -ge 4 ] || fail "only $succeeded run(s) succeeded in 8 s"
-# Exactly one effect per succeeded run, none for anything else, all from attempt 2.
-mismatch=$(q "SELECT count(*) FROM warren.runs r FULL JOIN py_effects e USING (run_key)
-              WHERE (r.state = 'succeeded') IS DISTINCT FROM (e.run_key IS NOT NULL)")
-[ "$mismatch" = 0 ] || fail "$mismatch run(s) without exactly one effect"
-effects=$(q "SELECT count(*) FROM py_effects")
-[ "$effects" = "$succeeded" ] || fail "$effects effects for $succeeded runs"
-bad=$(q "SELECT count(*) FROM py_effects WHERE attempt <> 2 OR payload->>'lang' <> 'python'")
-[ "$bad" = 0 ] || fail "$bad effect(s) not from attempt 2 with the job's payload"
-hist=$(q "SELECT count(*) FROM warren.runs r WHERE r.state = 'succeeded' AND
-          (SELECT string_agg(outcome, ',' ORDER BY attempt) FROM warren.attempts a
-            WHERE a.run_key = r.run_key) IS DISTINCT FROM 'retry,succeeded'")
-[ "$hist" = 0 ] || fail "$hist run(s) without the history retry,succeeded"
-
 # A malformed message: rejected without requeue, it dead-letters to warren.dead.
 "$PY" - "$AMQP" <<'EOF' || fail "malformed message did not reach warren.dead"
 import sys, time, pika
@@ -116,6 +101,25 @@ EOF
 
 kill -TERM "$WORKER"
 wait "$WORKER" || fail "the Python worker did not exit 0 on SIGTERM"
+kill -TERM "${PIDS[0]}"
+wait "${PIDS[0]}" || true
+PIDS=()
+
+succeeded=$(q "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'")
+[ "$succeeded" -ge 4 ] || fail "only $succeeded run(s) succeeded in 8 s"
+# Exactly one effect per succeeded run, none for anything else, all from attempt 2.
+mismatch=$(q "SELECT count(*) FROM warren.runs r FULL JOIN py_effects e USING (run_key)
+              WHERE (r.state = 'succeeded') IS DISTINCT FROM (e.run_key IS NOT NULL)")
+[ "$mismatch" = 0 ] || fail "$mismatch run(s) without exactly one effect"
+effects=$(q "SELECT count(*) FROM py_effects")
+[ "$effects" = "$succeeded" ] || fail "$effects effects for $succeeded runs"
+bad=$(q "SELECT count(*) FROM py_effects WHERE attempt <> 2 OR payload->>'lang' <> 'python'")
+[ "$bad" = 0 ] || fail "$bad effect(s) not from attempt 2 with the job's payload"
+hist=$(q "SELECT count(*) FROM warren.runs r WHERE r.state = 'succeeded' AND
+          (SELECT string_agg(outcome, ',' ORDER BY attempt) FROM warren.attempts a
+            WHERE a.run_key = r.run_key) IS DISTINCT FROM 'retry,succeeded'")
+[ "$hist" = 0 ] || fail "$hist run(s) without the history retry,succeeded"
+
 grep -q "rejecting malformed message" "$WORK/worker.log" || fail "worker did not log the rejection"
 echo "e2e_python_worker: $succeeded runs, each with one effect (attempt 2 after a retry); malformed message dead-lettered"
 echo "1 passed, 0 failed"
