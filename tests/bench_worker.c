@@ -6,7 +6,8 @@
  *   steady: R runs/s (default 200) with ms-distinct due times for S seconds
  *           (default 30) -> start lateness percentiles.
  * Start lateness = runs.started_at (the claim, database clock) - runs.due_at.
- * Each line carries the workers' peak RSS and /proc/loadavg.
+ * Each line carries the workers' peak RSS and /proc/loadavg. Runs are tagged
+ * through their payload ({"bench": "burst"}), which the reconciler leaves alone.
  *
  *   eval "$(tests/servers.sh start)"
  *   build/tests/bench_worker [--burst N] [--rate R] [--seconds S] [--concurrency C]
@@ -99,10 +100,11 @@ static char *sql1(const char *db, const char *fmt, ...)
 
 static long count_state(const char *db, const char *tag, const char *state)
 {
-    char *v = sql1(db,
-                   "SELECT count(*) FROM warren.runs WHERE origin = 'backfill' AND note = '%s' "
-                   "AND state = '%s'",
-                   tag, state);
+    char *v = sql1(
+        db,
+        "SELECT count(*) FROM warren.runs WHERE origin = 'backfill' AND payload->>'bench' = '%s' "
+        "AND state = '%s'",
+        tag, state);
     long n = v ? atol(v) : -1;
     free(v);
     return n;
@@ -136,7 +138,8 @@ static void report(const char *db, const char *bench, const char *tag, long n, p
              " round((count(*) / greatest(extract(epoch FROM max(finished_at) - min(started_at)), "
              "0.001))::numeric, 0), count(*)) "
              "FROM (SELECT extract(epoch FROM started_at - due_at) * 1000 AS l, started_at, "
-             "finished_at, due_at FROM warren.runs WHERE note = '%s' AND state = 'succeeded') s",
+             "finished_at, due_at FROM warren.runs WHERE payload->>'bench' = '%s' AND state = "
+             "'succeeded') s",
              tag);
     loadavg(la, sizeof(la));
     printf("{\"bench\":\"%s\",\"runs\":%ld,\"workers\":%d,\"concurrency\":%d,%s", bench, n, nw,
@@ -251,12 +254,13 @@ int main(int argc, char **argv)
 
     /* Burst: every run due at the same instant, 20 s ahead (the relay has time
      * to put them all into that second's delay queue). Runs are tagged through
-     * their note; scheduled_at values are distinct fake seconds. */
+     * their payload; scheduled_at values are distinct fake seconds. */
     if (burst > 0) {
         char *v = sql1(db,
-                       "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, note) "
+                       "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, payload) "
                        "SELECT 'bench', date_trunc('second', now()) - make_interval(secs => g), "
-                       "date_trunc('second', now()) + interval '20 seconds', 'backfill', 'burst' "
+                       "date_trunc('second', now()) + interval '20 seconds', 'backfill', "
+                       "'{\"bench\": \"burst\"}' "
                        "FROM generate_series(1, %ld) g; NOTIFY warren_jobs; SELECT 1",
                        burst);
         free(v);
@@ -267,10 +271,10 @@ int main(int argc, char **argv)
     if (rate > 0 && seconds > 0) {
         long n = (long)rate * seconds;
         char *v = sql1(db,
-                       "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, note) "
+                       "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, payload) "
                        "SELECT 'bench', date_trunc('second', now()) - interval '1 day' - "
                        "make_interval(secs => g), now() + interval '5 seconds' + "
-                       "make_interval(secs => g / %d.0), 'backfill', 'steady' "
+                       "make_interval(secs => g / %d.0), 'backfill', '{\"bench\": \"steady\"}' "
                        "FROM generate_series(1, %ld) g; NOTIFY warren_jobs; SELECT 1",
                        rate, n);
         free(v);
