@@ -1244,11 +1244,16 @@ static const char SYNC_STAGE_SQL[] =
     "  name text PRIMARY KEY, schedule_kind text, expression text, timezone text, queue text,"
     "  payload jsonb, handler jsonb, misfire text, max_catch_up int, overlap text,"
     "  retry_max_attempts int, retry_base_ms bigint, retry_cap_ms bigint, lease_ms bigint,"
-    "  timeout_ms bigint, jitter_ms bigint, paused boolean, partition int, config_hash text"
+    "  timeout_ms bigint, jitter_ms bigint, paused boolean, partition int, config_hash text,"
+    "  existed boolean NOT NULL DEFAULT false, old_paused boolean, old_removed boolean,"
+    "  old_kind text, old_expr text, old_tz text, old_hash text,"
+    "  resched boolean NOT NULL DEFAULT false"
     ") ON COMMIT DROP";
 
 static const char SYNC_LOAD_SQL[] =
-    "INSERT INTO warren_sync_cfg"
+    "INSERT INTO warren_sync_cfg (name, schedule_kind, expression, timezone, queue, payload,"
+    "    handler, misfire, max_catch_up, overlap, retry_max_attempts, retry_base_ms,"
+    "    retry_cap_ms, lease_ms, timeout_ms, jitter_ms, paused, partition, config_hash)"
     "  SELECT r.*, md5((e - 'partition')::text)"
     "  FROM jsonb_array_elements($1::jsonb) AS e,"
     "       jsonb_to_record(e) AS r(name text, schedule_kind text, expression text,"
@@ -1256,6 +1261,16 @@ static const char SYNC_LOAD_SQL[] =
     "         max_catch_up int, overlap text, retry_max_attempts int, retry_base_ms bigint,"
     "         retry_cap_ms bigint, lease_ms bigint, timeout_ms bigint, jitter_ms bigint,"
     "         paused boolean, partition int)";
+
+/* What each job was before this sync (one snapshot, taken under the sync
+ * lock): decides what happens to its not-yet-run runs below. */
+static const char SYNC_SNAPSHOT_SQL[] =
+    "UPDATE warren_sync_cfg c SET existed = true, old_paused = j.paused,"
+    "  old_removed = j.removed, old_kind = j.schedule_kind, old_expr = j.expression,"
+    "  old_tz = j.timezone, old_hash = j.config_hash,"
+    "  resched = (j.schedule_kind, j.expression, j.timezone)"
+    "            IS DISTINCT FROM (c.schedule_kind, c.expression, c.timezone)"
+    " FROM warren.jobs j WHERE j.name = c.name";
 
 /* The upsert. A row is written only when its hash differs, it was removed,
  * or its partition moved (unchanged rows are filtered before the INSERT,
@@ -1265,10 +1280,7 @@ static const char SYNC_LOAD_SQL[] =
  * (next_fire_at NULL = from now). `old` sees the rows as they were before
  * the INSERT (one snapshot for the whole statement). */
 static const char SYNC_UPSERT_SQL[] =
-    "WITH old AS ("
-    "  SELECT j.name, j.config_hash, j.removed FROM warren.jobs j"
-    "  JOIN warren_sync_cfg USING (name)"
-    "), up AS ("
+    "WITH up AS ("
     "  INSERT INTO warren.jobs AS j (name, schedule_kind, expression, timezone, queue, payload,"
     "    handler, misfire, max_catch_up, overlap, retry_max_attempts, retry_base_ms,"
     "    retry_cap_ms, lease_ms, timeout_ms, jitter_ms, paused, paused_at, partition,"
@@ -1310,19 +1322,86 @@ static const char SYNC_UPSERT_SQL[] =
     "  RETURNING j.name"
     ")"
     "SELECT up.name,"
-    "  CASE WHEN old.name IS NULL OR old.removed THEN 'added'"
-    "       WHEN old.config_hash IS DISTINCT FROM c.config_hash THEN 'changed'"
+    "  CASE WHEN NOT c.existed OR c.old_removed THEN 'added'"
+    "       WHEN c.old_hash IS DISTINCT FROM c.config_hash THEN 'changed'"
     "       ELSE 'moved' END AS what"
-    " FROM up JOIN warren_sync_cfg c USING (name) LEFT JOIN old USING (name)"
+    " FROM up JOIN warren_sync_cfg c USING (name)"
     " ORDER BY up.name";
 
-/* Jobs no longer in the config: paused and marked, never deleted. */
+/* Runs the planner already materialised (up to its horizon ahead) follow the
+ * job, with the same rules and notes as `warren pause` / `warren resume`
+ * (store_plan.c): only scheduled runs (origin schedule or misfire) never
+ * claimed (attempt 0) are touched; triggered and backfilled runs, and
+ * anything started, stay. A published message whose run was deleted or
+ * cancelled finds nothing to claim and is dropped by the worker.
+ *
+ * Schedule changed, or job restored: its future unclaimed runs (planned,
+ * published, or cancelled by a pause) belonged to the old definition and are
+ * deleted, so the planner, starting again from now, can plan the new fire
+ * times under the same keys. */
+static const char SYNC_RUNS_REPLAN_SQL[] =
+    "DELETE FROM warren.runs r USING warren_sync_cfg c"
+    " WHERE r.job = c.name AND c.existed AND (c.resched OR c.old_removed)"
+    "   AND r.origin IN ('schedule', 'misfire') AND r.attempt = 0 AND r.due_at > now()"
+    "   AND (r.state IN ('planned', 'published')"
+    "        OR (r.state = 'cancelled' AND r.note LIKE '%cancelled: job paused at %'))";
+
+/* Unpaused by the config (as `warren resume`): the runs the pause cancelled
+ * are deleted and the cursor moves back to the first of them, so the planner
+ * plans them again under the job's misfire policy. */
+static const char SYNC_RUNS_RESUME_SQL[] =
+    "WITH c AS ("
+    "  SELECT c.name FROM warren_sync_cfg c JOIN warren.jobs j USING (name)"
+    "  WHERE c.existed AND NOT c.old_removed AND NOT c.resched AND c.old_paused AND NOT j.paused"
+    "), d AS ("
+    "  DELETE FROM warren.runs r USING c"
+    "  WHERE r.job = c.name AND r.state = 'cancelled' AND r.origin IN ('schedule', 'misfire')"
+    "    AND r.attempt = 0 AND r.note LIKE '%cancelled: job paused at %'"
+    "  RETURNING r.job, r.scheduled_at"
+    ")"
+    "UPDATE warren.jobs j SET next_fire_at = LEAST(j.next_fire_at, m.first)"
+    " FROM (SELECT job, min(scheduled_at) AS first FROM d GROUP BY job) m"
+    " WHERE j.name = m.job";
+
+/* The note line the pause writes; `warren resume` looks for it. */
+#define PAUSE_NOTE(why)                                                                            \
+    "'cancelled: job paused at ' ||"                                                               \
+    " to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') || ' (" why ")'"
+#define APPEND_NOTE(line)                                                                          \
+    "CASE WHEN r.note IS NULL OR r.note = '' THEN " line " ELSE r.note || E'\\n' || " line " END"
+
+/* Paused by the config (as `warren pause`): future unclaimed runs cancelled. */
+static const char SYNC_RUNS_PAUSE_SQL[] =
+    "UPDATE warren.runs r SET state = 'cancelled', finished_at = now(),"
+    "  note = " APPEND_NOTE(PAUSE_NOTE(
+        "paused in the config; warren sync")) ""
+                                              " FROM warren_sync_cfg c JOIN warren.jobs j USING "
+                                              "(name)"
+                                              " WHERE r.job = c.name AND c.existed AND NOT "
+                                              "c.old_paused AND NOT c.old_removed AND j.paused"
+                                              "   AND r.origin IN ('schedule', 'misfire') AND "
+                                              "r.state IN ('planned', 'published')"
+                                              "   AND r.due_at > now()";
+
+/* Jobs no longer in the config: paused and marked, never deleted; their
+ * future unclaimed runs cancelled as by a pause. */
 static const char SYNC_REMOVE_SQL[] =
-    "UPDATE warren.jobs j SET removed = true, paused = true,"
-    "  paused_at = CASE WHEN j.paused THEN j.paused_at ELSE now() END, updated_at = now()"
-    " WHERE NOT j.removed"
-    "   AND NOT EXISTS (SELECT 1 FROM warren_sync_cfg c WHERE c.name = j.name)"
-    " RETURNING j.name";
+    "WITH rm AS ("
+    "  UPDATE warren.jobs j SET removed = true, paused = true,"
+    "    paused_at = CASE WHEN j.paused THEN j.paused_at ELSE now() END, updated_at = now()"
+    "  WHERE NOT j.removed"
+    "    AND NOT EXISTS (SELECT 1 FROM warren_sync_cfg c WHERE c.name = j.name)"
+    "  RETURNING j.name"
+    "), cancelled AS ("
+    "  UPDATE warren.runs r SET state = 'cancelled', finished_at = now(),"
+    "    note = " APPEND_NOTE(PAUSE_NOTE(
+        "removed from the config; warren sync")) ""
+                                                 "  FROM rm WHERE r.job = rm.name"
+                                                 "    AND r.origin IN ('schedule', 'misfire') AND "
+                                                 "r.state IN ('planned', 'published')"
+                                                 "    AND r.due_at > now()"
+                                                 ")"
+                                                 "SELECT name FROM rm ORDER BY name";
 
 static int report_add(char ***arr, size_t *n, const char *name)
 {
@@ -1399,6 +1478,8 @@ int warren_store_sync(warren_store *st, const warren_config *cfg, warren_sync_re
     if (rc == 0)
         rc = warren__store_exec_simple(st, "ANALYZE warren_sync_cfg", "analyze the config's jobs",
                                        err);
+    if (rc == 0)
+        rc = warren__store_exec_simple(st, SYNC_SNAPSHOT_SQL, "read the jobs as they were", err);
     if (rc != 0)
         goto fail;
     rc = warren__store_exec(st, SYNC_UPSERT_SQL, 0, NULL, &res, "sync jobs into warren.jobs", err);
@@ -1419,6 +1500,15 @@ int warren_store_sync(warren_store *st, const warren_config *cfg, warren_sync_re
         rc = warren_error_set(err, WARREN_ENOMEM, "out of memory");
         goto fail;
     }
+    rc = warren__store_exec_simple(st, SYNC_RUNS_REPLAN_SQL,
+                                   "delete planned runs of changed schedules", err);
+    if (rc == 0)
+        rc = warren__store_exec_simple(st, SYNC_RUNS_RESUME_SQL, "re-plan runs of unpaused jobs",
+                                       err);
+    if (rc == 0)
+        rc = warren__store_exec_simple(st, SYNC_RUNS_PAUSE_SQL, "cancel runs of paused jobs", err);
+    if (rc != 0)
+        goto fail;
     rc = warren__store_exec(st, SYNC_REMOVE_SQL, 0, NULL, &res, "mark removed jobs", err);
     if (rc != 0)
         goto fail;

@@ -788,6 +788,96 @@ START_TEST(test_store_sync_pauses_and_marks_removed_jobs_keeping_runs_and_restor
 }
 END_TEST
 
+/* Runs of job: a past succeeded one, future planned and published scheduled
+ * ones, and a future triggered one. */
+static void insert_runs(const char *url, const char *job)
+{
+    char sql[1024];
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO warren.runs (job, scheduled_at, due_at, state, attempt, origin) "
+             "SELECT '%s', t, t, s, a, o FROM (VALUES "
+             "  (date_trunc('second', now()) - interval '1 hour', 'succeeded', 1, 'schedule'),"
+             "  (date_trunc('second', now()) + interval '60 s', 'planned', 0, 'schedule'),"
+             "  (date_trunc('second', now()) + interval '120 s', 'published', 0, 'schedule'),"
+             "  (date_trunc('second', now()) + interval '90 s', 'planned', 0, 'trigger')"
+             ") AS v(t, s, a, o)",
+             job);
+    ck_assert_int_eq(testenv_psql(url, sql, NULL), 4);
+}
+
+static void runs_eq(const char *url, const char *job, const char *want)
+{
+    char sql[512];
+    snprintf(sql, sizeof(sql),
+             "SELECT string_agg(origin || ':' || state, ',' ORDER BY scheduled_at) "
+             "FROM warren.runs WHERE job = '%s'",
+             job);
+    sql_eq(url, sql, want);
+}
+
+START_TEST(test_store_sync_applies_pause_resume_and_reschedule_to_planned_runs)
+{
+    char *url;
+    warren_store *st = migrated_store(&url);
+    warren_job jobs[3] = {
+        job("resched", WARREN_SCHED_CRON, "* * * * *", "q"),
+        job("paused", WARREN_SCHED_CRON, "* * * * *", "q"),
+        job("removed", WARREN_SCHED_CRON, "* * * * *", "q"),
+    };
+    warren_config cfg = config(jobs, 3);
+    warren_sync_report rep;
+
+    sync_ok(st, &cfg, &rep);
+    warren_sync_report_free(&rep);
+    insert_runs(url, "resched");
+    insert_runs(url, "paused");
+    insert_runs(url, "removed");
+
+    jobs[0].schedule = "*/2 * * * *";
+    jobs[1].paused = 1;
+    cfg.njobs = 2;
+    sync_ok(st, &cfg, &rep);
+    ck_assert_uint_eq(rep.nchanged, 2);
+    ck_assert_uint_eq(rep.nremoved, 1);
+    warren_sync_report_free(&rep);
+    /* New schedule: the old definition's unclaimed runs are gone. */
+    runs_eq(url, "resched", "schedule:succeeded,trigger:planned");
+    /* Paused or removed: cancelled as `warren pause` does, triggers kept. */
+    runs_eq(url, "paused",
+            "schedule:succeeded,schedule:cancelled,trigger:planned,schedule:cancelled");
+    runs_eq(url, "removed",
+            "schedule:succeeded,schedule:cancelled,trigger:planned,schedule:cancelled");
+    sql_eq(url,
+           "SELECT count(*) FROM warren.runs WHERE job = 'paused' AND state = 'cancelled' AND "
+           "finished_at IS NOT NULL AND note LIKE 'cancelled: job paused at %Z (paused in the "
+           "config; warren sync)'",
+           "2");
+    sql_eq(url,
+           "SELECT count(*) FROM warren.runs WHERE job = 'removed' AND state = 'cancelled' AND "
+           "note LIKE 'cancelled: job paused at % (removed from the config; warren sync)'",
+           "2");
+
+    /* Unpaused and restored: the cancelled runs are planned again. */
+    testenv_sql1(url, "UPDATE warren.jobs SET next_fire_at = now() + interval '1 day'");
+    jobs[1].paused = 0;
+    cfg.njobs = 3;
+    sync_ok(st, &cfg, &rep);
+    ck_assert_uint_eq(rep.nchanged, 1);
+    ck_assert_uint_eq(rep.nadded, 1);
+    warren_sync_report_free(&rep);
+    runs_eq(url, "paused", "schedule:succeeded,trigger:planned");
+    runs_eq(url, "removed", "schedule:succeeded,trigger:planned");
+    /* resume semantics: the cursor goes back to the first cancelled fire time. */
+    sql_eq(url,
+           "SELECT next_fire_at BETWEEN now() AND now() + interval '2 min' "
+           "FROM warren.jobs WHERE name = 'paused'",
+           "t");
+    sql_eq(url, "SELECT next_fire_at FROM warren.jobs WHERE name = 'removed'", NULL);
+    warren_store_free(st);
+    free(url);
+}
+END_TEST
+
 START_TEST(test_store_sync_keeps_operator_pause_until_the_job_changes)
 {
     char *url;
@@ -1132,6 +1222,7 @@ static Suite *store_suite(void)
     tcase_add_test(sync,
                    test_store_sync_pauses_and_marks_removed_jobs_keeping_runs_and_restores_them);
     tcase_add_test(sync, test_store_sync_keeps_operator_pause_until_the_job_changes);
+    tcase_add_test(sync, test_store_sync_applies_pause_resume_and_reschedule_to_planned_runs);
     tcase_add_test(sync, test_store_sync_is_one_transaction);
     tcase_add_test(sync, test_store_sync_without_schema_says_run_migrate);
     tcase_add_test(sync, test_store_sync_notifies_listening_planners);

@@ -89,6 +89,14 @@ void warren_sync_report_free(warren_sync_report *r);
  *   removed (once).
  * - a removed job back in the config: removed = false, paused as the config
  *   says, next_fire_at = NULL, reported added.
+ * Runs already materialised (up to the planner's horizon) follow, as with
+ * `warren pause`/`resume`, touching only scheduled runs never claimed: a
+ * schedule change or a restore deletes the job's future planned/published
+ * runs (the old definition's); paused or removed by the config cancels them
+ * with the note "cancelled: job paused at T (...)"; unpaused by the config
+ * deletes the runs the pause cancelled and moves next_fire_at back to the
+ * first of them (the misfire policy then applies). Triggered and backfilled
+ * runs stay.
  * Two syncs at once serialise (WARREN_SYNC_LOCK_KEY). Errors: WARREN_EDB
  * (e.g. a value the schema rejects; nothing is changed), WARREN_EDBCONN. */
 int warren_store_sync(warren_store *st, const warren_config *cfg, warren_sync_report *report,
