@@ -282,10 +282,15 @@ static Suite *faults_suite(void)
     tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
 
-    tc = tcase_create("server_restarts");
+    /* one case each, so CK_RUN_CASE can pick one restart */
+    tc = tcase_create("restart_rabbit");
     tcase_add_test(tc, test_rabbitmq_restart_under_load_loses_nothing);
-    tcase_add_test(tc, test_postgresql_restart_under_load_loses_nothing);
     tcase_set_timeout(tc, 900);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("restart_pg");
+    tcase_add_test(tc, test_postgresql_restart_under_load_loses_nothing);
+    tcase_set_timeout(tc, 600);
     suite_add_tcase(s, tc);
     return s;
 }
