@@ -1161,6 +1161,12 @@ static void poll_slot(warren_worker *w, slot *s, int64_t now)
             s->kill_at = 0;
         }
         r = waitpid(s->pid, &status, WNOHANG);
+        if (r < 0 && errno == ECHILD) {
+            /* Reaped by someone else (SIGCHLD ignored by the embedding program):
+             * the exit status is lost; count it as a retryable failure. */
+            status = 255 << 8;
+            r = s->pid;
+        }
         if (r != s->pid)
             return;
         read_output(w, s);
@@ -1653,7 +1659,7 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
         if (!stopping && stop != NULL && *stop) {
             stopping = 1;
             stop_deadline = now + w->cfg->worker.shutdown_grace_ms;
-            hard_deadline = stop_deadline + kill_grace(w) + 2000;
+            hard_deadline = stop_deadline + kill_grace(w) + 5000;
             pq_clear(w);
             warren_log(w->lg, WARREN_LOG_INFO,
                        "worker %s: stopping: %d running handler(s) get %lld ms to finish", w->id,
@@ -1666,17 +1672,15 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
                 for (int i = 0; i < w->concurrency; i++)
                     stop_slot(w, &w->slots[i], STOP_SHUTDOWN, now);
             if (now >= hard_deadline) {
-                int left = 0;
-                for (int i = 0; i < w->concurrency; i++)
-                    if (w->slots[i].state == SLOT_RUNNING && w->slots[i].kind != KIND_EXEC)
-                        left++;
-                if (left == running_count(w)) {
-                    warren_log(w->lg, WARREN_LOG_WARN,
-                               "worker %s: %d in-process handler(s) ignore should_stop; leaving "
-                               "them (their leases expire)",
-                               w->id, left);
-                    break;
-                }
+                /* Handlers that ignore should_stop, or completions PostgreSQL
+                 * cannot take: leave them. Their messages return to the queue
+                 * when the connection closes and their runs come back when
+                 * their leases expire (the reconciler). */
+                warren_log(w->lg, WARREN_LOG_WARN,
+                           "worker %s: %d run(s) still unfinished %lld ms after the stop; leaving "
+                           "them to their leases",
+                           w->id, running_count(w), (long long)(now - stop_deadline));
+                break;
             }
         }
         /* Wait for the broker only when there is nothing else to do; with
