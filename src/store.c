@@ -192,8 +192,8 @@ int warren__store_fail(warren_store *st, const PGresult *res, const char *what, 
                                                        : PQerrorMessage(st->conn),
                    line, sizeof(line));
         return warren_error_set(err, WARREN_EDBCONN,
-                                "lost connection to PostgreSQL at %s while %s: %s; %s", st->where,
-                                what, line, CONN_FIX);
+                                "lost connection to PostgreSQL at %s (%s): %s; %s", st->where, what,
+                                line, CONN_FIX);
     }
     if (res == NULL || PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) == NULL) {
         first_line(res ? PQresultErrorMessage(res) : PQerrorMessage(st->conn), line, sizeof(line));

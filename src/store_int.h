@@ -30,8 +30,9 @@ const char *warren__store_where(const warren_store *st);
  * message ("claim run x@..."). Returns WARREN_EDBCONN when the connection is
  * gone (PQstatus bad, or SQLSTATE class 08 / 57P01..57P03), otherwise
  * WARREN_EDB. Messages: "<what>: <server message> (SQLSTATE 23505)[; detail:
- * ...][; hint: ...]" or "lost connection to PostgreSQL at HOST:PORT while
- * <what>: <reason>". The SQLSTATE is remembered (warren__store_sqlstate). */
+ * ...][; hint: ...]" or "lost connection to PostgreSQL at HOST:PORT
+ * (<what>): <reason>; is the server running? ...". The SQLSTATE is remembered
+ * (warren__store_sqlstate). */
 int warren__store_fail(warren_store *st, const PGresult *res, const char *what, warren_error *err);
 /* The SQLSTATE of the last failure seen by the helpers ("" if none since the
  * last successful helper call), e.g. "23505" unique_violation, "40001"
