@@ -49,6 +49,20 @@ static void die(const char *what, const warren_error *err)
     exit(1);
 }
 
+/* The vhost of the current measurement, deleted when it is done. */
+static char *bench_url;
+
+static void drop_vhost(void)
+{
+    char *vpath = testenv_vhost_path(bench_url), *resp = NULL, path[512];
+    snprintf(path, sizeof(path), "/api/vhosts/%s", vpath);
+    testenv_http("DELETE", path, NULL, &resp);
+    free(resp);
+    free(vpath);
+    free(bench_url);
+    bench_url = NULL;
+}
+
 static warren_broker *fresh(void)
 {
     static const char *const queues[] = {"bench"};
@@ -62,7 +76,7 @@ static warren_broker *fresh(void)
         die("topology", &err);
     if (warren_broker_confirm_select(b, &err) != 0)
         die("confirm.select", &err);
-    free(url);
+    bench_url = url;
     return b;
 }
 
@@ -119,6 +133,7 @@ static void run(const char *mode, long n, long window)
            mode, n, window, dt, (double)n / dt, c.acked, c.other, depth);
     fflush(stdout);
     warren_broker_free(b);
+    drop_vhost();
 }
 
 static int64_t wall_ms(void)
@@ -217,6 +232,7 @@ static void run_delay(const char *mode, long n, long spread_ms)
     free(due);
     free(late);
     warren_broker_free(b);
+    drop_vhost();
 }
 
 int main(int argc, char **argv)

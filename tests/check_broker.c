@@ -1,7 +1,7 @@
 /* check_broker: src/broker.c against the real RabbitMQ (tests/servers.sh):
  * topology, publisher confirms and returns, delay queues, consuming,
  * dead-lettering, delivery limits, error translation. Each test gets a
- * fresh vhost from testenv_vhost(). */
+ * fresh vhost from fresh_vhost(). */
 #include <check.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -27,13 +27,42 @@ static int64_t wall_s(void)
     return (int64_t)time(NULL);
 }
 
+/* Vhosts of the running test (Check forks one process per test). A test that
+ * passes deletes them in its teardown, so RabbitMQ does not recover hundreds
+ * of them at every restart; a failing test keeps its vhost to look at. */
+static char *vhosts[16];
+static int nvhosts;
+
+static char *fresh_vhost(void)
+{
+    char *url = testenv_vhost();
+    if (nvhosts < 16)
+        vhosts[nvhosts++] = strdup(url);
+    return url;
+}
+
+static void delete_vhosts(void)
+{
+    for (int i = 0; i < nvhosts; i++) {
+        char *vpath = testenv_vhost_path(vhosts[i]), *resp = NULL, path[512];
+        snprintf(path, sizeof(path), "/api/vhosts/%s", vpath);
+        testenv_http("DELETE", path, NULL, &resp);
+        free(resp);
+        free(vpath);
+        free(vhosts[i]);
+    }
+    nvhosts = 0;
+}
+
+static void no_setup(void) {}
+
 /* A fresh vhost with the topology for queue "default" (and "other"). */
 static warren_broker *open_fresh(char **url_out, int delivery_limit)
 {
     static const char *const queues[] = {"default", "other"};
     warren_error err = {0};
     warren_broker *b = NULL;
-    char *url = testenv_vhost();
+    char *url = fresh_vhost();
 
     ck_assert_msg(warren_broker_open(url, NULL, &b, &err) == 0, "open: %s", err.message);
     ck_assert_msg(warren_broker_topology(b, queues, 2, delivery_limit, &err) == 0, "topology: %s",
@@ -169,7 +198,7 @@ END_TEST
 START_TEST(test_topology_conflicts_on_exchange_type_and_queue_type)
 {
     static const char *const queues[] = {"default"};
-    char *url = testenv_vhost(), *vpath = testenv_vhost_path(url), *resp = NULL;
+    char *url = fresh_vhost(), *vpath = testenv_vhost_path(url), *resp = NULL;
     warren_error err = {0};
     warren_broker *b = NULL;
     char path[512];
@@ -221,7 +250,7 @@ START_TEST(test_definitions_file_imports_and_matches_topology)
     static const char *const queues[] = {"default"};
     warren_error err = {0};
     warren_broker *b = NULL;
-    char *url = testenv_vhost(), *vpath = testenv_vhost_path(url), *defs, *resp = NULL;
+    char *url = fresh_vhost(), *vpath = testenv_vhost_path(url), *defs, *resp = NULL;
     char path[512];
     confirms c = {0};
     uint64_t seq;
@@ -289,7 +318,7 @@ static int run_topology_cli(const char *url, int limit, const char *planner, cha
 
 START_TEST(test_topology_command_declares_and_reports)
 {
-    char *url = testenv_vhost(), out[8192];
+    char *url = fresh_vhost(), out[8192];
     warren_error err = {0};
     warren_broker *b = NULL;
 
@@ -316,7 +345,7 @@ END_TEST
 
 START_TEST(test_topology_command_declares_the_delay_ring)
 {
-    char *url = testenv_vhost(), out[8192];
+    char *url = fresh_vhost(), out[8192];
     warren_error err = {0};
     warren_broker *b = NULL;
 
@@ -786,7 +815,7 @@ END_TEST
 START_TEST(test_nack_from_full_queue_is_reported)
 {
     warren_error err = {0};
-    char *url = testenv_vhost(), *vpath = testenv_vhost_path(url), *resp = NULL;
+    char *url = fresh_vhost(), *vpath = testenv_vhost_path(url), *resp = NULL;
     warren_broker *b = NULL;
     confirms c = {0};
     char path[512];
@@ -939,6 +968,7 @@ static Suite *broker_suite(void)
     TCase *tc;
 
     tc = tcase_create("topology");
+    tcase_add_checked_fixture(tc, no_setup, delete_vhosts);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_topology_twice_is_idempotent);
     tcase_add_test(tc, test_topology_conflict_names_queue_and_argument);
@@ -950,6 +980,7 @@ static Suite *broker_suite(void)
     suite_add_tcase(s, tc);
 
     tc = tcase_create("publish");
+    tcase_add_checked_fixture(tc, no_setup, delete_vhosts);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_publish_1000_pipelined_all_acked);
     tcase_add_test(tc, test_mandatory_unroutable_is_returned);
@@ -959,6 +990,7 @@ static Suite *broker_suite(void)
     suite_add_tcase(s, tc);
 
     tc = tcase_create("delay");
+    tcase_add_checked_fixture(tc, no_setup, delete_vhosts);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_delay_message_arrives_no_earlier_than_ttl_with_id_and_headers);
     tcase_add_test(tc, test_delay_seconds_published_out_of_order_release_in_due_order);
@@ -968,6 +1000,7 @@ static Suite *broker_suite(void)
     suite_add_tcase(s, tc);
 
     tc = tcase_create("consume");
+    tcase_add_checked_fixture(tc, no_setup, delete_vhosts);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_reject_without_requeue_lands_in_dead_queue);
     tcase_add_test(tc, test_delivery_limit_dead_letters_after_limit_plus_one_deliveries);
@@ -977,6 +1010,7 @@ static Suite *broker_suite(void)
     suite_add_tcase(s, tc);
 
     tc = tcase_create("errors");
+    tcase_add_checked_fixture(tc, no_setup, delete_vhosts);
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_unreachable_port_is_ebrokerconn_naming_host_and_port);
     tcase_add_test(tc, test_unknown_vhost_and_bad_url_are_reported);
