@@ -728,11 +728,11 @@ static int consume(warren_store *st, warren_error *err)
 int warren_store_wait_notify(warren_store *st, int timeout_ms, int *got, warren_error *err)
 {
     struct pollfd pfd;
-    int sock, r;
+    int sock, r, rc;
 
     *got = 0;
-    if (consume(st, err) != 0)
-        return WARREN_EDBCONN;
+    if ((rc = consume(st, err)) != 0)
+        return rc;
     if (drain_notifies(st)) {
         *got = 1;
         return 0;
@@ -752,8 +752,8 @@ int warren_store_wait_notify(warren_store *st, int timeout_ms, int *got, warren_
     }
     if (r == 0)
         return 0;
-    if (consume(st, err) != 0)
-        return WARREN_EDBCONN;
+    if ((rc = consume(st, err)) != 0)
+        return rc;
     *got = drain_notifies(st);
     return 0;
 }
