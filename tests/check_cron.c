@@ -549,7 +549,10 @@ START_TEST(test_cron_property_random_expressions_match_brute_force)
     int64_t *exp = malloc(sizeof(int64_t) * 300000);
     int cases = 0, compared = 0;
     ck_assert_ptr_nonnull(exp);
-    for (int iter = 0; iter < 120; iter++) {
+    /* WARREN_CRON_PROPERTY_ITER=N runs more cases (default 120, ~5 s). */
+    const char *env = getenv("WARREN_CRON_PROPERTY_ITER");
+    int iters = env && atoi(env) > 120 ? atoi(env) : 120;
+    for (int iter = 0; iter < iters; iter++) {
         char expr[128];
         if (rnd() % 4 == 0)
             snprintf(expr, sizeof expr, "%s %s %s %s %s %s", PICK(secs), PICK(mins), PICK(hours),
