@@ -594,6 +594,39 @@ done:
     return status;
 }
 
+/* Vhosts this process created, deleted when it exits: hundreds of leftover
+ * vhosts make a RabbitMQ restart (the fault tests) take minutes. Only the
+ * creating process deletes (a forked child exiting must not pull the vhost
+ * from under its parent). */
+#define TESTENV_MAX_VHOSTS 64
+static char *created_vhosts[TESTENV_MAX_VHOSTS];
+static pid_t created_vhosts_pid[TESTENV_MAX_VHOSTS];
+static int ncreated_vhosts;
+
+static void delete_created_vhosts(void)
+{
+    for (int i = 0; i < ncreated_vhosts; i++) {
+        if (created_vhosts_pid[i] != getpid())
+            continue;
+        char *path = xasprintf("/api/vhosts/%s", created_vhosts[i]);
+        testenv_http("DELETE", path, NULL, NULL);
+        free(path);
+    }
+}
+
+static void remember_vhost(const char *name)
+{
+    static pid_t registered_in;
+    if (ncreated_vhosts >= TESTENV_MAX_VHOSTS)
+        return;
+    if (registered_in != getpid()) {
+        atexit(delete_created_vhosts);
+        registered_in = getpid();
+    }
+    created_vhosts[ncreated_vhosts] = xstrdup(name);
+    created_vhosts_pid[ncreated_vhosts++] = getpid();
+}
+
 char *testenv_vhost(void)
 {
     const char *base = testenv_amqp_url();
@@ -619,6 +652,8 @@ char *testenv_vhost(void)
     free(resp);
     free(path);
     free(user);
+    if (getenv("WARREN_TEST_KEEP_VHOSTS") == NULL)
+        remember_vhost(name);
     /* Same scheme, credentials, host and port; new vhost; query kept. */
     const char *auth = strstr(base, "://") + 3;
     const char *vpos = auth + strcspn(auth, "/?");
