@@ -310,6 +310,8 @@ static const char *handler_script =
     "'$$')\" >/dev/null\n"
     "case \" $SLOW \" in *\" $WARREN_ATTEMPT \"*) echo $$ > \"$MARK_DIR/slow.pid\"; sleep "
     "${SLEEP:-30};; esac\n"
+    "if [ -n \"$SLOW_KEY\" ] && [ \"$WARREN_RUN_KEY\" = \"$SLOW_KEY\" ]; then echo $$ > "
+    "\"$MARK_DIR/slow.pid\"; sleep 30; fi\n"
     "eval code=\\${CODE_$WARREN_ATTEMPT:-${CODE:-0}}\n"
     "if [ \"$code\" = 0 ]; then\n"
     "  psql \"$SINK_URL\" -qAtc \"INSERT INTO sink (run_key, attempt, who) VALUES "
@@ -579,6 +581,49 @@ START_TEST(test_worker_stopped_past_its_lease_is_fenced_off)
     ck_assert_int_eq(wait_exit(a, 10000), 0);
     ck_assert_int_eq(wait_exit(b, 10000), 0);
     unsetenv("SLOW");
+    env_teardown(&e);
+}
+END_TEST
+
+/* cancel_previous: a newer run revokes the older run's lease; the worker
+ * holding the older one sees its heartbeat refused, stops the handler and
+ * does not complete it. */
+START_TEST(test_worker_stops_a_handler_whose_run_was_cancelled_by_a_newer_run)
+{
+    env e;
+    env_setup(&e,
+              "{ name = \"cp\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qcp\";"
+              "  handler = { exec = \"exec \\\"$MARK_DIR/handler.sh\\\"\"; shell = true; };"
+              "  overlap = \"cancel_previous\"; lease = \"3s\"; }",
+              NULL, 5);
+    free(install_handler(&e));
+    planner_start(&e);
+    add_runs(&e, "cp", 1, 20);
+    char *old = first_key(&e, "cp");
+    setenv("SLOW_KEY", old, 1); /* the older run's handler hangs; the worker inherits this */
+    free(old);
+    pid_t a = spawn_worker(&e, "a2", "wa");
+    ck_assert(wait_for(e.db, "running", 15000,
+                       "SELECT state FROM warren.runs ORDER BY scheduled_at LIMIT 1"));
+    ck_assert(wait_for(e.db, "1", 5000, "SELECT count(*) FROM execs"));
+    add_runs(&e, "cp", 1, 5);
+    ck_assert(wait_for(e.db, "cancelled,succeeded", 15000,
+                       "SELECT string_agg(state, ',' ORDER BY scheduled_at) FROM warren.runs"));
+    sleep_ms(2500); /* a heartbeat of the old run is due within a third of the lease */
+    ck_assert(log_has(&e, "a2", "heartbeat refused"));
+    ck_assert(log_has(&e, "a2", "not completing"));
+    char *pidf = xfmt("%s/slow.pid", e.dir);
+    char *pidt = read_text(pidf);
+    ck_assert_int_gt(atoi(pidt), 0);
+    ck_assert_msg(!pid_alive(atoi(pidt)), "the cancelled handler %s still runs", pidt);
+    free(pidt);
+    free(pidf);
+    ck_assert(wait_for(e.db, "cancelled|succeeded", 1000,
+                       "SELECT string_agg(outcome, '|' ORDER BY run_key) FROM warren.attempts"));
+    ck_assert(wait_for(e.db, "1", 1000, "SELECT count(*) FROM sink"));
+    kill(a, SIGTERM);
+    ck_assert_int_eq(wait_exit(a, 10000), 0);
+    unsetenv("SLOW_KEY");
     env_teardown(&e);
 }
 END_TEST
@@ -890,6 +935,7 @@ static Suite *worker_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_worker_killed_mid_run_another_completes_after_lease_expiry);
     tcase_add_test(tc, test_worker_stopped_past_its_lease_is_fenced_off);
+    tcase_add_test(tc, test_worker_stops_a_handler_whose_run_was_cancelled_by_a_newer_run);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("retries");
