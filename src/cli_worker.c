@@ -513,8 +513,10 @@ int cli_show(int argc, char **argv)
                r->publish_count, r->publish_count == 1 ? "" : "es");
         printf("started      %s\n", utc(r->started_at, t, sizeof(t)));
         printf("finished     %s\n", utc(r->finished_at, t, sizeof(t)));
-        if (r->lease_owner != NULL)
+        if (r->lease_owner != NULL && r->lease_until != 0)
             printf("lease        %s until %s\n", r->lease_owner, utc(r->lease_until, t, sizeof(t)));
+        else if (r->lease_owner != NULL)
+            printf("worker       %s\n", r->lease_owner);
         if (r->last_error != NULL)
             printf("last error   %s\n", r->last_error);
         if (r->note != NULL) {

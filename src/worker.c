@@ -408,8 +408,23 @@ void warren_worker_stats_get(const warren_worker *w, warren_worker_stats *out)
 static int default_queues(warren_worker *w, warren_error *err)
 {
     const warren_config *cfg = w->cfg;
-    if (w->nqueues > 0)
+    if (w->nqueues > 0) {
+        /* A named queue must have a job this worker can run: otherwise every
+         * message on it would be dead-lettered as "no handler here". */
+        for (size_t k = 0; k < w->nqueues; k++) {
+            int ok = 0;
+            for (size_t i = 0; i < cfg->njobs && !ok; i++)
+                ok = strcmp(cfg->jobs[i].queue, w->queues[k]) == 0 &&
+                     cfg->jobs[i].handler != WARREN_HANDLER_NONE;
+            if (!ok)
+                return warren_error_set(err, WARREN_EINVAL,
+                                        "queue \"%s\": no job in %s has a handler on it (jobs "
+                                        "without a handler are served by workers in other "
+                                        "languages)",
+                                        w->queues[k], cfg->path ? cfg->path : "the config");
+        }
         return 0;
+    }
     if ((w->queues = calloc(cfg->njobs + 1, sizeof(char *))) == NULL)
         return warren_error_set(err, WARREN_ENOMEM, "out of memory");
     for (size_t i = 0; i < cfg->njobs; i++) {
