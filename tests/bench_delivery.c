@@ -384,7 +384,8 @@ int main(int argc, char **argv)
     if (all || strcmp(which, "steady") == 0)
         bench_steady(seconds);
     if (all || strcmp(which, "burst500") == 0)
-        bench_burst("burst500", 500, 8, 200, 1);
+        bench_burst("burst500", 500,
+                    getenv("BENCH_BURST_LEAD_S") ? atoi(getenv("BENCH_BURST_LEAD_S")) : 8, 200, 1);
     if (all || strcmp(which, "burst50k") == 0)
         bench_burst("burst50k", 50000, 30, 500, 0);
     if (all || strcmp(which, "materialise") == 0)
