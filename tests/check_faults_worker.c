@@ -1,7 +1,8 @@
 /* check_faults_worker.c: the worker while PostgreSQL restarts under it
  * (tests/servers.sh restart-pg): no run lost, no effect twice, no message
- * acknowledged before its completion committed. Separate from check_worker
- * because the restart disturbs every test running at that moment. */
+ * acknowledged before its completion committed; and RabbitMQ restarted
+ * (restart-rabbit) while runs flow. Separate from check_worker because the
+ * restarts disturb every test running at that moment. */
 #include <check.h>
 #include <errno.h>
 #include <pthread.h>
@@ -80,7 +81,9 @@ static void *planner_main(void *arg)
     return NULL;
 }
 
-START_TEST(test_worker_survives_postgresql_restart_during_completions)
+/* 400 sql-handler runs and 60 exec-handler runs through the real planner and
+ * two `warren worker` processes; `which` server restarts while they flow. */
+static void run_restart_scenario(const char *which)
 {
     warren_error err = {0};
     warren_diags diags = {0};
@@ -174,8 +177,9 @@ START_TEST(test_worker_survives_postgresql_restart_during_completions)
                        "SELECT count(*) > 20 FROM warren.runs WHERE state = 'succeeded'"));
     char *before = NULL;
     testenv_psql(db, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'", &before);
-    ck_assert_int_eq(testenv_restart("pg"), 0);
-    fprintf(stderr, "restart-pg done with %s runs succeeded before\n", before ? before : "?");
+    ck_assert_int_eq(testenv_restart(which), 0);
+    fprintf(stderr, "restart-%s done with %s runs succeeded before\n", which,
+            before ? before : "?");
     ck_assert_msg(before != NULL && atoi(before) < 460, "everything finished before the restart");
     free(before);
     /* Everything completes: nothing lost. */
@@ -205,6 +209,21 @@ START_TEST(test_worker_survives_postgresql_restart_during_completions)
     free(db);
     free(amqp);
 }
+
+START_TEST(test_worker_survives_postgresql_restart_during_completions)
+{
+    run_restart_scenario("pg");
+}
+END_TEST
+
+/* RabbitMQ restarts: deliveries in flight are requeued and redelivered; the
+ * workers reconnect, finish what they were running (recorded in PostgreSQL;
+ * the acks of the dead connection are skipped) and the claim dedupes the
+ * redeliveries. */
+START_TEST(test_worker_survives_rabbitmq_restart_during_runs)
+{
+    run_restart_scenario("rabbit");
+}
 END_TEST
 
 static Suite *faults_suite(void)
@@ -213,6 +232,7 @@ static Suite *faults_suite(void)
     TCase *tc = tcase_create("restart");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_worker_survives_postgresql_restart_during_completions);
+    tcase_add_test(tc, test_worker_survives_rabbitmq_restart_during_runs);
     suite_add_tcase(s, tc);
     return s;
 }
