@@ -171,7 +171,7 @@ static void *planner_main(void *arg)
 int main(int argc, char **argv)
 {
     long burst = 50000;
-    int rate = 200, seconds = 30, concurrency = 64, nworkers = 2;
+    int rate = 200, seconds = 30, concurrency = 256, nworkers = 2;
     warren_error err = {0};
     warren_config *cfg = NULL;
     warren_store *st = NULL;
