@@ -174,9 +174,10 @@ static int file_rank(loader *L, const config_setting_t *s, const char **name)
     if (f[0] == '/' || strcmp(L->dir, ".") == 0) {
         full = strdup(f);
     } else {
-        full = malloc(strlen(L->dir) + strlen(f) + 2);
+        size_t n = strlen(L->dir) + strlen(f) + 2;
+        full = malloc(n);
         if (full != NULL)
-            sprintf(full, "%s/%s", L->dir, f);
+            snprintf(full, n, "%s/%s", L->dir, f);
     }
     if (full == NULL) {
         L->oom = 1;
@@ -703,12 +704,13 @@ static char *resolve_exec(loader *L, const char *cmd)
     const char *c = cmd;
     while (c[0] == '.' && c[1] == '/')
         c += 2;
-    r = malloc(strlen(L->absdir) + strlen(c) + 2);
+    size_t n = strlen(L->absdir) + strlen(c) + 2;
+    r = malloc(n);
     if (r == NULL) {
         L->oom = 1;
         return NULL;
     }
-    sprintf(r, "%s/%s", L->absdir, c);
+    snprintf(r, n, "%s/%s", L->absdir, c);
     return r;
 }
 
@@ -1195,7 +1197,7 @@ int warren_config_load(const char *path, warren_config **out, warren_diags *diag
     warren_config *cfg = NULL;
     int rc = 0;
     FILE *f;
-    struct stat st;
+    struct stat st = {0};
 
     *out = NULL;
     if (diags != NULL) {
@@ -1219,10 +1221,11 @@ int warren_config_load(const char *path, warren_config **out, warren_diags *diag
     /* libconfig says only "file I/O error": ask the system ourselves. */
     f = fopen(path, "r");
     if (f == NULL || stat(path, &st) != 0 || S_ISDIR(st.st_mode)) {
-        char *text = malloc(strlen(path) + 300);
+        size_t n = strlen(path) + 300;
+        char *text = malloc(n);
         if (text != NULL)
-            sprintf(text, "%s: cannot read the configuration: %s", path,
-                    f != NULL && S_ISDIR(st.st_mode) ? "it is a directory" : strerror(errno));
+            snprintf(text, n, "%s: cannot read the configuration: %s", path,
+                     f != NULL && S_ISDIR(st.st_mode) ? "it is a directory" : strerror(errno));
         add_diag(&L, 0, 0, text);
         if (f != NULL)
             fclose(f);
