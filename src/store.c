@@ -815,6 +815,19 @@ static int is_migration_name(const char *s)
            isdigit((unsigned char)s[2]) && s[3] == '_' && strcmp(s + len - 4, ".sql") == 0;
 }
 
+/* The version of a name is_migration_name accepted: its three leading digits. */
+static int migration_version(const char *name)
+{
+    char digits[4];
+    char *end;
+    long v;
+
+    memcpy(digits, name, 3);
+    digits[3] = '\0';
+    v = strtol(digits, &end, 10);
+    return *end == '\0' && v >= 0 && v < 1000 ? (int)v : -1;
+}
+
 static int list_migrations(const char *dir, namelist *out, warren_error *err)
 {
     DIR *d = opendir(dir);
@@ -1008,8 +1021,8 @@ int warren_store_migrate(warren_store *st, const char *sql_dir, int *applied, wa
     PQclear(res);
     res = NULL;
     for (size_t i = 0; i < files.n; i++) {
-        int v = atoi(files.names[i]) % 1000;
-        if (done[v]) {
+        int v = migration_version(files.names[i]);
+        if (v < 0 || done[v]) {
             warren_log(st->lg, WARREN_LOG_DEBUG, "migration %s already applied", files.names[i]);
             continue;
         }
@@ -1018,7 +1031,7 @@ int warren_store_migrate(warren_store *st, const char *sql_dir, int *applied, wa
             goto out;
         count++;
     }
-    if (maxknown > atoi(files.names[files.n - 1]))
+    if (maxknown > migration_version(files.names[files.n - 1]))
         warren_log(st->lg, WARREN_LOG_WARN,
                    "the database has migration %03d, newer than any in %s: is this warren older "
                    "than the one that migrated it?",
