@@ -133,9 +133,11 @@ static void mask(char *buf, const char *s, size_t n)
 
     if (n == 0)
         return;
-    while ((p = strstr(p, s)) != NULL)
-        for (size_t i = 0; i < n && p[i] != '\0'; i++)
-            *p++ = '*';
+    /* strstr matched all n bytes, so they are there to overwrite. */
+    while ((p = strstr(p, s)) != NULL) {
+        memset(p, '*', n);
+        p += n;
+    }
 }
 
 /* libpq quotes the URL in some parse errors: mask its password, whether

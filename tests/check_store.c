@@ -218,6 +218,20 @@ START_TEST(test_store_bad_url_is_einval_without_echoing_password)
 }
 END_TEST
 
+/* libpq quotes the whole password in this parse error; every byte of it is masked. */
+START_TEST(test_store_bad_url_masks_all_of_a_quoted_password)
+{
+    warren_store *st = NULL;
+    warren_error err = {0};
+    int rc = warren_store_open("postgresql://u:pass%ZZword@localhost/db", NULL, &st, &err);
+    ck_assert_int_eq(rc, WARREN_EINVAL);
+    ck_assert_msg(strstr(err.message, "invalid percent-encoded token") != NULL, "%s", err.message);
+    ck_assert_msg(strstr(err.message, "word") == NULL && strstr(err.message, "ZZ") == NULL, "%s",
+                  err.message);
+    ck_assert_msg(strstr(err.message, "***********") != NULL, "%s", err.message);
+}
+END_TEST
+
 START_TEST(test_store_missing_database_says_create_it)
 {
     char url[512];
@@ -1205,6 +1219,7 @@ static Suite *store_suite(void)
     tcase_add_test(conn, test_store_unreachable_server_is_edbconn_with_host_port);
     tcase_add_test(conn, test_store_silent_server_times_out_after_5s_by_default);
     tcase_add_test(conn, test_store_bad_url_is_einval_without_echoing_password);
+    tcase_add_test(conn, test_store_bad_url_masks_all_of_a_quoted_password);
     tcase_add_test(conn, test_store_missing_database_says_create_it);
     tcase_add_test(conn, test_store_clock_is_the_servers);
     tcase_add_test(conn, test_store_reconnects_after_backend_killed_and_listens_again);
