@@ -386,6 +386,51 @@ START_TEST(test_worker_end_to_end_sink_gets_one_row_per_run)
 }
 END_TEST
 
+/* `warren run`: planner and worker in one process, one line per finished run. */
+START_TEST(test_warren_run_prints_one_line_per_finished_run)
+{
+    env e;
+    env_setup(&e,
+              "{ name = \"tick\"; every = \"1s\"; queue = \"qrun\"; overlap = \"allow\";"
+              "  handler = { sql = \"INSERT INTO sink (run_key, attempt) VALUES ($1, 0) ON "
+              "CONFLICT DO NOTHING\"; }; }",
+              NULL, 5);
+    char *out = xfmt("%s/run.out", e.dir);
+    char *log = xfmt("%s/run.log", e.dir);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (freopen(out, "w", stdout) == NULL || freopen(log, "w", stderr) == NULL)
+            _exit(126);
+        execl(WARREN_BINARY, "warren", "run", "-c", e.cfg_path, (char *)NULL);
+        _exit(127);
+    }
+    ck_assert(wait_for(e.db, "t", 20000,
+                       "SELECT count(*) >= 3 FROM warren.runs WHERE state = 'succeeded'"));
+    kill(pid, SIGINT);
+    ck_assert_int_eq(wait_exit(pid, 15000), 0);
+    char *text = read_text(out);
+    int lines = 0;
+    for (char *line = strtok(text, "\n"); line != NULL; line = strtok(NULL, "\n")) {
+        ck_assert_msg(strncmp(line, "tick@", 5) == 0, "line: %s", line);
+        ck_assert_msg(strstr(line, ": scheduled ") && strstr(line, ", released ") &&
+                          strstr(line, ", started ") && strstr(line, ", finished ") &&
+                          strstr(line, ", succeeded (attempt 1, run succeeded), lateness ") &&
+                          strstr(line, " ms"),
+                      "line: %s", line);
+        lines++;
+    }
+    free(text);
+    char *n = q1(e.db, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'");
+    ck_assert_int_eq(lines, atoi(n));
+    ck_assert(wait_for(e.db, n, 1000, "SELECT count(*) FROM sink"));
+    free(n);
+    free(out);
+    free(log);
+    env_teardown(&e);
+}
+END_TEST
+
 /* In-process C handlers: context fields, outcomes, errors. */
 typedef struct c_calls {
     pthread_mutex_t mu;
@@ -929,6 +974,7 @@ static Suite *worker_suite(void)
     tcase_add_test(tc, test_worker_end_to_end_sink_gets_one_row_per_run);
     tcase_add_test(tc, test_worker_c_handler_retries_then_succeeds_with_context);
     tcase_add_test(tc, test_worker_sql_handler_failure_rolls_back_and_retries);
+    tcase_add_test(tc, test_warren_run_prints_one_line_per_finished_run);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("leases");
