@@ -316,6 +316,44 @@ START_TEST(test_reconciler_republishes_lost_runs_and_reaps_leases)
 }
 END_TEST
 
+START_TEST(test_delay_ring_releases_at_due)
+{
+    env e = env_new();
+    warren_config c = test_config();
+    warren_planner *p;
+    warren_broker *b = consumer(&e, "warren.ready.q");
+    warren_delivery d = {0};
+    warren_store *st = NULL;
+    warren_us now = 0, due = 0, at;
+    long slot;
+    char q[64];
+
+    c.planner.delay_ring = 10; /* too small for a 60 s horizon: refused */
+    ck_assert_int_eq(warren_planner_new(&c, e.db, e.amqp, NULL, &p, NULL), WARREN_EINVAL);
+    c.planner.delay_ring = 64;
+    p = planner_new(&e, &c);
+    testenv_psql(e.db,
+                 "INSERT INTO warren.runs (job, scheduled_at, due_at) VALUES ('j', "
+                 "'2026-01-01T00:00:00Z', clock_timestamp() + interval '2500 ms')",
+                 NULL);
+    tick(p);
+    slot = sql_long(&e, "SELECT floor(extract(epoch FROM due_at))::bigint % 64 FROM warren.runs");
+    snprintf(q, sizeof(q), "warren.delay.ring.%ld", slot);
+    ck_assert_int_eq(testenv_queue_depth(e.amqp, q), 1);
+    ck_assert(next_msg(b, &d, 10000));
+    ck_assert(warren_store_open(e.db, NULL, &st, NULL) == 0);
+    ck_assert(warren_store_now(st, &now, NULL) == 0);
+    ck_assert(warren_time_parse(warren_delivery_header(&d, "x-warren-due-at"), &due, NULL) == 0);
+    at = now;
+    ck_assert_msg(at >= due, "released %lld us early", (long long)(due - at));
+    warren_store_free(st);
+    warren_delivery_clear(&d);
+    warren_broker_free(b);
+    warren_planner_free(p);
+    env_free(&e);
+}
+END_TEST
+
 static Suite *relay_suite(void)
 {
     Suite *s = suite_create("relay");
@@ -325,6 +363,7 @@ static Suite *relay_suite(void)
     tcase_add_test(tc, test_json_compact_keeps_strings);
     tcase_add_test(tc, test_run_message_follows_the_contract);
     tcase_add_test(tc, test_unroutable_publish_is_recorded_not_success);
+    tcase_add_test(tc, test_delay_ring_releases_at_due);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
 
