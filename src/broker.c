@@ -1200,7 +1200,9 @@ static int make_delivery(warren_broker *b, uint64_t tag, int redelivered, amqp_b
         goto nomem;
     if ((p->_flags & AMQP_BASIC_TYPE_FLAG) && (d->type = bytes_dup(p->type, 1024)) == NULL)
         goto nomem;
-    if (p->_flags & AMQP_BASIC_TIMESTAMP_FLAG)
+    /* Any producer may set it: past year 292277 it would overflow or go negative (0 = none). */
+    if ((p->_flags & AMQP_BASIC_TIMESTAMP_FLAG) &&
+        p->timestamp <= (uint64_t)(INT64_MAX / WARREN_US_PER_S))
         d->timestamp = (warren_us)p->timestamp * WARREN_US_PER_S;
     if ((p->_flags & AMQP_BASIC_HEADERS_FLAG) && p->headers.num_entries > 0) {
         size_t n = (size_t)p->headers.num_entries;

@@ -740,6 +740,34 @@ START_TEST(test_poll_reads_confirms_and_keeps_deliveries)
 }
 END_TEST
 
+/* Another producer's message with an absurd AMQP timestamp is delivered
+ * (timestamp dropped), not an overflow that takes the consumer down. */
+START_TEST(test_delivery_with_out_of_range_timestamp_is_kept)
+{
+    warren_error err = {0};
+    char *url = NULL;
+    warren_broker *b = open_fresh(&url, 5);
+    warren_delivery d = {0};
+    char *vpath = testenv_vhost_path(url), *resp = NULL, path[512];
+    const char *body = "{\"routing_key\":\"warren.ready.default\",\"payload\":\"{}\","
+                       "\"payload_encoding\":\"string\",\"properties\":{\"message_id\":"
+                       "\"far\",\"timestamp\":18446744073709551615}}";
+
+    snprintf(path, sizeof(path), "/api/exchanges/%s/amq.default/publish", vpath);
+    ck_assert_int_eq(testenv_http("POST", path, body, &resp), 200);
+    ck_assert_msg(strstr(resp, "\"routed\":true") != NULL, "%s", resp);
+    ck_assert_int_eq(warren_broker_consume(b, "warren.ready.default", &err), 0);
+    next_or_fail(b, 5000, &d);
+    ck_assert_str_eq(d.message_id, "far");
+    ck_assert_int_eq(d.timestamp, 0);
+    warren_delivery_clear(&d);
+    free(resp);
+    free(vpath);
+    free(url);
+    warren_broker_free(b);
+}
+END_TEST
+
 START_TEST(test_queue_count_missing_queue_is_enoent_and_consumers_survive)
 {
     warren_error err = {0};
@@ -1007,6 +1035,7 @@ static Suite *broker_suite(void)
     tcase_add_test(tc, test_consumer_and_publisher_share_one_connection);
     tcase_add_test(tc, test_queue_count_missing_queue_is_enoent_and_consumers_survive);
     tcase_add_test(tc, test_poll_reads_confirms_and_keeps_deliveries);
+    tcase_add_test(tc, test_delivery_with_out_of_range_timestamp_is_kept);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("errors");
