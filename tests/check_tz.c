@@ -387,13 +387,25 @@ START_TEST(test_tz_version1_file_and_every_truncation)
         ck_assert_ptr_null(tz);
         free(copy);
     }
-    /* Bad magic, bad version, leap seconds, out-of-order transitions. */
+    /* Bad magic, bad version, out-of-order transitions, a bad type index (leap
+     * seconds: test_tz_rejects_leap_second_zones). */
     unsigned char *m = malloc(len);
     memcpy(m, b, len);
     m[0] = 'X';
     ck_assert_int_eq(warren_tz_parse_tzif("m", m, len, &tz, NULL), WARREN_ETZ);
     memcpy(m, b, len);
     m[4] = '9';
+    ck_assert_int_eq(warren_tz_parse_tzif("m", m, len, &tz, NULL), WARREN_ETZ);
+    /* The 64-bit block's second transition equal to its first. */
+    uint32_t timecnt2 = (uint32_t)b[v1 + 32] << 24 | (uint32_t)b[v1 + 33] << 16 |
+                        (uint32_t)b[v1 + 34] << 8 | b[v1 + 35];
+    ck_assert_uint_ge(timecnt2, 2);
+    memcpy(m, b, len);
+    memcpy(m + v1 + 44 + 8, m + v1 + 44, 8);
+    ck_assert_int_eq(warren_tz_parse_tzif("m", m, len, &tz, NULL), WARREN_ETZ);
+    /* A transition naming a type that does not exist. */
+    memcpy(m, b, len);
+    m[v1 + 44 + 8 * timecnt2] = 0xff;
     ck_assert_int_eq(warren_tz_parse_tzif("m", m, len, &tz, NULL), WARREN_ETZ);
     free(m);
     free(one);
