@@ -118,7 +118,8 @@ START_TEST(test_cron_valid_cases_fire_at_expected_instants)
         const warren_tz *tz = zone(cols[1]);
         warren_us t = at(cols[2]);
         char *save = NULL;
-        for (char *w = strtok_r(cols[3], " ", &save); w; w = strtok_r(NULL, " ", &save)) {
+        int here = 0;
+        for (char *w = strtok_r(cols[3], " ", &save); w; w = strtok_r(NULL, " ", &save), here++) {
             int64_t next;
             char buf[WARREN_TIME_BUF];
             warren_error err = {0};
@@ -130,6 +131,7 @@ START_TEST(test_cron_valid_cases_fire_at_expected_instants)
             t = next * WARREN_US_PER_S;
             instants++;
         }
+        ck_assert_msg(here > 0, "\"%s\" in valid.txt lists no expected instants", cols[0]);
         warren_cron_free(c);
         cases++;
     }
@@ -151,6 +153,8 @@ START_TEST(test_cron_invalid_cases_are_rejected_with_their_message)
             continue;
         int n = split_tabs(line, cols, 4);
         ck_assert_int_eq(n, 3);
+        /* An empty expected message would be a substring of any message. */
+        ck_assert_msg(cols[2][0] != '\0', "\"%s\" in invalid.txt has no expected message", cols[0]);
         warren_cron *c = NULL;
         warren_error err = {0};
         int rc = warren_cron_parse(cols[0], NULL, &c, &err);
