@@ -452,6 +452,11 @@ static int get_bool(loader *L, const config_setting_t *g, const scope *sc, const
 
 #define DUR_WHOLE_SECONDS 0x1 /* the value is used in whole seconds */
 
+/* The longest duration any setting takes: 100 years. Longer ones parse, but
+ * the planner and worker turn durations into microseconds and add them to
+ * instants, which would overflow int64 (a 10^11-day horizon did). */
+#define DUR_MAX_MS (INT64_C(36500) * 86400000)
+
 /* A duration string; min_ms is the smallest allowed value. */
 static int get_duration(loader *L, const config_setting_t *g, const scope *sc, const char *name,
                         int64_t min_ms, unsigned flags, int64_t *out)
@@ -476,6 +481,11 @@ static int get_duration(loader *L, const config_setting_t *g, const scope *sc, c
     if (v < min_ms) {
         report(L, s, sc->who, path, "%s is too short (at least %s)", quote(q, sizeof(q), text),
                warren_duration_format(min_ms, fmt, sizeof(fmt)));
+        return -1;
+    }
+    if (v > DUR_MAX_MS) {
+        report(L, s, sc->who, path, "%s is too long (at most %s)", quote(q, sizeof(q), text),
+               warren_duration_format(DUR_MAX_MS, fmt, sizeof(fmt)));
         return -1;
     }
     if ((flags & DUR_WHOLE_SECONDS) && v % 1000 != 0) {
