@@ -356,6 +356,11 @@ CREATE OR REPLACE FUNCTION warren.claim_many(run_keys text[], worker text)
 RETURNS TABLE(run_key text, attempt int, job text, scheduled_at timestamptz, payload jsonb,
               lease_seconds int)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+-- Key lookups only: keep the planner on index probes even when the table's
+-- statistics are stale (right after a large backfill, a plan cached for a
+-- tiny table would scan the whole table once per batch).
+SET enable_seqscan = off SET enable_bitmapscan = off SET enable_hashjoin = off
+SET enable_mergejoin = off
 AS $fn$
 #variable_conflict use_column
 DECLARE
@@ -374,8 +379,8 @@ BEGIN
            SET state = 'running', attempt = rr.attempt + 1, lease_owner = w,
                lease_until = now() + make_interval(secs => jb.lease_ms / 1000.0),
                started_at = now()
-          FROM warren.jobs jb
-         WHERE rr.run_key = ANY (ARRAY(SELECT DISTINCT x FROM unnest(keys) x ORDER BY x))
+          FROM (SELECT DISTINCT x AS k FROM unnest(keys) x ORDER BY 1) t, warren.jobs jb
+         WHERE rr.run_key = t.k -- driven by the keys: one index probe each
            AND jb.name = rr.job AND jb.overlap = 'allow'
            AND (rr.state IN ('planned', 'published')
                 OR (rr.state = 'retrying' AND rr.due_at <= now() + interval '1 second'))
@@ -391,9 +396,10 @@ BEGIN
     )
     SELECT c.run_key, c.attempt, c.job, c.scheduled_at, c.payload, c.lease_seconds FROM c;
     -- What this transaction claimed above (started_at = now(): this transaction).
-    SELECT array_agg(rr.run_key) INTO done_ FROM warren.runs rr
-     WHERE rr.run_key = ANY (keys) AND rr.state = 'running' AND rr.lease_owner = w
-       AND rr.started_at = now();
+    SELECT array_agg(rr.run_key) INTO done_
+      FROM (SELECT DISTINCT x AS k FROM unnest(keys) x) t
+      JOIN warren.runs rr ON rr.run_key = t.k
+     WHERE rr.state = 'running' AND rr.lease_owner = w AND rr.started_at = now();
     -- The rest, by the full rules.
     RETURN QUERY
     SELECT t.k, cl.attempt, cl.job, cl.scheduled_at, cl.payload, cl.lease_seconds
@@ -408,6 +414,11 @@ COMMENT ON FUNCTION warren.claim_many(text[], text) IS
 CREATE OR REPLACE FUNCTION warren.complete_many(run_keys text[], attempts int[])
 RETURNS TABLE(run_key text, recorded boolean)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+-- Key lookups only: keep the planner on index probes even when the table's
+-- statistics are stale (right after a large backfill, a plan cached for a
+-- tiny table would scan the whole table once per batch).
+SET enable_seqscan = off SET enable_bitmapscan = off SET enable_hashjoin = off
+SET enable_mergejoin = off
 AS $fn$
 #variable_conflict use_column
 BEGIN
