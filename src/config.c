@@ -3,6 +3,7 @@
  * setting "retry.base": ..." rather than stopping at the first. */
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -659,6 +660,11 @@ static json_t *to_json(loader *L, const config_setting_t *s, const scope *sc, co
         v = json_integer(config_setting_get_int64(s));
         break;
     case CONFIG_TYPE_FLOAT:
+        /* 1e999 reads as infinity, which JSON cannot spell (json_real refuses it). */
+        if (!isfinite(config_setting_get_float(s))) {
+            report(L, s, sc->who, path, "is not a finite number (JSON has no infinity or NaN)");
+            return NULL;
+        }
         v = json_real(config_setting_get_float(s));
         break;
     case CONFIG_TYPE_BOOL:
