@@ -572,6 +572,36 @@ START_TEST(test_fair_share_of_partitions)
 }
 END_TEST
 
+START_TEST(test_planner_without_lease_does_not_materialise)
+{
+    env e = env_new();
+    warren_config c = test_config(4);
+    warren_planner *p = planner_new(&e, &c);
+    warren_planner_stats s;
+    warren_planner_set_id(p, "loser", NULL);
+    tick(p);
+    /* another planner took every partition (our lease was taken over) */
+    testenv_psql(e.db,
+                 "INSERT INTO warren.planners (owner, alive_until) VALUES ('thief', now() + "
+                 "interval '1 min'); UPDATE warren.planner_leases SET owner = 'thief', "
+                 "lease_until = now() + interval '1 min'",
+                 NULL);
+    add_job(&e, "orphan", "every", "1s", NULL, NULL, 4);
+    tick(p);
+    warren_planner_stats_get(p, &s);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs"), 0);
+    ck_assert_int_eq(s.partitions_owned, 0); /* fair share 2, but none is free */
+    /* the thief's leases expire: the planner takes its fair share back */
+    testenv_psql(e.db, "UPDATE warren.planner_leases SET lease_until = now() - interval '1 s'",
+                 NULL);
+    tick(p);
+    warren_planner_stats_get(p, &s);
+    ck_assert_int_eq(s.partitions_owned, 2);
+    warren_planner_free(p);
+    env_free(&e);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- misfire */
 
 /* A 10 s job whose planner was away for 5 minutes (cursor in the past). */
@@ -856,6 +886,7 @@ static Suite *planner_suite(void)
     tc = tcase_create("materialise");
     tcase_add_test(tc, test_materialise_creates_each_fire_time_once_and_advances_cursor);
     tcase_add_test(tc, test_fair_share_of_partitions);
+    tcase_add_test(tc, test_planner_without_lease_does_not_materialise);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
 
