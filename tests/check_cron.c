@@ -555,7 +555,8 @@ START_TEST(test_cron_property_random_expressions_match_brute_force)
     ck_assert_ptr_nonnull(exp);
     /* WARREN_CRON_PROPERTY_ITER=N runs more cases (default 120, ~5 s). */
     const char *env = getenv("WARREN_CRON_PROPERTY_ITER");
-    int iters = env && atoi(env) > 120 ? atoi(env) : 120;
+    long want = env ? strtol(env, NULL, 10) : 0;
+    int iters = want > 120 && want <= 1000000 ? (int)want : 120;
     for (int iter = 0; iter < iters; iter++) {
         char expr[128];
         if (rnd() % 4 == 0)

@@ -105,13 +105,14 @@ START_TEST(test_testenv_http_reads_the_management_api)
     char *url = testenv_vhost();
     publish_n(url, "q", 1);
     char *vh = testenv_vhost_path(url);
-    char *path = malloc(strlen(vh) + 64);
-    sprintf(path, "/api/queues/%s/q", vh);
+    size_t plen = strlen(vh) + 64;
+    char *path = malloc(plen);
+    snprintf(path, plen, "/api/queues/%s/q", vh);
     char *body = NULL;
     ck_assert_int_eq(testenv_http("GET", path, NULL, &body), 200);
     ck_assert_ptr_nonnull(strstr(body, "\"name\":\"q\""));
     free(body);
-    sprintf(path, "/api/queues/%s/nope", vh);
+    snprintf(path, plen, "/api/queues/%s/nope", vh);
     ck_assert_int_eq(testenv_http("GET", path, NULL, &body), 404);
     free(body);
     free(path);

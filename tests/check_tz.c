@@ -240,7 +240,9 @@ static void put32(unsigned char *p, uint32_t v)
     p[3] = (unsigned char)v;
 }
 
-/* A v2 TZif with no transitions, one type (off, abbr) and footer. */
+/* A v2 TZif with no transitions, one type (off, abbr) and footer, in buf
+ * (TZIF_BUF bytes). */
+#define TZIF_BUF 512
 static size_t build_tzif(unsigned char *buf, int32_t off, const char *abbr, const char *footer)
 {
     size_t n = 0, al = strlen(abbr) + 1;
@@ -257,13 +259,14 @@ static size_t build_tzif(unsigned char *buf, int32_t off, const char *abbr, cons
         memcpy(buf + n, abbr, al);
         n += al;
     }
-    n += (size_t)sprintf((char *)buf + n, "\n%s\n", footer);
-    return n;
+    int w = snprintf((char *)buf + n, TZIF_BUF - n, "\n%s\n", footer);
+    ck_assert(w > 0 && (size_t)w < TZIF_BUF - n);
+    return n + (size_t)w;
 }
 
 static warren_tz *synthetic(const char *footer)
 {
-    unsigned char buf[512];
+    unsigned char buf[TZIF_BUF];
     warren_tz *tz = NULL;
     warren_error err = {0};
     size_t n = build_tzif(buf, 0, "XXX", footer);
@@ -336,7 +339,7 @@ START_TEST(test_tz_rejects_malformed_footers)
         "ABCDEFGHIJKLMNOPQRSTU1",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        unsigned char buf[512];
+        unsigned char buf[TZIF_BUF];
         warren_tz *tz = NULL;
         warren_error err = {0};
         size_t n = build_tzif(buf, 0, "XXX", bad[i]);

@@ -87,7 +87,8 @@ START_TEST(test_tz_oracle_offsets_and_abbreviations_match_postgresql)
         size_t len = 0;
         arr[len++] = '{';
         for (size_t i = 0; i < n; i++)
-            len += (size_t)sprintf(arr + len, "%s%" PRId64, i ? "," : "", ts[i]);
+            len +=
+                (size_t)snprintf(arr + len, cap * 24 + 16 - len, "%s%" PRId64, i ? "," : "", ts[i]);
         arr[len++] = '}';
         arr[len] = '\0';
 
