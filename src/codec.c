@@ -43,12 +43,13 @@ int warren_run_key_build(const char *job, warren_us scheduled_at, char *buf, siz
                                 "\"%.80s\" cannot be a job name in a run key "
                                 "(allowed: [A-Za-z0-9][A-Za-z0-9._-]{0,62})",
                                 job ? job : "(null)");
-    if (s * WARREN_US_PER_S != scheduled_at)
-        return warren_error_set(err, WARREN_EINVAL,
-                                "run key of job \"%s\": scheduled_at must be whole seconds", job);
+    /* The range first: s * WARREN_US_PER_S overflows for s near INT64_MIN. */
     if (s < KEY_MIN_S || s > KEY_MAX_S)
         return warren_error_set(err, WARREN_EINVAL,
                                 "run key of job \"%s\": scheduled_at is outside years 1-9999", job);
+    if (s * WARREN_US_PER_S != scheduled_at)
+        return warren_error_set(err, WARREN_EINVAL,
+                                "run key of job \"%s\": scheduled_at must be whole seconds", job);
     warren_time_format(scheduled_at, when, sizeof(when));
     need = strlen(job) + 1 + strlen(when) + 1;
     if (buf == NULL || len < need)

@@ -62,6 +62,11 @@ START_TEST(test_codec_run_key_build_rejects_bad_input)
     ck_assert_int_eq(
         warren_run_key_build("j", INT64_C(253402300800) * WARREN_US_PER_S, key, sizeof(key), NULL),
         WARREN_EINVAL);
+    /* The extremes of warren_us: rejected, without overflowing on the way. */
+    warren_error_clear(&err);
+    ck_assert_int_eq(warren_run_key_build("j", INT64_MIN, key, sizeof(key), &err), WARREN_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.message, "outside years 1-9999"));
+    ck_assert_int_eq(warren_run_key_build("j", INT64_MAX, key, sizeof(key), NULL), WARREN_EINVAL);
 }
 END_TEST
 
