@@ -500,6 +500,9 @@ static int parse_pg_timestamp(const char *s, warren_us *out)
     {
         int64_t days = warren_days_from_civil(y, (unsigned)mo, (unsigned)d);
         int64_t secs = days * 86400 + h * 3600 + mi * 60 + sec - sign * (oh * 3600 + om * 60 + os);
+        /* PostgreSQL's own range (to 294276 AD) reaches past int64 microseconds since 1970. */
+        if (secs > (INT64_MAX - frac) / WARREN_US_PER_S || secs < INT64_MIN / WARREN_US_PER_S)
+            return WARREN_ERANGE;
         *out = secs * WARREN_US_PER_S + frac;
     }
     return 0;

@@ -73,7 +73,9 @@ void warren__store_rollback(warren_store *st);
  * WARREN_ENOENT for SQL NULL (*out untouched). get_bool accepts t/f. get_us
  * accepts an integer (microseconds since the epoch) or a timestamptz text in
  * the session format above (any +HH[:MM[:SS]] offset; "infinity" is an
- * error). */
+ * error, and an instant past what warren_us holds, which PostgreSQL's range
+ * reaches near 294276 AD, is WARREN_ERANGE). get_int also returns
+ * WARREN_ERANGE outside int. */
 const char *warren__store_get_text(const PGresult *res, int row, int col);
 int warren__store_get_int64(const PGresult *res, int row, int col, int64_t *out);
 int warren__store_get_int(const PGresult *res, int row, int col, int *out);

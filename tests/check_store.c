@@ -428,6 +428,16 @@ START_TEST(test_store_timestamps_round_trip_to_the_microsecond)
         ck_assert_int_eq(back, INT64_C(1772953200500000));
     }
     PQclear(res);
+    /* PostgreSQL's last year does not fit warren_us: an error, not an overflow. */
+    ck_assert_int_eq(warren__store_exec(st, "SELECT '294276-12-31 23:59:59+00'::timestamptz", 0,
+                                        NULL, &res, "ts", &err),
+                     0);
+    {
+        warren_us back = 0;
+        ck_assert_int_eq(warren__store_get_us(res, 0, 0, &back), WARREN_ERANGE);
+        ck_assert_int_eq(back, 0);
+    }
+    PQclear(res);
     warren_store_free(st);
     free(url);
 }
