@@ -44,6 +44,9 @@ int cli_topology(int argc, char **argv)
             given = argv[++i];
         } else if (strncmp(argv[i], "--config=", 9) == 0) {
             given = argv[i] + 9;
+        } else if (strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "--config") == 0) {
+            fprintf(stderr, "warren topology: %s needs a value: %s FILE\n", argv[i], argv[i]);
+            return WARREN_EXIT_USAGE;
         } else {
             fprintf(stderr, "warren topology: unexpected argument \"%s\"\n", argv[i]);
             topology_usage(stderr);

@@ -158,6 +158,9 @@ int cli_check(int argc, char **argv)
             given = argv[++i];
         } else if (strncmp(a, "--config=", 9) == 0) {
             given = a + 9;
+        } else if (strcmp(a, "-c") == 0 || strcmp(a, "--config") == 0) {
+            fprintf(stderr, "warren check: %s needs a value: %s FILE\n", a, a);
+            return WARREN_EXIT_USAGE;
         } else {
             fprintf(stderr, "warren check: unexpected argument \"%s\"\n", a);
             check_usage(stderr);

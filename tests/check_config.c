@@ -535,6 +535,9 @@ START_TEST(test_check_usage_errors_exit_2)
     static char out[4096], err[4096];
     ck_assert_int_eq(run_check("--bogus", out, sizeof(out), err, sizeof(err)), 2);
     ck_assert_ptr_nonnull(strstr(err, "usage: warren check"));
+    /* A trailing -c is missing its value, not an unknown argument. */
+    ck_assert_int_eq(run_check("-c", out, sizeof(out), err, sizeof(err)), 2);
+    ck_assert_msg(strstr(err, "-c needs a value: -c FILE") != NULL, "%s", err);
     ck_assert_int_eq(run_check("--help", out, sizeof(out), err, sizeof(err)), 0);
     ck_assert_ptr_nonnull(strstr(out, "usage: warren check"));
     ck_assert_int_eq(run_check("-c /nonexistent.cfg", out, sizeof(out), err, sizeof(err)), 2);
