@@ -263,6 +263,8 @@ static int relay_batch(warren_relay *r, int64_t lead_ms, size_t *got, int *publi
     const char **keys = NULL;
     warren_us db_now = 0;
     int64_t t_sel;
+    size_t nfailed = 0;
+    char first_error[400] = "";
     int rc;
 
     *got = 0;
@@ -299,7 +301,9 @@ static int relay_batch(warren_relay *r, int64_t lead_ms, size_t *got, int *publi
                      "ready queue %s%s does not exist: not published (declare it with `warren "
                      "topology`)",
                      WARREN_READY_PREFIX, rows[i].queue);
-            warren_log(r->lg, WARREN_LOG_WARN, "run %s: %s", rows[i].run_key, e);
+            warren_log(r->lg, WARREN_LOG_DEBUG, "run %s: %s", rows[i].run_key, e);
+            if (nfailed++ == 0)
+                snprintf(first_error, sizeof(first_error), "run %s: %s", rows[i].run_key, e);
             (*unroutable)++;
             if ((rc = warren_plan_mark_publish_error(r->st, rows[i].run_key, e, UNROUTABLE_RETRY_MS,
                                                      err)) != 0)
@@ -338,7 +342,9 @@ static int relay_batch(warren_relay *r, int64_t lead_ms, size_t *got, int *publi
                      "unroutable: %s has no queue bound for %s=%s (returned by RabbitMQ; declare "
                      "it with `warren topology`)",
                      WARREN_READY_EXCHANGE, WARREN_QUEUE_HEADER, row->queue);
-            warren_log(r->lg, WARREN_LOG_WARN, "run %s: %s", row->run_key, e);
+            warren_log(r->lg, WARREN_LOG_DEBUG, "run %s: %s", row->run_key, e);
+            if (nfailed++ == 0)
+                snprintf(first_error, sizeof(first_error), "run %s: %s", row->run_key, e);
             (*unroutable)++;
             if ((rc = warren_plan_mark_publish_error(r->st, row->run_key, e, UNROUTABLE_RETRY_MS,
                                                      err)) != 0)
@@ -347,7 +353,9 @@ static int relay_batch(warren_relay *r, int64_t lead_ms, size_t *got, int *publi
             const char *e = status[k] == WARREN_BROKER_NACKED
                                 ? "publish nacked by RabbitMQ (will retry)"
                                 : "publish not confirmed by RabbitMQ (will retry)";
-            warren_log(r->lg, WARREN_LOG_WARN, "run %s: %s", row->run_key, e);
+            warren_log(r->lg, WARREN_LOG_DEBUG, "run %s: %s", row->run_key, e);
+            if (nfailed++ == 0)
+                snprintf(first_error, sizeof(first_error), "run %s: %s", row->run_key, e);
             if ((rc = warren_plan_mark_publish_error(r->st, row->run_key, e, NACK_RETRY_MS, err)) !=
                 0)
                 goto done;
@@ -362,6 +370,11 @@ static int relay_batch(warren_relay *r, int64_t lead_ms, size_t *got, int *publi
         goto done;
     *published += (int)nacked;
     warren_log(r->lg, WARREN_LOG_DEBUG, "relay: published %zu of %zu runs", nacked, n);
+    if (nfailed > 0)
+        warren_log(r->lg, WARREN_LOG_WARN,
+                   "relay: %zu run(s) not published (recorded on the runs as last_error, retried "
+                   "later), e.g. %s",
+                   nfailed, first_error);
 done:
     if (rc != 0 || n == 0)
         warren_plan_rollback(r->st);
