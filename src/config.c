@@ -543,6 +543,24 @@ static int is_amqp_url(const char *u)
     return strncmp(u, "amqp://", 7) == 0 || strncmp(u, "amqps://", 8) == 0;
 }
 
+/* quote() of a URL with the password of its userinfo (SCHEME://USER:PASSWORD@)
+ * shown as "***": messages go to terminals and logs, secrets must not. */
+static const char *quote_url(char *buf, size_t len, const char *u)
+{
+    const char *s = strstr(u, "://"), *at = NULL, *colon = NULL;
+    char masked[512];
+
+    if (s != NULL) {
+        s += 3;
+        at = s + strcspn(s, "/?#@");
+        colon = *at == '@' ? memchr(s, ':', (size_t)(at - s)) : NULL;
+    }
+    if (colon == NULL)
+        return quote(buf, len, u);
+    snprintf(masked, sizeof(masked), "%.*s:***%s", (int)(colon - u), u, at);
+    return quote(buf, len, masked);
+}
+
 static void load_sections(loader *L, config_t *cf, warren_config *cfg)
 {
     const config_setting_t *root = config_root_setting(cf);
@@ -570,7 +588,7 @@ static void load_sections(loader *L, config_t *cf, warren_config *cfg)
                 report(
                     L, member(g, "url"), NULL, "broker.url",
                     "%s is not an AMQP URL (use e.g. \"amqp://guest:guest@localhost:5672/%%2f\")",
-                    quote(q, sizeof(q), s));
+                    quote_url(q, sizeof(q), s));
             free(cfg->amqp_url);
             cfg->amqp_url = dup_or_oom(L, s);
         }
@@ -1125,7 +1143,7 @@ static void apply_env(loader *L, warren_config *cfg)
                 snprintf(text, 300,
                          "environment WARREN_AMQP_URL: %s is not an AMQP URL (use e.g. "
                          "\"amqp://guest:guest@localhost:5672/%%2f\")",
-                         quote(q, sizeof(q), v));
+                         quote_url(q, sizeof(q), v));
             add_diag(L, -1, 0, text);
         }
     }

@@ -351,6 +351,16 @@ START_TEST(test_config_env_amqp_url_is_validated)
     ck_assert_ptr_nonnull(
         strstr(d.items[0], "WARREN_AMQP_URL: \"http://wrong\" is not an AMQP URL"));
     warren_diags_free(&d);
+    /* The password of a wrong URL is not repeated in the message. */
+    setenv("WARREN_AMQP_URL", "rabbitmq://guest:s3cret@mq.example:5672/%2f", 1);
+    ck_assert_int_eq(warren_config_load(VALID "/minimal.cfg", &cfg, &d, &err), WARREN_ECONFIG);
+    unsetenv("WARREN_AMQP_URL");
+    ck_assert_uint_eq(d.count, 1);
+    ck_assert_msg(strstr(d.items[0], "s3cret") == NULL, "%s", d.items[0]);
+    ck_assert_msg(strstr(d.items[0], "\"rabbitmq://guest:***@mq.example:5672/%2f\" is not an AMQP "
+                                     "URL") != NULL,
+                  "%s", d.items[0]);
+    warren_diags_free(&d);
 }
 END_TEST
 
