@@ -146,6 +146,10 @@ static void wait_all(warren_broker *b, uint64_t seq, confirms *c)
     warren_error err = {0};
     ck_assert_msg(warren_broker_confirm_wait(b, seq, 10000, on_confirm, c, &err) == 0,
                   "confirm_wait: %s", err.message);
+    /* by_seq starts zeroed, which reads as ACKED: the callback must have
+     * reached seq (on_confirm checks they come in order, each once). */
+    ck_assert_msg(c->last_seq == seq, "confirms reported up to %" PRIu64 ", waited for %" PRIu64,
+                  c->last_seq, seq);
 }
 
 /* ---- topology --------------------------------------------------------------- */
