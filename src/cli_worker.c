@@ -168,7 +168,7 @@ static void print_report(void *ud, const warren_run_report *r)
         snprintf(late, sizeof(late), "%lld ms", (long long)((r->started_at - r->due_at) / 1000));
     printf("%s: scheduled %s, released %s, started %s, finished %s, %s%s%s (attempt %d, run %s), "
            "lateness %s\n",
-           r->run_key, hms(r->scheduled_at, a, sizeof(a)), hms(r->published_at, b, sizeof(b)),
+           r->run_key, hms(r->scheduled_at, a, sizeof(a)), hms(r->released_at, b, sizeof(b)),
            hms(r->started_at, c, sizeof(c)), hms(r->finished_at, d, sizeof(d)), r->outcome,
            r->error ? ": " : "", r->error ? r->error : "", r->attempt, r->state, late);
     fflush(stdout);

@@ -86,6 +86,8 @@ typedef struct slot {
     warren_claim claim;
     int64_t lease_ms, hb_every_ms, hb_margin_ms;
     int64_t started_mono, last_hb_ok, next_hb;
+    int64_t received_mono; /* the delivery's arrival (for the report's "released") */
+    warren_us msg_due_at;  /* due time this attempt was released for (message header) */
     int64_t timeout_at;
     int stop_reason;
     int64_t kill_at; /* exec: SIGKILL after this (0: not signalled) */
@@ -108,6 +110,7 @@ typedef struct slot {
 typedef struct pend {
     warren_delivery d;
     uint64_t gen;
+    int64_t received_mono; /* when the delivery reached this worker */
     warren_run_msg msg;
     const warren_job *job;
 } pend;
@@ -1055,6 +1058,8 @@ static void slot_start(warren_worker *w, slot *s, pend *p, warren_claim *cl, int
     if (s->hb_margin_ms > s->lease_ms / 3)
         s->hb_margin_ms = s->lease_ms / 3; /* short leases: keep two heartbeats' worth of room */
     s->started_mono = claimed_mono;
+    s->received_mono = p->received_mono;
+    s->msg_due_at = p->msg.due_at;
     s->last_hb_ok = claimed_mono;
     s->next_hb = claimed_mono + s->hb_every_ms;
     s->timeout_at = claimed_mono + (s->job->timeout_ms > 0 ? s->job->timeout_ms : INT32_MAX);
@@ -1264,8 +1269,15 @@ static void report(warren_worker *w, slot *s)
         .state = t.state[0] ? t.state : "?",
         .error = s->error,
         .scheduled_at = s->claim.scheduled_at,
-        .due_at = t.due_at,
+        /* The due time the message was released for: after a retry the
+         * row already holds the next attempt's due time. */
+        .due_at = s->msg_due_at != 0 ? s->msg_due_at : t.due_at,
         .published_at = t.published_at,
+        /* Arrival on the database's clock: the claim's now() minus the
+         * monotonic time between receiving the delivery and claiming it. */
+        .released_at = t.started_at != 0 && s->received_mono != 0
+                           ? t.started_at - (s->started_mono - s->received_mono) * 1000
+                           : 0,
         .started_at = t.started_at,
         .finished_at = t.finished_at,
     };
@@ -1597,6 +1609,7 @@ static void receive(warren_worker *w, int wait_ms, int stopping)
             return;
         w->stats.received++;
         p.gen = w->gen;
+        p.received_mono = mono_ms();
         if (stopping) {
             /* Not ours to start any more: left unacknowledged, it returns
              * to its queue when the connection closes. */

@@ -41,7 +41,7 @@ typedef struct warren_handler_ctx warren_handler_ctx;
 const char *warren_handler_run_key(const warren_handler_ctx *ctx); /* the idempotency key */
 const char *warren_handler_job(const warren_handler_ctx *ctx);
 warren_us warren_handler_scheduled_at(const warren_handler_ctx *ctx);
-int warren_handler_attempt(const warren_handler_ctx *ctx); /* the fencing token */
+int warren_handler_attempt(const warren_handler_ctx *ctx);         /* the fencing token */
 const char *warren_handler_payload(const warren_handler_ctx *ctx); /* compact JSON object */
 /* 1 once the handler must stop: its lease was lost, it timed out, or the
  * worker is shutting down past its grace. Poll it; return soon after. A run
@@ -92,7 +92,12 @@ typedef struct warren_run_report {
     const char *outcome; /* succeeded, retry, failed (what the handler said) */
     const char *state;   /* the run's state after completion: succeeded, retrying, dead */
     const char *error;   /* NULL on success */
-    warren_us scheduled_at, due_at, published_at, started_at, finished_at;
+    warren_us scheduled_at;
+    warren_us due_at;       /* the due time this attempt's message was released for */
+    warren_us published_at; /* the relay's confirmed publish (into a delay queue if early) */
+    warren_us released_at;  /* arrival at this worker, on the database's clock (estimated:
+                               claim time minus the monotonic time since the delivery) */
+    warren_us started_at, finished_at;
 } warren_run_report;
 typedef void (*warren_run_report_fn)(void *ud, const warren_run_report *r);
 /* Called on the worker's thread for every completion (fn NULL: none). */
@@ -109,17 +114,17 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
 
 /* Counters since the worker was created. */
 typedef struct warren_worker_stats {
-    uint64_t received;       /* deliveries */
-    uint64_t started;        /* claimed and started */
-    uint64_t succeeded;      /* completions recorded, by outcome */
+    uint64_t received;  /* deliveries */
+    uint64_t started;   /* claimed and started */
+    uint64_t succeeded; /* completions recorded, by outcome */
     uint64_t retried;
     uint64_t failed;
-    uint64_t duplicates;     /* unclaimable: acked and dropped */
-    uint64_t dead_lettered;  /* malformed or unknown: sent to warren.dead */
-    uint64_t stale;          /* complete returned false */
-    uint64_t lease_lost;     /* handlers stopped for a lost lease */
-    uint64_t timeouts;       /* handlers stopped for their timeout */
-    uint64_t db_errors;      /* PostgreSQL calls that failed (retried) */
+    uint64_t duplicates;    /* unclaimable: acked and dropped */
+    uint64_t dead_lettered; /* malformed or unknown: sent to warren.dead */
+    uint64_t stale;         /* complete returned false */
+    uint64_t lease_lost;    /* handlers stopped for a lost lease */
+    uint64_t timeouts;      /* handlers stopped for their timeout */
+    uint64_t db_errors;     /* PostgreSQL calls that failed (retried) */
     uint64_t broker_reconnects;
 } warren_worker_stats;
 void warren_worker_stats_get(const warren_worker *w, warren_worker_stats *out);
