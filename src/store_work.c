@@ -401,7 +401,7 @@ int warren_store_complete_sql(warren_store *st, const char *run_key, int attempt
                               int64_t timeout_ms, int *recorded, char **stmt_error,
                               warren_error *err)
 {
-    char abuf[24], tbuf[WARREN_TIME_BUF], setting[80];
+    char abuf[24], tbuf[WARREN_TIME_BUF], setting[24];
     PGresult *res = NULL;
     PGconn *conn;
     int rc, b = 0;
@@ -414,9 +414,14 @@ int warren_store_complete_sql(warren_store *st, const char *run_key, int attempt
         return warren_error_set(err, WARREN_EINVAL, "warren_store_complete_sql: bad arguments");
     if ((rc = warren__store_begin(st, err)) != 0)
         return rc;
-    snprintf(setting, sizeof(setting), "SET LOCAL statement_timeout = %lld",
-             (long long)(timeout_ms > 0 ? timeout_ms : 0));
-    if ((rc = warren__store_exec_simple(st, setting, "set the sql handler's timeout", err)) != 0)
+    /* The handler's timeout bounds its statement (milliseconds; 0 = none). */
+    snprintf(setting, sizeof(setting), "%lld", (long long)(timeout_ms > 0 ? timeout_ms : 0));
+    {
+        const char *params[1] = {setting};
+        rc = warren__store_exec(st, "SELECT set_config('statement_timeout', $1, true)", 1, params,
+                                NULL, "set the sql handler's timeout", err);
+    }
+    if (rc != 0)
         goto fail;
     {
         const char *params[2] = {run_key, warren__store_int_param(attempt, abuf, sizeof(abuf))};
