@@ -193,6 +193,7 @@ static size_t consume(const env *e, warren_us offset, int64_t *lateness, size_t 
     if (warren_broker_open(e->amqp, NULL, &b, &err) != 0 || warren_broker_qos(b, 500, &err) != 0 ||
         warren_broker_consume(b, "warren.ready.b", &err) != 0)
         die("consumer", &err);
+    FILE *dump = getenv("BENCH_DUMP") ? fopen(getenv("BENCH_DUMP"), "w") : NULL;
     *last_arrival = 0;
     while (got_n < n && mono_ms() < end) {
         warren_delivery d = {0};
@@ -206,11 +207,15 @@ static size_t consume(const env *e, warren_us offset, int64_t *lateness, size_t 
         if (dh == NULL || warren_time_parse(dh, &due, NULL) != 0)
             die("message without x-warren-due-at", NULL);
         lateness[got_n++] = at - due;
+        if (dump != NULL)
+            fprintf(dump, "%lld %lld\n", (long long)(due / 1000), (long long)((at - due) / 1000));
         *last_arrival = at;
         warren_broker_ack(b, d.tag, NULL);
         warren_delivery_clear(&d);
     }
     warren_broker_free(b);
+    if (dump != NULL)
+        fclose(dump);
     return got_n;
 }
 
@@ -238,7 +243,8 @@ static void print_lateness(const char *name, size_t runs, size_t got, int64_t *l
 static void bench_steady(int seconds)
 {
     env e = env_new();
-    warren_config c = bench_config(10000, 200);
+    warren_config c =
+        bench_config(10000, getenv("BENCH_BATCH") ? atoi(getenv("BENCH_BATCH")) : 200);
     size_t n = (size_t)seconds * 200;
     int64_t *lat = calloc(n, sizeof(*lat));
     warren_us off = db_offset(&e), last;
@@ -256,8 +262,9 @@ static void bench_steady(int seconds)
     pid = spawn_planner(&e, &c);
     got = consume(&e, off, lat, n, (int64_t)seconds * 1000 + 60000, &last);
     stop_planner(pid);
-    snprintf(extra, sizeof(extra), ", \"rate_per_s\": 200, \"seconds\": %d, \"horizon_ms\": %lld",
-             seconds, (long long)c.planner.horizon_ms);
+    snprintf(extra, sizeof(extra),
+             ", \"rate_per_s\": 200, \"seconds\": %d, \"horizon_ms\": %lld, \"publish_batch\": %d",
+             seconds, (long long)c.planner.horizon_ms, c.planner.publish_batch);
     print_lateness("steady", n, got, lat, extra);
     free(lat);
 }
