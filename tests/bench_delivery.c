@@ -244,10 +244,12 @@ static void bench_steady(int seconds)
 {
     env e = env_new();
     warren_config c =
-        bench_config(10000, getenv("BENCH_BATCH") ? atoi(getenv("BENCH_BATCH")) : 200);
+        bench_config(getenv("BENCH_HORIZON_MS") ? atoll(getenv("BENCH_HORIZON_MS")) : 10000,
+                     getenv("BENCH_BATCH") ? atoi(getenv("BENCH_BATCH")) : 200);
     size_t n = (size_t)seconds * 200;
     int64_t *lat = calloc(n, sizeof(*lat));
     warren_us off = db_offset(&e), last;
+    c.planner.delay_ring = getenv("BENCH_RING") ? atoi(getenv("BENCH_RING")) : 0;
     char q[512], extra[128];
     pid_t pid;
     size_t got;
