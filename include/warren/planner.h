@@ -97,7 +97,8 @@ int warren_planner_tick(warren_planner *p, warren_error *err);
 /* Ticks until *stop becomes non-zero (set it from a signal handler), sleeping
  * between ticks on LISTEN (a NOTIFY wakes it at once). Lost connections are
  * re-established with capped exponential backoff (100 ms doubling to 10 s),
- * logged at warn. On stop: finishes the current batch, releases its
+ * logged at warn; while RabbitMQ is unreachable the planner keeps
+ * materialising (runs wait in the database). On stop: finishes the current batch, releases its
  * partition leases, returns 0. stop may be NULL (run forever). */
 int warren_planner_run(warren_planner *p, volatile sig_atomic_t *stop, warren_error *err);
 
