@@ -62,14 +62,19 @@ static const char SQL_MEMBER_DELETE[] = "DELETE FROM warren.planners WHERE owner
     "j.jitter_ms, CASE WHEN j.next_fire_at IS NULL OR j.next_fire_at = 'infinity' THEN NULL "      \
     "ELSE " US("j.next_fire_at") " END, j.paused, j.removed, j.next_fire_at = 'infinity'"
 
-static const char SQL_LOCK_DUE_JOBS[] = "SELECT " JOB_COLS ", " US(
-    "now()") " "
-             "FROM warren.jobs j JOIN warren.planner_leases l ON l.partition = j.partition "
-             "WHERE l.owner = $1 AND l.lease_until > now() AND NOT j.paused AND NOT j.removed "
-             "AND (j.next_fire_at IS NULL OR j.next_fire_at <= now() + $2::bigint * interval '1 "
-             "millisecond') "
-             "ORDER BY j.next_fire_at NULLS FIRST, j.name LIMIT $3::int "
-             "FOR UPDATE OF j SKIP LOCKED FOR SHARE OF l";
+static const char SQL_LOCK_LEASES[] =
+    "SELECT coalesce(array_agg(partition), '{}') FROM (SELECT partition FROM warren.planner_leases "
+    "WHERE owner = $1 AND lease_until > now() FOR SHARE) l";
+
+static const char SQL_LOCK_DUE_JOBS[] =
+    "SELECT " JOB_COLS
+    ", " US("now()") " "
+                     "FROM warren.jobs j "
+                     "WHERE j.partition = ANY($1::int[]) AND NOT j.paused AND NOT j.removed "
+                     "AND (j.next_fire_at IS NULL OR j.next_fire_at <= now() + $2::bigint * "
+                     "interval '1 millisecond') "
+                     "ORDER BY j.next_fire_at NULLS FIRST, j.name LIMIT $3::int "
+                     "FOR UPDATE OF j SKIP LOCKED";
 
 static const char SQL_JOB_GET[] = "SELECT " JOB_COLS " FROM warren.jobs j WHERE j.name = $1";
 
@@ -451,8 +456,22 @@ int warren_plan_lock_due_jobs(warren_store *st, const char *owner, int64_t horiz
 
     *jobs = NULL;
     *n = 0;
-    rc = warren__store_exec_prepared(st, "plan_lock_due_jobs", SQL_LOCK_DUE_JOBS, 3, p, &res,
-                                     "locking due jobs", err);
+    {
+        const char *lp[] = {owner};
+        rc = warren__store_exec_prepared(st, "plan_lock_leases", SQL_LOCK_LEASES, 1, lp, &res,
+                                         "locking partition leases", err);
+        if (rc != 0)
+            return rc;
+        char *parts = strdup(PQntuples(res) == 1 ? PQgetvalue(res, 0, 0) : "{}");
+        PQclear(res);
+        res = NULL;
+        if (parts == NULL)
+            return oom(err);
+        p[0] = parts;
+        rc = warren__store_exec_prepared(st, "plan_lock_due_jobs", SQL_LOCK_DUE_JOBS, 3, p, &res,
+                                         "locking due jobs", err);
+        free(parts);
+    }
     if (rc != 0)
         return rc;
     rows = PQntuples(res);
