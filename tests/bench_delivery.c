@@ -261,6 +261,21 @@ static void bench_steady(int seconds)
              "'trigger' FROM generate_series(0, %zu) g",
              n - 1);
     sql(e.db, q);
+    if (getenv("BENCH_PREDECLARE") != NULL) {
+        /* experiment: every delay queue of the run exists before it starts */
+        warren_broker *pb = NULL;
+        warren_error perr = {0};
+        char name[64];
+        long first = sql_long(e.db, "SELECT floor(extract(epoch FROM min(due_at)))::bigint FROM "
+                                    "warren.runs");
+        if (warren_broker_open(e.amqp, NULL, &pb, &perr) != 0)
+            die("broker", &perr);
+        for (long sec = first; sec <= first + seconds + 1; sec++)
+            if (warren_broker_delay_queue(pb, sec, c.planner.delay_queue_expires_ms, name,
+                                          sizeof(name), &perr) != 0)
+                die("declare", &perr);
+        warren_broker_free(pb);
+    }
     pid = spawn_planner(&e, &c);
     got = consume(&e, off, lat, n, (int64_t)seconds * 1000 + 60000, &last);
     stop_planner(pid);
