@@ -79,7 +79,6 @@ COMMENT ON COLUMN warren.jobs.config_hash IS 'md5 of the job''s settings as sync
 COMMENT ON COLUMN warren.jobs.created_at IS 'First synced';
 COMMENT ON COLUMN warren.jobs.updated_at IS 'Last changed by sync, pause or resume';
 
-CREATE INDEX IF NOT EXISTS jobs_plan ON warren.jobs (partition, next_fire_at) WHERE NOT paused;
 
 CREATE TABLE IF NOT EXISTS warren.runs (
     job          text NOT NULL REFERENCES warren.jobs (name) ON UPDATE CASCADE,

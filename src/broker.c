@@ -20,6 +20,8 @@
 #include <warren/broker.h>
 #include <warren/codec.h>
 
+#include "internal.h"
+
 /* Channel 1 carries publishes (confirm mode) and consumers; channel 2 carries
  * declarations and passive declares, whose failures (404, 406) close their
  * channel: keeping them apart means a failed declare never cancels consumers
@@ -101,13 +103,6 @@ struct warren_broker {
     warren_delivery *dq;
     size_t dq_head, dq_len, dq_cap;
 };
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static struct timeval ms_tv(int64_t ms)
 {
@@ -728,7 +723,7 @@ int warren_broker_delay_queue(warren_broker *b, int64_t second, int64_t expires_
             b->delay[i].second = INT64_MIN;
     }
     slot = &b->delay[(uint64_t)second % DELAY_CACHE];
-    now = mono_ms();
+    now = warren__mono_ms();
     /* Publishing does not renew x-expires, a declare does: trust the cache for
      * half the expiry only, so a queue is never used near its deletion. */
     if (slot->second == second && slot->expires_ms == expires_ms &&
@@ -786,7 +781,7 @@ int warren_broker_delay_ring_queue(warren_broker *b, int64_t second, int ring, c
         if (b->ring_at == NULL)
             return warren_error_set(err, WARREN_ENOMEM, "out of memory");
     }
-    now = mono_ms();
+    now = warren__mono_ms();
     if (b->ring_at[slot] != 0)
         return 0;
     rc = declare_queue(b, name, a, quorum_dlx_args(a, WARREN_READY_EXCHANGE), err);
@@ -1417,14 +1412,14 @@ int warren_broker_poll(warren_broker *b, int timeout_ms, warren_error *err)
         return warren_error_set(err, WARREN_EINVAL, "warren_broker_poll: NULL broker");
     if (b->dead)
         return dead_error(b, err);
-    deadline = mono_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    deadline = warren__mono_ms() + (timeout_ms > 0 ? timeout_ms : 0);
     for (;;) {
-        rc = pump(b, deadline - mono_ms(), err);
+        rc = pump(b, deadline - warren__mono_ms(), err);
         if (rc == WARREN_ETIMEOUT)
             return 0;
         if (rc != 0)
             return rc;
-        if (mono_ms() >= deadline && !amqp_frames_enqueued(b->conn) &&
+        if (warren__mono_ms() >= deadline && !amqp_frames_enqueued(b->conn) &&
             !amqp_data_in_buffer(b->conn))
             return 0;
     }
@@ -1473,7 +1468,7 @@ int warren_broker_confirm_wait(warren_broker *b, uint64_t seq, int timeout_ms, w
         return warren_error_set(err, WARREN_EINVAL,
                                 "warren_broker_confirm_wait: call warren_broker_confirm_select "
                                 "first");
-    deadline = mono_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    deadline = warren__mono_ms() + (timeout_ms > 0 ? timeout_ms : 0);
     while (b->dead || !all_resolved(b, seq)) {
         int64_t left;
         if (b->dead) {
@@ -1481,7 +1476,7 @@ int warren_broker_confirm_wait(warren_broker *b, uint64_t seq, int timeout_ms, w
             report(b, seq, fn, ud);
             return dead_error(b, err);
         }
-        left = deadline - mono_ms();
+        left = deadline - warren__mono_ms();
         if (left <= 0) {
             report(b, seq, fn, ud);
             return warren_error_set(err, WARREN_ETIMEOUT,
@@ -1567,7 +1562,7 @@ int warren_broker_next(warren_broker *b, int timeout_ms, warren_delivery *d, int
     if (b == NULL || d == NULL || got == NULL)
         return warren_error_set(err, WARREN_EINVAL, "warren_broker_next: bad arguments");
     memset(d, 0, sizeof(*d));
-    deadline = mono_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    deadline = warren__mono_ms() + (timeout_ms > 0 ? timeout_ms : 0);
     for (;;) {
         amqp_envelope_t env;
         amqp_rpc_reply_t r;
@@ -1584,7 +1579,7 @@ int warren_broker_next(warren_broker *b, int timeout_ms, warren_delivery *d, int
         if (b->dead)
             return dead_error(b, err);
         amqp_maybe_release_buffers(b->conn);
-        tv = ms_tv(deadline - mono_ms());
+        tv = ms_tv(deadline - warren__mono_ms());
         r = amqp_consume_message(b->conn, &env, &tv, 0);
         if (r.reply_type == AMQP_RESPONSE_NORMAL) {
             rc = make_delivery(b, env.delivery_tag, env.redelivered, env.consumer_tag, env.exchange,
@@ -1604,7 +1599,7 @@ int warren_broker_next(warren_broker *b, int timeout_ms, warren_delivery *d, int
             rc = pump(b, 0, err);
             if (rc != 0 && rc != WARREN_ETIMEOUT)
                 return rc;
-            if (mono_ms() >= deadline && b->dq_len == 0)
+            if (warren__mono_ms() >= deadline && b->dq_len == 0)
                 return 0;
             continue;
         }

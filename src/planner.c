@@ -18,6 +18,8 @@
 #include <warren/store.h>
 #include <warren/store_plan.h>
 
+#include "internal.h"
+
 /* Jobs locked per materialise transaction. */
 #define JOB_BATCH 500
 /* Runs one job may create in one tick (the cursor continues next tick). */
@@ -158,26 +160,6 @@ struct warren_planner {
     volatile sig_atomic_t *stop;
     warren_planner_stats stats;
 };
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-static void sleep_ms(int64_t ms)
-{
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 static int stopping(const warren_planner *p)
 {
@@ -571,7 +553,7 @@ int warren_planner_tick(warren_planner *p, warren_error *err)
     int rc, owned = 0, taken = 0, dropped = 0, live = 0, inserted = 0, published = 0,
             unroutable = 0, outbox = 0, republished = 0, reaped = 0;
     size_t jobs_seen = 0;
-    int64_t start = mono_ms(), budget = p->pc.tick_ms * 2 < 2000 ? 2000 : p->pc.tick_ms * 2;
+    int64_t start = warren__mono_ms(), budget = p->pc.tick_ms * 2 < 2000 ? 2000 : p->pc.tick_ms * 2;
     uint64_t skipped_before = p->stats.runs_skipped;
 
     p->stats.ticks++;
@@ -589,14 +571,14 @@ int warren_planner_tick(warren_planner *p, warren_error *err)
     while (owned > 0 && !stopping(p)) {
         size_t n = 0;
         int k = 0;
-        int64_t m0 = mono_us();
+        int64_t m0 = warren__mono_us();
         rc = materialise_batch(p, &n, &k, err);
-        p->stats.materialise_us += (uint64_t)(mono_us() - m0);
+        p->stats.materialise_us += (uint64_t)(warren__mono_us() - m0);
         if (rc != 0)
             return rc;
         jobs_seen += n;
         inserted += k;
-        if (n < JOB_BATCH || mono_ms() - start > budget)
+        if (n < JOB_BATCH || warren__mono_ms() - start > budget)
             break;
     }
     p->stats.runs_inserted += (uint64_t)inserted;
@@ -614,9 +596,9 @@ int warren_planner_tick(warren_planner *p, warren_error *err)
         p->stats.outbox_published += (uint64_t)outbox;
     }
 
-    if (mono_ms() - p->last_reconcile_ms >= RECONCILE_EVERY_MS && !stopping(p)) {
+    if (warren__mono_ms() - p->last_reconcile_ms >= RECONCILE_EVERY_MS && !stopping(p)) {
         warren_error e = {0};
-        p->last_reconcile_ms = mono_ms();
+        p->last_reconcile_ms = warren__mono_ms();
         if ((rc = warren_plan_reconcile_published(p->st, p->pc.reconcile_grace_ms, RECONCILE_LIMIT,
                                                   &republished, err)) != 0)
             return rc;
@@ -658,7 +640,7 @@ static int is_broker_error(int rc)
 static void sleep_unless_stopped(warren_planner *p, int64_t ms)
 {
     for (int64_t slept = 0; slept < ms && !stopping(p); slept += 100)
-        sleep_ms(ms - slept < 100 ? ms - slept : 100);
+        warren__sleep_ms(ms - slept < 100 ? ms - slept : 100);
 }
 
 int warren_planner_run(warren_planner *p, volatile sig_atomic_t *stop, warren_error *err)
@@ -668,7 +650,7 @@ int warren_planner_run(warren_planner *p, volatile sig_atomic_t *stop, warren_er
 
     p->stop = stop;
     while (!stopping(p)) {
-        int64_t t0 = mono_ms();
+        int64_t t0 = warren__mono_ms();
         warren_error e = {0};
         int rc;
 
@@ -715,7 +697,7 @@ int warren_planner_run(warren_planner *p, volatile sig_atomic_t *stop, warren_er
                 warren_broker_free(p->b);
                 p->b = NULL;
                 warren_relay_set_broker(p->relay, NULL);
-                mq_next = mono_ms() + mq_backoff;
+                mq_next = warren__mono_ms() + mq_backoff;
             } else {
                 warren_log(p->lg, WARREN_LOG_ERROR, "planner %s: tick failed: %s", p->id,
                            e.message);
@@ -724,7 +706,7 @@ int warren_planner_run(warren_planner *p, volatile sig_atomic_t *stop, warren_er
         /* Sleep out the tick on LISTEN: a NOTIFY (sync, trigger, pause,
          * resume) wakes us at once. */
         for (;;) {
-            int64_t left = p->pc.tick_ms - (mono_ms() - t0);
+            int64_t left = p->pc.tick_ms - (warren__mono_ms() - t0);
             int got = 0;
             if (left <= 0 || stopping(p))
                 break;

@@ -10,6 +10,8 @@
 #include <warren/relay.h>
 #include <warren/store_plan.h>
 
+#include "internal.h"
+
 /* How long to wait for a batch's confirms before giving up on the connection. */
 #define CONFIRM_TIMEOUT_MS 15000
 /* A returned (unroutable) or nacked run is retried no sooner than this. */
@@ -34,27 +36,6 @@ struct warren_relay {
     ready_entry cache[MAX_READY_CACHE];
     size_t ncache;
 };
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-static void sleep_ms(int64_t ms)
-{
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0)
-        ;
-}
 
 int warren_relay_new(warren_store *st, warren_broker *b, const warren_planner_config *pc,
                      const warren_logger *lg, warren_relay **out, warren_error *err)
@@ -131,7 +112,7 @@ size_t warren_json_compact_inplace(char *json)
  * delay queue and be dropped at expiry by the dead-letter hop, silently. */
 static int ready_exists(warren_relay *r, const char *queue, warren_error *err)
 {
-    int64_t now = mono_ms();
+    int64_t now = warren__mono_ms();
     char name[160];
     uint32_t msgs = 0, consumers = 0;
     ready_entry *e = NULL;
@@ -271,7 +252,7 @@ static int relay_batch(warren_relay *r, int64_t lead_ms, size_t *got, int *publi
     if ((rc = warren_plan_begin(r->st, err)) != 0)
         return rc;
     rc = warren_plan_relay_select(r->st, lead_ms, r->pc.publish_batch, &rows, &n, &db_now, err);
-    t_sel = mono_us();
+    t_sel = warren__mono_us();
     if (rc != 0 || n == 0)
         goto done;
     *got = n;
@@ -287,7 +268,7 @@ static int relay_batch(warren_relay *r, int64_t lead_ms, size_t *got, int *publi
      * channel, which must not happen while this batch's confirms are pending. */
     for (size_t i = 0; i < n; i++) {
         int ok = 1;
-        if (rows[i].due_at > db_now + (mono_us() - t_sel)) {
+        if (rows[i].due_at > db_now + (warren__mono_us() - t_sel)) {
             ok = ready_exists(r, rows[i].queue, err);
             if (ok < 0) {
                 rc = ok;
@@ -314,7 +295,7 @@ static int relay_batch(warren_relay *r, int64_t lead_ms, size_t *got, int *publi
         if (status[i] == 1)
             continue;
         /* The database's now at the select plus the (monotonic) time since. */
-        warren_us now_est = db_now + (mono_us() - t_sel);
+        warren_us now_est = db_now + (warren__mono_us() - t_sel);
         rc = publish_run(r, &rows[i], now_est, &seqs[npub], err);
         if (rc != 0)
             goto done;
@@ -326,7 +307,7 @@ static int relay_batch(warren_relay *r, int64_t lead_ms, size_t *got, int *publi
     if (npub > 0) {
         batch_state bs = {seqs, status, npub};
         if (r->stall_ms > 0)
-            sleep_ms(r->stall_ms);
+            warren__sleep_ms(r->stall_ms);
         rc = warren_broker_confirm_wait(r->b, seqs[npub - 1], CONFIRM_TIMEOUT_MS, on_confirm, &bs,
                                         err);
         if (rc != 0)
@@ -389,13 +370,14 @@ done:
 int warren_relay_runs(warren_relay *r, int64_t lead_ms, int64_t budget_ms, int *published,
                       int *unroutable, warren_error *err)
 {
-    int64_t start = mono_ms();
+    int64_t start = warren__mono_ms();
     int pub = 0, unr = 0, rc = 0;
     size_t got;
 
     do {
         rc = relay_batch(r, lead_ms, &got, &pub, &unr, err);
-    } while (rc == 0 && got == (size_t)r->pc.publish_batch && mono_ms() - start < budget_ms);
+    } while (rc == 0 && got == (size_t)r->pc.publish_batch &&
+             warren__mono_ms() - start < budget_ms);
     if (published)
         *published = pub;
     if (unroutable)
@@ -486,13 +468,14 @@ done:
 
 int warren_relay_outbox(warren_relay *r, int64_t budget_ms, int *published, warren_error *err)
 {
-    int64_t start = mono_ms();
+    int64_t start = warren__mono_ms();
     int pub = 0, rc = 0;
     size_t got;
 
     do {
         rc = outbox_batch(r, &got, &pub, err);
-    } while (rc == 0 && got == (size_t)r->pc.publish_batch && mono_ms() - start < budget_ms);
+    } while (rc == 0 && got == (size_t)r->pc.publish_batch &&
+             warren__mono_ms() - start < budget_ms);
     if (published)
         *published = pub;
     return rc;

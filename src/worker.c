@@ -28,6 +28,8 @@
 #include <warren/store_work.h>
 #include <warren/worker.h>
 
+#include "internal.h"
+
 extern char **environ;
 
 #define MAX_CONCURRENCY 1000
@@ -146,20 +148,6 @@ struct warren_worker {
 
     warren_worker_stats stats;
 };
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int64_t ms)
-{
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
 
 static int64_t backoff_next(int64_t cur)
 {
@@ -486,17 +474,17 @@ static void broker_lost(warren_worker *w, const warren_error *e)
     w->b = NULL;
     pq_clear(w); /* their tags died with the connection; the broker redelivers them */
     w->broker_backoff = backoff_next(w->broker_backoff);
-    w->broker_retry_at = mono_ms() + w->broker_backoff;
+    w->broker_retry_at = warren__mono_ms() + w->broker_backoff;
 }
 
 static void broker_try_reconnect(warren_worker *w)
 {
     warren_error e = {0};
-    if (w->b != NULL || mono_ms() < w->broker_retry_at)
+    if (w->b != NULL || warren__mono_ms() < w->broker_retry_at)
         return;
     if (broker_setup(w, &e) != 0) {
         w->broker_backoff = backoff_next(w->broker_backoff);
-        w->broker_retry_at = mono_ms() + w->broker_backoff;
+        w->broker_retry_at = warren__mono_ms() + w->broker_backoff;
         warren_log(w->lg, WARREN_LOG_WARN, "worker %s: %s (retrying in %lld ms)", w->id, e.message,
                    (long long)w->broker_backoff);
         return;
@@ -518,14 +506,14 @@ static void store_failed(warren_worker *w, int rc, const warren_error *e, const 
     }
     /* Calls fail in bursts (every slot at once): the backoff grows only when
      * reconnecting fails (store_ready), not once per failed call. */
-    w->store_retry_at = mono_ms() + w->store_backoff;
+    w->store_retry_at = warren__mono_ms() + w->store_backoff;
 }
 
 /* 1 if the store may be used now (reconnecting when its backoff allows). */
 static int store_ready(warren_worker *w)
 {
     warren_error e = {0};
-    int64_t now = mono_ms();
+    int64_t now = warren__mono_ms();
 
     if (w->store_retry_at != 0 && now < w->store_retry_at)
         return 0;
@@ -1468,7 +1456,7 @@ static void heartbeat_due(warren_worker *w, int64_t now)
             n++;
         }
     }
-    int64_t sent = mono_ms();
+    int64_t sent = warren__mono_ms();
     rc = warren_store_heartbeat_batch(w->st, keys, att, n, held, &e);
     if (rc != 0) {
         store_failed(w, rc, &e, "heartbeat");
@@ -1550,7 +1538,7 @@ static void claim_pending(warren_worker *w)
     qsort(batch, n, sizeof(*batch), cmp_pend_key);
     for (size_t i = 0; i < n; i++)
         keys[i] = batch[i]->msg.run_key;
-    int64_t sent = mono_ms();
+    int64_t sent = warren__mono_ms();
     rc = warren_store_claim_batch(w->st, keys, n, w->id, cl, &e);
     if (rc != 0) {
         store_failed(w, rc, &e, "claim");
@@ -1609,7 +1597,7 @@ static void receive(warren_worker *w, int wait_ms, int stopping)
             return;
         w->stats.received++;
         p.gen = w->gen;
-        p.received_mono = mono_ms();
+        p.received_mono = warren__mono_ms();
         if (stopping) {
             /* Not ours to start any more: left unacknowledged, it returns
              * to its queue when the connection closes. */
@@ -1683,7 +1671,7 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
                    w->concurrency);
     }
     for (;;) {
-        int64_t now = mono_ms();
+        int64_t now = warren__mono_ms();
         if (!stopping && stop != NULL && *stop) {
             stopping = 1;
             stop_deadline = now + w->cfg->worker.shutdown_grace_ms;
@@ -1731,17 +1719,17 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
         } else {
             broker_try_reconnect(w);
             if (w->b == NULL)
-                sleep_ms(IDLE_WAIT_MS);
+                warren__sleep_ms(IDLE_WAIT_MS);
         }
         if (!stopping)
             claim_pending(w);
-        now = mono_ms();
+        now = warren__mono_ms();
         relaunch_sql(w, now);
         /* Heartbeat before the lease deadline check: after a pause (SIGSTOP,
          * a stall) the overdue heartbeat tells whether the run is still ours;
          * the deadline then stops what could not be confirmed. */
         heartbeat_due(w, now);
-        now = mono_ms();
+        now = warren__mono_ms();
         for (int i = 0; i < w->concurrency; i++)
             poll_slot(w, &w->slots[i], now);
         complete_done(w, now);
