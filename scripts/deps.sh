@@ -10,7 +10,7 @@ PACKAGES=(
     build-essential cmake pkg-config clang clang-format libclang-rt-14-dev
     librabbitmq-dev libpq-dev libjansson-dev libconfig-dev check
     postgresql rabbitmq-server tzdata
-    python3 python3-pika python3-psycopg2
+    python3 python3-pika python3-psycopg2 curl
 )
 
 missing=()
