@@ -635,15 +635,19 @@ START_TEST(test_misfire_run_once_coalesces_with_a_note)
     env e = outage("run_once", 0);
     /* exactly one run older than the threshold: the latest missed fire time */
     ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'm' AND "
-                                  "scheduled_at < now() - interval '60 s'"),
+                                  "origin = 'misfire' AND scheduled_at < now() - interval '60 s'"),
                      1);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'm' AND "
+                                  "scheduled_at < (SELECT scheduled_at FROM warren.runs WHERE "
+                                  "origin = 'misfire')"),
+                     0);
     char *note = testenv_sql1(e.db, "SELECT note FROM warren.runs WHERE origin = 'misfire'");
     ck_assert_msg(note != NULL && strstr(note, "run_once") && strstr(note, "missed fire time") &&
                       strstr(note, "coalesced"),
                   "note: %s", note ? note : "(null)");
     /* how many: from 5 min ago up to the threshold: 24 to 25 fire times */
     ck_assert_msg(strstr(note, ": 24 missed") || strstr(note, ": 25 missed") ||
-                      strstr(note, ": 23 missed"),
+                      strstr(note, ": 23 missed") || strstr(note, ": 26 missed"),
                   "note: %s", note);
     free(note);
     ck_assert_int_eq(
@@ -664,9 +668,13 @@ START_TEST(test_misfire_skip_records_each_skipped_time)
     env e = outage("skip", 0);
     long skipped = sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'skipped' AND "
                                 "note LIKE 'misfire skip:%' AND finished_at IS NOT NULL");
-    ck_assert_msg(skipped >= 23 && skipped <= 25, "skipped %ld", skipped);
+    /* 5 min back to the threshold: 24 or 25 fire times, one more when the
+     * tick's now() crossed a 10 s boundary after the outage was set up. */
+    ck_assert_msg(skipped >= 23 && skipped <= 26, "skipped %ld", skipped);
+    /* a margin: a fire time just inside the threshold at the tick may be just
+     * outside it by the time this query runs */
     ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state <> 'skipped' AND "
-                                  "scheduled_at < now() - interval '60 s'"),
+                                  "scheduled_at < now() - interval '65 s'"),
                      0);
     assert_contiguous(&e);
     env_free(&e);
@@ -686,7 +694,7 @@ START_TEST(test_misfire_catch_up_runs_oldest_first_up_to_cap)
                      3);
     long skipped = sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'skipped' AND "
                                 "note LIKE 'misfire catch_up: over max_catch_up%'");
-    ck_assert_msg(skipped >= 20 && skipped <= 22, "skipped %ld", skipped);
+    ck_assert_msg(skipped >= 20 && skipped <= 23, "skipped %ld", skipped); /* 23-26 missed, 3 run */
     assert_contiguous(&e);
     env_free(&e);
 
