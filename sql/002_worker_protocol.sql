@@ -367,6 +367,7 @@ DECLARE
     w text := claim_many.worker;
     keys text[] := claim_many.run_keys;
     done_ text[];
+    nfast bigint;
 BEGIN
     IF w IS NULL OR w = '' THEN
         RAISE EXCEPTION 'warren.claim_many: worker is required' USING ERRCODE = '22023';
@@ -395,11 +396,20 @@ BEGIN
                 finished_at = NULL, outcome = NULL, error = NULL
     )
     SELECT c.run_key, c.attempt, c.job, c.scheduled_at, c.payload, c.lease_seconds FROM c;
+    -- The common case (a burst of fresh runs): the fast path claimed every key.
+    GET DIAGNOSTICS nfast = ROW_COUNT;
+    -- (a NULL key counts: the full path below rejects it, as warren.claim does)
+    IF nfast >= (SELECT count(*) FROM (SELECT DISTINCT x FROM unnest(keys) x) d) THEN
+        RETURN;
+    END IF;
     -- What this transaction claimed above (started_at = now(): this transaction).
+    -- `state || ''` keeps the planner off the partial index runs_running_job
+    -- (whose statistics say "a handful of rows"): scanning every running run
+    -- once per key cost milliseconds per batch during a burst.
     SELECT array_agg(rr.run_key) INTO done_
-      FROM (SELECT DISTINCT x AS k FROM unnest(keys) x) t
+      FROM (SELECT DISTINCT x AS k FROM unnest(keys) x ORDER BY 1) t
       JOIN warren.runs rr ON rr.run_key = t.k
-     WHERE rr.state = 'running' AND rr.lease_owner = w AND rr.started_at = now();
+     WHERE rr.state || '' = 'running' AND rr.lease_owner = w AND rr.started_at = now();
     -- The rest, by the full rules.
     RETURN QUERY
     SELECT t.k, cl.attempt, cl.job, cl.scheduled_at, cl.payload, cl.lease_seconds
@@ -431,11 +441,16 @@ BEGIN
     WITH t AS (
         SELECT * FROM unnest(complete_many.run_keys, complete_many.attempts) AS t(k, a)
     ), u AS (
+        -- Driven by the keys, one runs_run_key probe each. `state || ''`
+        -- keeps the planner off the partial index runs_running_job: its
+        -- statistics say "a handful of rows", and scanning every running run
+        -- against every key (a nested loop: hash and merge joins are off
+        -- here) cost 5 ms per 100-run batch with 200 runs running.
         UPDATE warren.runs rr
            SET state = 'succeeded', finished_at = now(), lease_until = NULL
-          FROM t
-         WHERE rr.run_key = t.k AND rr.attempt = t.a AND rr.state = 'running'
-        RETURNING rr.*
+          FROM (SELECT k, a FROM t ORDER BY k) tk
+         WHERE rr.run_key = tk.k AND rr.attempt = tk.a AND rr.state || '' = 'running'
+        RETURNING rr.run_key, rr.job, rr.attempt, rr.scheduled_at, rr.due_at, rr.lease_owner
     ), at AS (
         UPDATE warren.attempts x SET finished_at = now(), outcome = 'succeeded', error = NULL
           FROM u WHERE x.run_key = u.run_key AND x.attempt = u.attempt
@@ -443,17 +458,22 @@ BEGIN
         INSERT INTO warren.outbox (exchange, routing_key, message_id, type, headers, body)
         SELECT 'warren.events', 'run.succeeded.' || u.job, u.run_key, u.job,
                jsonb_build_object('x-warren-job', u.job,
-                                  'x-warren-scheduled-at', warren.wp_utc(u.scheduled_at),
+                                  'x-warren-scheduled-at', u.sched,
                                   'x-warren-attempt', u.attempt::text,
                                   'x-warren-event', 'succeeded',
                                   'x-warren-state', 'succeeded'),
                jsonb_strip_nulls(jsonb_build_object(
                    'event', 'succeeded', 'run_key', u.run_key, 'job', u.job,
-                   'scheduled_at', warren.wp_utc(u.scheduled_at),
-                   'due_at', warren.wp_utc_ms(u.due_at),
+                   'scheduled_at', u.sched,
+                   'due_at', to_char(u.due_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
                    'attempt', u.attempt, 'state', 'succeeded', 'worker', u.lease_owner,
-                   'at', warren.wp_utc_ms(clock_timestamp())))
-          FROM u ORDER BY u.run_key
+                   'at', to_char(clock_timestamp() AT TIME ZONE 'UTC',
+                                 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')))
+          -- the formats of wp_utc / wp_utc_ms written out: those SQL functions
+          -- are not inlined (auto_explain logged each of their 4 calls per run)
+          FROM (SELECT u.*, to_char(u.scheduled_at AT TIME ZONE 'UTC',
+                                    'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS sched FROM u) u
+         ORDER BY u.run_key
     )
     SELECT t.k, EXISTS (SELECT 1 FROM u WHERE u.run_key = t.k) FROM t;
 END

@@ -1520,6 +1520,10 @@ static void claim_pending(warren_worker *w)
     pend **batch = NULL;
     const char **keys = NULL;
     warren_claim *cl = NULL;
+    struct {
+        uint64_t tag, gen;
+    } *dups = NULL;
+    size_t ndups = 0;
     warren_error e = {0};
     int rc;
 
@@ -1545,17 +1549,27 @@ static void claim_pending(warren_worker *w)
         goto out; /* the deliveries stay unacknowledged and are claimed later */
     }
     store_ok(w);
+    /* Duplicates are acked after the FIFO is updated: an ack that finds the
+     * connection lost clears the FIFO (broker_lost), which must not happen
+     * while batch still points into it. */
+    dups = calloc(n, sizeof(*dups));
     for (size_t i = 0; i < n; i++) {
         pend *p = batch[i];
         if (cl[i].claimed) {
             slot_start(w, a_free_slot(w), p, &cl[i], sent);
-        } else {
-            w->stats.duplicates++;
-            warren_log(w->lg, WARREN_LOG_DEBUG,
-                       "worker %s: %s not claimable (finished, leased elsewhere or held back); "
-                       "dropped",
-                       w->id, p->msg.run_key);
-            ack(w, p->d.tag, p->gen, p->msg.run_key);
+            continue;
+        }
+        w->stats.duplicates++;
+        warren_log(w->lg, WARREN_LOG_DEBUG,
+                   "worker %s: %s not claimable (finished, leased elsewhere or held back); "
+                   "dropped",
+                   w->id, p->msg.run_key);
+        if (dups != NULL) {
+            dups[ndups].tag = p->d.tag;
+            dups[ndups].gen = p->gen;
+            ndups++;
+        } else if (w->b != NULL) {
+            ack(w, p->d.tag, p->gen, p->msg.run_key); /* out of memory: as before */
         }
     }
     /* The batch was the first n entries of the FIFO. */
@@ -1564,7 +1578,10 @@ static void claim_pending(warren_worker *w)
         w->pq_head = (w->pq_head + 1) % w->pq_cap;
         w->pq_len--;
     }
+    for (size_t i = 0; i < ndups; i++)
+        ack(w, dups[i].tag, dups[i].gen, NULL);
 out:
+    free(dups);
     if (cl != NULL)
         for (size_t i = 0; i < n; i++)
             warren_claim_clear(&cl[i]);

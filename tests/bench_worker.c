@@ -11,7 +11,10 @@
  *
  *   eval "$(tests/servers.sh start)"
  *   build/tests/bench_worker [--burst N] [--rate R] [--seconds S] [--concurrency C]
- */
+ *
+ * BENCH_EXTRA_SQL=FILE applies FILE to the benchmark database after the
+ * migrations (A/B experiments, e.g. an older sql/002_worker_protocol.sql in
+ * the same session as the current one). */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -197,6 +200,24 @@ int main(int argc, char **argv)
     unsetenv("WARREN_AMQP_URL");
     char *db = testenv_db_migrated();
     char *amqp = testenv_vhost();
+    const char *extra = getenv("BENCH_EXTRA_SQL");
+    if (extra != NULL && extra[0] != '\0') {
+        FILE *xf = fopen(extra, "r");
+        char *text = NULL;
+        long len = -1;
+        if (xf != NULL && fseek(xf, 0, SEEK_END) == 0 && (len = ftell(xf)) >= 0 &&
+            fseek(xf, 0, SEEK_SET) == 0 && (text = calloc(1, (size_t)len + 1)) != NULL &&
+            fread(text, 1, (size_t)len, xf) == (size_t)len) {
+            if (testenv_psql(db, text, NULL) < 0)
+                die("BENCH_EXTRA_SQL failed", NULL);
+        } else {
+            fprintf(stderr, "bench_worker: cannot read BENCH_EXTRA_SQL %s\n", extra);
+            return 2;
+        }
+        if (xf != NULL)
+            fclose(xf);
+        free(text);
+    }
     if (mkdtemp(tmpl) == NULL)
         die("mkdtemp", NULL);
     char cfg_path[256];
