@@ -98,6 +98,7 @@ struct warren_broker {
     delay_slot *delay; /* DELAY_CACHE slots, direct-mapped by second */
     int64_t *ring_at;  /* ring mode: declare time per slot (0 = not yet) */
     int ring_size;
+    int ring_type; /* WARREN_DELAY_RING_QUORUM or _CLASSIC: the type ring_at caches */
 
     /* deliveries read while waiting for something else (FIFO) */
     warren_delivery *dq;
@@ -748,7 +749,7 @@ int warren_broker_delay_ring_check(int ring, int64_t horizon_ms, warren_error *e
 
     if (ring <= 0 || ring > MAX_RING || ring < need)
         return warren_error_set(err, WARREN_EINVAL,
-                                "planner.delay_ring = %d: a ring of quorum delay queues needs "
+                                "planner.delay_ring = %d: a ring of delay queues needs "
                                 "more slots than seconds in the horizon (at least %" PRId64
                                 " for a horizon of %" PRId64 " ms, at most %d), or a slot would "
                                 "hold runs due in different seconds and block them",
@@ -759,13 +760,25 @@ int warren_broker_delay_ring_check(int ring, int64_t horizon_ms, warren_error *e
 int warren_broker_delay_ring_queue(warren_broker *b, int64_t second, int ring, char *name,
                                    size_t len, warren_error *err)
 {
+    return warren_broker_delay_ring_queue_typed(b, second, ring, WARREN_DELAY_RING_QUORUM, name,
+                                                len, err);
+}
+
+int warren_broker_delay_ring_queue_typed(warren_broker *b, int64_t second, int ring, int type,
+                                         char *name, size_t len, warren_error *err)
+{
     amqp_table_entry_t a[4];
     int64_t slot, now;
-    int rc;
+    int n, rc;
 
     if (b == NULL || ring <= 0 || ring > MAX_RING)
         return warren_error_set(err, WARREN_EINVAL, "delay ring size %d out of range 1-%d", ring,
                                 MAX_RING);
+    if (type != WARREN_DELAY_RING_QUORUM && type != WARREN_DELAY_RING_CLASSIC)
+        return warren_error_set(err, WARREN_EINVAL,
+                                "delay ring type %d is neither quorum nor "
+                                "classic",
+                                type);
     slot = second % ring;
     if (slot < 0)
         slot += ring;
@@ -774,17 +787,28 @@ int warren_broker_delay_ring_queue(warren_broker *b, int64_t second, int ring, c
         return warren_error_set(err, WARREN_EINVAL, "delay queue name buffer too small");
     if (b->dead)
         return dead_error(b, err);
-    if (b->ring_size != ring) {
+    if (b->ring_size != ring || b->ring_type != type) {
         free(b->ring_at);
         b->ring_at = calloc((size_t)ring, sizeof(*b->ring_at));
         b->ring_size = b->ring_at ? ring : 0;
+        b->ring_type = type;
         if (b->ring_at == NULL)
             return warren_error_set(err, WARREN_ENOMEM, "out of memory");
     }
     now = warren__mono_ms();
     if (b->ring_at[slot] != 0)
         return 0;
-    rc = declare_queue(b, name, a, quorum_dlx_args(a, WARREN_READY_EXCHANGE), err);
+    if (type == WARREN_DELAY_RING_CLASSIC) {
+        /* permanent (no x-expires: nothing is created or deleted in steady
+         * state, and classic queue names cost no Erlang atom); explicit type
+         * for vhosts whose default queue type is quorum */
+        entry_str(&a[0], "x-queue-type", "classic");
+        entry_str(&a[1], "x-dead-letter-exchange", WARREN_READY_EXCHANGE);
+        n = 2;
+    } else {
+        n = quorum_dlx_args(a, WARREN_READY_EXCHANGE);
+    }
+    rc = declare_queue(b, name, a, n, err);
     if (rc != 0)
         return rc;
     b->ring_at[slot] = now > 0 ? now : 1;

@@ -16,9 +16,10 @@ static void topology_usage(FILE *f)
             "exchanges warren.ready (headers), warren.dead (fanout), warren.events (topic);\n"
             "the quorum queue warren.dead; and per job queue Q the quorum queue warren.ready.Q\n"
             "(x-delivery-limit = broker.delivery_limit, dead-lettering to warren.dead).\n"
-            "With planner.delay_ring = N it also declares the N quorum delay queues\n"
-            "warren.delay.ring.0..N-1; per-second delay queues are declared by the planner on\n"
-            "demand. See broker/README.md.\n\n"
+            "With planner.delay_ring = N it also declares the N delay queues\n"
+            "warren.delay.ring.0..N-1 (quorum, or classic with planner.delay_ring_type =\n"
+            "\"classic\"); per-second delay queues are declared by the planner on demand.\n"
+            "See broker/README.md.\n\n"
             "  -c, --config FILE  the configuration (default: $WARREN_CONFIG, else warren.cfg)\n\n"
             "exit codes: 0 declared, 1 the broker refused (e.g. a queue exists with other\n"
             "arguments), 2 usage or config error, 69 RabbitMQ unreachable\n");
@@ -65,13 +66,14 @@ int cli_topology(int argc, char **argv)
     rc = warren_broker_open(cfg->amqp_url, &lg, &b, &err);
     if (rc == 0)
         rc = warren_broker_topology(b, queues, nqueues, cfg->delivery_limit, &err);
-    /* the optional quorum delay ring: created up front so operators see it */
+    /* the optional delay ring: created up front so operators see it (and so
+     * the planner never creates a queue while runs are being released) */
     if (rc == 0 && cfg->planner.delay_ring > 0)
         rc = warren_broker_delay_ring_check(cfg->planner.delay_ring, cfg->planner.horizon_ms, &err);
     for (int s = 0; rc == 0 && s < cfg->planner.delay_ring; s++) {
         char name[64];
-        rc =
-            warren_broker_delay_ring_queue(b, s, cfg->planner.delay_ring, name, sizeof(name), &err);
+        rc = warren_broker_delay_ring_queue_typed(
+            b, s, cfg->planner.delay_ring, cfg->planner.delay_ring_type, name, sizeof(name), &err);
     }
     if (rc != 0) {
         fprintf(stderr, "warren topology: %s\n", err.message);
@@ -94,9 +96,10 @@ int cli_topology(int argc, char **argv)
     if (nqueues == 0)
         printf("  (the configuration names no job queues)\n");
     if (cfg->planner.delay_ring > 0)
-        printf("  queues   %s0 .. %s%d: quorum delay ring (planner.delay_ring = %d), dead "
+        printf("  queues   %s0 .. %s%d: %s delay ring (planner.delay_ring = %d), dead "
                "letters to %s\n",
                WARREN_DELAY_RING_PREFIX, WARREN_DELAY_RING_PREFIX, cfg->planner.delay_ring - 1,
+               cfg->planner.delay_ring_type == WARREN_DELAY_RING_CLASSIC ? "classic" : "quorum",
                cfg->planner.delay_ring, WARREN_READY_EXCHANGE);
     else
         printf("  (delay queues %s<second> are declared by the planner on demand)\n",

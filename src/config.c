@@ -526,9 +526,8 @@ static const char *const top_known[] = {"database", "broker", "planner", "worker
 static const char *const database_known[] = {"url", NULL};
 static const char *const broker_known[] = {"url", "delivery_limit", NULL};
 static const char *const planner_known[] = {
-    "horizon",    "tick",          "misfire_threshold", "reconcile_grace",
-    "partitions", "publish_batch", "delay_ring",        "delay_queue_expires",
-    NULL};
+    "horizon",       "tick",       "misfire_threshold",   "reconcile_grace", "partitions",
+    "publish_batch", "delay_ring", "delay_queue_expires", "delay_ring_type", NULL};
 static const char *const worker_known[] = {"concurrency", "shutdown_grace", "heartbeat_margin",
                                            "id", NULL};
 static const char *const job_known[] = {"name",    "cron",    "every",   "at",      "timezone",
@@ -607,6 +606,20 @@ static void load_sections(loader *L, config_t *cf, warren_config *cfg)
         get_int(L, g, &pl, "publish_batch", 1, 100000, &p->publish_batch);
         get_int(L, g, &pl, "delay_ring", 0, 1024, &p->delay_ring);
         get_duration(L, g, &pl, "delay_queue_expires", 1000, 0, &p->delay_queue_expires_ms);
+        if (get_string(L, g, &pl, "delay_ring_type", &s) == 1) {
+            if (strcmp(s, "quorum") == 0)
+                p->delay_ring_type = WARREN_DELAY_RING_QUORUM;
+            else if (strcmp(s, "classic") == 0)
+                p->delay_ring_type = WARREN_DELAY_RING_CLASSIC;
+            else
+                report(L, member(g, "delay_ring_type"), NULL, "planner.delay_ring_type",
+                       "%s is not a delay ring type (use \"quorum\" or \"classic\")",
+                       quote(q, sizeof(q), s));
+            if (p->delay_ring == 0)
+                report(L, member(g, "delay_ring_type"), NULL, "planner.delay_ring_type",
+                       "has no effect without planner.delay_ring = N (the number of ring "
+                       "queues; the default is a classic queue per due second)");
+        }
         if (p->horizon_ms < p->tick_ms)
             report(L, member(g, "horizon") ? member(g, "horizon") : member(g, "tick"), NULL,
                    "planner.horizon",
@@ -1176,6 +1189,7 @@ static void set_defaults(loader *L, warren_config *cfg)
     cfg->planner.partitions = DEF_PARTITIONS;
     cfg->planner.publish_batch = DEF_PUBLISH_BATCH;
     cfg->planner.delay_ring = DEF_DELAY_RING;
+    cfg->planner.delay_ring_type = WARREN_DELAY_RING_QUORUM;
     cfg->planner.delay_queue_expires_ms = DEF_DELAY_QUEUE_EXPIRES_MS;
     cfg->worker.concurrency = DEF_CONCURRENCY;
     cfg->worker.shutdown_grace_ms = DEF_SHUTDOWN_GRACE_MS;

@@ -82,6 +82,11 @@ void warren_relay_set_stall(warren_relay *r, int64_t ms)
     r->stall_ms = ms;
 }
 
+/* Not codec.c's warren_json_object_check: re-encoding through jansson
+ * changes what PostgreSQL wrote (0.1 becomes 0.10000000000000001, 1.50 becomes
+ * 1.5, an integer beyond int64 is refused, a body that is not an object is
+ * refused), and outbox bodies must reach consumers as the worker protocol
+ * wrote them. Removing whitespace outside strings changes no value. */
 size_t warren_json_compact_inplace(char *json)
 {
     size_t w = 0;
@@ -214,8 +219,9 @@ static int publish_run(warren_relay *r, const warren_relay_row *row, warren_us n
          * broker never releases it before due_at. */
         int64_t ms = (row->due_at - now_est + 999) / 1000;
         if (r->pc.delay_ring > 0)
-            rc = warren_broker_delay_ring_queue(r->b, warren_us_to_s(row->due_at), r->pc.delay_ring,
-                                                qname, sizeof(qname), err);
+            rc = warren_broker_delay_ring_queue_typed(r->b, warren_us_to_s(row->due_at),
+                                                      r->pc.delay_ring, r->pc.delay_ring_type,
+                                                      qname, sizeof(qname), err);
         else
             rc = warren_broker_delay_queue(r->b, warren_us_to_s(row->due_at),
                                            r->pc.delay_queue_expires_ms, qname, sizeof(qname), err);

@@ -117,6 +117,16 @@ START_TEST(test_config_full_file_loads_every_field)
 }
 END_TEST
 
+START_TEST(test_config_delay_ring_type_classic_is_parsed)
+{
+    warren_config *cfg = load_ok(VALID "/delay_ring_classic.cfg");
+    ck_assert_int_eq(cfg->planner.delay_ring, 150);
+    ck_assert_int_eq(cfg->planner.delay_ring_type, WARREN_DELAY_RING_CLASSIC);
+    ck_assert_int_ne(WARREN_DELAY_RING_CLASSIC, WARREN_DELAY_RING_QUORUM);
+    warren_config_free(cfg);
+}
+END_TEST
+
 START_TEST(test_config_minimal_file_gets_documented_defaults)
 {
     unsetenv("WARREN_DATABASE_URL");
@@ -132,6 +142,7 @@ START_TEST(test_config_minimal_file_gets_documented_defaults)
     ck_assert_int_eq(cfg->planner.partitions, 64);
     ck_assert_int_eq(cfg->planner.publish_batch, 200);
     ck_assert_int_eq(cfg->planner.delay_ring, 0);
+    ck_assert_int_eq(cfg->planner.delay_ring_type, WARREN_DELAY_RING_QUORUM);
     ck_assert_int_eq(cfg->planner.delay_queue_expires_ms, 600000);
     ck_assert_int_eq(cfg->worker.concurrency, 4);
     ck_assert_int_eq(cfg->worker.shutdown_grace_ms, 30000);
@@ -684,6 +695,7 @@ static Suite *config_suite(void)
     TCase *tc = tcase_create("valid");
     tcase_add_test(tc, test_config_full_file_loads_every_field);
     tcase_add_test(tc, test_config_minimal_file_gets_documented_defaults);
+    tcase_add_test(tc, test_config_delay_ring_type_classic_is_parsed);
     tcase_add_test(tc, test_config_empty_file_has_no_jobs);
     tcase_add_test(tc, test_config_payload_types_become_json);
     tcase_add_test(tc, test_config_handler_forms);

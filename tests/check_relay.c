@@ -6,7 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <warren/broker.h>
 #include <warren/codec.h>
@@ -354,6 +357,173 @@ START_TEST(test_delay_ring_releases_at_due)
 }
 END_TEST
 
+/* The local wall clock's offset to PostgreSQL's (fastest of 10 round trips);
+ * *err_us gets the uncertainty (half that round trip). */
+static warren_us db_clock_offset(const env *e, warren_us *err_us)
+{
+    warren_store *st = NULL;
+    warren_us best = 0, best_rtt = INT64_MAX;
+    ck_assert(warren_store_open(e->db, NULL, &st, NULL) == 0);
+    for (int i = 0; i < 10; i++) {
+        struct timeval a, b;
+        warren_us now = 0, ta, tb;
+        gettimeofday(&a, NULL);
+        ck_assert(warren_store_now(st, &now, NULL) == 0);
+        gettimeofday(&b, NULL);
+        ta = (warren_us)a.tv_sec * 1000000 + a.tv_usec;
+        tb = (warren_us)b.tv_sec * 1000000 + b.tv_usec;
+        if (tb - ta < best_rtt) {
+            best_rtt = tb - ta;
+            best = now - (ta + tb) / 2;
+        }
+    }
+    warren_store_free(st);
+    *err_us = best_rtt / 2 + 1000;
+    return best;
+}
+
+/* `warren topology` with a config naming job queues q and r and the planner
+ * group `planner`; returns the exit status, output in out. */
+static int topology_cli(const env *e, const char *planner, char *out, size_t len)
+{
+    char cfg[] = "/tmp/warren_check_relay_XXXXXX", cmd[2048];
+    size_t used = 0;
+    int fd = mkstemp(cfg), status;
+    FILE *f, *p;
+
+    ck_assert_int_ge(fd, 0);
+    f = fdopen(fd, "w");
+    fprintf(f,
+            "jobs = ( { name = \"j\"; every = \"10s\"; queue = \"q\"; },\n"
+            "         { name = \"k\"; every = \"10s\"; queue = \"r\"; } );\n"
+            "planner = { %s };\n",
+            planner);
+    fclose(f);
+    snprintf(cmd, sizeof(cmd), "WARREN_AMQP_URL='%s' '%s' topology -c '%s' 2>&1", e->amqp,
+             WARREN_BINARY, cfg);
+    p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    while (used + 1 < len && fgets(out + used, (int)(len - used), p) != NULL)
+        used += strlen(out + used);
+    out[used] = '\0';
+    status = pclose(p);
+    unlink(cfg);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+START_TEST(test_classic_delay_ring_releases_no_run_early_and_routes)
+{
+    env e = env_new();
+    warren_config c = test_config();
+    warren_planner *p;
+    warren_broker *bq, *br, *chk = NULL;
+    warren_delivery d = {0};
+    warren_error err = {0};
+    warren_us off, off_err;
+    char out[8192], name[64], *resp = NULL, *vpath, path[256];
+    int nq = 0, nr = 0;
+
+    /* topology declares the classic ring (and nothing per second) */
+    ck_assert_msg(topology_cli(&e,
+                               "horizon = \"60s\"; delay_ring = 64; delay_ring_type = \"classic\";",
+                               out, sizeof(out)) == 0,
+                  "%s", out);
+    ck_assert_msg(strstr(out, "warren.delay.ring.63: classic delay ring") != NULL, "%s", out);
+    ck_assert_int_eq(testenv_queue_depth(e.amqp, "warren.delay.ring.0"), 0);
+    ck_assert_int_eq(testenv_queue_depth(e.amqp, "warren.delay.ring.63"), 0);
+    ck_assert_int_eq(testenv_queue_depth(e.amqp, "warren.delay.ring.64"), -1);
+    vpath = testenv_vhost_path(e.amqp);
+    snprintf(path, sizeof(path), "/api/queues/%s/warren.delay.ring.5", vpath);
+    ck_assert_int_eq(testenv_http("GET", path, NULL, &resp), 200);
+    ck_assert_msg(strstr(resp, "\"type\":\"classic\"") != NULL, "%s", resp);
+    ck_assert_msg(strstr(resp, "\"durable\":true") != NULL, "%s", resp);
+    ck_assert_msg(strstr(resp, "x-expires") == NULL, "a ring queue must be permanent: %s", resp);
+    ck_assert_msg(strstr(resp, "\"x-dead-letter-exchange\":\"warren.ready\"") != NULL, "%s", resp);
+    free(resp);
+    free(vpath);
+    /* the same names as a quorum ring: declaring the other type conflicts */
+    ck_assert_int_eq(warren_broker_open(e.amqp, NULL, &chk, &err), 0);
+    ck_assert_int_eq(warren_broker_delay_ring_queue_typed(chk, 5, 64, WARREN_DELAY_RING_QUORUM,
+                                                          name, sizeof(name), &err),
+                     WARREN_ECONFLICT);
+    ck_assert_msg(strstr(err.message, "\"warren.delay.ring.5\"") != NULL, "%s", err.message);
+    warren_broker_free(chk);
+    /* topology again with the same ring: idempotent */
+    ck_assert_msg(topology_cli(&e,
+                               "horizon = \"60s\"; delay_ring = 64; delay_ring_type = \"classic\";",
+                               out, sizeof(out)) == 0,
+                  "%s", out);
+
+    ck_assert_int_eq(testenv_psql(e.db,
+                                  "INSERT INTO warren.jobs (name, schedule_kind, expression, "
+                                  "queue, paused) VALUES ('k', 'at', '2099-01-01T00:00:00Z', "
+                                  "'r', true)",
+                                  NULL),
+                     1);
+    c.planner.delay_ring_type = WARREN_DELAY_RING_CLASSIC;
+    c.planner.delay_ring = 10; /* too small for a 60 s horizon: refused for classic too */
+    ck_assert_int_eq(warren_planner_new(&c, e.db, e.amqp, NULL, &p, NULL), WARREN_EINVAL);
+    c.planner.delay_ring = 64;
+    p = planner_new(&e, &c);
+    bq = consumer(&e, "warren.ready.q");
+    br = consumer(&e, "warren.ready.r");
+    off = db_clock_offset(&e, &off_err);
+    /* ms-distinct due times in two seconds, published out of due order, for
+     * two job queues */
+    testenv_psql(e.db,
+                 "INSERT INTO warren.runs (job, scheduled_at, due_at) SELECT job, "
+                 "'2026-01-01T00:00:00Z'::timestamptz + g * interval '1 s', "
+                 "date_trunc('second', clock_timestamp()) + interval '3 s' + ms * interval '1 "
+                 "ms' FROM (VALUES (0, 'j', 700), (1, 'k', 150), (2, 'j', 1300), (3, 'k', 1999), "
+                 "(4, 'j', 20)) v(g, job, ms)",
+                 NULL);
+    tick(p);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'published'"), 5);
+    /* waiting in the ring slots of their due seconds, no per-second queue */
+    {
+        long s0 = sql_long(&e, "SELECT floor(extract(epoch FROM min(due_at)))::bigint FROM "
+                               "warren.runs");
+        char q[64];
+        snprintf(q, sizeof(q), "warren.delay.ring.%ld", s0 % 64);
+        ck_assert_int_eq(testenv_queue_depth(e.amqp, q), 3);
+        snprintf(q, sizeof(q), "warren.delay.ring.%ld", (s0 + 1) % 64);
+        ck_assert_int_eq(testenv_queue_depth(e.amqp, q), 2);
+        snprintf(q, sizeof(q), "warren.delay.%ld", s0);
+        ck_assert_int_eq(testenv_queue_depth(e.amqp, q), -1);
+    }
+    for (int waited = 0; nq + nr < 5 && waited < 15000; waited += 50) {
+        for (int k = 0; k < 2; k++) {
+            warren_broker *b = k == 0 ? bq : br;
+            int got = 0;
+            ck_assert_msg(warren_broker_next(b, 25, &d, &got, &err) == 0, "%s", err.message);
+            if (!got)
+                continue;
+            struct timeval tv;
+            gettimeofday(&tv, NULL);
+            warren_us at = (warren_us)tv.tv_sec * 1000000 + tv.tv_usec + off, due = 0;
+            ck_assert(
+                warren_time_parse(warren_delivery_header(&d, "x-warren-due-at"), &due, NULL) == 0);
+            ck_assert_msg(at + off_err >= due, "run %s released %lld us early", d.message_id,
+                          (long long)(due - at));
+            /* routed by x-warren-queue: j's runs to q, k's to r */
+            ck_assert_str_eq(warren_delivery_header(&d, "x-warren-job"), k == 0 ? "j" : "k");
+            if (k == 0)
+                nq++;
+            else
+                nr++;
+            warren_broker_ack(b, d.tag, NULL);
+            warren_delivery_clear(&d);
+        }
+    }
+    ck_assert_int_eq(nq, 3);
+    ck_assert_int_eq(nr, 2);
+    warren_broker_free(bq);
+    warren_broker_free(br);
+    warren_planner_free(p);
+    env_free(&e);
+}
+END_TEST
+
 static Suite *relay_suite(void)
 {
     Suite *s = suite_create("relay");
@@ -364,6 +534,7 @@ static Suite *relay_suite(void)
     tcase_add_test(tc, test_run_message_follows_the_contract);
     tcase_add_test(tc, test_unroutable_publish_is_recorded_not_success);
     tcase_add_test(tc, test_delay_ring_releases_at_due);
+    tcase_add_test(tc, test_classic_delay_ring_releases_no_run_early_and_routes);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
 

@@ -24,10 +24,13 @@
 #define WARREN_QUEUE_HEADER "x-warren-queue"
 #define WARREN_READY_PREFIX "warren.ready."           /* + job queue: quorum ready queue */
 #define WARREN_DELAY_PREFIX "warren.delay."           /* + epoch second: classic delay queue */
-#define WARREN_DELAY_RING_PREFIX "warren.delay.ring." /* + slot: optional quorum ring */
-#define WARREN_DEAD_EXCHANGE "warren.dead"            /* fanout */
-#define WARREN_DEAD_QUEUE "warren.dead"               /* quorum */
-#define WARREN_EVENTS_EXCHANGE "warren.events"        /* topic; run.<outcome>.<job> */
+#define WARREN_DELAY_RING_PREFIX "warren.delay.ring." /* + slot: optional ring */
+/* delay ring types (planner.delay_ring_type; the same definitions as in config.h) */
+#define WARREN_DELAY_RING_QUORUM 0
+#define WARREN_DELAY_RING_CLASSIC 1
+#define WARREN_DEAD_EXCHANGE "warren.dead"     /* fanout */
+#define WARREN_DEAD_QUEUE "warren.dead"        /* quorum */
+#define WARREN_EVENTS_EXCHANGE "warren.events" /* topic; run.<outcome>.<job> */
 
 typedef struct warren_broker warren_broker;
 
@@ -164,6 +167,18 @@ int warren_broker_delay_queue(warren_broker *b, int64_t second, int64_t expires_
 int warren_broker_delay_ring_check(int ring, int64_t horizon_ms, warren_error *err);
 int warren_broker_delay_ring_queue(warren_broker *b, int64_t second, int ring, char *name,
                                    size_t len, warren_error *err);
+/* The same with the ring's type (planner.delay_ring_type): WARREN_DELAY_RING_QUORUM
+ * as above, or WARREN_DELAY_RING_CLASSIC: N durable CLASSIC queues with the same
+ * names, x-dead-letter-exchange warren.ready and no x-expires (permanent; a
+ * classic queue name costs no atom). Not replicated, but nothing is created
+ * or deleted while runs are released (creating a durable queue stalls the
+ * broker's releases for tens of ms). The same slot constraint applies
+ * (warren_broker_delay_ring_check). The two types share the names, so a ring
+ * declared with one type conflicts (WARREN_ECONFLICT naming the queue and the
+ * first differing argument) with the other: delete the drained ring queues to
+ * switch. Errors: WARREN_EINVAL (ring or type out of range). */
+int warren_broker_delay_ring_queue_typed(warren_broker *b, int64_t second, int ring, int type,
+                                         char *name, size_t len, warren_error *err);
 
 /* A consumed message. All strings and body are owned by the delivery (copied
  * out of rabbitmq-c's buffers); free with warren_delivery_clear. Header

@@ -76,9 +76,15 @@ typedef struct warren_planner_config {
     int partitions;                 /* default 64 */
     int publish_batch;              /* default 200: runs per relay batch */
     int delay_ring;                 /* 0 (default): classic queue per due second;
-                                       N > 0: fixed ring of N quorum delay queues */
+                                       N > 0: fixed ring of N delay queues */
     int64_t delay_queue_expires_ms; /* x-expires of per-second delay queues; default 10m */
+    int delay_ring_type;            /* planner.delay_ring_type: WARREN_DELAY_RING_QUORUM
+                                       (0, default) or WARREN_DELAY_RING_CLASSIC */
 } warren_planner_config;
+
+/* planner.delay_ring_type values */
+#define WARREN_DELAY_RING_QUORUM 0
+#define WARREN_DELAY_RING_CLASSIC 1
 
 typedef struct warren_worker_config {
     int concurrency;             /* default 4 */

@@ -4,8 +4,9 @@
  * Runs: in due order, in batches (one transaction each: select FOR UPDATE
  * SKIP LOCKED, publish the batch, wait for every confirm, mark the acked ones
  * published, commit). A run not yet due goes to the classic delay queue of
- * its due second (warren.delay.<epoch s>) with expiration = due - now in ms,
- * rounded up (never released early); a run already due goes straight to
+ * its due second (warren.delay.<epoch s>; with planner.delay_ring = N the
+ * quorum or classic ring slot warren.delay.ring.<s mod N>) with expiration =
+ * due - now in ms, rounded up (never released early); a run already due goes straight to
  * warren.ready. Publishes are mandatory: a returned message is recorded on
  * the run (last_error) and retried later, never counted as published.
  * Outbox rows: in id order, with confirms, deleted after their ack. */
