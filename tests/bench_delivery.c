@@ -250,7 +250,11 @@ static void bench_steady(int seconds)
     int64_t *lat = calloc(n, sizeof(*lat));
     warren_us off = db_offset(&e), last;
     c.planner.delay_ring = getenv("BENCH_RING") ? atoi(getenv("BENCH_RING")) : 0;
-    char q[512], extra[128];
+    c.planner.delay_ring_type =
+        getenv("BENCH_RING_TYPE") != NULL && strcmp(getenv("BENCH_RING_TYPE"), "classic") == 0
+            ? WARREN_DELAY_RING_CLASSIC
+            : WARREN_DELAY_RING_QUORUM;
+    char q[512], extra[192];
     pid_t pid;
     size_t got;
 
@@ -276,12 +280,30 @@ static void bench_steady(int seconds)
                 die("declare", &perr);
         warren_broker_free(pb);
     }
+    if (c.planner.delay_ring > 0) {
+        /* the ring exists before the planner starts, as after `warren topology` */
+        warren_broker *pb = NULL;
+        warren_error perr = {0};
+        char name[64];
+        if (warren_broker_open(e.amqp, NULL, &pb, &perr) != 0)
+            die("broker", &perr);
+        for (int s = 0; s < c.planner.delay_ring; s++)
+            if (warren_broker_delay_ring_queue_typed(pb, s, c.planner.delay_ring,
+                                                     c.planner.delay_ring_type, name, sizeof(name),
+                                                     &perr) != 0)
+                die("declare", &perr);
+        warren_broker_free(pb);
+    }
     pid = spawn_planner(&e, &c);
     got = consume(&e, off, lat, n, (int64_t)seconds * 1000 + 60000, &last);
     stop_planner(pid);
     snprintf(extra, sizeof(extra),
-             ", \"rate_per_s\": 200, \"seconds\": %d, \"horizon_ms\": %lld, \"publish_batch\": %d",
-             seconds, (long long)c.planner.horizon_ms, c.planner.publish_batch);
+             ", \"rate_per_s\": 200, \"seconds\": %d, \"horizon_ms\": %lld, \"publish_batch\": %d, "
+             "\"delay\": \"%s\"",
+             seconds, (long long)c.planner.horizon_ms, c.planner.publish_batch,
+             c.planner.delay_ring == 0                                ? "per-second"
+             : c.planner.delay_ring_type == WARREN_DELAY_RING_CLASSIC ? "classic-ring"
+                                                                      : "quorum-ring");
     print_lateness("steady", n, got, lat, extra);
     free(lat);
 }
