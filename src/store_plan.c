@@ -3,6 +3,7 @@
  * server as text array literals built here (elements always quoted and
  * escaped), so a batch is one statement. */
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -275,7 +276,13 @@ void warren_plan_rollback(warren_store *st)
 static int cmd_tuples(PGresult *res)
 {
     const char *s = PQcmdTuples(res);
-    return s && *s ? atoi(s) : 0;
+    char *end = NULL;
+    long n;
+
+    if (s == NULL || *s == '\0')
+        return 0;
+    n = strtol(s, &end, 10);
+    return *end == '\0' && n >= 0 && n <= INT_MAX ? (int)n : 0;
 }
 
 /* ------------------------------------------------------------------ leases */
