@@ -17,6 +17,7 @@
 #include <warren/store.h>
 #include <warren/store_plan.h>
 
+#include "planner_fixture.h"
 #include "testenv.h"
 
 /* ----------------------------------------------------------------- helpers */
@@ -56,27 +57,9 @@ static warren_config test_config(int partitions)
 }
 
 /* A fresh migrated database and a vhost with ready queue "q". */
-typedef struct env {
-    char *db;
-    char *amqp;
-} env;
-
 static env env_new(void)
 {
-    static const char *const queues[] = {"q"};
-    env e = {testenv_db_migrated(), testenv_vhost()};
-    warren_broker *b = NULL;
-    warren_error err = {0};
-    ck_assert_msg(warren_broker_open(e.amqp, NULL, &b, &err) == 0, "%s", err.message);
-    ck_assert_msg(warren_broker_topology(b, queues, 1, 5, &err) == 0, "%s", err.message);
-    warren_broker_free(b);
-    return e;
-}
-
-static void env_free(env *e)
-{
-    free(e->db);
-    free(e->amqp);
+    return fixture_env_new();
 }
 
 static void add_job(const env *e, const char *name, const char *kind, const char *expr,
@@ -89,29 +72,6 @@ static void add_job(const env *e, const char *name, const char *kind, const char
              extra_cols ? extra_cols : "", name, kind, expr, warren_job_partition(name, partitions),
              extra_vals ? extra_vals : "");
     ck_assert_int_ge(testenv_psql(e->db, sql, NULL), 0);
-}
-
-static long sql_long(const env *e, const char *sql)
-{
-    char *v = testenv_sql1(e->db, sql);
-    long n = v ? atol(v) : -1;
-    free(v);
-    return n;
-}
-
-static warren_planner *planner_new(const env *e, const warren_config *c)
-{
-    warren_planner *p = NULL;
-    warren_error err = {0};
-    ck_assert_msg(warren_planner_new(c, e->db, e->amqp, NULL, &p, &err) == 0, "planner: %s",
-                  err.message);
-    return p;
-}
-
-static void tick(warren_planner *p)
-{
-    warren_error err = {0};
-    ck_assert_msg(warren_planner_tick(p, &err) == 0, "tick: %s", err.message);
 }
 
 /* database clock - local realtime, in µs, measured once. */

@@ -17,6 +17,7 @@
 #include <warren/relay.h>
 #include <warren/store.h>
 
+#include "planner_fixture.h"
 #include "testenv.h"
 
 static warren_config test_config(void)
@@ -33,20 +34,9 @@ static warren_config test_config(void)
     return c;
 }
 
-typedef struct env {
-    char *db;
-    char *amqp;
-} env;
-
 static env env_new(void)
 {
-    static const char *const queues[] = {"q"};
-    env e = {testenv_db_migrated(), testenv_vhost()};
-    warren_broker *b = NULL;
-    warren_error err = {0};
-    ck_assert_msg(warren_broker_open(e.amqp, NULL, &b, &err) == 0, "%s", err.message);
-    ck_assert_msg(warren_broker_topology(b, queues, 1, 5, &err) == 0, "%s", err.message);
-    warren_broker_free(b);
+    env e = fixture_env_new();
     ck_assert_int_eq(testenv_psql(e.db,
                                   "INSERT INTO warren.jobs (name, schedule_kind, expression, "
                                   "queue, payload, paused) VALUES "
@@ -56,35 +46,6 @@ static env env_new(void)
                                   NULL),
                      2);
     return e;
-}
-
-static void env_free(env *e)
-{
-    free(e->db);
-    free(e->amqp);
-}
-
-static long sql_long(const env *e, const char *sql)
-{
-    char *v = testenv_sql1(e->db, sql);
-    long n = v ? atol(v) : -1;
-    free(v);
-    return n;
-}
-
-static warren_planner *planner_new(const env *e, const warren_config *c)
-{
-    warren_planner *p = NULL;
-    warren_error err = {0};
-    ck_assert_msg(warren_planner_new(c, e->db, e->amqp, NULL, &p, &err) == 0, "planner: %s",
-                  err.message);
-    return p;
-}
-
-static void tick(warren_planner *p)
-{
-    warren_error err = {0};
-    ck_assert_msg(warren_planner_tick(p, &err) == 0, "tick: %s", err.message);
 }
 
 static warren_broker *consumer(const env *e, const char *queue)
