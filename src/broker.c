@@ -103,7 +103,20 @@ struct warren_broker {
     /* deliveries read while waiting for something else (FIFO) */
     warren_delivery *dq;
     size_t dq_head, dq_len, dq_cap;
+
+    /* Unsettled deliveries on channel 1 in delivery-tag order (for
+     * warren_broker_ack_later/_flush): one multiple-ack settles the longest
+     * settled prefix instead of one basic.ack per message. */
+    struct unsettled *uq; /* circular, uq_cap a power of two */
+    size_t uq_head, uq_len, uq_cap, uq_open;
 };
+
+enum { UQ_OPEN = 0, UQ_LATER, UQ_SETTLED };
+
+typedef struct unsettled {
+    uint64_t tag; /* on the wire (without the generation) */
+    int state;
+} unsettled;
 
 static struct timeval ms_tv(int64_t ms)
 {
@@ -198,6 +211,7 @@ static int reopen_channel(warren_broker *b, amqp_channel_t ch, const char *why)
             snprintf(b->pend_reason, sizeof(b->pend_reason), "%s", why);
         }
         b->gen++;
+        b->uq_len = b->uq_open = 0; /* the server requeued them all */
         b->ch_base = b->next_seq - 1;
         /* during setup, the setup loop itself starts over */
         if (!b->setting_up && main_channel_setup(b, reason, sizeof(reason)) == WARREN_EBROKERCONN)
@@ -553,6 +567,7 @@ void warren_broker_free(warren_broker *b)
         free(b->consumers[i]);
     dq_clear_all(b);
     free(b->dq);
+    free(b->uq);
     free(b->delay);
     free(b->ring_at);
     free(b);
@@ -1199,6 +1214,62 @@ const char *warren_delivery_header(const warren_delivery *d, const char *key)
     return NULL;
 }
 
+/* ------------------------------------------------------------ unsettled deliveries */
+
+static unsettled *uq_at(warren_broker *b, size_t i)
+{
+    return &b->uq[(b->uq_head + i) & (b->uq_cap - 1)];
+}
+
+static int uq_push(warren_broker *b, uint64_t tag)
+{
+    if (b->uq_len == b->uq_cap) {
+        size_t ncap = b->uq_cap ? b->uq_cap * 2 : 256;
+        unsettled *n = malloc(ncap * sizeof(*n));
+        if (n == NULL)
+            return -1;
+        for (size_t i = 0; i < b->uq_len; i++)
+            n[i] = *uq_at(b, i);
+        free(b->uq);
+        b->uq = n;
+        b->uq_cap = ncap;
+        b->uq_head = 0;
+    }
+    unsettled *u = uq_at(b, b->uq_len);
+    u->tag = tag;
+    u->state = UQ_OPEN;
+    b->uq_len++;
+    b->uq_open++;
+    return 0;
+}
+
+/* The entry for wire tag t, or NULL (tags are increasing: binary search). */
+static unsettled *uq_find(warren_broker *b, uint64_t t)
+{
+    size_t lo = 0, hi = b->uq_len;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        unsettled *u = uq_at(b, mid);
+        if (u->tag == t)
+            return u;
+        if (u->tag < t)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+static void uq_mark(warren_broker *b, uint64_t t, int state)
+{
+    unsettled *u = uq_find(b, t);
+    if (u == NULL || u->state == state)
+        return;
+    if (u->state == UQ_OPEN)
+        b->uq_open--;
+    u->state = state;
+}
+
 /* Copies everything out of rabbitmq-c's buffers into d. */
 static int make_delivery(warren_broker *b, uint64_t tag, int redelivered, amqp_bytes_t consumer,
                          amqp_bytes_t exchange, amqp_bytes_t routing_key, const amqp_message_t *msg,
@@ -1208,6 +1279,8 @@ static int make_delivery(warren_broker *b, uint64_t tag, int redelivered, amqp_b
 
     memset(d, 0, sizeof(*d));
     d->tag = (b->gen << TAG_BITS) | (tag & TAG_MASK);
+    if (uq_push(b, tag & TAG_MASK) != 0)
+        return warren_error_set(err, WARREN_ENOMEM, "out of memory");
     d->redelivered = redelivered;
     d->queue = bytes_dup(consumer, 1024);
     d->exchange = bytes_dup(exchange, 1024);
@@ -1660,6 +1733,73 @@ int warren_broker_ack(warren_broker *b, uint64_t tag, warren_error *err)
         lost(b, amqp_error_string2(status));
         return dead_error(b, err);
     }
+    uq_mark(b, tag & TAG_MASK, UQ_SETTLED);
+    return 0;
+}
+
+int warren_broker_ack_later(warren_broker *b, uint64_t tag, warren_error *err)
+{
+    if (b == NULL)
+        return warren_error_set(err, WARREN_EINVAL, "warren_broker_ack_later: NULL broker");
+    if (b->dead)
+        return dead_error(b, err);
+    if ((tag >> TAG_BITS) != b->gen)
+        return stale_tag(tag, err);
+    if (uq_find(b, tag & TAG_MASK) == NULL)
+        return warren_broker_ack(b, tag, err); /* not tracked: at once */
+    uq_mark(b, tag & TAG_MASK, UQ_LATER);
+    return 0;
+}
+
+int warren_broker_ack_flush(warren_broker *b, warren_error *err)
+{
+    size_t n = 0;
+    uint64_t upto = 0;
+    int status;
+
+    if (b == NULL)
+        return warren_error_set(err, WARREN_EINVAL, "warren_broker_ack_flush: NULL broker");
+    if (b->dead)
+        return dead_error(b, err);
+    /* The longest prefix with nothing open: one multiple-ack up to its last
+     * acknowledgement settles all of it (settled ones are no longer
+     * outstanding, so the multiple-ack does not touch them). */
+    while (n < b->uq_len && uq_at(b, n)->state != UQ_OPEN) {
+        if (uq_at(b, n)->state == UQ_LATER)
+            upto = uq_at(b, n)->tag;
+        n++;
+    }
+    if (upto != 0) {
+        status = amqp_basic_ack(b->conn, CH_MAIN, upto, 1);
+        if (status != AMQP_STATUS_OK) {
+            lost(b, amqp_error_string2(status));
+            return dead_error(b, err);
+        }
+    }
+    if (n > 0) {
+        b->uq_head = (b->uq_head + n) & (b->uq_cap - 1);
+        b->uq_len -= n;
+    }
+    /* Behind an open delivery: one by one (waiting would hold the prefetch). */
+    for (size_t i = 0; i < b->uq_len; i++) {
+        unsettled *u = uq_at(b, i);
+        if (u->state != UQ_LATER)
+            continue;
+        status = amqp_basic_ack(b->conn, CH_MAIN, u->tag, 0);
+        if (status != AMQP_STATUS_OK) {
+            lost(b, amqp_error_string2(status));
+            return dead_error(b, err);
+        }
+        u->state = UQ_SETTLED;
+    }
+    /* Settled entries behind a long-open one: compact now and then. */
+    if (b->uq_len > 4 * b->uq_open + 256) {
+        size_t k = 0;
+        for (size_t i = 0; i < b->uq_len; i++)
+            if (uq_at(b, i)->state == UQ_OPEN)
+                *uq_at(b, k++) = *uq_at(b, i);
+        b->uq_len = k;
+    }
     return 0;
 }
 
@@ -1674,6 +1814,8 @@ int warren_broker_reject(warren_broker *b, uint64_t tag, int requeue, warren_err
     if ((tag >> TAG_BITS) != b->gen)
         return stale_tag(tag, err);
     status = amqp_basic_reject(b->conn, CH_MAIN, tag & TAG_MASK, requeue ? 1 : 0);
+    if (status == AMQP_STATUS_OK)
+        uq_mark(b, tag & TAG_MASK, UQ_SETTLED);
     if (status != AMQP_STATUS_OK) {
         lost(b, amqp_error_string2(status));
         return dead_error(b, err);

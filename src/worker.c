@@ -60,6 +60,8 @@ struct warren_handler_ctx {
     warren_handler_fn fn;
     void *ud;
     warren_worker *w;
+    struct warren_handler_ctx *next; /* the handler pool's queue */
+    int kind;                        /* KIND_C or KIND_SQL */
     atomic_int stop;
     atomic_int done;
     /* results, written by the thread before done = 1 */
@@ -98,8 +100,7 @@ typedef struct slot {
     int out_fd;
     char tail[TAIL_MAX + 1];
     size_t tail_len;
-    /* threads */
-    pthread_t th;
+    /* in-process handlers (c, sql): the context is with the handler pool */
     int has_thread;
     warren_handler_ctx *ctx;
     /* result */
@@ -140,7 +141,8 @@ struct warren_worker {
     pend *pq; /* FIFO of deliveries waiting for a slot */
     size_t pq_head, pq_len, pq_cap;
 
-    int wake[2]; /* handler threads write a byte when done (non-blocking) */
+    int wake[2];      /* handler threads write a byte when done (non-blocking) */
+    struct hpool *hp; /* persistent handler threads (c and sql handlers) */
 
     pthread_mutex_t pool_mu;
     warren_store *pool[SQL_POOL_MAX];
@@ -616,12 +618,21 @@ static void ack(warren_worker *w, uint64_t tag, uint64_t gen, const char *key)
     int rc;
     if (w->b == NULL || gen != w->gen)
         return; /* the connection it came on is gone: the broker redelivers, the claim dedupes */
-    rc = warren_broker_ack(w->b, tag, &e);
+    rc = warren_broker_ack_later(w->b, tag, &e); /* sent by ack_flush */
     if (rc == WARREN_EBROKERCONN)
         broker_lost(w, &e);
     else if (rc != 0)
         warren_log(w->lg, WARREN_LOG_WARN, "worker %s: ack of %s: %s", w->id, key ? key : "?",
                    e.message);
+}
+
+/* Sends the acknowledgements ack() collected (multiple-acks where the
+ * settled deliveries are consecutive). */
+static void ack_flush(warren_worker *w)
+{
+    warren_error e = {0};
+    if (w->b != NULL && warren_broker_ack_flush(w->b, &e) == WARREN_EBROKERCONN)
+        broker_lost(w, &e);
 }
 
 typedef struct confirm_state {
@@ -905,14 +916,6 @@ done:
     return rc;
 }
 
-/* Tells the loop a handler thread finished (it may be waiting in poll). */
-static void wake(warren_worker *w)
-{
-    char x = 1;
-    ssize_t n = write(w->wake[1], &x, 1); /* a full pipe is as good as a byte */
-    (void)n;
-}
-
 /* Waits up to ms for a handler thread to finish (no free slot: the broker
  * cannot send anything, so waiting on it would only add latency). */
 static void wait_wake(warren_worker *w, int ms)
@@ -924,18 +927,13 @@ static void wait_wake(warren_worker *w, int ms)
             ;
 }
 
-static void *c_thread(void *arg)
+static void c_run(warren_handler_ctx *c)
 {
-    warren_handler_ctx *c = arg;
     c->outcome = c->fn(c, c->ud);
-    atomic_store_explicit(&c->done, 1, memory_order_release);
-    wake(c->w);
-    return NULL;
 }
 
-static void *sql_thread(void *arg)
+static void sql_run(warren_handler_ctx *c)
 {
-    warren_handler_ctx *c = arg;
     warren_error e = {0};
     warren_store *st = pool_get(c->w, c->db_url, &e);
 
@@ -950,9 +948,145 @@ static void *sql_thread(void *arg)
             snprintf(c->error, sizeof(c->error), "%s", e.message);
         pool_put(c->w, st);
     }
-    atomic_store_explicit(&c->done, 1, memory_order_release);
-    wake(c->w);
+}
+
+/* The handler pool: threads that outlive the runs they execute (a thread
+ * per run cost more CPU than a no-op handler's whole run: creation, stack
+ * set-up, exit). Grown on demand up to the worker's concurrency, since every
+ * running handler may block; idle threads wait on a condition variable. A
+ * handler that ignores should_stop keeps its thread; at the end of
+ * warren_worker_run such threads, and the pool with them, are left behind on
+ * purpose (they only touch the pool and a duplicate of the wake pipe). */
+typedef struct hpool {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    warren_handler_ctx *head, *tail; /* queued, not yet taken */
+    int nqueued, nidle, nthreads, nbusy, max, quit;
+    int wake_fd;
+} hpool;
+
+static void *hpool_main(void *arg)
+{
+    hpool *hp = arg;
+    pthread_mutex_lock(&hp->mu);
+    for (;;) {
+        while (hp->head == NULL && !hp->quit) {
+            hp->nidle++;
+            pthread_cond_wait(&hp->cv, &hp->mu);
+            hp->nidle--;
+        }
+        if (hp->head == NULL)
+            break; /* quit */
+        warren_handler_ctx *c = hp->head;
+        hp->head = c->next;
+        if (hp->head == NULL)
+            hp->tail = NULL;
+        hp->nqueued--;
+        hp->nbusy++;
+        pthread_mutex_unlock(&hp->mu);
+        if (c->kind == KIND_SQL)
+            sql_run(c);
+        else
+            c_run(c);
+        /* c belongs to the loop from here on, unless the loop abandoned it
+         * (done = 2: it stopped waiting for this handler). */
+        if (atomic_exchange_explicit(&c->done, 1, memory_order_acq_rel) == 2)
+            ctx_free(c);
+        char x = 1;
+        ssize_t n = write(hp->wake_fd, &x, 1); /* a full pipe is as good as a byte */
+        (void)n;
+        pthread_mutex_lock(&hp->mu);
+        hp->nbusy--;
+    }
+    hp->nthreads--;
+    int last = hp->nthreads == 0 && hp->quit == 2; /* abandoned: the last one out frees it */
+    pthread_mutex_unlock(&hp->mu);
+    if (last) {
+        close(hp->wake_fd);
+        pthread_cond_destroy(&hp->cv);
+        pthread_mutex_destroy(&hp->mu);
+        free(hp);
+    }
     return NULL;
+}
+
+static hpool *hpool_new(int wake_fd, int max, warren_error *err)
+{
+    hpool *hp = calloc(1, sizeof(*hp));
+    if (hp == NULL) {
+        warren_error_set(err, WARREN_ENOMEM, "out of memory");
+        return NULL;
+    }
+    if ((hp->wake_fd = fcntl(wake_fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+        warren_error_set(err, WARREN_ESYS, "cannot duplicate the wake pipe: %s", strerror(errno));
+        free(hp);
+        return NULL;
+    }
+    pthread_mutex_init(&hp->mu, NULL);
+    pthread_cond_init(&hp->cv, NULL);
+    hp->max = max;
+    return hp;
+}
+
+/* Queues c for a pool thread, starting one if none is idle. */
+static int hpool_submit(hpool *hp, warren_handler_ctx *c, warren_error *err)
+{
+    int rc = 0;
+    pthread_mutex_lock(&hp->mu);
+    if (hp->nqueued >= hp->nidle && hp->nthreads < hp->max) {
+        pthread_t th;
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        int prc = pthread_create(&th, &at, hpool_main, hp);
+        pthread_attr_destroy(&at);
+        if (prc == 0)
+            hp->nthreads++;
+        else if (hp->nthreads - hp->nbusy <= hp->nqueued)
+            rc = warren_error_set(err, WARREN_ESYS, "cannot start a handler thread: %s",
+                                  strerror(prc));
+    }
+    if (rc == 0) {
+        c->next = NULL;
+        if (hp->tail != NULL)
+            hp->tail->next = c;
+        else
+            hp->head = c;
+        hp->tail = c;
+        hp->nqueued++;
+        pthread_cond_signal(&hp->cv);
+    }
+    pthread_mutex_unlock(&hp->mu);
+    return rc;
+}
+
+/* Stops the pool: idle threads exit; busy ones (handlers ignoring
+ * should_stop) are abandoned with the pool, which the last of them frees.
+ * Returns how many were abandoned. Waits up to wait_ms for idle ones. */
+static int hpool_free(hpool *hp, int wait_ms)
+{
+    int busy;
+    if (hp == NULL)
+        return 0;
+    pthread_mutex_lock(&hp->mu);
+    hp->quit = 1;
+    pthread_cond_broadcast(&hp->cv);
+    for (int i = 0; i < wait_ms && hp->nthreads > hp->nbusy; i++) {
+        pthread_mutex_unlock(&hp->mu);
+        warren__sleep_ms(1);
+        pthread_mutex_lock(&hp->mu);
+    }
+    busy = hp->nthreads;
+    if (busy > 0)
+        hp->quit = 2; /* the last thread out frees the pool */
+    pthread_mutex_unlock(&hp->mu);
+    if (busy == 0) {
+        close(hp->wake_fd);
+        pthread_cond_destroy(&hp->cv);
+        pthread_mutex_destroy(&hp->mu);
+        free(hp);
+    }
+    return busy;
 }
 
 static int start_thread(warren_worker *w, slot *s, warren_error *err)
@@ -971,6 +1105,7 @@ static int start_thread(warren_worker *w, slot *s, warren_error *err)
     c->attempt = s->claim.attempt;
     c->timeout_ms = s->job->timeout_ms;
     c->w = w;
+    c->kind = s->kind;
     atomic_init(&c->stop, 0);
     atomic_init(&c->done, 0);
     if (s->kind == KIND_SQL) {
@@ -986,11 +1121,9 @@ static int start_thread(warren_worker *w, slot *s, warren_error *err)
         ctx_free(c);
         return warren_error_set(err, WARREN_ENOMEM, "out of memory");
     }
-    prc = pthread_create(&s->th, NULL, s->kind == KIND_SQL ? sql_thread : c_thread, c);
-    if (prc != 0) {
+    if ((prc = hpool_submit(w->hp, c, err)) != 0) {
         ctx_free(c);
-        return warren_error_set(err, WARREN_ESYS, "cannot start a handler thread: %s",
-                                strerror(prc));
+        return prc;
     }
     s->has_thread = 1;
     s->ctx = c;
@@ -1209,7 +1342,6 @@ static void poll_slot(warren_worker *w, slot *s, int64_t now)
     /* threads */
     if (s->ctx == NULL || !atomic_load_explicit(&s->ctx->done, memory_order_acquire))
         return;
-    pthread_join(s->th, NULL);
     s->has_thread = 0;
     s->state = SLOT_DONE;
     if (s->kind == KIND_C) {
@@ -1675,6 +1807,13 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
         return warren_error_set(err, WARREN_ENOMEM, "out of memory");
     for (int i = 0; i < w->concurrency; i++)
         slot_reset(&w->slots[i]);
+    {
+        warren_error e = {0};
+        if ((w->hp = hpool_new(w->wake[1], w->concurrency, &e)) == NULL) {
+            rc = warren_error_set(err, e.code, "%s", e.message);
+            goto out;
+        }
+    }
     if ((rc = warren_store_open(w->db_url, w->lg, &w->st, err)) != 0)
         goto out;
     if ((rc = broker_setup(w, err)) != 0)
@@ -1750,26 +1889,29 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
         for (int i = 0; i < w->concurrency; i++)
             poll_slot(w, &w->slots[i], now);
         complete_done(w, now);
+        ack_flush(w);
     }
+    ack_flush(w);
     rc = 0;
 out:
     if (w->slots != NULL) {
         for (int i = 0; i < w->concurrency; i++) {
             slot *s = &w->slots[i];
-            if (s->has_thread && s->ctx != NULL &&
-                atomic_load_explicit(&s->ctx->done, memory_order_acquire)) {
-                pthread_join(s->th, NULL);
+            /* done = 2 hands a still running handler's context to its pool
+             * thread, which frees it when (if ever) the handler returns. */
+            if (s->ctx != NULL &&
+                atomic_exchange_explicit(&s->ctx->done, 2, memory_order_acq_rel) == 1)
                 ctx_free(s->ctx);
-                s->ctx = NULL;
-            } else if (s->has_thread) {
-                pthread_detach(s->th); /* leaked on purpose: it ignores should_stop */
-                s->ctx = NULL;
-            }
+            s->ctx = NULL;
             slot_reset(s);
         }
         free(w->slots);
         w->slots = NULL;
     }
+    if (hpool_free(w->hp, 1000) > 0)
+        warren_log(w->lg, WARREN_LOG_WARN,
+                   "worker %s: left handler thread(s) running that ignored should_stop", w->id);
+    w->hp = NULL;
     pq_clear(w);
     free(w->pq);
     w->pq = NULL;

@@ -684,6 +684,68 @@ START_TEST(test_delivery_limit_dead_letters_after_limit_plus_one_deliveries)
 }
 END_TEST
 
+/* ack_later + ack_flush: a multiple-ack never covers a delivery still open
+ * (nor one rejected meanwhile); what was left open returns to the queue when
+ * the connection closes, and nothing acknowledged does. */
+START_TEST(test_ack_later_flush_never_covers_an_open_delivery)
+{
+    warren_error err = {0};
+    char *url = NULL;
+    warren_broker *b = open_fresh(&url, 5);
+    warren_delivery d[12];
+    confirms c = {0};
+    uint64_t seq = 0;
+    char id[32];
+
+    ck_assert_int_eq(warren_broker_confirm_select(b, &err), 0);
+    for (int i = 0; i < 12; i++) {
+        snprintf(id, sizeof(id), "m%d", i);
+        seq = publish_run(b, WARREN_READY_EXCHANGE, "default", "default", id, -1, 1);
+    }
+    wait_all(b, seq, &c);
+    ck_assert_int_eq(warren_broker_qos(b, 20, &err), 0);
+    ck_assert_int_eq(warren_broker_consume(b, "warren.ready.default", &err), 0);
+    for (int i = 0; i < 12; i++) {
+        next_or_fail(b, 5000, &d[i]);
+        snprintf(id, sizeof(id), "m%d", i);
+        ck_assert_str_eq(d[i].message_id, id);
+    }
+    /* m0..m2 later, m3 open, m4 rejected (dead-lettered), m5..m7 later,
+     * m8 acked at once, m9 open, m10 later, m11 open */
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(warren_broker_ack_later(b, d[i].tag, &err), 0);
+    ck_assert_int_eq(warren_broker_reject(b, d[4].tag, 0, &err), 0);
+    for (int i = 5; i < 8; i++)
+        ck_assert_int_eq(warren_broker_ack_later(b, d[i].tag, &err), 0);
+    ck_assert_int_eq(warren_broker_ack(b, d[8].tag, &err), 0);
+    ck_assert_int_eq(warren_broker_ack_later(b, d[10].tag, &err), 0);
+    ck_assert_int_eq(warren_broker_ack_flush(b, &err), 0);
+    /* flushing again sends nothing new and fails nothing */
+    ck_assert_int_eq(warren_broker_ack_flush(b, &err), 0);
+    /* m3 settled late: the prefix m3..m8 is then settled by a multiple-ack up to m3 */
+    ck_assert_int_eq(warren_broker_ack_later(b, d[3].tag, &err), 0);
+    ck_assert_int_eq(warren_broker_ack_flush(b, &err), 0);
+    for (int i = 0; i < 12; i++)
+        warren_delivery_clear(&d[i]);
+    warren_broker_free(b); /* m9 and m11 were never acknowledged */
+
+    b = NULL;
+    ck_assert_int_eq(warren_broker_open(url, NULL, &b, &err), 0);
+    ck_assert_uint_eq(depth(b, "warren.ready.default"), 2);
+    ck_assert_uint_eq(depth(b, WARREN_DEAD_QUEUE), 1);
+    ck_assert_int_eq(warren_broker_consume(b, "warren.ready.default", &err), 0);
+    next_or_fail(b, 5000, &d[0]);
+    next_or_fail(b, 5000, &d[1]);
+    ck_assert_str_eq(d[0].message_id, "m9");
+    ck_assert_str_eq(d[1].message_id, "m11");
+    ck_assert_int_eq(d[0].redelivered, 1);
+    warren_delivery_clear(&d[0]);
+    warren_delivery_clear(&d[1]);
+    warren_broker_free(b);
+    free(url);
+}
+END_TEST
+
 START_TEST(test_consumer_and_publisher_share_one_connection)
 {
     warren_error err = {0};
@@ -1036,6 +1098,7 @@ static Suite *broker_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_reject_without_requeue_lands_in_dead_queue);
     tcase_add_test(tc, test_delivery_limit_dead_letters_after_limit_plus_one_deliveries);
+    tcase_add_test(tc, test_ack_later_flush_never_covers_an_open_delivery);
     tcase_add_test(tc, test_consumer_and_publisher_share_one_connection);
     tcase_add_test(tc, test_queue_count_missing_queue_is_enoent_and_consumers_survive);
     tcase_add_test(tc, test_poll_reads_confirms_and_keeps_deliveries);

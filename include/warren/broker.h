@@ -219,6 +219,13 @@ int warren_broker_next(warren_broker *b, int timeout_ms, warren_delivery *d, int
 /* Acknowledges a delivery. WARREN_ESTALE if channel 1 was reopened since the
  * delivery (the broker requeued it already). */
 int warren_broker_ack(warren_broker *b, uint64_t tag, warren_error *err);
+/* Marks a delivery acknowledged without sending anything yet; the next
+ * warren_broker_ack_flush sends it, as one multiple-ack for every run of
+ * consecutive settled deliveries (deliveries still open are never covered).
+ * WARREN_ESTALE as warren_broker_ack. */
+int warren_broker_ack_later(warren_broker *b, uint64_t tag, warren_error *err);
+/* Sends the acknowledgements warren_broker_ack_later collected. */
+int warren_broker_ack_flush(warren_broker *b, warren_error *err);
 /* basic.reject; requeue 0 dead-letters (quorum ready queues -> warren.dead). */
 int warren_broker_reject(warren_broker *b, uint64_t tag, int requeue, warren_error *err);
 

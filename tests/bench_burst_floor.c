@@ -1,0 +1,183 @@
+/* bench_burst_floor: what the broker alone needs for a burst. N runs (default
+ * 50,000) due at one instant go through one per-second classic delay queue
+ * (expiration = due - now) into the quorum ready queue, consumed by C
+ * consumer processes (default 2, prefetch 256 each) that acknowledge at once,
+ * without PostgreSQL. Prints one JSON line: when the last message reached a
+ * consumer, after its due time. This is the floor under bench_worker's burst,
+ * which adds a claim and a completion per run.
+ *
+ *   eval "$(tests/servers.sh start)"
+ *   build/tests/bench_burst_floor [N] [CONSUMERS] [PREFETCH] [multiple|single]
+ *
+ * "multiple" (default) acknowledges with warren_broker_ack_later/_flush as
+ * the worker does; "single" sends one basic.ack per message. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <warren/broker.h>
+
+#include "testenv.h"
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void die(const char *what, const warren_error *e)
+{
+    fprintf(stderr, "bench_burst_floor: %s: %s\n", what, e ? e->message : "");
+    exit(1);
+}
+
+/* A consumer: acknowledges everything; stops 3 s after the last message. */
+static void consume(const char *url, int prefetch, int multiple, int fd)
+{
+    warren_broker *b = NULL;
+    warren_error err = {0};
+    long n = 0;
+    int64_t first = 0, last = 0;
+    if (warren_broker_open(url, NULL, &b, &err) != 0 || warren_broker_qos(b, prefetch, &err) != 0 ||
+        warren_broker_consume(b, "warren.ready.bench", &err) != 0)
+        die("consumer", &err);
+    for (;;) {
+        warren_delivery d;
+        int got = 0;
+        if (warren_broker_next(b, n > 0 ? 3000 : 60000, &d, &got, &err) != 0)
+            die("next", &err);
+        if (!got) {
+            if (multiple && warren_broker_ack_flush(b, &err) != 0)
+                die("flush", &err);
+            break;
+        }
+        last = wall_ms();
+        if (first == 0)
+            first = last;
+        n++;
+        if ((multiple ? warren_broker_ack_later(b, d.tag, &err)
+                      : warren_broker_ack(b, d.tag, &err)) != 0)
+            die("ack", &err);
+        warren_delivery_clear(&d);
+        /* flush when nothing more is buffered: as the worker's loop does */
+        if (multiple) {
+            if (warren_broker_next(b, 0, &d, &got, &err) != 0)
+                die("next", &err);
+            if (got) {
+                last = wall_ms();
+                n++;
+                if (warren_broker_ack_later(b, d.tag, &err) != 0)
+                    die("ack", &err);
+                warren_delivery_clear(&d);
+            }
+            if (n % 64 == 0 && warren_broker_ack_flush(b, &err) != 0)
+                die("flush", &err);
+        }
+    }
+    char line[128];
+    int len = snprintf(line, sizeof(line), "%ld %lld %lld\n", n, (long long)first, (long long)last);
+    if (write(fd, line, (size_t)len) != len)
+        die("write", NULL);
+    warren_broker_free(b);
+}
+
+int main(int argc, char **argv)
+{
+    long n = argc > 1 ? atol(argv[1]) : 50000;
+    int nc = argc > 2 ? atoi(argv[2]) : 2;
+    int prefetch = argc > 3 ? atoi(argv[3]) : 256;
+    int multiple = !(argc > 4 && strcmp(argv[4], "single") == 0);
+    static const char *const queues[] = {"bench"};
+    warren_error err = {0};
+    warren_broker *b = NULL;
+    char *url = testenv_vhost();
+    int pfd[2];
+
+    if (nc < 1 || nc > 16 || n < 1 || pipe(pfd) != 0)
+        return 2;
+    if (warren_broker_open(url, NULL, &b, &err) != 0 ||
+        warren_broker_topology(b, queues, 1, 5, &err) != 0 ||
+        warren_broker_confirm_select(b, &err) != 0)
+        die("topology", &err);
+    for (int i = 0; i < nc; i++)
+        if (fork() == 0) {
+            close(pfd[0]);
+            consume(url, prefetch, multiple, pfd[1]);
+            _exit(0);
+        }
+    close(pfd[1]);
+
+    warren_header h[5] = {{WARREN_QUEUE_HEADER, "bench"},
+                          {"x-warren-job", "bench"},
+                          {"x-warren-scheduled-at", "2026-11-29T14:00:00Z"},
+                          {"x-warren-due-at", "2026-11-29T14:00:00.000Z"},
+                          {"x-warren-attempt", "0"}};
+    char body[301], id[64], qname[128];
+    warren_message m = {0};
+    uint64_t seq = 0;
+    memset(body, 'x', 300);
+    body[0] = '{';
+    body[299] = '}';
+    body[300] = '\0';
+    m.routing_key = qname;
+    m.exchange = "";
+    m.type = "bench";
+    m.headers = h;
+    m.nheaders = 5;
+    m.body = body;
+    m.body_len = 300;
+    m.mandatory = 1;
+    m.message_id = id;
+    int64_t due = (wall_ms() / 1000 + 2 + n / 8000) * 1000 + 1000;
+    if (warren_broker_delay_queue(b, due / 1000, 600000, qname, sizeof(qname), &err) != 0)
+        die("delay_queue", &err);
+    for (long i = 0; i < n; i++) {
+        snprintf(id, sizeof(id), "bench@%ld", i);
+        m.expiration_ms = due - wall_ms();
+        if (m.expiration_ms < 1)
+            m.expiration_ms = 1;
+        if (warren_broker_publish(b, &m, &seq, &err) != 0)
+            die("publish", &err);
+        if (seq >= 256 && warren_broker_confirm_wait(b, seq - 255, 30000, NULL, NULL, &err) != 0)
+            die("confirm_wait", &err);
+    }
+    if (warren_broker_confirm_wait(b, seq, 30000, NULL, NULL, &err) != 0)
+        die("confirm_wait", &err);
+    int64_t published = wall_ms();
+    long total = 0;
+    int64_t first = 0, last = 0;
+    FILE *f = fdopen(pfd[0], "r");
+    for (int i = 0; i < nc; i++) {
+        long cn;
+        long long cf, cl;
+        if (fscanf(f, "%ld %lld %lld", &cn, &cf, &cl) != 3)
+            break;
+        total += cn;
+        if (cn > 0 && (first == 0 || cf < first))
+            first = cf;
+        if (cl > last)
+            last = cl;
+    }
+    while (wait(NULL) > 0)
+        ;
+    char la[128] = "";
+    FILE *lf = fopen("/proc/loadavg", "r");
+    if (lf != NULL) {
+        if (fgets(la, sizeof(la), lf) == NULL)
+            la[0] = '\0';
+        la[strcspn(la, "\n")] = '\0';
+        fclose(lf);
+    }
+    printf("{\"bench\":\"broker_burst_floor\",\"runs\":%ld,\"consumers\":%d,\"prefetch\":%d,"
+           "\"acks\":\"%s\",\"published_before_due_ms\":%lld,\"first_after_due_ms\":%lld,"
+           "\"all_delivered_after_due_ms\":%lld,\"delivered\":%ld,\"loadavg\":\"%s\"}\n",
+           n, nc, prefetch, multiple ? "multiple" : "single", (long long)(due - published),
+           (long long)(first - due), (long long)(last - due), total, la);
+    warren_broker_free(b);
+    free(url);
+    return total == n ? 0 : 1;
+}
