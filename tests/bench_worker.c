@@ -12,6 +12,8 @@
  *   eval "$(tests/servers.sh start)"
  *   build/tests/bench_worker [--burst N] [--rate R] [--seconds S] [--concurrency C]
  *
+ * BENCH_RING=N (with BENCH_RING_TYPE=classic, the default here, or quorum)
+ * sets planner.delay_ring = N (at least 122 for the 2 min horizon).
  * BENCH_EXTRA_SQL=FILE applies FILE to the benchmark database after the
  * migrations (A/B experiments, e.g. an older sql/002_worker_protocol.sql in
  * the same session as the current one). */
@@ -221,6 +223,13 @@ int main(int argc, char **argv)
             fclose(xf);
         free(text);
     }
+    /* BENCH_RING=N [BENCH_RING_TYPE=classic|quorum]: the delay ring instead of
+     * one delay queue per second (N >= 122 for the 2 min horizon). */
+    char ring_opt[128] = "";
+    if (getenv("BENCH_RING") != NULL && atoi(getenv("BENCH_RING")) > 0)
+        snprintf(ring_opt, sizeof(ring_opt), " delay_ring = %d; delay_ring_type = \"%s\";",
+                 atoi(getenv("BENCH_RING")),
+                 getenv("BENCH_RING_TYPE") ? getenv("BENCH_RING_TYPE") : "classic");
     if (mkdtemp(tmpl) == NULL)
         die("mkdtemp", NULL);
     char cfg_path[256];
@@ -228,11 +237,11 @@ int main(int argc, char **argv)
     FILE *f = fopen(cfg_path, "w");
     fprintf(f,
             "database = { url = \"%s\"; };\nbroker = { url = \"%s\"; };\n"
-            "planner = { tick = \"100ms\"; horizon = \"2m\"; publish_batch = 500; };\n"
+            "planner = { tick = \"100ms\"; horizon = \"2m\"; publish_batch = 500;%s };\n"
             "worker = { concurrency = %d; };\n"
             "jobs = ( { name = \"bench\"; at = \"2099-01-01T00:00:00Z\"; queue = \"bench\";"
             " overlap = \"allow\"; handler = { c = \"noop\"; }; } );\n",
-            db, amqp, concurrency);
+            db, amqp, ring_opt, concurrency);
     fclose(f);
     if (warren_config_load(cfg_path, &cfg, NULL, &err) != 0)
         die("config", &err);
@@ -242,6 +251,14 @@ int main(int argc, char **argv)
     if (warren_broker_open(amqp, NULL, &b, &err) != 0 ||
         warren_broker_topology(b, queues, 1, cfg->delivery_limit, &err) != 0)
         die("topology", &err);
+    for (int s = 0; s < cfg->planner.delay_ring; s++) {
+        /* the ring exists before the planner starts, as after `warren topology` */
+        char name[128];
+        if (warren_broker_delay_ring_queue_typed(b, s, cfg->planner.delay_ring,
+                                                 cfg->planner.delay_ring_type, name, sizeof(name),
+                                                 &err) != 0)
+            die("delay ring", &err);
+    }
     warren_broker_free(b);
 
     /* Workers first (fork before this process starts threads). */
