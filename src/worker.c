@@ -32,11 +32,11 @@
 
 extern char **environ;
 
-#define MAX_CONCURRENCY 1000
-#define ERROR_MAX 2000     /* bytes of handler error text kept */
-#define TAIL_MAX 1500      /* bytes of exec output kept for the error */
-#define IDLE_WAIT_MS 10    /* loop wait when nothing is pending */
-#define BACKOFF_MIN_MS 100 /* reconnect / retry backoff: 100 ms doubling to 10 s */
+#define MAX_CONCURRENCY 4096 /* as worker.concurrency in the config */
+#define ERROR_MAX 2000       /* bytes of handler error text kept */
+#define TAIL_MAX 1500        /* bytes of exec output kept for the error */
+#define IDLE_WAIT_MS 10      /* loop wait when nothing is pending */
+#define BACKOFF_MIN_MS 100   /* reconnect / retry backoff: 100 ms doubling to 10 s */
 #define BACKOFF_MAX_MS 10000
 #define KILL_GRACE_MAX_MS 5000 /* SIGTERM -> SIGKILL */
 #define DEADLETTER_CONFIRM_MS 5000
@@ -138,6 +138,8 @@ struct warren_worker {
     int64_t broker_retry_at, broker_backoff;
 
     slot *slots;
+    int *free_idx; /* stack of free slot indexes (O(1) to find a free slot) */
+    int nfree;
     pend *pq; /* FIFO of deliveries waiting for a slot */
     size_t pq_head, pq_len, pq_cap;
 
@@ -1141,6 +1143,13 @@ static void slot_reset(slot *s)
     s->state = SLOT_FREE;
 }
 
+/* A used slot becomes free again. */
+static void slot_release(warren_worker *w, slot *s)
+{
+    slot_reset(s);
+    w->free_idx[w->nfree++] = (int)(s - w->slots);
+}
+
 static int64_t kill_grace(const warren_worker *w)
 {
     int64_t g = w->cfg->worker.heartbeat_margin_ms / 2;
@@ -1436,7 +1445,7 @@ static void slot_finish(warren_worker *w, slot *s, int recorded)
     ack(w, s->tag, s->gen, s->run_key);
     if (recorded)
         report(w, s);
-    slot_reset(s);
+    slot_release(w, s);
 }
 
 /* sql handler finished its transaction. */
@@ -1497,7 +1506,7 @@ static void complete_done(warren_worker *w, int64_t now)
                        "completing",
                        w->id, s->run_key, s->claim.attempt);
             ack(w, s->tag, s->gen, s->run_key);
-            slot_reset(s);
+            slot_release(w, s);
         }
         if (s->state == SLOT_DONE)
             n++;
@@ -1630,19 +1639,12 @@ static int cmp_pend_key(const void *a, const void *b)
 
 static int free_slots(const warren_worker *w)
 {
-    int n = 0;
-    for (int i = 0; i < w->concurrency; i++)
-        if (w->slots[i].state == SLOT_FREE)
-            n++;
-    return n;
+    return w->nfree;
 }
 
 static slot *a_free_slot(warren_worker *w)
 {
-    for (int i = 0; i < w->concurrency; i++)
-        if (w->slots[i].state == SLOT_FREE)
-            return &w->slots[i];
-    return NULL;
+    return w->nfree > 0 ? &w->slots[w->free_idx[--w->nfree]] : NULL;
 }
 
 /* Claims as many waiting deliveries as there are free slots, in one batch. */
@@ -1770,11 +1772,7 @@ static void receive(warren_worker *w, int wait_ms, int stopping)
 
 static int running_count(const warren_worker *w)
 {
-    int n = 0;
-    for (int i = 0; i < w->concurrency; i++)
-        if (w->slots[i].state != SLOT_FREE)
-            n++;
-    return n;
+    return w->concurrency - w->nfree;
 }
 
 static void relaunch_sql(warren_worker *w, int64_t now)
@@ -1803,10 +1801,17 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
         return rc;
     if (w->db_url == NULL || w->amqp_url == NULL)
         return warren_error_set(err, WARREN_EINVAL, "worker: no database or broker URL");
-    if ((w->slots = calloc((size_t)w->concurrency, sizeof(slot))) == NULL)
+    if ((w->slots = calloc((size_t)w->concurrency, sizeof(slot))) == NULL ||
+        (w->free_idx = calloc((size_t)w->concurrency, sizeof(int))) == NULL) {
+        free(w->slots);
+        w->slots = NULL;
         return warren_error_set(err, WARREN_ENOMEM, "out of memory");
-    for (int i = 0; i < w->concurrency; i++)
+    }
+    for (int i = 0; i < w->concurrency; i++) {
         slot_reset(&w->slots[i]);
+        w->free_idx[i] = w->concurrency - 1 - i; /* slot 0 first */
+    }
+    w->nfree = w->concurrency;
     {
         warren_error e = {0};
         if ((w->hp = hpool_new(w->wake[1], w->concurrency, &e)) == NULL) {
@@ -1908,6 +1913,9 @@ out:
         free(w->slots);
         w->slots = NULL;
     }
+    free(w->free_idx);
+    w->free_idx = NULL;
+    w->nfree = 0;
     if (hpool_free(w->hp, 1000) > 0)
         warren_log(w->lg, WARREN_LOG_WARN,
                    "worker %s: left handler thread(s) running that ignored should_stop", w->id);

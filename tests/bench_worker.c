@@ -14,6 +14,7 @@
  *
  * BENCH_RING=N (with BENCH_RING_TYPE=classic, the default here, or quorum)
  * sets planner.delay_ring = N (at least 122 for the 2 min horizon).
+ * BENCH_TIMELINE=1 prints the runs started per 500 ms on stderr.
  * BENCH_EXTRA_SQL=FILE applies FILE to the benchmark database after the
  * migrations (A/B experiments, e.g. an older sql/002_worker_protocol.sql in
  * the same session as the current one). */
@@ -149,6 +150,17 @@ static void report(const char *db, const char *bench, const char *tag, long n, p
              "finished_at, due_at FROM warren.runs WHERE payload->>'bench' = '%s' AND state = "
              "'succeeded') s",
              tag);
+    if (getenv("BENCH_TIMELINE") != NULL) {
+        /* runs started per 500 ms after the first due time, on stderr */
+        char *t = sql1(db,
+                       "SELECT string_agg(format('%%s:%%s', b, n), ' ' ORDER BY b) FROM (SELECT "
+                       "floor(extract(epoch FROM started_at - (SELECT min(due_at) FROM warren.runs "
+                       "WHERE payload->>'bench' = '%s')) * 2) / 2 AS b, count(*) AS n FROM "
+                       "warren.runs WHERE payload->>'bench' = '%s' GROUP BY 1) s",
+                       tag, tag);
+        fprintf(stderr, "%s started per 0.5 s: %s\n", bench, t ? t : "?");
+        free(t);
+    }
     loadavg(la, sizeof(la));
     printf("{\"bench\":\"%s\",\"runs\":%ld,\"workers\":%d,\"concurrency\":%d,%s", bench, n, nw,
            concurrency, v ? v : "\"error\":\"no result\"");
@@ -267,7 +279,8 @@ int main(int argc, char **argv)
         w[i] = fork();
         if (w[i] == 0) {
             warren_worker *wk = NULL;
-            warren_logger lg = {warren_log_stderr, stderr, WARREN_LOG_WARN};
+            warren_logger lg = {warren_log_stderr, stderr,
+                                getenv("BENCH_LOG_INFO") ? WARREN_LOG_INFO : WARREN_LOG_WARN};
             char id[32];
             struct sigaction sa;
             memset(&sa, 0, sizeof(sa));
@@ -287,7 +300,8 @@ int main(int argc, char **argv)
     }
     planner_ctx pc = {0};
     pthread_t th;
-    warren_logger plg = {warren_log_stderr, stderr, WARREN_LOG_WARN};
+    warren_logger plg = {warren_log_stderr, stderr,
+                         getenv("BENCH_LOG_INFO") ? WARREN_LOG_INFO : WARREN_LOG_WARN};
     if (warren_planner_new(cfg, db, amqp, &plg, &pc.p, &err) != 0)
         die("planner", &err);
     pthread_create(&th, NULL, planner_main, &pc);
