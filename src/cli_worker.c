@@ -106,8 +106,8 @@ int cli_worker(int argc, char **argv)
         } else if (strncmp(argv[i], "--queue=", 8) == 0) {
             queues[nq++] = argv[i] + 8;
         } else if (strcmp(argv[i], "--concurrency") == 0 && i + 1 < argc) {
-            if (parse_int(argv[++i], 1, 1000, &conc) != 0) {
-                fprintf(stderr, "warren worker: --concurrency takes 1..1000, not \"%s\"\n",
+            if (parse_int(argv[++i], 1, 4096, &conc) != 0) {
+                fprintf(stderr, "warren worker: --concurrency takes 1..4096, not \"%s\"\n",
                         argv[i]);
                 free(queues);
                 return WARREN_EXIT_USAGE;
@@ -223,8 +223,8 @@ int cli_run(int argc, char **argv)
             return WARREN_EXIT_OK;
         } else if (config_arg(argc, argv, &i, &given)) {
         } else if (strcmp(argv[i], "--concurrency") == 0 && i + 1 < argc) {
-            if (parse_int(argv[++i], 1, 1000, &conc) != 0) {
-                fprintf(stderr, "warren run: --concurrency takes 1..1000, not \"%s\"\n", argv[i]);
+            if (parse_int(argv[++i], 1, 4096, &conc) != 0) {
+                fprintf(stderr, "warren run: --concurrency takes 1..4096, not \"%s\"\n", argv[i]);
                 return WARREN_EXIT_USAGE;
             }
         } else {
