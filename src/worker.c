@@ -994,10 +994,15 @@ static void *hpool_main(void *arg)
          * (done = 2: it stopped waiting for this handler). */
         if (atomic_exchange_explicit(&c->done, 1, memory_order_acq_rel) == 2)
             ctx_free(c);
-        char x = 1;
-        ssize_t n = write(hp->wake_fd, &x, 1); /* a full pipe is as good as a byte */
-        (void)n;
         pthread_mutex_lock(&hp->mu);
+        if (hp->quit != 2) {
+            /* Under the lock: once the pool is abandoned (quit = 2, set under
+             * it) the loop may close the pipe's read end, and a write then
+             * would raise SIGPIPE. */
+            char x = 1;
+            ssize_t n = write(hp->wake_fd, &x, 1); /* a full pipe is as good as a byte */
+            (void)n;
+        }
         hp->nbusy--;
     }
     hp->nthreads--;

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +83,13 @@ static char *q1(const char *url, const char *fmt, ...)
 static void qx(const char *url, const char *sql)
 {
     ck_assert_msg(testenv_psql(url, sql, NULL) >= 0, "failed: %s", sql);
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static void sleep_ms(long ms)
@@ -538,6 +546,53 @@ START_TEST(test_worker_c_handler_retries_then_succeeds_with_context)
 }
 END_TEST
 
+/* Ignores should_stop: runs until told through ud (an atomic flag). */
+static warren_outcome c_stubborn(warren_handler_ctx *ctx, void *ud)
+{
+    atomic_int *release = ud;
+    (void)ctx;
+    for (int i = 0; i < 3000 && !atomic_load(release); i++)
+        sleep_ms(10);
+    return WARREN_OUTCOME_SUCCEEDED;
+}
+
+/* A handler that ignores should_stop is left behind when the worker stops:
+ * warren_worker_run returns, the worker is freed, and when the handler
+ * returns later its pool thread frees what it still holds (ASan: no use
+ * after free, no leak). */
+START_TEST(test_worker_leaves_a_handler_that_ignores_should_stop)
+{
+    env e;
+    atomic_int release;
+    warren_error err = {0};
+    worker_thread wt = {0};
+
+    atomic_init(&release, 0);
+    env_setup(&e,
+              "{ name = \"mule\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qm\";"
+              "  handler = { c = \"stubborn\"; }; }",
+              "concurrency = 2; shutdown_grace = \"200ms\"; heartbeat_margin = \"500ms\";", 5);
+    ck_assert_int_eq(warren_worker_new(e.cfg, &test_logger, &wt.w, &err), 0);
+    ck_assert_int_eq(warren_worker_register(wt.w, "stubborn", c_stubborn, &release), 0);
+    ck_assert_int_eq(pthread_create(&wt.th, NULL, worker_main, &wt), 0);
+    planner_start(&e);
+    add_runs(&e, "mule", 1, 5);
+    ck_assert(wait_for(e.db, "running", 15000, "SELECT state FROM warren.runs WHERE job = 'mule'"));
+    int64_t t0 = now_ms();
+    wt.stop = 1;
+    pthread_join(wt.th, NULL);
+    ck_assert_int_eq(wt.rc, 0);
+    /* grace 200 ms + kill grace 250 ms + 5 s for completions, then it leaves */
+    ck_assert_int_lt(now_ms() - t0, 15000);
+    warren_worker_free(wt.w);
+    /* The run is not completed: it stays running until its lease expires. */
+    ck_assert(wait_for(e.db, "running", 1000, "SELECT state FROM warren.runs WHERE job = 'mule'"));
+    atomic_store(&release, 1); /* the handler returns now, after its worker is gone */
+    sleep_ms(300);
+    env_teardown(&e);
+}
+END_TEST
+
 /* ------------------------------------------------------------ leases and fencing */
 
 START_TEST(test_worker_killed_mid_run_another_completes_after_lease_expiry)
@@ -973,6 +1028,7 @@ static Suite *worker_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_worker_end_to_end_sink_gets_one_row_per_run);
     tcase_add_test(tc, test_worker_c_handler_retries_then_succeeds_with_context);
+    tcase_add_test(tc, test_worker_leaves_a_handler_that_ignores_should_stop);
     tcase_add_test(tc, test_worker_sql_handler_failure_rolls_back_and_retries);
     tcase_add_test(tc, test_warren_run_prints_one_line_per_finished_run);
     suite_add_tcase(s, tc);
