@@ -1718,9 +1718,20 @@ static int stale_tag(uint64_t tag, warren_error *err)
                             tag & TAG_MASK);
 }
 
+/* basic.ack of wire tag t (multiple: everything outstanding up to t). */
+static int send_ack(warren_broker *b, uint64_t t, int multiple, warren_error *err)
+{
+    int status = amqp_basic_ack(b->conn, CH_MAIN, t, multiple ? 1 : 0);
+    if (status != AMQP_STATUS_OK) {
+        lost(b, amqp_error_string2(status));
+        return dead_error(b, err);
+    }
+    return 0;
+}
+
 int warren_broker_ack(warren_broker *b, uint64_t tag, warren_error *err)
 {
-    int status;
+    int rc;
 
     if (b == NULL)
         return warren_error_set(err, WARREN_EINVAL, "warren_broker_ack: NULL broker");
@@ -1728,11 +1739,8 @@ int warren_broker_ack(warren_broker *b, uint64_t tag, warren_error *err)
         return dead_error(b, err);
     if ((tag >> TAG_BITS) != b->gen)
         return stale_tag(tag, err);
-    status = amqp_basic_ack(b->conn, CH_MAIN, tag & TAG_MASK, 0);
-    if (status != AMQP_STATUS_OK) {
-        lost(b, amqp_error_string2(status));
-        return dead_error(b, err);
-    }
+    if ((rc = send_ack(b, tag & TAG_MASK, 0, err)) != 0)
+        return rc;
     uq_mark(b, tag & TAG_MASK, UQ_SETTLED);
     return 0;
 }
@@ -1755,7 +1763,7 @@ int warren_broker_ack_flush(warren_broker *b, warren_error *err)
 {
     size_t n = 0;
     uint64_t upto = 0;
-    int status;
+    int rc;
 
     if (b == NULL)
         return warren_error_set(err, WARREN_EINVAL, "warren_broker_ack_flush: NULL broker");
@@ -1769,13 +1777,8 @@ int warren_broker_ack_flush(warren_broker *b, warren_error *err)
             upto = uq_at(b, n)->tag;
         n++;
     }
-    if (upto != 0) {
-        status = amqp_basic_ack(b->conn, CH_MAIN, upto, 1);
-        if (status != AMQP_STATUS_OK) {
-            lost(b, amqp_error_string2(status));
-            return dead_error(b, err);
-        }
-    }
+    if (upto != 0 && (rc = send_ack(b, upto, 1, err)) != 0)
+        return rc;
     if (n > 0) {
         b->uq_head = (b->uq_head + n) & (b->uq_cap - 1);
         b->uq_len -= n;
@@ -1785,11 +1788,8 @@ int warren_broker_ack_flush(warren_broker *b, warren_error *err)
         unsettled *u = uq_at(b, i);
         if (u->state != UQ_LATER)
             continue;
-        status = amqp_basic_ack(b->conn, CH_MAIN, u->tag, 0);
-        if (status != AMQP_STATUS_OK) {
-            lost(b, amqp_error_string2(status));
-            return dead_error(b, err);
-        }
+        if ((rc = send_ack(b, u->tag, 0, err)) != 0)
+            return rc;
         u->state = UQ_SETTLED;
     }
     /* Settled entries behind a long-open one: compact now and then. */
