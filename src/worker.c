@@ -918,15 +918,53 @@ done:
     return rc;
 }
 
+/* The handler pool: threads that outlive the runs they execute (a thread
+ * per run cost more CPU than a no-op handler's whole run: creation, stack
+ * set-up, exit). Grown on demand up to the worker's concurrency, since every
+ * running handler may block; idle threads wait on a condition variable. A
+ * handler that ignores should_stop keeps its thread; at the end of
+ * warren_worker_run such threads, and the pool with them, are left behind on
+ * purpose (they only touch the pool and a duplicate of the wake pipe). */
+typedef struct hpool {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    warren_handler_ctx *head, *tail; /* queued, not yet taken */
+    int nqueued, nidle, nthreads, nbusy, max, quit;
+    int nwaking;         /* signalled or started, not yet running: at most one */
+    int wake_fd;         /* the loop's wake pipe (a duplicate of its write end) */
+    int loop_waiting;    /* the loop sleeps in wait_wake: write to wake_fd */
+    uint64_t ndone;      /* handlers finished */
+    uint64_t ndone_seen; /* ... as of the loop's last wait_wake */
+} hpool;
+
 /* Waits up to ms for a handler thread to finish (no free slot: the broker
  * cannot send anything, so waiting on it would only add latency). */
 static void wait_wake(warren_worker *w, int ms)
 {
     char buf[256];
     struct pollfd p = {w->wake[0], POLLIN, 0};
+    hpool *hp = w->hp;
+    if (hp != NULL) {
+        /* Handler threads write to the pipe only while loop_waiting is set;
+         * what finished before that is seen through ndone. */
+        pthread_mutex_lock(&hp->mu);
+        if (hp->ndone != hp->ndone_seen) {
+            hp->ndone_seen = hp->ndone;
+            pthread_mutex_unlock(&hp->mu);
+            return;
+        }
+        hp->loop_waiting = 1;
+        pthread_mutex_unlock(&hp->mu);
+    }
     if (poll(&p, 1, ms) > 0)
         while (read(w->wake[0], buf, sizeof(buf)) > 0)
             ;
+    if (hp != NULL) {
+        pthread_mutex_lock(&hp->mu);
+        hp->loop_waiting = 0;
+        hp->ndone_seen = hp->ndone;
+        pthread_mutex_unlock(&hp->mu);
+    }
 }
 
 static void c_run(warren_handler_ctx *c)
@@ -952,30 +990,51 @@ static void sql_run(warren_handler_ctx *c)
     }
 }
 
-/* The handler pool: threads that outlive the runs they execute (a thread
- * per run cost more CPU than a no-op handler's whole run: creation, stack
- * set-up, exit). Grown on demand up to the worker's concurrency, since every
- * running handler may block; idle threads wait on a condition variable. A
- * handler that ignores should_stop keeps its thread; at the end of
- * warren_worker_run such threads, and the pool with them, are left behind on
- * purpose (they only touch the pool and a duplicate of the wake pipe). */
-typedef struct hpool {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    warren_handler_ctx *head, *tail; /* queued, not yet taken */
-    int nqueued, nidle, nthreads, nbusy, max, quit;
-    int wake_fd;
-} hpool;
+static void *hpool_main(void *arg);
+
+/* With queued work and no thread on its way: signal an idle thread, or start
+ * one. One at a time: the thread that takes an item passes the baton on if
+ * more are queued, so a burst of fast handlers is drained by the few threads
+ * it needs instead of waking one thread per run (a context switch each),
+ * while handlers that block still get a thread each, one wake-up apart.
+ * Returns pthread_create's error, or 0. Called with mu held. */
+static int hpool_wake_one(hpool *hp)
+{
+    if (hp->head == NULL || hp->nwaking > 0)
+        return 0;
+    if (hp->nidle > 0) {
+        pthread_cond_signal(&hp->cv);
+        hp->nwaking++;
+        return 0;
+    }
+    if (hp->nthreads >= hp->max)
+        return 0; /* every thread busy: the first to finish takes it */
+    pthread_t th;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    int prc = pthread_create(&th, &at, hpool_main, hp);
+    pthread_attr_destroy(&at);
+    if (prc == 0) {
+        hp->nthreads++;
+        hp->nwaking++;
+    }
+    return prc;
+}
 
 static void *hpool_main(void *arg)
 {
     hpool *hp = arg;
     pthread_mutex_lock(&hp->mu);
+    if (hp->nwaking > 0)
+        hp->nwaking--; /* started by hpool_wake_one */
     for (;;) {
         while (hp->head == NULL && !hp->quit) {
             hp->nidle++;
             pthread_cond_wait(&hp->cv, &hp->mu);
             hp->nidle--;
+            if (hp->nwaking > 0)
+                hp->nwaking--;
         }
         if (hp->head == NULL)
             break; /* quit */
@@ -985,6 +1044,7 @@ static void *hpool_main(void *arg)
             hp->tail = NULL;
         hp->nqueued--;
         hp->nbusy++;
+        hpool_wake_one(hp); /* more queued: the next thread (failure: a busy one takes it) */
         pthread_mutex_unlock(&hp->mu);
         if (c->kind == KIND_SQL)
             sql_run(c);
@@ -995,10 +1055,12 @@ static void *hpool_main(void *arg)
         if (atomic_exchange_explicit(&c->done, 1, memory_order_acq_rel) == 2)
             ctx_free(c);
         pthread_mutex_lock(&hp->mu);
-        if (hp->quit != 2) {
-            /* Under the lock: once the pool is abandoned (quit = 2, set under
-             * it) the loop may close the pipe's read end, and a write then
-             * would raise SIGPIPE. */
+        hp->ndone++;
+        if (hp->loop_waiting && hp->quit != 2) {
+            /* Only when the loop sleeps in wait_wake (otherwise it polls the
+             * slots anyway). Under the lock: once the pool is abandoned
+             * (quit = 2, set under it) the loop may close the pipe's read
+             * end, and a write then would raise SIGPIPE. */
             char x = 1;
             ssize_t n = write(hp->wake_fd, &x, 1); /* a full pipe is as good as a byte */
             (void)n;
@@ -1035,33 +1097,25 @@ static hpool *hpool_new(int wake_fd, int max, warren_error *err)
     return hp;
 }
 
-/* Queues c for a pool thread, starting one if none is idle. */
+/* Queues c for a pool thread (hpool_wake_one). Fails only when there is no
+ * thread at all and none can be started. */
 static int hpool_submit(hpool *hp, warren_handler_ctx *c, warren_error *err)
 {
     int rc = 0;
     pthread_mutex_lock(&hp->mu);
-    if (hp->nqueued >= hp->nidle && hp->nthreads < hp->max) {
-        pthread_t th;
-        pthread_attr_t at;
-        pthread_attr_init(&at);
-        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-        int prc = pthread_create(&th, &at, hpool_main, hp);
-        pthread_attr_destroy(&at);
-        if (prc == 0)
-            hp->nthreads++;
-        else if (hp->nthreads - hp->nbusy <= hp->nqueued)
-            rc = warren_error_set(err, WARREN_ESYS, "cannot start a handler thread: %s",
-                                  strerror(prc));
-    }
-    if (rc == 0) {
-        c->next = NULL;
-        if (hp->tail != NULL)
-            hp->tail->next = c;
-        else
-            hp->head = c;
-        hp->tail = c;
-        hp->nqueued++;
-        pthread_cond_signal(&hp->cv);
+    c->next = NULL;
+    if (hp->tail != NULL)
+        hp->tail->next = c;
+    else
+        hp->head = c;
+    hp->tail = c;
+    hp->nqueued++;
+    int prc = hpool_wake_one(hp);
+    if (prc != 0 && hp->nthreads == 0) {
+        /* nobody would ever take it: take it back (it is the only one queued) */
+        hp->head = hp->tail = NULL;
+        hp->nqueued = 0;
+        rc = warren_error_set(err, WARREN_ESYS, "cannot start a handler thread: %s", strerror(prc));
     }
     pthread_mutex_unlock(&hp->mu);
     return rc;
