@@ -1115,7 +1115,10 @@ static int hpool_submit(hpool *hp, warren_handler_ctx *c, warren_error *err)
         /* nobody would ever take it: take it back (it is the only one queued) */
         hp->head = hp->tail = NULL;
         hp->nqueued = 0;
-        rc = warren_error_set(err, WARREN_ESYS, "cannot start a handler thread: %s", strerror(prc));
+        rc = warren_error_set(err, WARREN_ESYS,
+                              "cannot start a handler thread: %s (the run is retried; lower "
+                              "worker.concurrency or raise the limit on threads, ulimit -u)",
+                              strerror(prc));
     }
     pthread_mutex_unlock(&hp->mu);
     return rc;

@@ -294,8 +294,7 @@ END_TEST
 static int run_topology_cli(const char *url, int limit, const char *planner, char *out, size_t len)
 {
     char cfg[] = "/tmp/warren_check_broker_XXXXXX", cmd[2048];
-    size_t used = 0;
-    FILE *f, *p;
+    FILE *f;
     int fd = mkstemp(cfg), status;
 
     ck_assert_int_ge(fd, 0);
@@ -310,14 +309,9 @@ static int run_topology_cli(const char *url, int limit, const char *planner, cha
     fclose(f);
     snprintf(cmd, sizeof(cmd), "WARREN_AMQP_URL='%s' '%s' topology -c '%s' 2>&1", url,
              WARREN_BINARY, cfg);
-    p = popen(cmd, "r");
-    ck_assert_ptr_nonnull(p);
-    while (used + 1 < len && fgets(out + used, (int)(len - used), p) != NULL)
-        used += strlen(out + used);
-    out[used] = '\0';
-    status = pclose(p);
+    status = testenv_run(cmd, out, len);
     unlink(cfg);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return status;
 }
 
 START_TEST(test_topology_command_declares_and_reports)

@@ -723,9 +723,8 @@ static int run_warren(const env *e, const char *args, char **out)
     char cfgpath[] = "/tmp/warren-planner-test-XXXXXX";
     char cmd[2048];
     int fd = mkstemp(cfgpath);
-    FILE *f, *pp;
-    size_t len = 0, cap = 4096;
-    char *buf = malloc(cap);
+    FILE *f;
+    char *buf = calloc(1, 65536);
     int status;
 
     ck_assert(fd >= 0 && buf != NULL);
@@ -737,15 +736,7 @@ static int run_warren(const env *e, const char *args, char **out)
     fclose(f);
     snprintf(cmd, sizeof(cmd), "env -u WARREN_DATABASE_URL -u WARREN_AMQP_URL %s %s -c %s 2>&1",
              WARREN_BINARY, args, cfgpath);
-    pp = popen(cmd, "r");
-    ck_assert(pp != NULL);
-    while (!feof(pp)) {
-        if (len + 1024 > cap)
-            buf = realloc(buf, cap *= 2);
-        len += fread(buf + len, 1, 1023, pp);
-    }
-    buf[len] = '\0';
-    status = pclose(pp);
+    status = testenv_run(cmd, buf, 65536);
     unlink(cfgpath);
     *out = buf;
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;

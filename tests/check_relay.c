@@ -348,9 +348,8 @@ static warren_us db_clock_offset(const env *e, warren_us *err_us)
 static int topology_cli(const env *e, const char *planner, char *out, size_t len)
 {
     char cfg[] = "/tmp/warren_check_relay_XXXXXX", cmd[2048];
-    size_t used = 0;
     int fd = mkstemp(cfg), status;
-    FILE *f, *p;
+    FILE *f;
 
     ck_assert_int_ge(fd, 0);
     f = fdopen(fd, "w");
@@ -362,14 +361,9 @@ static int topology_cli(const env *e, const char *planner, char *out, size_t len
     fclose(f);
     snprintf(cmd, sizeof(cmd), "WARREN_AMQP_URL='%s' '%s' topology -c '%s' 2>&1", e->amqp,
              WARREN_BINARY, cfg);
-    p = popen(cmd, "r");
-    ck_assert_ptr_nonnull(p);
-    while (used + 1 < len && fgets(out + used, (int)(len - used), p) != NULL)
-        used += strlen(out + used);
-    out[used] = '\0';
-    status = pclose(p);
+    status = testenv_run(cmd, out, len);
     unlink(cfg);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return status;
 }
 
 START_TEST(test_classic_delay_ring_releases_no_run_early_and_routes)

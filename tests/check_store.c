@@ -129,21 +129,11 @@ static void assert_names(char **names, size_t n, const char *const *want, size_t
 static int run_warren(const char *env, const char *args, char **out)
 {
     char cmd[4096];
-    char buf[4096];
-    size_t len = 0;
-    FILE *p;
-    int status;
 
     snprintf(cmd, sizeof(cmd), "%s '%s' %s 2>&1", env ? env : "", WARREN_BINARY, args);
-    p = popen(cmd, "r");
-    ck_assert_ptr_nonnull(p);
     *out = calloc(1, 65536);
-    while (fgets(buf, sizeof(buf), p) != NULL && len + strlen(buf) < 65535) {
-        memcpy(*out + len, buf, strlen(buf));
-        len += strlen(buf);
-    }
-    status = pclose(p);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    ck_assert_ptr_nonnull(*out);
+    return testenv_run(cmd, *out, 65536);
 }
 
 static double since(const struct timespec *t0)

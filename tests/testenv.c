@@ -213,6 +213,31 @@ static int pg_run(PGconn *c, const char *sql, const char *context, char **first)
     return n;
 }
 
+int testenv_run(const char *cmd, char *out, size_t len)
+{
+    char buf[4096];
+    size_t used = 0, n;
+    FILE *p = popen(cmd, "r");
+    int status;
+
+    if (p == NULL) {
+        fprintf(stderr, "testenv_run: popen %s: %s\n", cmd, strerror(errno));
+        abort();
+    }
+    /* read to the end even when out is full, so the command never blocks */
+    while ((n = fread(buf, 1, sizeof(buf), p)) > 0) {
+        size_t take = used + 1 < len ? len - 1 - used : 0;
+        if (take > n)
+            take = n;
+        memcpy(out + used, buf, take);
+        used += take;
+    }
+    if (len > 0)
+        out[used] = '\0';
+    status = pclose(p);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 int testenv_psql(const char *db_url, const char *sql, char **out_first_value)
 {
     PGconn *c = pg_connect(db_url);

@@ -26,6 +26,8 @@
 #ifndef WARREN_TESTENV_H
 #define WARREN_TESTENV_H
 
+#include <stddef.h>
+
 /* The admin URL (WARREN_TEST_PG_URL), borrowed from the environment. Fails the
  * test when unset. */
 const char *testenv_pg_admin_url(void);
@@ -78,6 +80,11 @@ int testenv_psql(const char *db_url, const char *sql, char **out_first_value);
 /* Like testenv_psql(), but fails the test on error; returns the first value
  * (new, may be NULL). Handy for `char *n = testenv_sql1(url, "SELECT ...")`. */
 char *testenv_sql1(const char *db_url, const char *sql);
+
+/* Runs cmd through /bin/sh and reads its standard output into out (at most
+ * len - 1 bytes kept, always NUL-terminated; add 2>&1 to the command for
+ * stderr too). Returns the exit status, or -1 if it did not exit normally. */
+int testenv_run(const char *cmd, char *out, size_t len);
 
 /* Path of tests/servers.sh in the source tree (borrowed), for fault tests:
  * system(...) with "restart-pg" or "restart-rabbit". Restarting disturbs
