@@ -31,6 +31,7 @@
 #define DEF_PUBLISH_BATCH 200
 #define DEF_DELAY_RING 0
 #define DEF_DELAY_QUEUE_EXPIRES_MS (10 * 60000)
+#define DEF_EVENT_DEFER_MS 10000
 #define DEF_CONCURRENCY 4
 #define DEF_SHUTDOWN_GRACE_MS 30000
 #define DEF_HEARTBEAT_MARGIN_MS 5000
@@ -525,9 +526,17 @@ static char *dup_or_oom(loader *L, const char *s)
 static const char *const top_known[] = {"database", "broker", "planner", "worker", "jobs", NULL};
 static const char *const database_known[] = {"url", NULL};
 static const char *const broker_known[] = {"url", "delivery_limit", NULL};
-static const char *const planner_known[] = {
-    "horizon",       "tick",       "misfire_threshold",   "reconcile_grace", "partitions",
-    "publish_batch", "delay_ring", "delay_queue_expires", "delay_ring_type", NULL};
+static const char *const planner_known[] = {"horizon",
+                                            "tick",
+                                            "misfire_threshold",
+                                            "reconcile_grace",
+                                            "partitions",
+                                            "publish_batch",
+                                            "delay_ring",
+                                            "delay_queue_expires",
+                                            "delay_ring_type",
+                                            "event_defer",
+                                            NULL};
 static const char *const worker_known[] = {"concurrency", "shutdown_grace", "heartbeat_margin",
                                            "id", NULL};
 static const char *const job_known[] = {"name",    "cron",    "every",   "at",      "timezone",
@@ -606,6 +615,7 @@ static void load_sections(loader *L, config_t *cf, warren_config *cfg)
         get_int(L, g, &pl, "publish_batch", 1, 100000, &p->publish_batch);
         get_int(L, g, &pl, "delay_ring", 0, 1024, &p->delay_ring);
         get_duration(L, g, &pl, "delay_queue_expires", 1000, 0, &p->delay_queue_expires_ms);
+        get_duration(L, g, &pl, "event_defer", 0, 0, &p->event_defer_ms);
         if (get_string(L, g, &pl, "delay_ring_type", &s) == 1) {
             if (strcmp(s, "quorum") == 0)
                 p->delay_ring_type = WARREN_DELAY_RING_QUORUM;
@@ -1191,6 +1201,7 @@ static void set_defaults(loader *L, warren_config *cfg)
     cfg->planner.delay_ring = DEF_DELAY_RING;
     cfg->planner.delay_ring_type = WARREN_DELAY_RING_QUORUM;
     cfg->planner.delay_queue_expires_ms = DEF_DELAY_QUEUE_EXPIRES_MS;
+    cfg->planner.event_defer_ms = DEF_EVENT_DEFER_MS;
     cfg->worker.concurrency = DEF_CONCURRENCY;
     cfg->worker.shutdown_grace_ms = DEF_SHUTDOWN_GRACE_MS;
     cfg->worker.heartbeat_margin_ms = DEF_HEARTBEAT_MARGIN_MS;

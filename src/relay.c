@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include <warren/codec.h>
+#include <warren/duration.h>
 #include <warren/relay.h>
 #include <warren/store_plan.h>
 
@@ -20,6 +21,10 @@
 /* A missing ready queue is looked up again after this. */
 #define READY_CHECK_MS 10000
 #define MAX_READY_CACHE 256
+/* More events than this met in one outbox pass: a burst of completions; the
+ * young ones wait (planner.event_defer). Steady 200 runs/s leaves about 200
+ * per 1 s tick. */
+#define EVENT_BACKLOG 1000
 
 typedef struct ready_entry {
     char *queue;
@@ -35,6 +40,8 @@ struct warren_relay {
     int64_t stall_ms;
     ready_entry cache[MAX_READY_CACHE];
     size_t ncache;
+    int holding;     /* events are being held back (planner.event_defer) */
+    int64_t next_id; /* outbox ids below this were published or are locked */
 };
 
 int warren_relay_new(warren_store *st, warren_broker *b, const warren_planner_config *pc,
@@ -391,30 +398,46 @@ int warren_relay_runs(warren_relay *r, int64_t lead_ms, int64_t budget_ms, int *
     return rc;
 }
 
-static int outbox_batch(warren_relay *r, size_t *got, int *published, warren_error *err)
+/* Publishes one batch of outbox rows of kind and deletes what RabbitMQ
+ * confirmed. Events (kind WARREN_OUTBOX_EVENTS, from r->next_id on) go out
+ * only up to the first that is not ripe (written less than ripe_ms ago),
+ * which sets *held: the rest of the batch waits, in id order. *nevents gets
+ * the events published. */
+static int outbox_batch(warren_relay *r, warren_outbox_kind kind, int64_t ripe_ms, size_t *got,
+                        int *held, int *nevents, int *published, warren_error *err)
 {
     warren_outbox_row *rows = NULL;
-    size_t n = 0, nack = 0;
+    size_t n = 0, npub = 0, nack = 0;
     uint64_t *seqs = NULL;
     int *status = NULL;
     int64_t *ids = NULL;
     int rc;
 
     *got = 0;
+    *held = 0;
+    *nevents = 0;
     if ((rc = warren_plan_begin(r->st, err)) != 0)
         return rc;
-    rc = warren_plan_outbox_select(r->st, r->pc.publish_batch, &rows, &n, err);
+    rc = warren_plan_outbox_select(r->st, r->pc.publish_batch, kind, r->next_id, ripe_ms, &rows, &n,
+                                   err);
     if (rc != 0 || n == 0)
         goto done;
     *got = n;
-    seqs = calloc(n, sizeof(*seqs));
-    status = calloc(n, sizeof(*status));
-    ids = calloc(n, sizeof(*ids));
+    while (npub < n && rows[npub].ripe)
+        npub++;
+    *held = npub < n;
+    if (kind != WARREN_OUTBOX_URGENT)
+        r->next_id = npub < n ? rows[npub].id : rows[n - 1].id + 1;
+    if (npub == 0)
+        goto done; /* rolled back: nothing taken */
+    seqs = calloc(npub, sizeof(*seqs));
+    status = calloc(npub, sizeof(*status));
+    ids = calloc(npub, sizeof(*ids));
     if (!seqs || !status || !ids) {
         rc = warren_error_set(err, WARREN_ENOMEM, "out of memory relaying the outbox");
         goto done;
     }
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < npub; i++) {
         warren_outbox_row *o = &rows[i];
         warren_header *h = NULL;
         if (o->nheaders > 0 && (h = calloc(o->nheaders, sizeof(*h))) == NULL) {
@@ -444,18 +467,20 @@ static int outbox_batch(warren_relay *r, size_t *got, int *published, warren_err
             goto done;
     }
     {
-        batch_state bs = {seqs, status, n};
-        rc =
-            warren_broker_confirm_wait(r->b, seqs[n - 1], CONFIRM_TIMEOUT_MS, on_confirm, &bs, err);
+        batch_state bs = {seqs, status, npub};
+        rc = warren_broker_confirm_wait(r->b, seqs[npub - 1], CONFIRM_TIMEOUT_MS, on_confirm, &bs,
+                                        err);
         if (rc != 0)
             goto done;
     }
-    for (size_t i = 0; i < n; i++) {
-        if (status[i] == WARREN_BROKER_ACKED || status[i] == WARREN_BROKER_RETURNED)
+    for (size_t i = 0; i < npub; i++) {
+        if (status[i] == WARREN_BROKER_ACKED || status[i] == WARREN_BROKER_RETURNED) {
             ids[nack++] = rows[i].id;
-        else
+            *nevents += strcmp(rows[i].exchange, WARREN_EVENTS_EXCHANGE) == 0;
+        } else {
             warren_log(r->lg, WARREN_LOG_WARN, "outbox row %lld: publish nacked; will retry",
                        (long long)rows[i].id);
+        }
     }
     if ((rc = warren_plan_outbox_delete(r->st, ids, nack, err)) != 0)
         goto done;
@@ -463,7 +488,7 @@ static int outbox_batch(warren_relay *r, size_t *got, int *published, warren_err
         goto done;
     *published += (int)nack;
 done:
-    if (rc != 0 || n == 0)
+    if (rc != 0 || npub == 0)
         warren_plan_rollback(r->st);
     warren_plan_outbox_rows_free(rows, n);
     free(seqs);
@@ -472,16 +497,67 @@ done:
     return rc;
 }
 
+static void set_holding(warren_relay *r, int on)
+{
+    char d[32];
+    if (on == r->holding)
+        return;
+    r->holding = on;
+    if (on)
+        warren_log(r->lg, WARREN_LOG_INFO,
+                   "relay: more than %d events in one pass: events younger than %s wait "
+                   "(planner.event_defer) so that they do not slow down runs",
+                   EVENT_BACKLOG, warren_duration_format(r->pc.event_defer_ms, d, sizeof(d)));
+    else
+        warren_log(r->lg, WARREN_LOG_INFO, "relay: event backlog gone; events go out at once");
+}
+
+/* Publishes the outbox in id order, within budget_ms. When one pass meets
+ * more than EVENT_BACKLOG events (a burst of completions) and
+ * planner.event_defer > 0, the relay holds back events younger than
+ * event_defer: publishing them would compete with the burst's own runs for
+ * RabbitMQ and for this process. The other rows (dead letters) go out first
+ * and never wait; held events go out once they are that old, and the relay
+ * stops holding when a pass finds less than a batch of them. */
 int warren_relay_outbox(warren_relay *r, int64_t budget_ms, int *published, warren_error *err)
 {
     int64_t start = warren__mono_ms();
-    int pub = 0, rc = 0;
+    int pub = 0, rc = 0, held = 0, nev = 0, events = 0;
     size_t got;
+    const size_t batch = (size_t)r->pc.publish_batch;
 
-    do {
-        rc = outbox_batch(r, &got, &pub, err);
-    } while (rc == 0 && got == (size_t)r->pc.publish_batch &&
-             warren__mono_ms() - start < budget_ms);
+    if (r->pc.event_defer_ms <= 0)
+        set_holding(r, 0);
+    if (!r->holding) {
+        r->next_id = 0; /* a whole pass from the start */
+        do {
+            rc = outbox_batch(r, WARREN_OUTBOX_ALL, 0, &got, &held, &nev, &pub, err);
+            events += nev;
+            if (rc == 0 && got == batch && r->pc.event_defer_ms > 0 && events >= EVENT_BACKLOG)
+                set_holding(r, 1);
+        } while (rc == 0 && !r->holding && got == batch && warren__mono_ms() - start < budget_ms);
+    }
+    if (rc == 0 && r->holding) {
+        int found = 0, ripe = 0;
+        do {
+            rc = outbox_batch(r, WARREN_OUTBOX_URGENT, 0, &got, &held, &nev, &pub, err);
+        } while (rc == 0 && got == batch && warren__mono_ms() - start < budget_ms);
+        /* No select while the oldest is young: it would lock a batch of rows
+         * for nothing on every tick of the burst. */
+        if (rc == 0)
+            rc = warren_plan_outbox_oldest_event(r->st, r->next_id, r->pc.event_defer_ms, &found,
+                                                 &ripe, err);
+        if (rc == 0 && !found)
+            set_holding(r, 0);
+        while (rc == 0 && found && ripe && warren__mono_ms() - start < budget_ms) {
+            rc = outbox_batch(r, WARREN_OUTBOX_EVENTS, r->pc.event_defer_ms, &got, &held, &nev,
+                              &pub, err);
+            if (rc == 0 && got < batch)
+                set_holding(r, 0);
+            if (got < batch || held)
+                break;
+        }
+    }
     if (published)
         *published = pub;
     return rc;

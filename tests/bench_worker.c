@@ -8,6 +8,13 @@
  * Start lateness = runs.started_at (the claim, database clock) - runs.due_at.
  * Each line carries the workers' peak RSS and /proc/loadavg. Runs are tagged
  * through their payload ({"bench": "burst"}), which the reconciler leaves alone.
+ * The burst line also has cpu_s: CPU seconds from 100 ms before the due time
+ * until all succeeded, of every postgres process on the machine (with the
+ * backends that exited meanwhile), every beam.smp (RabbitMQ), the worker
+ * processes and this one (the planner: relay and outbox); and
+ * events_out_after_due_s: when the last run.succeeded event had left the
+ * outbox (planner.event_defer holds them back during a burst; polled every
+ * 0.5 s).
  *
  *   eval "$(tests/servers.sh start)"
  *   build/tests/bench_worker [--burst N] [--rate R] [--seconds S] [--concurrency C]
@@ -18,6 +25,7 @@
  * BENCH_EXTRA_SQL=FILE applies FILE to the benchmark database after the
  * migrations (A/B experiments, e.g. an older sql/002_worker_protocol.sql in
  * the same session as the current one). */
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -81,6 +89,79 @@ static long peak_rss_kb(pid_t pid)
     return kb;
 }
 
+/* From /proc/PID/stat: the command name, the parent, the CPU seconds (user +
+ * system) of the process and of its reaped children (a postmaster's: the
+ * backends that exited). -1 if unreadable. */
+static int proc_stat(long pid, char *comm, size_t comm_len, long *ppid, double *own, double *reaped)
+{
+    char path[64], line[1024];
+    unsigned long long ut = 0, st = 0;
+    long long cut = 0, cst = 0;
+    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    size_t n = fread(line, 1, sizeof(line) - 1, f);
+    fclose(f);
+    line[n] = '\0';
+    char *open = strchr(line, '('), *close = strrchr(line, ')');
+    if (open == NULL || close == NULL)
+        return -1;
+    snprintf(comm, comm_len, "%.*s", (int)(close - open - 1), open + 1);
+    /* after ") ": state ppid pgrp session tty tpgid flags minflt cminflt majflt
+     * cmajflt utime stime cutime cstime */
+    if (sscanf(close + 2, "%*c %ld %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %lld %lld", ppid,
+               &ut, &st, &cut, &cst) != 5)
+        return -1;
+    *own = (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+    *reaped = (double)(cut + cst) / (double)sysconf(_SC_CLK_TCK);
+    return 0;
+}
+
+static double proc_cpu_s(long pid)
+{
+    char comm[64];
+    long ppid;
+    double own, reaped;
+    return proc_stat(pid, comm, sizeof(comm), &ppid, &own, &reaped) == 0 ? own : 0;
+}
+
+/* CPU seconds used so far by the servers on this machine (every process
+ * named postgres, plus the backends the postmaster reaped; every beam.smp),
+ * by this process (planner and relay) and by the worker processes. */
+typedef struct cpu_snap {
+    double pg, rabbit, self, workers;
+} cpu_snap;
+
+static void cpu_snapshot(cpu_snap *c, const pid_t *w, int nw)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    memset(c, 0, sizeof(*c));
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        char comm[64], pcomm[64];
+        long ppid, pp;
+        double own, reaped, o2, r2;
+        if (e->d_name[0] < '0' || e->d_name[0] > '9' ||
+            proc_stat(atol(e->d_name), comm, sizeof(comm), &ppid, &own, &reaped) != 0)
+            continue;
+        if (strcmp(comm, "postgres") == 0) {
+            c->pg += own;
+            /* the postmaster: a postgres whose parent is not one */
+            if (proc_stat(ppid, pcomm, sizeof(pcomm), &pp, &o2, &r2) != 0 ||
+                strcmp(pcomm, "postgres") != 0)
+                c->pg += reaped;
+        } else if (strcmp(comm, "beam.smp") == 0) {
+            c->rabbit += own;
+        }
+    }
+    if (d != NULL)
+        closedir(d);
+    c->self = proc_cpu_s((long)getpid());
+    for (int i = 0; i < nw; i++)
+        c->workers += proc_cpu_s((long)w[i]);
+}
+
 static void loadavg(char *buf, size_t len)
 {
     FILE *f = fopen("/proc/loadavg", "r");
@@ -131,7 +212,8 @@ static int wait_all(const char *db, const char *tag, long n, int timeout_s)
 }
 
 static void report(const char *db, const char *bench, const char *tag, long n, pid_t *w, int nw,
-                   int concurrency, double extra_rate, int ok)
+                   int concurrency, double extra_rate, int ok, const cpu_snap *c0,
+                   const cpu_snap *c1, const char *events_s)
 {
     char la[128];
     char *v =
@@ -158,7 +240,13 @@ static void report(const char *db, const char *bench, const char *tag, long n, p
                        "WHERE payload->>'bench' = '%s')) * 2) / 2 AS b, count(*) AS n FROM "
                        "warren.runs WHERE payload->>'bench' = '%s' GROUP BY 1) s",
                        tag, tag);
-        fprintf(stderr, "%s started per 0.5 s: %s\n", bench, t ? t : "?");
+        char *due = sql1(db,
+                         "SELECT round(extract(epoch FROM min(due_at))::numeric, 3) FROM "
+                         "warren.runs WHERE payload->>'bench' = '%s'",
+                         tag);
+        fprintf(stderr, "%s started per 0.5 s after due (epoch %s): %s\n", bench, due ? due : "?",
+                t ? t : "?");
+        free(due);
         free(t);
     }
     loadavg(la, sizeof(la));
@@ -169,7 +257,15 @@ static void report(const char *db, const char *bench, const char *tag, long n, p
     printf(",\"worker_peak_rss_kb\":[");
     for (int i = 0; i < nw; i++)
         printf("%s%ld", i ? "," : "", peak_rss_kb(w[i]));
-    printf("],\"loadavg\":\"%s\",\"complete\":%s}\n", la, ok ? "true" : "false");
+    printf("]");
+    if (c0 != NULL && c1 != NULL)
+        printf(",\"cpu_s\":{\"postgres\":%.2f,\"rabbitmq\":%.2f,\"workers\":%.2f,"
+               "\"planner\":%.2f}",
+               c1->pg - c0->pg, c1->rabbit - c0->rabbit, c1->workers - c0->workers,
+               c1->self - c0->self);
+    if (events_s != NULL)
+        printf(",\"events_out_after_due_s\":%s", events_s);
+    printf(",\"loadavg\":\"%s\",\"complete\":%s}\n", la, ok ? "true" : "false");
     fflush(stdout);
     free(v);
 }
@@ -316,11 +412,38 @@ int main(int argc, char **argv)
                        "SELECT 'bench', date_trunc('second', now()) - make_interval(secs => g), "
                        "date_trunc('second', now()) + interval '20 seconds', 'backfill', "
                        "'{\"bench\": \"burst\"}' "
-                       "FROM generate_series(1, %ld) g; NOTIFY warren_jobs; SELECT 1",
+                       "FROM generate_series(1, %ld) g; NOTIFY warren_jobs; "
+                       "SELECT extract(epoch FROM date_trunc('second', now()) + interval '20 "
+                       "seconds') * 1000 - extract(epoch FROM clock_timestamp()) * 1000",
                        burst);
+        /* cpu_s covers the burst only: from 100 ms before the due time (the
+         * relay has published everything by then) until all succeeded. */
+        long until_due = v ? atol(v) : 0;
         free(v);
+        cpu_snap c0, c1;
+        if (until_due > 100)
+            sleep_ms(until_due - 100);
+        cpu_snapshot(&c0, w, nworkers);
         int ok = wait_all(db, "burst", burst, 120);
-        report(db, "worker_burst", "burst", burst, w, nworkers, concurrency, 0, ok);
+        cpu_snapshot(&c1, w, nworkers);
+        /* The run.succeeded events may be held back during the burst
+         * (planner.event_defer): when the last one left the outbox (polled
+         * twice a second, so up to 0.5 s late). */
+        char *ev = NULL;
+        for (int i = 0; ok && i < 240 && ev == NULL; i++) {
+            ev = sql1(db, "SELECT round(extract(epoch FROM clock_timestamp() - (SELECT min(due_at) "
+                          "FROM warren.runs WHERE payload->>'bench' = 'burst'))::numeric, 1) "
+                          "WHERE NOT EXISTS (SELECT 1 FROM warren.outbox WHERE exchange = "
+                          "'warren.events')");
+            if (ev != NULL && *ev == '\0') {
+                free(ev);
+                ev = NULL;
+            }
+            if (ev == NULL)
+                sleep_ms(500);
+        }
+        report(db, "worker_burst", "burst", burst, w, nworkers, concurrency, 0, ok, &c0, &c1, ev);
+        free(ev);
     }
     /* Steady: rate runs/s, due times rate apart in ms, starting 5 s ahead. */
     if (rate > 0 && seconds > 0) {
@@ -334,7 +457,8 @@ int main(int argc, char **argv)
                        rate, n);
         free(v);
         int ok = wait_all(db, "steady", n, seconds + 60);
-        report(db, "worker_steady", "steady", n, w, nworkers, concurrency, rate, ok);
+        report(db, "worker_steady", "steady", n, w, nworkers, concurrency, rate, ok, NULL, NULL,
+               NULL);
     }
     for (int i = 0; i < nworkers; i++)
         kill(w[i], SIGTERM);

@@ -226,6 +226,86 @@ START_TEST(test_outbox_published_with_headers_then_deleted)
 }
 END_TEST
 
+/* A backlog of events (more than 1,000 in one pass) with planner.event_defer:
+ * the young events wait, a dead letter behind them goes out at once, and
+ * the held events go out in id order once they are event_defer old. */
+START_TEST(test_outbox_holds_back_young_events_in_a_backlog)
+{
+    env e = env_new();
+    warren_config c = test_config();
+    c.planner.publish_batch = 500;
+    c.planner.event_defer_ms = 60000;
+    warren_planner *p = planner_new(&e, &c);
+    char *vpath = testenv_vhost_path(e.amqp), *resp = NULL, path[512];
+    warren_broker *b;
+    warren_delivery d = {0};
+
+    snprintf(path, sizeof(path), "/api/queues/%s/events-test", vpath);
+    ck_assert_int_lt(testenv_http("PUT", path, "{\"durable\":true}", &resp), 300);
+    free(resp);
+    snprintf(path, sizeof(path), "/api/bindings/%s/e/warren.events/q/events-test", vpath);
+    ck_assert_int_lt(testenv_http("POST", path, "{\"routing_key\":\"run.#\"}", &resp), 300);
+    free(resp);
+    ck_assert_int_eq(testenv_psql(e.db,
+                                  "INSERT INTO warren.outbox (exchange, routing_key, message_id, "
+                                  "type, body) SELECT 'warren.events', 'run.succeeded.j', "
+                                  "format('j@%s', lpad(g::text, 4, '0')), 'j', "
+                                  "jsonb_build_object('n', g) FROM generate_series(1, 1500) g",
+                                  NULL),
+                     1500);
+    /* Two batches of 500 reach the backlog: the third waits. */
+    tick(p);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.outbox"), 500);
+    ck_assert_int_eq(testenv_psql(e.db,
+                                  "INSERT INTO warren.outbox (exchange, routing_key, message_id, "
+                                  "type, body) VALUES ('warren.dead', 'q', 'j@dead', 'j', "
+                                  "'{\"run_key\": \"j@dead\"}')",
+                                  NULL),
+                     1);
+    tick(p);
+    tick(p);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.outbox"), 500);
+    ck_assert_int_eq(
+        sql_long(&e, "SELECT count(*) FROM warren.outbox WHERE exchange = 'warren.events'"), 500);
+    b = consumer(&e, "warren.dead");
+    ck_assert(next_msg(b, &d, 5000));
+    ck_assert_str_eq(d.message_id, "j@dead");
+    warren_broker_ack(b, d.tag, NULL);
+    warren_delivery_clear(&d);
+    warren_broker_free(b);
+    /* A minute later (by the database's clock: the rows are made older). */
+    ck_assert_int_eq(testenv_psql(e.db,
+                                  "UPDATE warren.outbox SET created_at = created_at - interval "
+                                  "'61 seconds'",
+                                  NULL),
+                     500);
+    tick(p);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.outbox"), 0);
+    b = consumer(&e, "events-test");
+    for (int i = 1; i <= 1500; i++) {
+        char want[32];
+        ck_assert(next_msg(b, &d, 5000));
+        snprintf(want, sizeof(want), "j@%04d", i);
+        ck_assert_str_eq(d.message_id, want); /* id order, held ones included */
+        warren_broker_ack(b, d.tag, NULL);
+        warren_delivery_clear(&d);
+    }
+    warren_broker_free(b);
+    /* The backlog is gone: a new event goes out at the next tick. */
+    ck_assert_int_eq(testenv_psql(e.db,
+                                  "INSERT INTO warren.outbox (exchange, routing_key, message_id, "
+                                  "type, body) VALUES ('warren.events', 'run.succeeded.j', "
+                                  "'j@next', 'j', '{}')",
+                                  NULL),
+                     1);
+    tick(p);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.outbox"), 0);
+    free(vpath);
+    warren_planner_free(p);
+    env_free(&e);
+}
+END_TEST
+
 START_TEST(test_reconciler_republishes_lost_runs_and_reaps_leases)
 {
     env e = env_new();
@@ -495,6 +575,7 @@ static Suite *relay_suite(void)
 
     tc = tcase_create("outbox");
     tcase_add_test(tc, test_outbox_published_with_headers_then_deleted);
+    tcase_add_test(tc, test_outbox_holds_back_young_events_in_a_backlog);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
 

@@ -80,6 +80,8 @@ typedef struct warren_planner_config {
     int64_t delay_queue_expires_ms; /* x-expires of per-second delay queues; default 10m */
     int delay_ring_type;            /* planner.delay_ring_type: WARREN_DELAY_RING_QUORUM
                                        (0, default) or WARREN_DELAY_RING_CLASSIC */
+    int64_t event_defer_ms;         /* planner.event_defer, default 10s; 0: never hold
+                                       events back (see warren_relay_outbox) */
 } warren_planner_config;
 
 /* planner.delay_ring_type values */

@@ -132,13 +132,28 @@ typedef struct warren_outbox_row {
     char *body;       /* jsonb text (not compact) */
     warren_outbox_header *headers;
     size_t nheaders;
+    int ripe; /* WARREN_OUTBOX_EVENTS: written at least ripe_ms ago (else 1) */
 } warren_outbox_row;
 void warren_plan_outbox_rows_free(warren_outbox_row *rows, size_t n);
 
-/* Inside a transaction: locks up to limit outbox rows in id order (SKIP
- * LOCKED) with their headers. */
-int warren_plan_outbox_select(warren_store *st, int limit, warren_outbox_row **rows, size_t *n,
+/* Which outbox rows a select takes. */
+typedef enum warren_outbox_kind {
+    WARREN_OUTBOX_ALL,    /* every row */
+    WARREN_OUTBOX_URGENT, /* rows that are not events (dead letters) */
+    WARREN_OUTBOX_EVENTS  /* events (exchange warren.events), with ripe */
+} warren_outbox_kind;
+
+/* Inside a transaction: locks up to limit outbox rows of kind in id order
+ * (SKIP LOCKED) with their headers. For WARREN_OUTBOX_EVENTS, only rows with
+ * id >= from_id, and ripe says whether the row was written ripe_ms or longer
+ * ago (database clock). */
+int warren_plan_outbox_select(warren_store *st, int limit, warren_outbox_kind kind, int64_t from_id,
+                              int64_t ripe_ms, warren_outbox_row **rows, size_t *n,
                               warren_error *err);
+/* The oldest event with id >= from_id: *found, and *ripe = 1 when it was
+ * written ripe_ms or longer ago. Takes no locks. */
+int warren_plan_outbox_oldest_event(warren_store *st, int64_t from_id, int64_t ripe_ms, int *found,
+                                    int *ripe, warren_error *err);
 int warren_plan_outbox_delete(warren_store *st, const int64_t *ids, size_t n, warren_error *err);
 
 /* -------------------------------------------------------------- reconciler */
