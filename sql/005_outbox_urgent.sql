@@ -4,12 +4,12 @@
 --
 -- Why: in a burst (50,000 runs completing within seconds) publishing the
 -- run.succeeded events competed with the runs themselves for RabbitMQ and
--- the relay: they cost about 20 % of the burst's CPU on two cores. When more
--- than 10 x planner.publish_batch events wait, the relay now holds back the
--- events younger than planner.event_defer (dead letters never wait) and
--- publishes them once they are that old or the backlog is gone
--- (docs/worker-protocol.md, "Events"). Events are rows with exchange
--- 'warren.events'; an event row adds no entry to this index.
+-- the relay: they cost about 20 % of the burst's CPU on two cores. When a
+-- relay pass meets 1,000 events or more, the relay now holds back the events
+-- younger than planner.event_defer (dead letters never wait) and publishes
+-- them once they are that old or fewer than 1,000 wait
+-- (docs/worker-protocol.md, "Events wait during a burst"). Events are rows
+-- with exchange 'warren.events'; an event row adds no entry to this index.
 
 CREATE INDEX IF NOT EXISTS outbox_urgent ON warren.outbox (id)
     WHERE exchange <> 'warren.events';

@@ -21,9 +21,9 @@
 /* A missing ready queue is looked up again after this. */
 #define READY_CHECK_MS 10000
 #define MAX_READY_CACHE 256
-/* More events than this met in one outbox pass: a burst of completions; the
- * young ones wait (planner.event_defer). Steady 200 runs/s leaves about 200
- * per 1 s tick. */
+/* This many events or more, met in one outbox pass or waiting: a burst of
+ * completions; the young ones wait (planner.event_defer). Steady 200 runs/s
+ * leaves about 200 per 1 s tick. */
 #define EVENT_BACKLOG 1000
 
 typedef struct ready_entry {
@@ -40,8 +40,9 @@ struct warren_relay {
     int64_t stall_ms;
     ready_entry cache[MAX_READY_CACHE];
     size_t ncache;
-    int holding;     /* events are being held back (planner.event_defer) */
-    int64_t next_id; /* outbox ids below this were published or are locked */
+    int holding;       /* events are being held back (planner.event_defer) */
+    int64_t next_id;   /* outbox ids below this were published or are locked */
+    int64_t rescan_ms; /* monotonic: while holding, look from id 0 again then */
 };
 
 int warren_relay_new(warren_store *st, warren_broker *b, const warren_planner_config *pc,
@@ -410,7 +411,7 @@ static int outbox_batch(warren_relay *r, warren_outbox_kind kind, int64_t ripe_m
     size_t n = 0, npub = 0, nack = 0;
     uint64_t *seqs = NULL;
     int *status = NULL;
-    int64_t *ids = NULL;
+    int64_t *ids = NULL, next;
     int rc;
 
     *got = 0;
@@ -426,10 +427,15 @@ static int outbox_batch(warren_relay *r, warren_outbox_kind kind, int64_t ripe_m
     while (npub < n && rows[npub].ripe)
         npub++;
     *held = npub < n;
-    if (kind != WARREN_OUTBOX_URGENT)
-        r->next_id = npub < n ? rows[npub].id : rows[n - 1].id + 1;
-    if (npub == 0)
+    /* next_id moves on only when the batch is settled (a failed batch is
+     * taken again); rows RabbitMQ nacked stay in the outbox for the next pass
+     * from the start, once the backlog is gone. */
+    next = npub < n ? rows[npub].id : rows[n - 1].id + 1;
+    if (npub == 0) {
+        if (kind != WARREN_OUTBOX_URGENT)
+            r->next_id = next;
         goto done; /* rolled back: nothing taken */
+    }
     seqs = calloc(npub, sizeof(*seqs));
     status = calloc(npub, sizeof(*status));
     ids = calloc(npub, sizeof(*ids));
@@ -487,6 +493,8 @@ static int outbox_batch(warren_relay *r, warren_outbox_kind kind, int64_t ripe_m
     if ((rc = warren_plan_commit(r->st, err)) != 0)
         goto done;
     *published += (int)nack;
+    if (kind != WARREN_OUTBOX_URGENT)
+        r->next_id = next;
 done:
     if (rc != 0 || npub == 0)
         warren_plan_rollback(r->st);
@@ -503,32 +511,48 @@ static void set_holding(warren_relay *r, int on)
     if (on == r->holding)
         return;
     r->holding = on;
+    r->rescan_ms = warren__mono_ms() + r->pc.event_defer_ms;
     if (on)
         warren_log(r->lg, WARREN_LOG_INFO,
-                   "relay: more than %d events in one pass: events younger than %s wait "
+                   "relay: %d or more events waiting: events younger than %s wait "
                    "(planner.event_defer) so that they do not slow down runs",
                    EVENT_BACKLOG, warren_duration_format(r->pc.event_defer_ms, d, sizeof(d)));
     else
         warren_log(r->lg, WARREN_LOG_INFO, "relay: event backlog gone; events go out at once");
 }
 
-/* Publishes the outbox in id order, within budget_ms. When one pass meets
- * more than EVENT_BACKLOG events (a burst of completions) and
+/* Publishes the outbox in id order, within budget_ms. When a pass meets
+ * EVENT_BACKLOG events or more (a burst of completions) and
  * planner.event_defer > 0, the relay holds back events younger than
  * event_defer: publishing them would compete with the burst's own runs for
- * RabbitMQ and for this process. The other rows (dead letters) go out first
- * and never wait; held events go out once they are that old, and the relay
- * stops holding when a pass finds less than a batch of them. */
+ * RabbitMQ and for this process. While holding, the other rows (dead
+ * letters) go out first and never wait, events go out once they are that old
+ * (the ripe prefix, in id order), and holding ends when fewer than
+ * EVENT_BACKLOG events wait. Event selects start at next_id, past the rows
+ * just published (their dead index entries make a scan from the start
+ * expensive); every event_defer the relay looks from id 0 again, for rows a
+ * transaction committed after higher ids went out, a nack, or another
+ * planner's relay left behind. */
 int warren_relay_outbox(warren_relay *r, int64_t budget_ms, int *published, warren_error *err)
 {
     int64_t start = warren__mono_ms();
-    int pub = 0, rc = 0, held = 0, nev = 0, events = 0;
+    int pub = 0, rc = 0, held = 0, nev = 0, events = 0, waiting = 0, ripe = 0;
     size_t got;
     const size_t batch = (size_t)r->pc.publish_batch;
 
     if (r->pc.event_defer_ms <= 0)
         set_holding(r, 0);
-    if (!r->holding) {
+    if (r->holding) {
+        if (start >= r->rescan_ms) {
+            r->next_id = 0;
+            r->rescan_ms = start + r->pc.event_defer_ms;
+        }
+        rc = warren_plan_outbox_events_waiting(r->st, r->next_id, EVENT_BACKLOG,
+                                               r->pc.event_defer_ms, &waiting, &ripe, err);
+        if (rc == 0 && waiting < EVENT_BACKLOG)
+            set_holding(r, 0);
+    }
+    if (rc == 0 && !r->holding) {
         r->next_id = 0; /* a whole pass from the start */
         do {
             rc = outbox_batch(r, WARREN_OUTBOX_ALL, 0, &got, &held, &nev, &pub, err);
@@ -536,24 +560,17 @@ int warren_relay_outbox(warren_relay *r, int64_t budget_ms, int *published, warr
             if (rc == 0 && got == batch && r->pc.event_defer_ms > 0 && events >= EVENT_BACKLOG)
                 set_holding(r, 1);
         } while (rc == 0 && !r->holding && got == batch && warren__mono_ms() - start < budget_ms);
+        ripe = 0; /* what is left of this pass is young */
     }
     if (rc == 0 && r->holding) {
-        int found = 0, ripe = 0;
         do {
             rc = outbox_batch(r, WARREN_OUTBOX_URGENT, 0, &got, &held, &nev, &pub, err);
         } while (rc == 0 && got == batch && warren__mono_ms() - start < budget_ms);
-        /* No select while the oldest is young: it would lock a batch of rows
-         * for nothing on every tick of the burst. */
-        if (rc == 0)
-            rc = warren_plan_outbox_oldest_event(r->st, r->next_id, r->pc.event_defer_ms, &found,
-                                                 &ripe, err);
-        if (rc == 0 && !found)
-            set_holding(r, 0);
-        while (rc == 0 && found && ripe && warren__mono_ms() - start < budget_ms) {
+        /* No event select while the oldest is young: it would lock a batch of
+         * rows for nothing on every tick of the burst. */
+        while (rc == 0 && ripe && warren__mono_ms() - start < budget_ms) {
             rc = outbox_batch(r, WARREN_OUTBOX_EVENTS, r->pc.event_defer_ms, &got, &held, &nev,
                               &pub, err);
-            if (rc == 0 && got < batch)
-                set_holding(r, 0);
             if (got < batch || held)
                 break;
         }

@@ -131,9 +131,11 @@ static const char SQL_OUTBOX_SELECT_EVENTS[] =
     "WHERE exchange = 'warren.events' AND id >= $2::bigint "
     "ORDER BY id LIMIT $1::int FOR UPDATE SKIP LOCKED";
 
-static const char SQL_OUTBOX_OLDEST_EVENT[] =
-    "SELECT created_at <= now() - $2::bigint * interval '1 millisecond' FROM warren.outbox "
-    "WHERE exchange = 'warren.events' AND id >= $1::bigint ORDER BY id LIMIT 1";
+static const char SQL_OUTBOX_EVENTS_WAITING[] =
+    "SELECT count(*), coalesce(bool_or(created_at <= now() - $3::bigint * interval "
+    "'1 millisecond') FILTER (WHERE first), false) FROM (SELECT created_at, "
+    "row_number() OVER (ORDER BY id) = 1 AS first FROM warren.outbox "
+    "WHERE exchange = 'warren.events' AND id >= $1::bigint ORDER BY id LIMIT $2::int) e";
 
 static const char SQL_OUTBOX_HEADERS[] =
     "SELECT o.id, h.key, h.value FROM warren.outbox o, jsonb_each_text(o.headers) h "
@@ -748,19 +750,21 @@ void warren_plan_outbox_rows_free(warren_outbox_row *rows, size_t n)
     free(rows);
 }
 
-int warren_plan_outbox_oldest_event(warren_store *st, int64_t from_id, int64_t ripe_ms, int *found,
-                                    int *ripe, warren_error *err)
+int warren_plan_outbox_events_waiting(warren_store *st, int64_t from_id, int cap, int64_t ripe_ms,
+                                      int *count, int *ripe, warren_error *err)
 {
-    char a[24], b[24];
+    char a[24], b[24], c[24];
     const char *p[] = {warren__store_int_param(from_id, a, sizeof(a)),
-                       warren__store_int_param(ripe_ms, b, sizeof(b))};
+                       warren__store_int_param(cap, b, sizeof(b)),
+                       warren__store_int_param(ripe_ms, c, sizeof(c))};
     PGresult *res = NULL;
-    int rc = warren__store_exec_prepared(st, "plan_outbox_oldest_event", SQL_OUTBOX_OLDEST_EVENT, 2,
-                                         p, &res, "looking at the oldest event", err);
+    int rc =
+        warren__store_exec_prepared(st, "plan_outbox_events_waiting", SQL_OUTBOX_EVENTS_WAITING, 3,
+                                    p, &res, "counting the events waiting", err);
     if (rc != 0)
         return rc;
-    *found = PQntuples(res) == 1;
-    *ripe = *found && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+    *count = PQntuples(res) == 1 ? atoi(PQgetvalue(res, 0, 0)) : 0;
+    *ripe = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 1), "t") == 0;
     PQclear(res);
     return 0;
 }

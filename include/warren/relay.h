@@ -42,9 +42,8 @@ int warren_relay_runs(warren_relay *r, int64_t lead_ms, int64_t budget_ms, int *
                       int *unroutable, warren_error *err);
 
 /* Publishes and deletes outbox rows, in id order, until none is left or
- * budget_ms passed. During a backlog of events (more than 10 x publish_batch)
- * events younger than planner.event_defer wait for a later call; dead
- * letters never wait. */
+ * budget_ms passed. During a backlog of events (1,000 or more) events younger
+ * than planner.event_defer wait for a later call; dead letters never wait. */
 int warren_relay_outbox(warren_relay *r, int64_t budget_ms, int *published, warren_error *err);
 
 /* Removes whitespace outside strings from JSON text in place (jsonb's text

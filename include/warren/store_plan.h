@@ -150,10 +150,11 @@ typedef enum warren_outbox_kind {
 int warren_plan_outbox_select(warren_store *st, int limit, warren_outbox_kind kind, int64_t from_id,
                               int64_t ripe_ms, warren_outbox_row **rows, size_t *n,
                               warren_error *err);
-/* The oldest event with id >= from_id: *found, and *ripe = 1 when it was
- * written ripe_ms or longer ago. Takes no locks. */
-int warren_plan_outbox_oldest_event(warren_store *st, int64_t from_id, int64_t ripe_ms, int *found,
-                                    int *ripe, warren_error *err);
+/* Events with id >= from_id: *count of them, counting no further than cap,
+ * and *ripe = 1 when the oldest was written ripe_ms or longer ago. Takes no
+ * locks. */
+int warren_plan_outbox_events_waiting(warren_store *st, int64_t from_id, int cap, int64_t ripe_ms,
+                                      int *count, int *ripe, warren_error *err);
 int warren_plan_outbox_delete(warren_store *st, const int64_t *ids, size_t n, warren_error *err);
 
 /* -------------------------------------------------------------- reconciler */
