@@ -763,8 +763,11 @@ int warren_plan_outbox_events_waiting(warren_store *st, int64_t from_id, int cap
                                     p, &res, "counting the events waiting", err);
     if (rc != 0)
         return rc;
-    *count = PQntuples(res) == 1 ? atoi(PQgetvalue(res, 0, 0)) : 0;
-    *ripe = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 1), "t") == 0;
+    if (PQntuples(res) != 1 || warren__store_get_int(res, 0, 0, count) != 0 ||
+        warren__store_get_bool(res, 0, 1, ripe) != 0) {
+        PQclear(res);
+        return bad_row(err, "counting the events waiting");
+    }
     PQclear(res);
     return 0;
 }
@@ -813,7 +816,8 @@ int warren_plan_outbox_select(warren_store *st, int limit, warren_outbox_kind ki
         o->message_id = dup_or_null(warren__store_get_text(res, i, 3));
         o->type = dup_or_null(warren__store_get_text(res, i, 4));
         o->body = dup_or_null(warren__store_get_text(res, i, 5));
-        o->ripe = strcmp(PQgetvalue(res, i, 6), "t") == 0;
+        if (warren__store_get_bool(res, i, 6, &o->ripe) != 0)
+            goto bad;
         if (!o->exchange || !o->routing_key || !o->body)
             goto bad;
         arr_elem(&ids, warren__store_get_text(res, i, 0));

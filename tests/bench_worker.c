@@ -145,7 +145,7 @@ static void cpu_snapshot(cpu_snap *c, const pid_t *w, int nw)
         long ppid, pp;
         double own, reaped, o2, r2;
         if (e->d_name[0] < '0' || e->d_name[0] > '9' ||
-            proc_stat(atol(e->d_name), comm, sizeof(comm), &ppid, &own, &reaped) != 0)
+            proc_stat(strtol(e->d_name, NULL, 10), comm, sizeof(comm), &ppid, &own, &reaped) != 0)
             continue;
         if (strcmp(comm, "postgres") == 0) {
             c->pg += own;
@@ -207,7 +207,7 @@ static int wait_all(const char *db, const char *tag, long n, int timeout_s)
              tag);
     for (int i = 0; i < timeout_s && !done; i++) {
         PGresult *r = PQexec(c, q);
-        done = PQresultStatus(r) == PGRES_TUPLES_OK && atol(PQgetvalue(r, 0, 0)) >= n;
+        done = PQresultStatus(r) == PGRES_TUPLES_OK && strtol(PQgetvalue(r, 0, 0), NULL, 10) >= n;
         PQclear(r);
         if (!done)
             sleep_ms(1000);
@@ -423,7 +423,7 @@ int main(int argc, char **argv)
                        burst);
         /* cpu_s covers the burst only: from 100 ms before the due time (the
          * relay has published everything by then) until all succeeded. */
-        long until_due = v ? atol(v) : 0;
+        long until_due = v ? strtol(v, NULL, 10) : 0;
         free(v);
         cpu_snap c0, c1;
         if (until_due > 100)
