@@ -10,6 +10,8 @@
 
 #include <warren/codec.h>
 
+#include "internal.h"
+
 /* 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59Z: what the canonical key can spell. */
 #define KEY_MIN_S INT64_C(-62135596800)
 #define KEY_MAX_S INT64_C(253402300799)
@@ -308,4 +310,50 @@ int warren_json_object_check(const char *text, char **compact, warren_error *err
     }
     json_decref(v);
     return 0;
+}
+
+/* Length of the valid UTF-8 sequence at p (1-4), or 0 if it is not one. */
+static size_t utf8_seq(const unsigned char *p)
+{
+    size_t n;
+    uint32_t cp;
+
+    if (p[0] < 0x80)
+        return 1;
+    if (p[0] >= 0xc2 && p[0] <= 0xdf) {
+        n = 2;
+        cp = p[0] & 0x1f;
+    } else if (p[0] >= 0xe0 && p[0] <= 0xef) {
+        n = 3;
+        cp = p[0] & 0x0f;
+    } else if (p[0] >= 0xf0 && p[0] <= 0xf4) {
+        n = 4;
+        cp = p[0] & 0x07;
+    } else {
+        return 0;
+    }
+    for (size_t i = 1; i < n; i++) {
+        if ((p[i] & 0xc0) != 0x80) /* also stops at the terminating NUL */
+            return 0;
+        cp = (cp << 6) | (p[i] & 0x3f);
+    }
+    if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+        (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return n;
+}
+
+void warren__utf8_clean(char *s)
+{
+    unsigned char *p = (unsigned char *)s;
+
+    if (p == NULL)
+        return;
+    while (*p != '\0') {
+        size_t n = utf8_seq(p);
+        if (n == 0)
+            *p++ = '?';
+        else
+            p += n;
+    }
 }

@@ -458,6 +458,8 @@ static int get_bool(loader *L, const config_setting_t *g, const scope *sc, const
  * the planner and worker turn durations into microseconds and add them to
  * instants, which would overflow int64 (a 10^11-day horizon did). */
 #define DUR_MAX_MS (INT64_C(36500) * 86400000)
+/* A lease is handed to workers in whole seconds as an int. */
+#define LEASE_MAX_MS (INT64_C(2147483647) / 86400 * 86400 * 1000)
 
 /* A duration string; min_ms is the smallest allowed value. */
 static int get_duration(loader *L, const config_setting_t *g, const scope *sc, const char *name,
@@ -1106,6 +1108,11 @@ static void load_job(loader *L, const config_setting_t *job, int index, warren_c
                "handler before its first heartbeat",
                warren_duration_format(j->lease_ms, a, sizeof(a)),
                warren_duration_format(cfg->worker.heartbeat_margin_ms, b, sizeof(b)));
+    if (j->lease_ms > LEASE_MAX_MS)
+        report(L, member(job, "lease"), who, "lease",
+               "%s is too long (at most %s: warren.claim returns lease_seconds as an int)",
+               warren_duration_format(j->lease_ms, a, sizeof(a)),
+               warren_duration_format(LEASE_MAX_MS, b, sizeof(b)));
     get_duration(L, job, &sc, "timeout", 1, 0, &j->timeout_ms);
     get_bool(L, job, &sc, "paused", &j->paused);
 }

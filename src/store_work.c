@@ -474,7 +474,10 @@ int warren_store_complete_sql(warren_store *st, const char *run_key, int attempt
         return warren_error_set(err, WARREN_EINVAL, "warren_store_complete_sql: bad arguments");
     if ((rc = warren__store_begin(st, err)) != 0)
         return rc;
-    /* The handler's timeout bounds its statement (milliseconds; 0 = none). */
+    /* The handler's timeout bounds its statement (milliseconds; 0 = none;
+     * PostgreSQL takes at most INT_MAX ms, about 24.8 days). */
+    if (timeout_ms > INT32_MAX)
+        timeout_ms = INT32_MAX;
     snprintf(setting, sizeof(setting), "%lld", (long long)(timeout_ms > 0 ? timeout_ms : 0));
     {
         const char *params[1] = {setting};
@@ -527,7 +530,13 @@ int warren_store_complete_sql(warren_store *st, const char *run_key, int attempt
     return 0;
 fail:
     warren__store_rollback(st);
-    return rc;
+    if (rc == WARREN_EDBCONN || rc == WARREN_ENOMEM)
+        return rc; /* tried again: nothing committed, or a lost answer turns stale */
+    /* Anything else (a deferred constraint at COMMIT, a refused setting) would
+     * fail the same way every time: it is the attempt's error, recorded as a
+     * retry through the ordinary completion. */
+    *stmt_error = strdup(err != NULL && err->message[0] ? err->message : "sql handler failed");
+    return *stmt_error ? 0 : warren_error_set(err, WARREN_ENOMEM, "out of memory");
 }
 
 /* ------------------------------------------------------------ run times, replay */

@@ -94,7 +94,7 @@ typedef struct slot {
     warren_us msg_due_at;  /* due time this attempt was released for (message header) */
     int64_t timeout_at;
     int stop_reason;
-    int64_t kill_at; /* exec: SIGKILL after this (0: not signalled) */
+    int64_t kill_at; /* exec: SIGKILL after this; c: left behind after a timeout (0: not yet) */
     /* exec */
     pid_t pid;
     int out_fd;
@@ -1295,6 +1295,8 @@ static void stop_slot(warren_worker *w, slot *s, int reason, int64_t now)
         s->kill_at = now + kill_grace(w);
     } else if (s->ctx != NULL) {
         atomic_store_explicit(&s->ctx->stop, 1, memory_order_release);
+        if (reason == STOP_TIMEOUT && s->kind == KIND_C)
+            s->kill_at = now + kill_grace(w); /* then it is left behind: poll_slot */
     }
 }
 
@@ -1411,6 +1413,27 @@ static void poll_slot(warren_worker *w, slot *s, int64_t now)
         return;
     }
     /* threads */
+    if (s->kind == KIND_C && s->stop_reason == STOP_TIMEOUT && s->kill_at != 0 &&
+        now >= s->kill_at && s->ctx != NULL &&
+        atomic_exchange_explicit(&s->ctx->done, 2, memory_order_acq_rel) == 0) {
+        /* Timed out and ignores should_stop: a thread cannot be killed, so
+         * leave it (its pool thread frees the context if the handler ever
+         * returns) and complete the run as a retry. Heartbeating it on would
+         * hold the run forever. */
+        s->ctx = NULL;
+        s->kill_at = 0;
+        s->has_thread = 0;
+        s->state = SLOT_DONE;
+        s->outcome = WARREN_OUTCOME_RETRY;
+        s->error = fmt_error("timed out after %lld ms and did not stop within %lld ms; its thread "
+                             "was left behind",
+                             (long long)s->job->timeout_ms, (long long)kill_grace(w));
+        warren_log(w->lg, WARREN_LOG_WARN,
+                   "worker %s: %s attempt %d: handler ignores should_stop after its timeout; "
+                   "left behind, completing as retry",
+                   w->id, s->run_key, s->claim.attempt);
+        return;
+    }
     if (s->ctx == NULL || !atomic_load_explicit(&s->ctx->done, memory_order_acquire))
         return;
     s->has_thread = 0;
@@ -1423,8 +1446,8 @@ static void poll_slot(warren_worker *w, slot *s, int64_t now)
         if (s->stop_reason == STOP_TIMEOUT) {
             s->outcome = WARREN_OUTCOME_RETRY;
             s->error = fmt_error("timed out after %lld ms", (long long)s->job->timeout_ms);
-        } else if (s->stop_reason == STOP_SHUTDOWN) {
-            s->outcome = WARREN_OUTCOME_RETRY;
+        } else if (s->stop_reason == STOP_SHUTDOWN && s->outcome == WARREN_OUTCOME_RETRY) {
+            /* a verdict the handler gave (succeeded, failed) stands */
             s->error = fmt_error("stopped: worker %s shutting down", w->id);
         } else if (s->outcome != WARREN_OUTCOME_SUCCEEDED) {
             s->error = strdup(s->ctx->has_error ? s->ctx->error : "handler reported failure");
@@ -1586,6 +1609,8 @@ static void complete_done(warren_worker *w, int64_t now)
         if (s->state != SLOT_DONE)
             continue;
         which[n] = s;
+        if (s->error != NULL)
+            warren__utf8_clean(s->error); /* output cut anywhere, or not text at all */
         c[n].run_key = s->run_key;
         c[n].attempt = s->claim.attempt;
         c[n].outcome = outcome_name(s->outcome);
@@ -1593,16 +1618,33 @@ static void complete_done(warren_worker *w, int64_t now)
         n++;
     }
     rc = warren_store_complete_batch(w->st, c, n, rec, &e);
-    if (rc != 0 && rc != WARREN_EDBCONN && n > 1) {
-        /* One bad completion must not hold up the others: one by one. */
+    if (rc != 0 && rc != WARREN_EDBCONN) {
+        /* One bad completion must not hold up the others: one by one. A
+         * completion PostgreSQL refuses for its error text is recorded with
+         * a note instead, or the slot would be retried forever. */
         for (size_t i = 0; i < n; i++) {
             warren_error e1 = {0};
             int r1 = warren_store_complete_batch(w->st, &c[i], 1, &rec[i], &e1);
+            if (r1 != 0 && r1 != WARREN_EDBCONN && c[i].error != NULL) {
+                char *note =
+                    fmt_error("(the handler's error could not be recorded: %s)", e1.message);
+                if (note != NULL) {
+                    warren__utf8_clean(note);
+                    free(which[i]->error);
+                    which[i]->error = note;
+                    c[i].error = note;
+                    r1 = warren_store_complete_batch(w->st, &c[i], 1, &rec[i], &e1);
+                }
+            }
             if (r1 != 0) {
                 store_failed(w, r1, &e1, "complete");
-                which[i] = NULL;
-                if (r1 == WARREN_EDBCONN)
+                if (r1 == WARREN_EDBCONN) {
+                    /* not tried: nothing of these may be acknowledged */
+                    for (size_t j = i; j < n; j++)
+                        which[j] = NULL;
                     break;
+                }
+                which[i] = NULL;
             }
         }
         for (size_t i = 0; i < n; i++)

@@ -8,6 +8,8 @@
 
 #include <warren/codec.h>
 
+#include "internal.h"
+
 /* 2026-11-30T14:00:00Z */
 #define T0 (INT64_C(1796047200) * WARREN_US_PER_S)
 
@@ -231,6 +233,34 @@ static const struct {
     {"\xff\xfe{}", "not JSON"},
 };
 
+START_TEST(test_utf8_clean_replaces_only_invalid_bytes)
+{
+    static const struct {
+        const char *in, *want;
+    } cases[] = {
+        {"plain ascii", "plain ascii"},
+        {"gr\xc3\xbc\xc3\x9f \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x98\x80", /* kept */
+         "gr\xc3\xbc\xc3\x9f \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x98\x80"},
+        {"\xff\xfe", "??"},           /* never valid */
+        {"\x9c\xac tail", "?? tail"}, /* cut before a character's end */
+        {"head \xe6\x97", "head ??"}, /* cut after its start */
+        {"\xc0\xaf", "??"},           /* overlong '/' */
+        {"\xe0\x80\xaf", "???"},      /* overlong, 3 bytes */
+        {"\xed\xa0\x80", "???"},      /* UTF-16 surrogate */
+        {"\xf4\x90\x80\x80", "????"}, /* above U+10FFFF */
+        {"a\xc3(b", "a?(b"},          /* bad continuation */
+        {"", ""},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char buf[64];
+        snprintf(buf, sizeof(buf), "%s", cases[i].in);
+        warren__utf8_clean(buf);
+        ck_assert_msg(strcmp(buf, cases[i].want) == 0, "case %zu: got \"%s\"", i, buf);
+    }
+    warren__utf8_clean(NULL); /* no-op */
+}
+END_TEST
+
 START_TEST(test_codec_rejects_malformed_body)
 {
     warren_run_msg m;
@@ -379,6 +409,7 @@ static Suite *codec_suite(void)
     tcase_add_test(tc, test_codec_rejects_oversized_and_unterminated_bodies);
     tcase_add_test(tc, test_codec_json_object_check);
     tcase_add_test(tc, test_codec_survives_mutated_bodies);
+    tcase_add_test(tc, test_utf8_clean_replaces_only_invalid_bytes);
     suite_add_tcase(s, tc);
     return s;
 }

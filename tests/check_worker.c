@@ -593,6 +593,85 @@ START_TEST(test_worker_leaves_a_handler_that_ignores_should_stop)
 }
 END_TEST
 
+/* A C handler that times out and ignores should_stop cannot be killed: after
+ * the kill grace it is left behind and its run completed as a retry, instead
+ * of being heartbeated (and held) forever. */
+START_TEST(test_worker_leaves_a_timed_out_handler_that_ignores_should_stop)
+{
+    env e;
+    atomic_int release;
+    warren_error err = {0};
+    worker_thread wt = {0};
+
+    atomic_init(&release, 0);
+    env_setup(&e,
+              "{ name = \"stuck\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qs\";"
+              "  handler = { c = \"stubborn\"; }; timeout = \"300ms\";"
+              "  retry = { max_attempts = 1; }; }",
+              "concurrency = 2; shutdown_grace = \"200ms\"; heartbeat_margin = \"500ms\";", 5);
+    ck_assert_int_eq(warren_worker_new(e.cfg, &test_logger, &wt.w, &err), 0);
+    ck_assert_int_eq(warren_worker_register(wt.w, "stubborn", c_stubborn, &release), 0);
+    ck_assert_int_eq(pthread_create(&wt.th, NULL, worker_main, &wt), 0);
+    planner_start(&e);
+    add_runs(&e, "stuck", 1, 5);
+    /* timeout 300 ms + kill grace 250 ms, while the handler keeps running */
+    ck_assert(wait_for(e.db, "dead|true", 15000,
+                       "SELECT state || '|' || (last_error LIKE 'timed out after 300 ms and did "
+                       "not stop within 250 ms%') FROM warren.runs WHERE job = 'stuck'"));
+    ck_assert(
+        wait_for(e.db, "retry", 1000, "SELECT string_agg(outcome, ',') FROM warren.attempts"));
+    ck_assert_int_eq(atomic_load(&release), 0); /* the handler never returned */
+    wt.stop = 1;
+    pthread_join(wt.th, NULL);
+    ck_assert_int_eq(wt.rc, 0);
+    warren_worker_free(wt.w);
+    atomic_store(&release, 1); /* it returns now: its pool thread frees the context */
+    sleep_ms(300);
+    env_teardown(&e);
+}
+END_TEST
+
+/* What PostgreSQL refuses to store must not jam a slot: a handler's output
+ * that is not valid UTF-8 (cut mid-character, or binary) is cleaned, and an
+ * sql handler whose COMMIT fails (a deferred foreign key) is recorded as a
+ * retry with that error instead of being run again and again. */
+START_TEST(test_worker_records_unstorable_errors_and_commit_failures)
+{
+    env e;
+    worker_thread wt = {0};
+    warren_error err = {0};
+    env_setup(&e,
+              "{ name = \"bin\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qb\";"
+              "  handler = { exec = [\"/bin/sh\", \"-c\", \"printf 'bad \\\\377\\\\376 bytes "
+              "\\\\346\\\\227'; exit 1\"]; };"
+              "  retry = { max_attempts = 1; }; },"
+              "{ name = \"dfk\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qb\";"
+              "  handler = { sql = \"INSERT INTO child VALUES (42)\"; };"
+              "  retry = { max_attempts = 1; }; }",
+              NULL, 5);
+    qx(e.db, "CREATE TABLE parent (id int PRIMARY KEY);"
+             "CREATE TABLE child (ref int REFERENCES parent DEFERRABLE INITIALLY DEFERRED)");
+    ck_assert_int_eq(warren_worker_new(e.cfg, &test_logger, &wt.w, &err), 0);
+    ck_assert_int_eq(pthread_create(&wt.th, NULL, worker_main, &wt), 0);
+    planner_start(&e);
+    add_runs(&e, "bin", 1, 5);
+    add_runs(&e, "dfk", 1, 5);
+    ck_assert(wait_for(e.db, "dead|exit status 1: bad ?? bytes ??", 15000,
+                       "SELECT state || '|' || last_error FROM warren.runs WHERE job = 'bin'"));
+    ck_assert(wait_for(e.db, "dead|true", 15000,
+                       "SELECT state || '|' || (last_error LIKE '%foreign key%') FROM "
+                       "warren.runs WHERE job = 'dfk'"));
+    ck_assert(wait_for(e.db, "0", 1000, "SELECT count(*) FROM child"));
+    ck_assert(
+        wait_for(e.db, "2", 1000, "SELECT count(*) FROM warren.attempts WHERE outcome = 'retry'"));
+    wt.stop = 1;
+    pthread_join(wt.th, NULL);
+    ck_assert_int_eq(wt.rc, 0);
+    warren_worker_free(wt.w);
+    env_teardown(&e);
+}
+END_TEST
+
 /* ------------------------------------------------------------ leases and fencing */
 
 START_TEST(test_worker_killed_mid_run_another_completes_after_lease_expiry)
@@ -1029,6 +1108,8 @@ static Suite *worker_suite(void)
     tcase_add_test(tc, test_worker_end_to_end_sink_gets_one_row_per_run);
     tcase_add_test(tc, test_worker_c_handler_retries_then_succeeds_with_context);
     tcase_add_test(tc, test_worker_leaves_a_handler_that_ignores_should_stop);
+    tcase_add_test(tc, test_worker_leaves_a_timed_out_handler_that_ignores_should_stop);
+    tcase_add_test(tc, test_worker_records_unstorable_errors_and_commit_failures);
     tcase_add_test(tc, test_worker_sql_handler_failure_rolls_back_and_retries);
     tcase_add_test(tc, test_warren_run_prints_one_line_per_finished_run);
     suite_add_tcase(s, tc);
