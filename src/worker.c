@@ -59,7 +59,7 @@ struct warren_handler_ctx {
     int64_t timeout_ms;
     warren_handler_fn fn;
     void *ud;
-    warren_worker *w;
+    struct hpool *hp;                /* sql: its connection pool lives with the threads */
     struct warren_handler_ctx *next; /* the handler pool's queue */
     int kind;                        /* KIND_C or KIND_SQL */
     atomic_int stop;
@@ -145,10 +145,6 @@ struct warren_worker {
 
     int wake[2];      /* handler threads write a byte when done (non-blocking) */
     struct hpool *hp; /* persistent handler threads (c and sql handlers) */
-
-    pthread_mutex_t pool_mu;
-    warren_store *pool[SQL_POOL_MAX];
-    size_t npool;
 
     warren_worker_stats stats;
 };
@@ -240,7 +236,6 @@ int warren_worker_new(const warren_config *cfg, const warren_logger *lg, warren_
     w->id = strdup(id);
     w->db_url = xstrdup(cfg->database_url);
     w->amqp_url = xstrdup(cfg->amqp_url);
-    pthread_mutex_init(&w->pool_mu, NULL);
     w->wake[0] = w->wake[1] = -1;
     if (pipe(w->wake) != 0) {
         warren_worker_free(w);
@@ -278,9 +273,6 @@ void warren_worker_free(warren_worker *w)
     for (size_t i = 0; i < w->nregs; i++)
         free(w->regs[i].name);
     free(w->regs);
-    for (size_t i = 0; i < w->npool; i++)
-        warren_store_free(w->pool[i]);
-    pthread_mutex_destroy(&w->pool_mu);
     if (w->wake[0] >= 0)
         close(w->wake[0]);
     if (w->wake[1] >= 0)
@@ -537,38 +529,6 @@ static void store_ok(warren_worker *w)
 {
     w->store_backoff = 0;
     w->store_retry_at = 0;
-}
-
-/* sql handler connections: a small pool shared by the sql threads. */
-static warren_store *pool_get(warren_worker *w, const char *url, warren_error *err)
-{
-    warren_store *st = NULL;
-    pthread_mutex_lock(&w->pool_mu);
-    if (w->npool > 0)
-        st = w->pool[--w->npool];
-    pthread_mutex_unlock(&w->pool_mu);
-    if (st != NULL)
-        return st;
-    if (warren_store_open(url, NULL, &st, err) != 0)
-        return NULL;
-    return st;
-}
-
-static void pool_put(warren_worker *w, warren_store *st)
-{
-    if (st == NULL)
-        return;
-    if (!warren_store_connected(st)) {
-        warren_store_free(st);
-        return;
-    }
-    pthread_mutex_lock(&w->pool_mu);
-    if (w->npool < SQL_POOL_MAX) {
-        w->pool[w->npool++] = st;
-        st = NULL;
-    }
-    pthread_mutex_unlock(&w->pool_mu);
-    warren_store_free(st);
 }
 
 /* ------------------------------------------------------------ pending deliveries */
@@ -935,7 +895,54 @@ typedef struct hpool {
     int loop_waiting;    /* the loop sleeps in wait_wake: write to wake_fd */
     uint64_t ndone;      /* handlers finished */
     uint64_t ndone_seen; /* ... as of the loop's last wait_wake */
+    /* sql handler connections, kept here rather than in the worker: a thread
+     * left behind at shutdown still returns its connection after the worker
+     * is freed. Under mu. */
+    warren_store *pool[SQL_POOL_MAX];
+    size_t npool;
 } hpool;
+
+static warren_store *pool_get(hpool *hp, const char *url, warren_error *err)
+{
+    warren_store *st = NULL;
+    pthread_mutex_lock(&hp->mu);
+    if (hp->npool > 0)
+        st = hp->pool[--hp->npool];
+    pthread_mutex_unlock(&hp->mu);
+    if (st != NULL)
+        return st;
+    if (warren_store_open(url, NULL, &st, err) != 0)
+        return NULL;
+    return st;
+}
+
+static void pool_put(hpool *hp, warren_store *st)
+{
+    if (st == NULL)
+        return;
+    if (!warren_store_connected(st)) {
+        warren_store_free(st);
+        return;
+    }
+    pthread_mutex_lock(&hp->mu);
+    if (hp->npool < SQL_POOL_MAX) {
+        hp->pool[hp->npool++] = st;
+        st = NULL;
+    }
+    pthread_mutex_unlock(&hp->mu);
+    warren_store_free(st);
+}
+
+/* Frees a pool no thread uses any more. */
+static void hpool_destroy(hpool *hp)
+{
+    for (size_t i = 0; i < hp->npool; i++)
+        warren_store_free(hp->pool[i]);
+    close(hp->wake_fd);
+    pthread_cond_destroy(&hp->cv);
+    pthread_mutex_destroy(&hp->mu);
+    free(hp);
+}
 
 /* Waits up to ms for a handler thread to finish (no free slot: the broker
  * cannot send anything, so waiting on it would only add latency). */
@@ -975,7 +982,7 @@ static void c_run(warren_handler_ctx *c)
 static void sql_run(warren_handler_ctx *c)
 {
     warren_error e = {0};
-    warren_store *st = pool_get(c->w, c->db_url, &e);
+    warren_store *st = pool_get(c->hp, c->db_url, &e);
 
     if (st == NULL) {
         c->sql_rc = e.code ? e.code : WARREN_EDBCONN;
@@ -986,7 +993,7 @@ static void sql_run(warren_handler_ctx *c)
                                               &c->sql_stmt_error, &e);
         if (c->sql_rc != 0)
             snprintf(c->error, sizeof(c->error), "%s", e.message);
-        pool_put(c->w, st);
+        pool_put(c->hp, st);
     }
 }
 
@@ -1043,6 +1050,11 @@ static void *hpool_main(void *arg)
         if (hp->head == NULL)
             hp->tail = NULL;
         hp->nqueued--;
+        if (hp->quit && atomic_load_explicit(&c->done, memory_order_acquire) == 2) {
+            /* left behind before it started: the worker is gone, do not run it */
+            ctx_free(c);
+            continue;
+        }
         hp->nbusy++;
         hpool_wake_one(hp); /* more queued: the next thread (failure: a busy one takes it) */
         pthread_mutex_unlock(&hp->mu);
@@ -1070,12 +1082,8 @@ static void *hpool_main(void *arg)
     hp->nthreads--;
     int last = hp->nthreads == 0 && hp->quit == 2; /* abandoned: the last one out frees it */
     pthread_mutex_unlock(&hp->mu);
-    if (last) {
-        close(hp->wake_fd);
-        pthread_cond_destroy(&hp->cv);
-        pthread_mutex_destroy(&hp->mu);
-        free(hp);
-    }
+    if (last)
+        hpool_destroy(hp);
     return NULL;
 }
 
@@ -1144,12 +1152,8 @@ static int hpool_free(hpool *hp, int wait_ms)
     if (busy > 0)
         hp->quit = 2; /* the last thread out frees the pool */
     pthread_mutex_unlock(&hp->mu);
-    if (busy == 0) {
-        close(hp->wake_fd);
-        pthread_cond_destroy(&hp->cv);
-        pthread_mutex_destroy(&hp->mu);
-        free(hp);
-    }
+    if (busy == 0)
+        hpool_destroy(hp);
     return busy;
 }
 
@@ -1168,7 +1172,7 @@ static int start_thread(warren_worker *w, slot *s, warren_error *err)
     c->scheduled_at = s->claim.scheduled_at;
     c->attempt = s->claim.attempt;
     c->timeout_ms = s->job->timeout_ms;
-    c->w = w;
+    c->hp = w->hp;
     c->kind = s->kind;
     atomic_init(&c->stop, 0);
     atomic_init(&c->done, 0);

@@ -593,6 +593,42 @@ START_TEST(test_worker_leaves_a_handler_that_ignores_should_stop)
 }
 END_TEST
 
+/* An sql handler still in its statement when the worker gives up at shutdown
+ * is left behind too: the worker is freed, and when the statement ends its
+ * thread still returns its connection to the pool it came from (ASan: no use
+ * after free). The statement and the run's completion commit together. */
+START_TEST(test_worker_leaves_a_running_sql_handler_at_shutdown)
+{
+    env e;
+    warren_error err = {0};
+    worker_thread wt = {0};
+
+    env_setup(&e,
+              "{ name = \"nap\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qn\";"
+              "  handler = { sql = \"SELECT pg_sleep(7)\"; }; }",
+              "concurrency = 2; shutdown_grace = \"200ms\"; heartbeat_margin = \"500ms\";", 5);
+    ck_assert_int_eq(warren_worker_new(e.cfg, &test_logger, &wt.w, &err), 0);
+    ck_assert_int_eq(pthread_create(&wt.th, NULL, worker_main, &wt), 0);
+    planner_start(&e);
+    add_runs(&e, "nap", 1, 5);
+    ck_assert(wait_for(e.db, "1", 15000,
+                       "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(7)'"));
+    wt.stop = 1;
+    pthread_join(wt.th, NULL); /* grace + kill grace + 5 s, then it leaves */
+    ck_assert_int_eq(wt.rc, 0);
+    warren_worker_free(wt.w);
+    ck_assert(wait_for(e.db, "1", 1000,
+                       "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(7)'"));
+    /* the statement ends; its thread puts the connection back into the pool */
+    ck_assert(wait_for(e.db, "0", 10000,
+                       "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(7)' "
+                       "AND state = 'active'"));
+    ck_assert(wait_for(e.db, "succeeded", 2000, "SELECT state FROM warren.runs WHERE job = 'nap'"));
+    sleep_ms(300);
+    env_teardown(&e);
+}
+END_TEST
+
 /* A C handler that times out and ignores should_stop cannot be killed: after
  * the kill grace it is left behind and its run completed as a retry, instead
  * of being heartbeated (and held) forever. */
@@ -1109,6 +1145,7 @@ static Suite *worker_suite(void)
     tcase_add_test(tc, test_worker_c_handler_retries_then_succeeds_with_context);
     tcase_add_test(tc, test_worker_leaves_a_handler_that_ignores_should_stop);
     tcase_add_test(tc, test_worker_leaves_a_timed_out_handler_that_ignores_should_stop);
+    tcase_add_test(tc, test_worker_leaves_a_running_sql_handler_at_shutdown);
     tcase_add_test(tc, test_worker_records_unstorable_errors_and_commit_failures);
     tcase_add_test(tc, test_worker_sql_handler_failure_rolls_back_and_retries);
     tcase_add_test(tc, test_warren_run_prints_one_line_per_finished_run);
