@@ -51,8 +51,8 @@ int warren_handler_should_stop(const warren_handler_ctx *ctx);
 void warren_handler_set_error(warren_handler_ctx *ctx, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* An in-process handler. Runs on a thread of its own (one per running run):
- * it must be thread-safe with respect to ud. */
+/* An in-process handler. Runs on a thread of the worker's handler pool, one
+ * thread per running handler: it must be thread-safe with respect to ud. */
 typedef warren_outcome (*warren_handler_fn)(warren_handler_ctx *ctx, void *ud);
 
 /* ------------------------------------------------------------ the worker */
@@ -74,7 +74,7 @@ int warren_worker_register(warren_worker *w, const char *name, warren_handler_fn
  * warren.ready. names; copied). n = 0 restores the default. */
 int warren_worker_set_queues(warren_worker *w, const char *const *queues, size_t n,
                              warren_error *err);
-/* Handler slots (1..1000). */
+/* Handler slots (1..4096). */
 int warren_worker_set_concurrency(warren_worker *w, int n, warren_error *err);
 /* The lease owner id written into warren.runs.lease_owner (copied, <= 200 bytes). */
 int warren_worker_set_id(warren_worker *w, const char *id, warren_error *err);
