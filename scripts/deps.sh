@@ -11,6 +11,7 @@ PACKAGES=(
     librabbitmq-dev libpq-dev libjansson-dev libconfig-dev check
     postgresql rabbitmq-server tzdata
     python3 python3-pika python3-psycopg2 curl
+    nodejs # tests/node_example.sh (node only: CI installs no npm packages)
 )
 
 missing=()

@@ -417,7 +417,10 @@ int cli_runs(int argc, char **argv)
         } else if (strcmp(argv[i], "--state") == 0 && i + 1 < argc) {
             state = argv[++i];
             if (!valid_state(state)) {
-                fprintf(stderr, "warren runs: unknown state \"%s\"\n", state);
+                fprintf(stderr,
+                        "warren runs: --state takes planned, published, running, retrying, "
+                        "succeeded, dead, skipped or cancelled, not \"%s\"\n",
+                        state);
                 return WARREN_EXIT_USAGE;
             }
         } else if (strcmp(argv[i], "--limit") == 0 && i + 1 < argc) {

@@ -259,6 +259,7 @@ START_TEST(test_retry_schedules_full_jitter_backoff_within_bounds)
     /* base 1 s, cap 5 s: the bound is min(5 s, 1 s * 2^attempt): 2 s, 4 s, 5 s, 5 s... */
     char *url = setup("skip", 100, 1000, 5000, 30000);
     double maxseen[8] = {0};
+    int below_half = 0; /* delays under half their bound */
     for (int round = 0; round < 6; round++) {
         for (int attempt = 1; attempt <= 4; attempt++) {
             int a = round * 4 + attempt;
@@ -280,6 +281,8 @@ START_TEST(test_retry_schedules_full_jitter_backoff_within_bounds)
                           "attempt %d: delay %.1f ms not in [0, %.0f]", a, ms, bound);
             if (attempt < 8 && ms > maxseen[attempt])
                 maxseen[attempt] = ms;
+            if (ms < bound / 2.0)
+                below_half++;
             char want[64];
             snprintf(want, sizeof want, "retrying|boom %d", a);
             ck_q(url, want, "SELECT state || '|' || last_error FROM warren.runs");
@@ -288,6 +291,12 @@ START_TEST(test_retry_schedules_full_jitter_backoff_within_bounds)
     }
     /* Full jitter spreads over the range rather than sitting at 0 or at the bound. */
     ck_assert_msg(maxseen[4] > 1000.0, "capped delays never exceeded 1 s: %.1f", maxseen[4]);
+    /* A delay of exactly the bound (no jitter), or of half the bound plus
+     * jitter ("equal jitter"), is never below half the bound; full jitter,
+     * random() * bound, is with probability 1/2 per sample. All 24 samples
+     * at or above half their bound by chance: 2^-24, about 6e-8 (one false
+     * failure in 17 million runs). */
+    ck_assert_msg(below_half > 0, "none of the 24 delays was below half its bound: no full jitter");
     free(url);
 }
 END_TEST

@@ -53,6 +53,36 @@ function parseArgs(argv) {
 const log = (m) => console.error(`${new Date().toISOString()} node-worker ${m}`);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+// Node's socket error codes (err.code, no SQLSTATE) for a server that cannot be reached now.
+const NETWORK_CODES = new Set([
+  'ECONNREFUSED', 'ECONNRESET', 'ECONNABORTED', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH',
+  'EHOSTDOWN', 'ENETUNREACH', 'ENETDOWN', 'ENOTFOUND', 'EAI_AGAIN',
+]);
+
+// True when a database call failed because PostgreSQL is unreachable, false for a real SQL
+// error. Unreachable: a socket error (ECONNREFUSED, ECONNRESET, ...), one of pg's own
+// connection errors (no code: "Connection terminated unexpectedly", pool timeouts) or a
+// server error of SQLSTATE class 08 (connection exception) or 57P0x (shutting down).
+function dbUnavailable(e) {
+  const code = e && e.code;
+  if (!code) return true;
+  return NETWORK_CODES.has(code) || /^(08|57P0)/.test(code);
+}
+
+// Runs a database call until it succeeds or fails with a real SQL error (rethrown), retrying
+// every pauseMs while PostgreSQL is unreachable: the caller's message stays unacked meanwhile.
+async function db(fn, pauseMs = 1000) {
+  for (;;) {
+    try {
+      return await fn();
+    } catch (e) {
+      if (!dbUnavailable(e)) throw e;
+      log(`database unavailable (${(e && (e.message || e.code)) || e}); retrying`);
+      await sleep(pauseMs);
+    }
+  }
+}
+
 // The handler: the work itself. `stop.stopped` turns true when the lease is lost.
 async function handle(run, stop, args) {
   if (run.attempt <= args.failFirst) {
@@ -68,6 +98,10 @@ async function handle(run, stop, args) {
 async function main() {
   const args = parseArgs(process.argv);
   const pool = new Pool({ connectionString: args.databaseUrl, max: args.concurrency + 2 });
+  // An idle pooled connection that breaks (PostgreSQL restarted) is an 'error' event on the
+  // pool: without a listener Node would end the process. The pool drops that connection and
+  // the next call that needs one goes through db().
+  pool.on('error', (e) => log(`idle database connection lost: ${e.message}`));
   await pool.query(
     `CREATE TABLE IF NOT EXISTS ${args.table} (run_key text PRIMARY KEY, attempt int NOT NULL,
        worker text NOT NULL, payload jsonb, at timestamptz NOT NULL DEFAULT now())`);
@@ -77,19 +111,6 @@ async function main() {
   const queue = `warren.ready.${args.queue}`;
   let inflight = 0;
   let stopping = false;
-
-  // Retries a database call while PostgreSQL is unreachable: the message stays unacked.
-  async function db(fn) {
-    for (;;) {
-      try {
-        return await fn();
-      } catch (e) {
-        if (e.code && !/^(08|57P0)/.test(e.code)) throw e; // a real SQL error
-        log(`database unavailable (${e.message}); retrying`);
-        await sleep(1000);
-      }
-    }
-  }
 
   async function onMessage(msg) {
     let runKey;
@@ -187,7 +208,12 @@ async function main() {
   process.on('SIGINT', shutdown);
 }
 
-main().catch((e) => {
-  log(e.stack || String(e));
-  process.exit(1);
-});
+// Loaded by tests/node_example.sh for these (the worker runs only as the main program).
+module.exports = { db, dbUnavailable };
+
+if (require.main === module) {
+  main().catch((e) => {
+    log(e.stack || String(e));
+    process.exit(1);
+  });
+}

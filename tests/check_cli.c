@@ -1,0 +1,354 @@
+/* check_cli.c: the operator commands of the `warren` program (src/cli_worker.c)
+ * run as a user runs them, against a real PostgreSQL: `runs` with its filters
+ * and its usage errors, `replay --job JOB --dead`, `show` of an unknown run.
+ * Dead runs are made through the SQL worker protocol (warren.claim, then
+ * warren.complete with outcome 'failed'), as any worker would make them. */
+#include <check.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testenv.h"
+
+/* ------------------------------------------------------------ harness */
+
+typedef struct env {
+    char *db, *dir, *cfg_path;
+} env;
+
+/* What one `warren` command did: exit status, standard output, standard error. */
+typedef struct cli_result {
+    int rc;
+    char out[16384];
+    char err[4096];
+} cli_result;
+
+static char *xfmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *xfmt(const char *fmt, ...)
+{
+    va_list ap, cp;
+    va_start(ap, fmt);
+    va_copy(cp, ap);
+    int n = vsnprintf(NULL, 0, fmt, cp);
+    va_end(cp);
+    ck_assert_int_ge(n, 0);
+    char *s = malloc((size_t)n + 1);
+    ck_assert_ptr_nonnull(s);
+    vsnprintf(s, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+static char *q1(const char *url, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static char *q1(const char *url, const char *fmt, ...)
+{
+    va_list ap, cp;
+    va_start(ap, fmt);
+    va_copy(cp, ap);
+    int n = vsnprintf(NULL, 0, fmt, cp);
+    va_end(cp);
+    ck_assert_int_ge(n, 0);
+    char *sql = malloc((size_t)n + 1);
+    ck_assert_ptr_nonnull(sql);
+    vsnprintf(sql, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    char *v = testenv_sql1(url, sql);
+    free(sql);
+    return v;
+}
+
+/* Asserts the first value of a query equals want ("<null>" for SQL NULL). */
+#define ck_q(url, want, ...)                                                                       \
+    do {                                                                                           \
+        char *got_ = q1(url, __VA_ARGS__);                                                         \
+        ck_assert_str_eq(got_ ? got_ : "<null>", want);                                            \
+        free(got_);                                                                                \
+    } while (0)
+
+static void read_file(const char *path, char *buf, size_t len)
+{
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "cannot read %s", path);
+    size_t n = fread(buf, 1, len - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+}
+
+/* A fresh migrated database and a config naming it with jobs alpha and beta,
+ * synced by `warren sync`. Nothing runs the jobs: their runs are made by hand. */
+static void env_setup(env *e)
+{
+    char tmpl[] = "/tmp/warren-check-cli-XXXXXX";
+
+    memset(e, 0, sizeof(*e));
+    /* The config file names the database; nothing in the environment may
+     * override it, and the default log level applies (stderr is compared). */
+    unsetenv("WARREN_DATABASE_URL");
+    unsetenv("WARREN_AMQP_URL");
+    unsetenv("WARREN_CONFIG");
+    unsetenv("WARREN_LOG");
+    e->db = testenv_db_migrated();
+    ck_assert_ptr_nonnull(mkdtemp(tmpl));
+    e->dir = strdup(tmpl);
+    e->cfg_path = xfmt("%s/warren.cfg", e->dir);
+    FILE *f = fopen(e->cfg_path, "w");
+    ck_assert_msg(f != NULL, "cannot write %s", e->cfg_path);
+    fprintf(f,
+            "database = { url = \"%s\"; };\n"
+            "jobs = (\n"
+            "  { name = \"alpha\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qa\";\n"
+            "    handler = { exec = [\"/bin/true\"]; }; },\n"
+            "  { name = \"beta\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qa\";\n"
+            "    handler = { exec = [\"/bin/true\"]; }; }\n"
+            ");\n",
+            e->db);
+    fclose(f);
+    char *cmd = xfmt("%s sync -c %s >/dev/null", WARREN_BINARY, e->cfg_path);
+    ck_assert_msg(system(cmd) == 0, "failed: %s", cmd);
+    free(cmd);
+}
+
+static void env_teardown(env *e)
+{
+    free(e->db);
+    free(e->dir);
+    free(e->cfg_path);
+}
+
+/* Runs `warren ARGS -c CONFIG` (ARGS split by the shell; keep them plain). */
+static void cli(const env *e, cli_result *r, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void cli(const env *e, cli_result *r, const char *fmt, ...)
+{
+    va_list ap, cp;
+    va_start(ap, fmt);
+    va_copy(cp, ap);
+    int n = vsnprintf(NULL, 0, fmt, cp);
+    va_end(cp);
+    ck_assert_int_ge(n, 0);
+    char *args = malloc((size_t)n + 1);
+    ck_assert_ptr_nonnull(args);
+    vsnprintf(args, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    char *errpath = xfmt("%s/stderr", e->dir);
+    char *cmd = xfmt("%s %s -c %s 2>%s", WARREN_BINARY, args, e->cfg_path, errpath);
+    r->rc = testenv_run(cmd, r->out, sizeof(r->out));
+    read_file(errpath, r->err, sizeof(r->err));
+    fprintf(stderr, "$ warren %s\n-> exit %d\n%s%s", args, r->rc, r->out, r->err);
+    free(cmd);
+    free(errpath);
+    free(args);
+}
+
+/* A run of job at the RFC 3339 UTC instant `at` (its key JOB@AT), due now;
+ * outcome NULL leaves it planned, else one attempt by worker w1 ends with it
+ * ("failed": dead at once; "succeeded"), with the error "boom KEY". */
+static void make_run(const env *e, const char *job, const char *at, const char *outcome)
+{
+    char *key = xfmt("%s@%s", job, at);
+    ck_q(e->db, key,
+         "INSERT INTO warren.runs (job, scheduled_at, due_at) VALUES ('%s', '%s', now()) "
+         "RETURNING run_key",
+         job, at);
+    if (outcome != NULL) {
+        ck_q(e->db, "1", "SELECT attempt FROM warren.claim('%s', 'w1')", key);
+        ck_q(e->db, "t", "SELECT warren.complete('%s', 1, '%s', 'boom %s')", key, outcome, key);
+    }
+    free(key);
+}
+
+/* The number of lines of s (each ends in '\n'). */
+static int count_lines(const char *s)
+{
+    int n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+/* The line `warren runs` prints for run key (from the database's row, in the
+ * layout of src/cli_worker.c: times RFC 3339 UTC truncated to milliseconds). */
+static char *runs_line(const env *e, const char *key)
+{
+    return q1(e->db,
+              "SELECT format('%%-44s %%-10s %%7s %%-24s %%-24s %%s', run_key, state, attempt, "
+              "to_char(date_trunc('milliseconds', due_at) AT TIME ZONE 'UTC', "
+              "'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), "
+              "coalesce(to_char(date_trunc('milliseconds', finished_at) AT TIME ZONE 'UTC', "
+              "'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), '-'), "
+              "coalesce(split_part(coalesce(last_error, note), E'\\n', 1), '')) || E'\\n' "
+              "FROM warren.runs WHERE run_key = '%s'",
+              key);
+}
+
+#define RUNS_HEADER                                                                                \
+    "RUN KEY                                      STATE      ATTEMPT DUE                      "    \
+    "FINISHED                 ERROR / NOTE\n"
+
+/* ------------------------------------------------------------ runs */
+
+START_TEST(test_runs_lists_only_the_newest_dead_run_of_the_job_with_limit_1)
+{
+    env e;
+    env_setup(&e);
+    /* alpha: dead at 00:00 and 00:01, succeeded at 00:02 (newest, not dead),
+     * planned at 00:03; beta: dead at 00:04 (newest dead, other job). */
+    make_run(&e, "alpha", "2026-01-01T00:00:00Z", "failed");
+    make_run(&e, "alpha", "2026-01-01T00:01:00Z", "failed");
+    make_run(&e, "alpha", "2026-01-01T00:02:00Z", "succeeded");
+    make_run(&e, "alpha", "2026-01-01T00:03:00Z", NULL);
+    make_run(&e, "beta", "2026-01-01T00:04:00Z", "failed");
+    cli_result r;
+
+    cli(&e, &r, "runs --job alpha --state dead --limit 1");
+    ck_assert_int_eq(r.rc, 0);
+    ck_assert_str_eq(r.err, "");
+    char *row = runs_line(&e, "alpha@2026-01-01T00:01:00Z");
+    char *want = xfmt("%s%s", RUNS_HEADER, row);
+    ck_assert_str_eq(r.out, want); /* the header and exactly one data row */
+    ck_assert_int_eq(count_lines(r.out), 2);
+    ck_assert_ptr_nonnull(strstr(r.out, "\nalpha@2026-01-01T00:01:00Z "));
+    ck_assert_ptr_nonnull(strstr(r.out, " dead       "));
+    ck_assert_ptr_nonnull(strstr(r.out, " boom alpha@2026-01-01T00:01:00Z\n"));
+    free(want);
+    free(row);
+
+    /* Without the limit both dead runs of alpha, newest scheduled first. */
+    cli(&e, &r, "runs --job alpha --state dead");
+    ck_assert_int_eq(r.rc, 0);
+    char *row1 = runs_line(&e, "alpha@2026-01-01T00:01:00Z");
+    char *row0 = runs_line(&e, "alpha@2026-01-01T00:00:00Z");
+    want = xfmt("%s%s%s", RUNS_HEADER, row1, row0);
+    ck_assert_str_eq(r.out, want);
+    free(want);
+    free(row1);
+    free(row0);
+    env_teardown(&e);
+}
+END_TEST
+
+START_TEST(test_runs_rejects_an_unknown_state_and_a_zero_limit_naming_the_flag)
+{
+    env e;
+    env_setup(&e);
+    make_run(&e, "alpha", "2026-01-01T00:00:00Z", "failed");
+    cli_result r;
+
+    cli(&e, &r, "runs --state bogus");
+    ck_assert_int_eq(r.rc, 2);
+    ck_assert_str_eq(r.out, "");
+    ck_assert_str_eq(r.err, "warren runs: --state takes planned, published, running, retrying, "
+                            "succeeded, dead, skipped or cancelled, not \"bogus\"\n");
+
+    cli(&e, &r, "runs --limit 0");
+    ck_assert_int_eq(r.rc, 2);
+    ck_assert_str_eq(r.out, "");
+    ck_assert_str_eq(r.err, "warren runs: --limit takes a positive number, not \"0\"\n");
+
+    /* The same database and config list runs with valid flags. */
+    cli(&e, &r, "runs --state dead --limit 5");
+    ck_assert_int_eq(r.rc, 0);
+    ck_assert_int_eq(count_lines(r.out), 2);
+    env_teardown(&e);
+}
+END_TEST
+
+/* ------------------------------------------------------------ replay */
+
+START_TEST(test_replay_job_dead_replans_every_dead_run_once_keeping_keys_and_history)
+{
+    env e;
+    env_setup(&e);
+    make_run(&e, "alpha", "2026-01-01T00:00:00Z", "failed");
+    make_run(&e, "alpha", "2026-01-01T00:01:00Z", "failed");
+    make_run(&e, "alpha", "2026-01-01T00:02:00Z", "succeeded");
+    make_run(&e, "beta", "2026-01-01T00:03:00Z", "failed");
+    cli_result r;
+
+    cli(&e, &r, "replay --job alpha --dead");
+    ck_assert_int_eq(r.rc, 0);
+    ck_assert_str_eq(r.out, "replayed 2 dead run(s) of alpha\n");
+    ck_assert_str_eq(r.err, "");
+    /* The same runs under the same keys, planned and due now; nothing added,
+     * the succeeded run and the other job's dead run untouched. */
+    ck_q(e.db,
+         "alpha@2026-01-01T00:00:00Z|planned|t,alpha@2026-01-01T00:01:00Z|planned|t,"
+         "alpha@2026-01-01T00:02:00Z|succeeded|f,beta@2026-01-01T00:03:00Z|dead|f",
+         "SELECT string_agg(concat_ws('|', run_key, state, due_at <= now() AND finished_at IS "
+         "NULL), ',' ORDER BY run_key) FROM warren.runs");
+    /* History kept: the failed attempt with its error, the last error, the
+     * dead note, and a note saying who replayed it; the fencing token stays. */
+    ck_q(e.db, "2",
+         "SELECT count(*) FROM warren.attempts WHERE run_key LIKE 'alpha@%%' AND attempt = 1 "
+         "AND worker = 'w1' AND outcome = 'failed' AND error = 'boom ' || run_key");
+    ck_q(e.db, "2",
+         "SELECT count(*) FROM warren.runs WHERE job = 'alpha' AND state = 'planned' "
+         "AND attempt = 1 AND last_error = 'boom ' || run_key "
+         "AND note ~ '^dead: permanent failure\\nreplayed at \\S+ by warren replay \\(pid "
+         "[0-9]+\\) after 1 attempts$'");
+    /* Replayed runs are claimable again, with the next fencing token. */
+    ck_q(e.db, "2", "SELECT attempt FROM warren.claim('alpha@2026-01-01T00:00:00Z', 'w2')");
+
+    cli(&e, &r, "replay --job alpha --dead");
+    ck_assert_int_eq(r.rc, 0);
+    ck_assert_str_eq(r.out, "replayed 0 dead run(s) of alpha\n");
+    ck_assert_str_eq(r.err, "");
+    ck_q(e.db, "running,planned,succeeded,dead",
+         "SELECT string_agg(state, ',' ORDER BY run_key) FROM warren.runs");
+    env_teardown(&e);
+}
+END_TEST
+
+/* ------------------------------------------------------------ show */
+
+START_TEST(test_show_of_an_unknown_run_key_fails_with_exit_1)
+{
+    env e;
+    env_setup(&e);
+    make_run(&e, "alpha", "2026-01-01T00:00:00Z", "failed");
+    cli_result r;
+
+    cli(&e, &r, "show alpha@2026-01-01T00:00:01Z");
+    ck_assert_int_eq(r.rc, 1);
+    ck_assert_str_eq(r.out, "");
+    ck_assert_str_eq(r.err, "warren show: no run alpha@2026-01-01T00:00:01Z (run keys look like "
+                            "JOB@2026-11-30T14:00:00Z)\n");
+
+    /* The run that exists is shown, from the same config. */
+    cli(&e, &r, "show alpha@2026-01-01T00:00:00Z");
+    ck_assert_int_eq(r.rc, 0);
+    ck_assert_str_eq(r.err, "");
+    ck_assert_ptr_nonnull(strstr(r.out, "run          alpha@2026-01-01T00:00:00Z\n"));
+    ck_assert_ptr_nonnull(strstr(r.out, "state        dead\n"));
+    env_teardown(&e);
+}
+END_TEST
+
+static Suite *cli_suite(void)
+{
+    Suite *s = suite_create("cli");
+    TCase *tc = tcase_create("runs");
+    tcase_add_test(tc, test_runs_lists_only_the_newest_dead_run_of_the_job_with_limit_1);
+    tcase_add_test(tc, test_runs_rejects_an_unknown_state_and_a_zero_limit_naming_the_flag);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("replay");
+    tcase_add_test(tc, test_replay_job_dead_replans_every_dead_run_once_keeping_keys_and_history);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("show");
+    tcase_add_test(tc, test_show_of_an_unknown_run_key_fails_with_exit_1);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    testenv_pg_admin_url();
+    SRunner *sr = srunner_create(cli_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
