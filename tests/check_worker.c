@@ -394,6 +394,49 @@ START_TEST(test_worker_end_to_end_sink_gets_one_row_per_run)
 }
 END_TEST
 
+/* overlap = "queue" end to end: of two runs of a job released together, the
+ * newer is held back while the older runs (retrying, republished every
+ * second) and starts only after the older finished; both succeed once. */
+START_TEST(test_worker_queue_policy_runs_the_newer_run_after_the_older)
+{
+    env e;
+    env_setup(&e,
+              "{ name = \"qj\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qo\"; overlap = "
+              "\"queue\";"
+              "  handler = { exec = \"exec \\\"$MARK_DIR/handler.sh\\\"\"; shell = true; }; }",
+              NULL, 5);
+    free(install_handler(&e));
+    setenv("SLOW", "1", 1); /* every first attempt sleeps SLEEP seconds */
+    setenv("SLEEP", "2", 1);
+    planner_start(&e);
+    pid_t a = spawn_worker(&e, "a", "wa"); /* 4 slots: both could run at once */
+    add_runs(&e, "qj", 1, 10);             /* the older run: running first */
+    char *older = first_key(&e, "qj");
+    ck_assert(wait_for(e.db, "running", 15000, "SELECT state FROM warren.runs WHERE job = 'qj'"));
+    add_runs(&e, "qj", 1, 5); /* the newer run, released while the older runs */
+    ck_assert(wait_for(e.db, "succeeded,succeeded", 20000,
+                       "SELECT string_agg(state, ',') FROM warren.runs WHERE job = 'qj'"));
+    /* the newer one was held back, and started after the older one's effect */
+    ck_assert(wait_for(e.db, "t", 1000,
+                       "SELECT note LIKE '%held back by overlap policy queue%' FROM warren.runs "
+                       "WHERE job = 'qj' AND run_key <> (SELECT min(run_key) FROM warren.runs)"));
+    char *sql = xfmt("SELECT (SELECT min(at) FROM execs WHERE run_key <> '%s') > "
+                     "(SELECT at FROM sink WHERE run_key = '%s')",
+                     older, older);
+    ck_assert(wait_for(e.db, "t", 1000, sql));
+    ck_assert(
+        wait_for(e.db, "2|2", 1000,
+                 "SELECT (SELECT count(*) FROM sink) || '|' || (SELECT count(*) FROM execs)"));
+    free(sql);
+    free(older);
+    unsetenv("SLOW");
+    unsetenv("SLEEP");
+    kill(a, SIGTERM);
+    ck_assert_int_eq(wait_exit(a, 10000), 0);
+    env_teardown(&e);
+}
+END_TEST
+
 /* `warren run`: planner and worker in one process, one line per finished run. */
 START_TEST(test_warren_run_prints_one_line_per_finished_run)
 {
@@ -1149,6 +1192,7 @@ static Suite *worker_suite(void)
     tcase_add_test(tc, test_worker_records_unstorable_errors_and_commit_failures);
     tcase_add_test(tc, test_worker_sql_handler_failure_rolls_back_and_retries);
     tcase_add_test(tc, test_warren_run_prints_one_line_per_finished_run);
+    tcase_add_test(tc, test_worker_queue_policy_runs_the_newer_run_after_the_older);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("leases");
