@@ -2,7 +2,8 @@
  * (tests/servers.sh restart-pg): no run lost, no effect twice, no message
  * acknowledged before its completion committed; and RabbitMQ restarted
  * (restart-rabbit) while runs flow. Separate from check_worker because the
- * restarts disturb every test running at that moment. */
+ * restarts disturb every test running at that moment. Also: PostgreSQL
+ * stopped while handlers run, whose messages must then stay unacknowledged. */
 #include <check.h>
 #include <errno.h>
 #include <pthread.h>
@@ -226,6 +227,140 @@ START_TEST(test_worker_survives_rabbitmq_restart_during_runs)
 }
 END_TEST
 
+static int servers(const char *cmd)
+{
+    char *c = xfmt("bash '%s' %s 1>&2", testenv_servers_script(), cmd);
+    fflush(NULL);
+    int st = system(c);
+    free(c);
+    return st == -1 || !WIFEXITED(st) ? -1 : WEXITSTATUS(st);
+}
+
+/* With PostgreSQL down, finished handlers cannot record their outcome, so
+ * their messages must stay unacknowledged: killed then, the worker leaves
+ * every one of them to come back to the ready queue. A worker that acked
+ * before its completion committed would leave fewer. Then, with PostgreSQL
+ * back, another worker runs them all, each effect once. */
+START_TEST(test_worker_keeps_messages_unacked_while_postgresql_is_down)
+{
+    warren_error err = {0};
+    warren_diags diags = {0};
+    warren_config *cfg = NULL;
+    warren_store *st = NULL;
+    warren_broker *b = NULL;
+    char tmpl[] = "/tmp/warren-check-faults-XXXXXX";
+    uint32_t ready = 0, consumers = 0;
+
+    unsetenv("WARREN_DATABASE_URL");
+    unsetenv("WARREN_AMQP_URL");
+    char *db = testenv_db_migrated();
+    char *amqp = testenv_vhost();
+    ck_assert_ptr_nonnull(mkdtemp(tmpl));
+    char *cfg_path = xfmt("%s/warren.cfg", tmpl);
+    char *text = xfmt(
+        "database = { url = \"%s\"; };\n"
+        "broker = { url = \"%s\"; };\n"
+        "worker = { concurrency = 8; shutdown_grace = \"5s\"; heartbeat_margin = \"2s\"; };\n"
+        "jobs = (\n"
+        " { name = \"fd\"; at = \"2099-01-01T00:00:00Z\"; queue = \"d\"; overlap = \"allow\";\n"
+        "   handler = { exec = [\"/bin/sh\", \"-c\", \"sleep 2; psql \\\"$SINK_URL\\\" -qAtc "
+        "\\\"INSERT INTO esink VALUES ('$WARREN_RUN_KEY') ON CONFLICT DO NOTHING\\\"\"]; };\n"
+        "   lease = \"60s\"; }\n"
+        ");\n",
+        db, amqp);
+    FILE *f = fopen(cfg_path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+    free(text);
+    if (warren_config_load(cfg_path, &cfg, &diags, &err) != 0) {
+        for (size_t i = 0; i < diags.count; i++)
+            fprintf(stderr, "%s\n", diags.items[i]);
+        ck_abort_msg("config: %s", err.message);
+    }
+    ck_assert_int_eq(warren_store_open(db, NULL, &st, &err), 0);
+    ck_assert_int_eq(warren_store_sync(st, cfg, NULL, &err), 0);
+    warren_store_free(st);
+    const char *queues[] = {"d"};
+    ck_assert_int_eq(warren_broker_open(amqp, NULL, &b, &err), 0);
+    ck_assert_int_eq(warren_broker_topology(b, queues, 1, cfg->delivery_limit, &err), 0);
+    ck_assert_int_ge(testenv_psql(db, "CREATE TABLE esink (run_key text PRIMARY KEY)", NULL), 0);
+    setenv("SINK_URL", db, 1);
+
+    planner_ctx pc = {0};
+    pthread_t th;
+    test_logger.ud = stderr;
+    ck_assert_int_eq(warren_planner_new(cfg, db, amqp, &test_logger, &pc.p, &err), 0);
+    ck_assert_int_eq(pthread_create(&th, NULL, planner_main, &pc), 0);
+    char *log = xfmt("%s/w.log", tmpl);
+    pid_t w = fork();
+    ck_assert_int_ge(w, 0);
+    if (w == 0) {
+        if (freopen(log, "w", stderr) == NULL)
+            _exit(126);
+        execl(WARREN_BINARY, "warren", "worker", "-c", cfg_path, "--id", "fd1", (char *)NULL);
+        _exit(127);
+    }
+    ck_assert_int_ge(testenv_psql(db,
+                                  "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) "
+                                  "SELECT 'fd', date_trunc('second', now()) - make_interval(secs "
+                                  "=> g), now(), 'trigger' FROM generate_series(1, 6) g; "
+                                  "NOTIFY warren_jobs",
+                                  NULL),
+                     0);
+    ck_assert(wait_for(db, "6", 20000, "SELECT count(*) FROM warren.runs WHERE state = 'running'"));
+    /* The handlers sleep 2 s: stop the planner (nothing may republish), then
+     * PostgreSQL, while they run; they finish with nowhere to record it. */
+    pc.stop = 1;
+    pthread_join(th, NULL);
+    warren_planner_free(pc.p);
+    ck_assert_int_eq(servers("stop-pg"), 0);
+    sleep_ms(4000);
+    ck_assert_int_eq(warren_broker_queue_count(b, "warren.ready.d", &ready, &consumers, &err), 0);
+    ck_assert_uint_eq(ready, 0); /* all six are still with the worker */
+    kill(w, SIGKILL);
+    int status;
+    waitpid(w, &status, 0);
+    /* Its connection closed: every unacknowledged message is back. */
+    for (int i = 0; i < 50 && ready < 6; i++) {
+        sleep_ms(100);
+        ck_assert_int_eq(warren_broker_queue_count(b, "warren.ready.d", &ready, &consumers, &err),
+                         0);
+    }
+    ck_assert_uint_eq(ready, 6);
+    /* The handlers' own effects happened (they are idempotent): PostgreSQL
+     * back, a new worker claims them after the lease and records each once. */
+    ck_assert_int_eq(servers("restart-pg"), 0);
+    ck_assert_int_ge(testenv_psql(db, "UPDATE warren.runs SET lease_until = now()", NULL), 0);
+    ck_assert_int_eq(warren_planner_new(cfg, db, amqp, &test_logger, &pc.p, &err), 0);
+    pc.stop = 0;
+    ck_assert_int_eq(pthread_create(&th, NULL, planner_main, &pc), 0);
+    w = fork();
+    ck_assert_int_ge(w, 0);
+    if (w == 0) {
+        if (freopen(log, "a", stderr) == NULL)
+            _exit(126);
+        execl(WARREN_BINARY, "warren", "worker", "-c", cfg_path, "--id", "fd2", (char *)NULL);
+        _exit(127);
+    }
+    ck_assert(
+        wait_for(db, "6", 60000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
+    ck_assert(wait_for(db, "6", 1000, "SELECT count(*) FROM esink"));
+    kill(w, SIGTERM);
+    waitpid(w, &status, 0);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "worker exit %d", status);
+    pc.stop = 1;
+    pthread_join(th, NULL);
+    warren_planner_free(pc.p);
+    warren_broker_free(b);
+    warren_config_free(cfg);
+    free(log);
+    free(cfg_path);
+    free(db);
+    free(amqp);
+}
+END_TEST
+
 static Suite *faults_suite(void)
 {
     Suite *s = suite_create("faults_worker");
@@ -233,6 +368,7 @@ static Suite *faults_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_worker_survives_postgresql_restart_during_completions);
     tcase_add_test(tc, test_worker_survives_rabbitmq_restart_during_runs);
+    tcase_add_test(tc, test_worker_keeps_messages_unacked_while_postgresql_is_down);
     suite_add_tcase(s, tc);
     return s;
 }
