@@ -315,7 +315,7 @@ static const char *handler_script =
     "#!/bin/sh\n"
     "payload=$(cat)\n"
     "psql \"$SINK_URL\" -qAtc \"INSERT INTO execs VALUES ('$WARREN_RUN_KEY', $WARREN_ATTEMPT, "
-    "'$$')\" >/dev/null\n"
+    "'$$ $WARREN_JOB $WARREN_SCHEDULED_AT')\" >/dev/null\n"
     "case \" $SLOW \" in *\" $WARREN_ATTEMPT \"*) echo $$ > \"$MARK_DIR/slow.pid\"; sleep "
     "${SLEEP:-30};; esac\n"
     "if [ -n \"$SLOW_KEY\" ] && [ \"$WARREN_RUN_KEY\" = \"$SLOW_KEY\" ]; then echo $$ > "
@@ -433,6 +433,46 @@ START_TEST(test_worker_queue_policy_runs_the_newer_run_after_the_older)
     unsetenv("SLEEP");
     kill(a, SIGTERM);
     ck_assert_int_eq(wait_exit(a, 10000), 0);
+    env_teardown(&e);
+}
+END_TEST
+
+/* Exit status 64 and 65 are permanent failures: the run is dead after one
+ * attempt whatever its retry budget; the handler saw its run in the
+ * environment (WARREN_RUN_KEY, WARREN_ATTEMPT, WARREN_JOB, WARREN_SCHEDULED_AT). */
+START_TEST(test_worker_exec_exit_64_and_65_fail_permanently)
+{
+    env e;
+    env_setup(&e,
+              "{ name = \"perm\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qp\"; overlap = "
+              "\"allow\";"
+              "  handler = { exec = \"exec \\\"$MARK_DIR/handler.sh\\\"\"; shell = true; };"
+              "  retry = { max_attempts = 5; base = \"100ms\"; cap = \"200ms\"; }; }",
+              NULL, 5);
+    free(install_handler(&e));
+    planner_start(&e);
+    setenv("CODE", "64", 1);
+    pid_t a = spawn_worker(&e, "a", "wa");
+    setenv("CODE", "65", 1);
+    pid_t b = spawn_worker(&e, "b", "wb");
+    unsetenv("CODE");
+    add_runs(&e, "perm", 6, 5);
+    ck_assert(wait_for(e.db, "6|6", 20000,
+                       "SELECT count(*) FILTER (WHERE state = 'dead' AND attempt = 1) || '|' || "
+                       "count(*) FROM warren.runs WHERE job = 'perm'"));
+    ck_assert(wait_for(e.db, "6", 1000,
+                       "SELECT count(*) FROM warren.attempts WHERE outcome = 'failed' AND "
+                       "(error LIKE 'exit status 64%' OR error LIKE 'exit status 65%')"));
+    /* one execution per run, each with its own run in its environment */
+    ck_assert(wait_for(e.db, "6", 1000,
+                       "SELECT count(*) FROM execs x JOIN warren.runs r USING (run_key) WHERE "
+                       "x.attempt = 1 AND x.who LIKE '% perm ' || to_char(r.scheduled_at AT TIME "
+                       "ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"));
+    ck_assert(wait_for(e.db, "0", 1000, "SELECT count(*) FROM sink"));
+    kill(a, SIGTERM);
+    kill(b, SIGTERM);
+    ck_assert_int_eq(wait_exit(a, 10000), 0);
+    ck_assert_int_eq(wait_exit(b, 10000), 0);
     env_teardown(&e);
 }
 END_TEST
@@ -1193,6 +1233,7 @@ static Suite *worker_suite(void)
     tcase_add_test(tc, test_worker_sql_handler_failure_rolls_back_and_retries);
     tcase_add_test(tc, test_warren_run_prints_one_line_per_finished_run);
     tcase_add_test(tc, test_worker_queue_policy_runs_the_newer_run_after_the_older);
+    tcase_add_test(tc, test_worker_exec_exit_64_and_65_fail_permanently);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("leases");
