@@ -82,26 +82,87 @@ static void *planner_main(void *arg)
     return NULL;
 }
 
+/* A fresh database and vhost, a config of its servers plus `rest` (planner,
+ * worker and jobs settings), synced, the topology of `queue` declared, and
+ * `tables` created (SQL); SINK_URL names the database for the handlers. */
+typedef struct fenv {
+    char dir[64];
+    char *db, *amqp, *cfg_path;
+    warren_config *cfg;
+} fenv;
+
+static void fenv_setup(fenv *fe, const char *rest, const char *queue, const char *tables)
+{
+    warren_error err = {0};
+    warren_diags diags = {0};
+    warren_store *st = NULL;
+    warren_broker *b = NULL;
+
+    memset(fe, 0, sizeof(*fe));
+    unsetenv("WARREN_DATABASE_URL");
+    unsetenv("WARREN_AMQP_URL");
+    fe->db = testenv_db_migrated();
+    fe->amqp = testenv_vhost();
+    snprintf(fe->dir, sizeof(fe->dir), "/tmp/warren-check-faults-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(fe->dir));
+    fe->cfg_path = xfmt("%s/warren.cfg", fe->dir);
+    char *text = xfmt("database = { url = \"%s\"; };\nbroker = { url = \"%s\"; };\n%s", fe->db,
+                      fe->amqp, rest);
+    FILE *f = fopen(fe->cfg_path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+    free(text);
+    if (warren_config_load(fe->cfg_path, &fe->cfg, &diags, &err) != 0) {
+        for (size_t i = 0; i < diags.count; i++)
+            fprintf(stderr, "%s\n", diags.items[i]);
+        ck_abort_msg("config: %s", err.message);
+    }
+    ck_assert_int_eq(warren_store_open(fe->db, NULL, &st, &err), 0);
+    ck_assert_int_eq(warren_store_sync(st, fe->cfg, NULL, &err), 0);
+    warren_store_free(st);
+    const char *queues[] = {queue};
+    ck_assert_int_eq(warren_broker_open(fe->amqp, NULL, &b, &err), 0);
+    ck_assert_int_eq(warren_broker_topology(b, queues, 1, fe->cfg->delivery_limit, &err), 0);
+    warren_broker_free(b);
+    ck_assert_int_ge(testenv_psql(fe->db, tables, NULL), 0);
+    setenv("SINK_URL", fe->db, 1);
+}
+
+static void fenv_teardown(fenv *fe)
+{
+    warren_config_free(fe->cfg);
+    free(fe->cfg_path);
+    free(fe->db);
+    free(fe->amqp);
+}
+
+/* `warren worker` with id, stderr to DIR/log (appended). */
+static pid_t spawn_worker(const fenv *fe, const char *log, const char *id)
+{
+    char *path = xfmt("%s/%s", fe->dir, log);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (freopen(path, "a", stderr) == NULL)
+            _exit(126);
+        execl(WARREN_BINARY, "warren", "worker", "-c", fe->cfg_path, "--id", id, (char *)NULL);
+        _exit(127);
+    }
+    free(path);
+    return pid;
+}
+
 /* 400 sql-handler runs and 60 exec-handler runs through the real planner and
  * two `warren worker` processes; `which` server restarts while they flow. */
 static void run_restart_scenario(const char *which)
 {
     warren_error err = {0};
-    warren_diags diags = {0};
-    warren_config *cfg = NULL;
-    warren_store *st = NULL;
-    warren_broker *b = NULL;
-    char tmpl[] = "/tmp/warren-check-faults-XXXXXX";
+    fenv fe;
 
-    unsetenv("WARREN_DATABASE_URL");
-    unsetenv("WARREN_AMQP_URL");
-    char *db = testenv_db_migrated();
-    char *amqp = testenv_vhost();
-    ck_assert_ptr_nonnull(mkdtemp(tmpl));
-    char *cfg_path = xfmt("%s/warren.cfg", tmpl);
-    char *text = xfmt(
-        "database = { url = \"%s\"; };\n"
-        "broker = { url = \"%s\"; };\n"
+    /* sink.n counts how often the sql handler's effect committed: must stay 1. */
+    fenv_setup(
+        &fe,
         "planner = { tick = \"100ms\"; reconcile_grace = \"5s\"; horizon = \"10s\"; };\n"
         "worker = { concurrency = 8; shutdown_grace = \"5s\"; heartbeat_margin = \"2s\"; };\n"
         "jobs = (\n"
@@ -115,53 +176,18 @@ static void run_restart_scenario(const char *which)
         "INTO esink VALUES ('$WARREN_RUN_KEY') ON CONFLICT DO NOTHING\\\"\"]; };\n"
         "   lease = \"10s\"; retry = { base = \"100ms\"; cap = \"500ms\"; max_attempts = 20; }; }\n"
         ");\n",
-        db, amqp);
-    FILE *f = fopen(cfg_path, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(text, f);
-    fclose(f);
-    free(text);
-    if (warren_config_load(cfg_path, &cfg, &diags, &err) != 0) {
-        for (size_t i = 0; i < diags.count; i++)
-            fprintf(stderr, "%s\n", diags.items[i]);
-        ck_abort_msg("config: %s", err.message);
-    }
-    ck_assert_int_eq(warren_store_open(db, NULL, &st, &err), 0);
-    ck_assert_int_eq(warren_store_sync(st, cfg, NULL, &err), 0);
-    warren_store_free(st);
-    const char *queues[] = {"f"};
-    ck_assert_int_eq(warren_broker_open(amqp, NULL, &b, &err), 0);
-    ck_assert_int_eq(warren_broker_topology(b, queues, 1, cfg->delivery_limit, &err), 0);
-    warren_broker_free(b);
-    /* sink.n counts how often the sql handler's effect committed: must stay 1. */
-    ck_assert_int_ge(testenv_psql(db,
-                                  "CREATE TABLE sink (run_key text PRIMARY KEY, n int NOT NULL);"
-                                  "CREATE TABLE esink (run_key text PRIMARY KEY)",
-                                  NULL),
-                     0);
-    setenv("SINK_URL", db, 1);
+        "f",
+        "CREATE TABLE sink (run_key text PRIMARY KEY, n int NOT NULL);"
+        "CREATE TABLE esink (run_key text PRIMARY KEY)");
+    char *db = fe.db;
 
     planner_ctx pc = {0};
     pthread_t th;
     test_logger.ud = stderr;
-    ck_assert_int_eq(warren_planner_new(cfg, db, amqp, &test_logger, &pc.p, &err), 0);
+    ck_assert_int_eq(warren_planner_new(fe.cfg, db, fe.amqp, &test_logger, &pc.p, &err), 0);
     ck_assert_int_eq(pthread_create(&th, NULL, planner_main, &pc), 0);
 
-    pid_t w[2];
-    for (int i = 0; i < 2; i++) {
-        char *log = xfmt("%s/w%d.log", tmpl, i);
-        char *id = xfmt("fw%d", i);
-        w[i] = fork();
-        ck_assert_int_ge(w[i], 0);
-        if (w[i] == 0) {
-            if (freopen(log, "w", stderr) == NULL)
-                _exit(126);
-            execl(WARREN_BINARY, "warren", "worker", "-c", cfg_path, "--id", id, (char *)NULL);
-            _exit(127);
-        }
-        free(log);
-        free(id);
-    }
+    pid_t w[2] = {spawn_worker(&fe, "w0.log", "fw0"), spawn_worker(&fe, "w1.log", "fw1")};
     /* 400 sql runs and 60 exec runs, due now. */
     ck_assert_int_ge(
         testenv_psql(db,
@@ -205,10 +231,7 @@ static void run_restart_scenario(const char *which)
     pc.stop = 1;
     pthread_join(th, NULL);
     warren_planner_free(pc.p);
-    warren_config_free(cfg);
-    free(cfg_path);
-    free(db);
-    free(amqp);
+    fenv_teardown(&fe);
 }
 
 START_TEST(test_worker_survives_postgresql_restart_during_completions)
@@ -244,22 +267,12 @@ static int servers(const char *cmd)
 START_TEST(test_worker_keeps_messages_unacked_while_postgresql_is_down)
 {
     warren_error err = {0};
-    warren_diags diags = {0};
-    warren_config *cfg = NULL;
-    warren_store *st = NULL;
     warren_broker *b = NULL;
-    char tmpl[] = "/tmp/warren-check-faults-XXXXXX";
     uint32_t ready = 0, consumers = 0;
+    fenv fe;
 
-    unsetenv("WARREN_DATABASE_URL");
-    unsetenv("WARREN_AMQP_URL");
-    char *db = testenv_db_migrated();
-    char *amqp = testenv_vhost();
-    ck_assert_ptr_nonnull(mkdtemp(tmpl));
-    char *cfg_path = xfmt("%s/warren.cfg", tmpl);
-    char *text = xfmt(
-        "database = { url = \"%s\"; };\n"
-        "broker = { url = \"%s\"; };\n"
+    fenv_setup(
+        &fe,
         "worker = { concurrency = 8; shutdown_grace = \"5s\"; heartbeat_margin = \"2s\"; };\n"
         "jobs = (\n"
         " { name = \"fd\"; at = \"2099-01-01T00:00:00Z\"; queue = \"d\"; overlap = \"allow\";\n"
@@ -267,40 +280,16 @@ START_TEST(test_worker_keeps_messages_unacked_while_postgresql_is_down)
         "\\\"INSERT INTO esink VALUES ('$WARREN_RUN_KEY') ON CONFLICT DO NOTHING\\\"\"]; };\n"
         "   lease = \"60s\"; }\n"
         ");\n",
-        db, amqp);
-    FILE *f = fopen(cfg_path, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(text, f);
-    fclose(f);
-    free(text);
-    if (warren_config_load(cfg_path, &cfg, &diags, &err) != 0) {
-        for (size_t i = 0; i < diags.count; i++)
-            fprintf(stderr, "%s\n", diags.items[i]);
-        ck_abort_msg("config: %s", err.message);
-    }
-    ck_assert_int_eq(warren_store_open(db, NULL, &st, &err), 0);
-    ck_assert_int_eq(warren_store_sync(st, cfg, NULL, &err), 0);
-    warren_store_free(st);
-    const char *queues[] = {"d"};
-    ck_assert_int_eq(warren_broker_open(amqp, NULL, &b, &err), 0);
-    ck_assert_int_eq(warren_broker_topology(b, queues, 1, cfg->delivery_limit, &err), 0);
-    ck_assert_int_ge(testenv_psql(db, "CREATE TABLE esink (run_key text PRIMARY KEY)", NULL), 0);
-    setenv("SINK_URL", db, 1);
+        "d", "CREATE TABLE esink (run_key text PRIMARY KEY)");
+    char *db = fe.db;
+    ck_assert_int_eq(warren_broker_open(fe.amqp, NULL, &b, &err), 0);
 
     planner_ctx pc = {0};
     pthread_t th;
     test_logger.ud = stderr;
-    ck_assert_int_eq(warren_planner_new(cfg, db, amqp, &test_logger, &pc.p, &err), 0);
+    ck_assert_int_eq(warren_planner_new(fe.cfg, db, fe.amqp, &test_logger, &pc.p, &err), 0);
     ck_assert_int_eq(pthread_create(&th, NULL, planner_main, &pc), 0);
-    char *log = xfmt("%s/w.log", tmpl);
-    pid_t w = fork();
-    ck_assert_int_ge(w, 0);
-    if (w == 0) {
-        if (freopen(log, "w", stderr) == NULL)
-            _exit(126);
-        execl(WARREN_BINARY, "warren", "worker", "-c", cfg_path, "--id", "fd1", (char *)NULL);
-        _exit(127);
-    }
+    pid_t w = spawn_worker(&fe, "w.log", "fd1");
     ck_assert_int_ge(testenv_psql(db,
                                   "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) "
                                   "SELECT 'fd', date_trunc('second', now()) - make_interval(secs "
@@ -332,17 +321,10 @@ START_TEST(test_worker_keeps_messages_unacked_while_postgresql_is_down)
      * back, a new worker claims them after the lease and records each once. */
     ck_assert_int_eq(servers("restart-pg"), 0);
     ck_assert_int_ge(testenv_psql(db, "UPDATE warren.runs SET lease_until = now()", NULL), 0);
-    ck_assert_int_eq(warren_planner_new(cfg, db, amqp, &test_logger, &pc.p, &err), 0);
+    ck_assert_int_eq(warren_planner_new(fe.cfg, db, fe.amqp, &test_logger, &pc.p, &err), 0);
     pc.stop = 0;
     ck_assert_int_eq(pthread_create(&th, NULL, planner_main, &pc), 0);
-    w = fork();
-    ck_assert_int_ge(w, 0);
-    if (w == 0) {
-        if (freopen(log, "a", stderr) == NULL)
-            _exit(126);
-        execl(WARREN_BINARY, "warren", "worker", "-c", cfg_path, "--id", "fd2", (char *)NULL);
-        _exit(127);
-    }
+    w = spawn_worker(&fe, "w.log", "fd2");
     ck_assert(
         wait_for(db, "6", 60000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
     ck_assert(wait_for(db, "6", 1000, "SELECT count(*) FROM esink"));
@@ -353,11 +335,7 @@ START_TEST(test_worker_keeps_messages_unacked_while_postgresql_is_down)
     pthread_join(th, NULL);
     warren_planner_free(pc.p);
     warren_broker_free(b);
-    warren_config_free(cfg);
-    free(log);
-    free(cfg_path);
-    free(db);
-    free(amqp);
+    fenv_teardown(&fe);
 }
 END_TEST
 

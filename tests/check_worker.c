@@ -574,6 +574,18 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/* warren_worker_run for e's config on a thread of its own, with one C
+ * handler registered under name (NULL: none). */
+static void worker_thread_start(env *e, worker_thread *wt, const char *name, warren_handler_fn fn,
+                                void *ud)
+{
+    warren_error err = {0};
+    ck_assert_int_eq(warren_worker_new(e->cfg, &test_logger, &wt->w, &err), 0);
+    if (name != NULL)
+        ck_assert_int_eq(warren_worker_register(wt->w, name, fn, ud), 0);
+    ck_assert_int_eq(pthread_create(&wt->th, NULL, worker_main, wt), 0);
+}
+
 START_TEST(test_worker_c_handler_retries_then_succeeds_with_context)
 {
     env e;
@@ -647,7 +659,6 @@ START_TEST(test_worker_leaves_a_handler_that_ignores_should_stop)
 {
     env e;
     atomic_int release;
-    warren_error err = {0};
     worker_thread wt = {0};
 
     atomic_init(&release, 0);
@@ -655,9 +666,7 @@ START_TEST(test_worker_leaves_a_handler_that_ignores_should_stop)
               "{ name = \"mule\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qm\";"
               "  handler = { c = \"stubborn\"; }; }",
               "concurrency = 2; shutdown_grace = \"200ms\"; heartbeat_margin = \"500ms\";", 5);
-    ck_assert_int_eq(warren_worker_new(e.cfg, &test_logger, &wt.w, &err), 0);
-    ck_assert_int_eq(warren_worker_register(wt.w, "stubborn", c_stubborn, &release), 0);
-    ck_assert_int_eq(pthread_create(&wt.th, NULL, worker_main, &wt), 0);
+    worker_thread_start(&e, &wt, "stubborn", c_stubborn, &release);
     planner_start(&e);
     add_runs(&e, "mule", 1, 5);
     ck_assert(wait_for(e.db, "running", 15000, "SELECT state FROM warren.runs WHERE job = 'mule'"));
@@ -683,15 +692,13 @@ END_TEST
 START_TEST(test_worker_leaves_a_running_sql_handler_at_shutdown)
 {
     env e;
-    warren_error err = {0};
     worker_thread wt = {0};
 
     env_setup(&e,
               "{ name = \"nap\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qn\";"
               "  handler = { sql = \"SELECT pg_sleep(7)\"; }; }",
               "concurrency = 2; shutdown_grace = \"200ms\"; heartbeat_margin = \"500ms\";", 5);
-    ck_assert_int_eq(warren_worker_new(e.cfg, &test_logger, &wt.w, &err), 0);
-    ck_assert_int_eq(pthread_create(&wt.th, NULL, worker_main, &wt), 0);
+    worker_thread_start(&e, &wt, NULL, NULL, NULL);
     planner_start(&e);
     add_runs(&e, "nap", 1, 5);
     ck_assert(wait_for(e.db, "1", 15000,
@@ -719,7 +726,6 @@ START_TEST(test_worker_leaves_a_timed_out_handler_that_ignores_should_stop)
 {
     env e;
     atomic_int release;
-    warren_error err = {0};
     worker_thread wt = {0};
 
     atomic_init(&release, 0);
@@ -728,9 +734,7 @@ START_TEST(test_worker_leaves_a_timed_out_handler_that_ignores_should_stop)
               "  handler = { c = \"stubborn\"; }; timeout = \"300ms\";"
               "  retry = { max_attempts = 1; }; }",
               "concurrency = 2; shutdown_grace = \"200ms\"; heartbeat_margin = \"500ms\";", 5);
-    ck_assert_int_eq(warren_worker_new(e.cfg, &test_logger, &wt.w, &err), 0);
-    ck_assert_int_eq(warren_worker_register(wt.w, "stubborn", c_stubborn, &release), 0);
-    ck_assert_int_eq(pthread_create(&wt.th, NULL, worker_main, &wt), 0);
+    worker_thread_start(&e, &wt, "stubborn", c_stubborn, &release);
     planner_start(&e);
     add_runs(&e, "stuck", 1, 5);
     /* timeout 300 ms + kill grace 250 ms, while the handler keeps running */
@@ -758,7 +762,6 @@ START_TEST(test_worker_records_unstorable_errors_and_commit_failures)
 {
     env e;
     worker_thread wt = {0};
-    warren_error err = {0};
     env_setup(&e,
               "{ name = \"bin\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qb\";"
               "  handler = { exec = [\"/bin/sh\", \"-c\", \"printf 'bad \\\\377\\\\376 bytes "
@@ -770,8 +773,7 @@ START_TEST(test_worker_records_unstorable_errors_and_commit_failures)
               NULL, 5);
     qx(e.db, "CREATE TABLE parent (id int PRIMARY KEY);"
              "CREATE TABLE child (ref int REFERENCES parent DEFERRABLE INITIALLY DEFERRED)");
-    ck_assert_int_eq(warren_worker_new(e.cfg, &test_logger, &wt.w, &err), 0);
-    ck_assert_int_eq(pthread_create(&wt.th, NULL, worker_main, &wt), 0);
+    worker_thread_start(&e, &wt, NULL, NULL, NULL);
     planner_start(&e);
     add_runs(&e, "bin", 1, 5);
     add_runs(&e, "dfk", 1, 5);
@@ -1084,7 +1086,6 @@ START_TEST(test_worker_sql_handler_failure_rolls_back_and_retries)
 {
     env e;
     worker_thread wt = {0};
-    warren_error err = {0};
     env_setup(&e,
               "{ name = \"sqf\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qq\";"
               "  handler = { sql = \"INSERT INTO sink (run_key, attempt) VALUES ($1, "
@@ -1093,8 +1094,7 @@ START_TEST(test_worker_sql_handler_failure_rolls_back_and_retries)
               NULL, 5);
     /* execs empty: 1 / (0 - 1) = -1 works... make the first attempt divide by zero. */
     qx(e.db, "INSERT INTO execs VALUES ('x', 0, 'seed')");
-    ck_assert_int_eq(warren_worker_new(e.cfg, &test_logger, &wt.w, &err), 0);
-    ck_assert_int_eq(pthread_create(&wt.th, NULL, worker_main, &wt), 0);
+    worker_thread_start(&e, &wt, NULL, NULL, NULL);
     planner_start(&e);
     add_runs(&e, "sqf", 1, 5);
     ck_assert(wait_for(e.db, "t", 15000,
