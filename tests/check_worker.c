@@ -308,6 +308,22 @@ static int log_has(env *e, const char *name, const char *needle)
     return has;
 }
 
+/* Polls NAME.log for needle up to timeout_ms (log_has prints the log if not). */
+static int log_wait(env *e, const char *name, const char *needle, long timeout_ms)
+{
+    char *path = xfmt("%s/%s.log", e->dir, name);
+    int has = 0;
+    for (long waited = 0; !has && waited < timeout_ms; waited += 50) {
+        char *t = read_text(path);
+        has = strstr(t, needle) != NULL;
+        free(t);
+        if (!has)
+            sleep_ms(50);
+    }
+    free(path);
+    return has || log_has(e, name, needle);
+}
+
 /* An exec handler script: records each execution, sleeps SLEEP seconds on
  * attempts listed in SLOW (e.g. "1"), exits CODE_<attempt> if given, and
  * writes the effect to the sink (idempotent: keyed by run key). */
@@ -836,6 +852,51 @@ START_TEST(test_worker_killed_mid_run_another_completes_after_lease_expiry)
 }
 END_TEST
 
+/* The other order: the handler finishes (exit 0, its idempotent effect
+ * written) while its worker is stopped past the lease; another worker runs
+ * the newer attempt. Resumed, the stale worker's overdue heartbeat is
+ * refused and it does not complete: attempt 1 stays lease_lost, the effect
+ * exists once. */
+START_TEST(test_worker_stopped_while_its_handler_finishes_does_not_complete)
+{
+    env e;
+    env_setup(&e,
+              "{ name = \"sf\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qf\";"
+              "  handler = { exec = \"exec \\\"$MARK_DIR/handler.sh\\\"\"; shell = true; };"
+              "  lease = \"2s\"; retry = { base = \"10ms\"; cap = \"10ms\"; }; }",
+              NULL, 5);
+    free(install_handler(&e));
+    setenv("SLOW", "1", 1); /* attempt 1 sleeps 3 s, then succeeds */
+    setenv("SLEEP", "3", 1);
+    planner_start(&e);
+    pid_t a = spawn_worker(&e, "a", "wa");
+    add_runs(&e, "sf", 1, 5);
+    ck_assert(wait_for(e.db, "1", 15000, "SELECT count(*) FROM execs"));
+    kill(a, SIGSTOP);
+    pid_t b = spawn_worker(&e, "b", "wb");
+    /* attempt 1's handler ends while wa is stopped: its effect is written */
+    ck_assert(wait_for(e.db, "1|1", 10000, "SELECT count(*) || '|' || max(attempt) FROM sink"));
+    ck_assert(
+        wait_for(e.db, "succeeded|2|wb", 20000,
+                 "SELECT concat_ws('|', r.state, r.attempt, a.worker) FROM warren.runs r "
+                 "JOIN warren.attempts a ON a.run_key = r.run_key AND a.attempt = r.attempt"));
+    kill(a, SIGCONT);
+    ck_assert(log_wait(&e, "a", "heartbeat refused", 10000));
+    ck_assert(log_wait(&e, "a", "not completing", 10000));
+    ck_assert(wait_for(e.db, "1|lease_lost,2|succeeded", 1000,
+                       "SELECT string_agg(attempt || '|' || outcome, ',' ORDER BY attempt) FROM "
+                       "warren.attempts"));
+    ck_assert(wait_for(e.db, "1|1", 1000, "SELECT count(*) || '|' || max(attempt) FROM sink"));
+    kill(a, SIGTERM);
+    kill(b, SIGTERM);
+    ck_assert_int_eq(wait_exit(a, 10000), 0);
+    ck_assert_int_eq(wait_exit(b, 10000), 0);
+    unsetenv("SLOW");
+    unsetenv("SLEEP");
+    env_teardown(&e);
+}
+END_TEST
+
 START_TEST(test_worker_stopped_past_its_lease_is_fenced_off)
 {
     env e;
@@ -861,9 +922,8 @@ START_TEST(test_worker_stopped_past_its_lease_is_fenced_off)
     kill(a, SIGCONT);
     /* a finds its heartbeat refused, stops its handler (SIGTERM to the group) and
      * does not complete: the newer attempt's result stands. */
-    sleep_ms(2000);
-    ck_assert(log_has(&e, "a", "heartbeat refused"));
-    ck_assert(log_has(&e, "a", "not completing"));
+    ck_assert(log_wait(&e, "a", "heartbeat refused", 10000));
+    ck_assert(log_wait(&e, "a", "not completing", 10000));
     char *pidf = xfmt("%s/slow.pid", e.dir);
     char *pidt = read_text(pidf);
     ck_assert_int_gt(atoi(pidt), 0);
@@ -1240,6 +1300,7 @@ static Suite *worker_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_worker_killed_mid_run_another_completes_after_lease_expiry);
     tcase_add_test(tc, test_worker_stopped_past_its_lease_is_fenced_off);
+    tcase_add_test(tc, test_worker_stopped_while_its_handler_finishes_does_not_complete);
     tcase_add_test(tc, test_worker_stops_a_handler_whose_run_was_cancelled_by_a_newer_run);
     suite_add_tcase(s, tc);
 
