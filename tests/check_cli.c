@@ -24,44 +24,10 @@ typedef struct cli_result {
     char err[4096];
 } cli_result;
 
-static char *xfmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *xfmt(const char *fmt, ...)
-{
-    va_list ap, cp;
-    va_start(ap, fmt);
-    va_copy(cp, ap);
-    int n = vsnprintf(NULL, 0, fmt, cp);
-    va_end(cp);
-    ck_assert_int_ge(n, 0);
-    char *s = malloc((size_t)n + 1);
-    ck_assert_ptr_nonnull(s);
-    vsnprintf(s, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    return s;
-}
-
-static char *q1(const char *url, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static char *q1(const char *url, const char *fmt, ...)
-{
-    va_list ap, cp;
-    va_start(ap, fmt);
-    va_copy(cp, ap);
-    int n = vsnprintf(NULL, 0, fmt, cp);
-    va_end(cp);
-    ck_assert_int_ge(n, 0);
-    char *sql = malloc((size_t)n + 1);
-    ck_assert_ptr_nonnull(sql);
-    vsnprintf(sql, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    char *v = testenv_sql1(url, sql);
-    free(sql);
-    return v;
-}
-
 /* Asserts the first value of a query equals want ("<null>" for SQL NULL). */
 #define ck_q(url, want, ...)                                                                       \
     do {                                                                                           \
-        char *got_ = q1(url, __VA_ARGS__);                                                         \
+        char *got_ = testenv_sql1f(url, __VA_ARGS__);                                              \
         ck_assert_str_eq(got_ ? got_ : "<null>", want);                                            \
         free(got_);                                                                                \
     } while (0)
@@ -91,7 +57,7 @@ static void env_setup(env *e)
     e->db = testenv_db_migrated();
     ck_assert_ptr_nonnull(mkdtemp(tmpl));
     e->dir = strdup(tmpl);
-    e->cfg_path = xfmt("%s/warren.cfg", e->dir);
+    e->cfg_path = testenv_fmt("%s/warren.cfg", e->dir);
     FILE *f = fopen(e->cfg_path, "w");
     ck_assert_msg(f != NULL, "cannot write %s", e->cfg_path);
     fprintf(f,
@@ -104,7 +70,7 @@ static void env_setup(env *e)
             ");\n",
             e->db);
     fclose(f);
-    char *cmd = xfmt("%s sync -c %s >/dev/null", WARREN_BINARY, e->cfg_path);
+    char *cmd = testenv_fmt("%s sync -c %s >/dev/null", WARREN_BINARY, e->cfg_path);
     ck_assert_msg(system(cmd) == 0, "failed: %s", cmd);
     free(cmd);
 }
@@ -131,8 +97,8 @@ static void cli(const env *e, cli_result *r, const char *fmt, ...)
     ck_assert_ptr_nonnull(args);
     vsnprintf(args, (size_t)n + 1, fmt, ap);
     va_end(ap);
-    char *errpath = xfmt("%s/stderr", e->dir);
-    char *cmd = xfmt("%s %s -c %s 2>%s", WARREN_BINARY, args, e->cfg_path, errpath);
+    char *errpath = testenv_fmt("%s/stderr", e->dir);
+    char *cmd = testenv_fmt("%s %s -c %s 2>%s", WARREN_BINARY, args, e->cfg_path, errpath);
     r->rc = testenv_run(cmd, r->out, sizeof(r->out));
     read_file(errpath, r->err, sizeof(r->err));
     fprintf(stderr, "$ warren %s\n-> exit %d\n%s%s", args, r->rc, r->out, r->err);
@@ -146,7 +112,7 @@ static void cli(const env *e, cli_result *r, const char *fmt, ...)
  * ("failed": dead at once; "succeeded"), with the error "boom KEY". */
 static void make_run(const env *e, const char *job, const char *at, const char *outcome)
 {
-    char *key = xfmt("%s@%s", job, at);
+    char *key = testenv_fmt("%s@%s", job, at);
     ck_q(e->db, key,
          "INSERT INTO warren.runs (job, scheduled_at, due_at) VALUES ('%s', '%s', now()) "
          "RETURNING run_key",
@@ -171,15 +137,16 @@ static int count_lines(const char *s)
  * layout of src/cli_worker.c: times RFC 3339 UTC truncated to milliseconds). */
 static char *runs_line(const env *e, const char *key)
 {
-    return q1(e->db,
-              "SELECT format('%%-44s %%-10s %%7s %%-24s %%-24s %%s', run_key, state, attempt, "
-              "to_char(date_trunc('milliseconds', due_at) AT TIME ZONE 'UTC', "
-              "'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), "
-              "coalesce(to_char(date_trunc('milliseconds', finished_at) AT TIME ZONE 'UTC', "
-              "'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), '-'), "
-              "coalesce(split_part(coalesce(last_error, note), E'\\n', 1), '')) || E'\\n' "
-              "FROM warren.runs WHERE run_key = '%s'",
-              key);
+    return testenv_sql1f(
+        e->db,
+        "SELECT format('%%-44s %%-10s %%7s %%-24s %%-24s %%s', run_key, state, attempt, "
+        "to_char(date_trunc('milliseconds', due_at) AT TIME ZONE 'UTC', "
+        "'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), "
+        "coalesce(to_char(date_trunc('milliseconds', finished_at) AT TIME ZONE 'UTC', "
+        "'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), '-'), "
+        "coalesce(split_part(coalesce(last_error, note), E'\\n', 1), '')) || E'\\n' "
+        "FROM warren.runs WHERE run_key = '%s'",
+        key);
 }
 
 #define RUNS_HEADER                                                                                \
@@ -205,7 +172,7 @@ START_TEST(test_runs_lists_only_the_newest_dead_run_of_the_job_with_limit_1)
     ck_assert_int_eq(r.rc, 0);
     ck_assert_str_eq(r.err, "");
     char *row = runs_line(&e, "alpha@2026-01-01T00:01:00Z");
-    char *want = xfmt("%s%s", RUNS_HEADER, row);
+    char *want = testenv_fmt("%s%s", RUNS_HEADER, row);
     ck_assert_str_eq(r.out, want); /* the header and exactly one data row */
     ck_assert_int_eq(count_lines(r.out), 2);
     ck_assert_ptr_nonnull(strstr(r.out, "\nalpha@2026-01-01T00:01:00Z "));
@@ -219,7 +186,7 @@ START_TEST(test_runs_lists_only_the_newest_dead_run_of_the_job_with_limit_1)
     ck_assert_int_eq(r.rc, 0);
     char *row1 = runs_line(&e, "alpha@2026-01-01T00:01:00Z");
     char *row0 = runs_line(&e, "alpha@2026-01-01T00:00:00Z");
-    want = xfmt("%s%s%s", RUNS_HEADER, row1, row0);
+    want = testenv_fmt("%s%s%s", RUNS_HEADER, row1, row0);
     ck_assert_str_eq(r.out, want);
     free(want);
     free(row1);

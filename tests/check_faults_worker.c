@@ -27,21 +27,6 @@
 
 static warren_logger test_logger = {warren_log_stderr, NULL, WARREN_LOG_ERROR};
 
-static char *xfmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *xfmt(const char *fmt, ...)
-{
-    va_list ap, cp;
-    va_start(ap, fmt);
-    va_copy(cp, ap);
-    int n = vsnprintf(NULL, 0, fmt, cp);
-    va_end(cp);
-    char *s = malloc((size_t)n + 1);
-    ck_assert_ptr_nonnull(s);
-    vsnprintf(s, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    return s;
-}
-
 static void sleep_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
@@ -105,9 +90,9 @@ static void fenv_setup(fenv *fe, const char *rest, const char *queue, const char
     fe->amqp = testenv_vhost();
     snprintf(fe->dir, sizeof(fe->dir), "/tmp/warren-check-faults-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(fe->dir));
-    fe->cfg_path = xfmt("%s/warren.cfg", fe->dir);
-    char *text = xfmt("database = { url = \"%s\"; };\nbroker = { url = \"%s\"; };\n%s", fe->db,
-                      fe->amqp, rest);
+    fe->cfg_path = testenv_fmt("%s/warren.cfg", fe->dir);
+    char *text = testenv_fmt("database = { url = \"%s\"; };\nbroker = { url = \"%s\"; };\n%s",
+                             fe->db, fe->amqp, rest);
     FILE *f = fopen(fe->cfg_path, "w");
     ck_assert_ptr_nonnull(f);
     fputs(text, f);
@@ -140,7 +125,7 @@ static void fenv_teardown(fenv *fe)
 /* `warren worker` with id, stderr to DIR/log (appended). */
 static pid_t spawn_worker(const fenv *fe, const char *log, const char *id)
 {
-    char *path = xfmt("%s/%s", fe->dir, log);
+    char *path = testenv_fmt("%s/%s", fe->dir, log);
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
@@ -250,15 +235,6 @@ START_TEST(test_worker_survives_rabbitmq_restart_during_runs)
 }
 END_TEST
 
-static int servers(const char *cmd)
-{
-    char *c = xfmt("bash '%s' %s 1>&2", testenv_servers_script(), cmd);
-    fflush(NULL);
-    int st = system(c);
-    free(c);
-    return st == -1 || !WIFEXITED(st) ? -1 : WEXITSTATUS(st);
-}
-
 /* With PostgreSQL down, finished handlers cannot record their outcome, so
  * their messages must stay unacknowledged: killed then, the worker leaves
  * every one of them to come back to the ready queue. A worker that acked
@@ -303,7 +279,7 @@ START_TEST(test_worker_keeps_messages_unacked_while_postgresql_is_down)
     pc.stop = 1;
     pthread_join(th, NULL);
     warren_planner_free(pc.p);
-    ck_assert_int_eq(servers("stop-pg"), 0);
+    ck_assert_int_eq(testenv_servers("stop-pg"), 0);
     sleep_ms(4000);
     ck_assert_int_eq(warren_broker_queue_count(b, "warren.ready.d", &ready, &consumers, &err), 0);
     ck_assert_uint_eq(ready, 0); /* all six are still with the worker */
@@ -319,7 +295,7 @@ START_TEST(test_worker_keeps_messages_unacked_while_postgresql_is_down)
     ck_assert_uint_eq(ready, 6);
     /* The handlers' own effects happened (they are idempotent): PostgreSQL
      * back, a new worker claims them after the lease and records each once. */
-    ck_assert_int_eq(servers("restart-pg"), 0);
+    ck_assert_int_eq(testenv_servers("restart-pg"), 0);
     ck_assert_int_ge(testenv_psql(db, "UPDATE warren.runs SET lease_until = now()", NULL), 0);
     ck_assert_int_eq(warren_planner_new(fe.cfg, db, fe.amqp, &test_logger, &pc.p, &err), 0);
     pc.stop = 0;

@@ -40,21 +40,6 @@ typedef struct env {
 
 static warren_logger test_logger = {warren_log_stderr, NULL, WARREN_LOG_WARN};
 
-static char *xfmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *xfmt(const char *fmt, ...)
-{
-    va_list ap, cp;
-    va_start(ap, fmt);
-    va_copy(cp, ap);
-    int n = vsnprintf(NULL, 0, fmt, cp);
-    va_end(cp);
-    char *s = malloc((size_t)n + 1);
-    ck_assert_ptr_nonnull(s);
-    vsnprintf(s, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    return s;
-}
-
 static void write_file(const char *path, const char *text, int mode)
 {
     FILE *f = fopen(path, "w");
@@ -62,22 +47,6 @@ static void write_file(const char *path, const char *text, int mode)
     fputs(text, f);
     fclose(f);
     chmod(path, (mode_t)mode);
-}
-
-static char *q1(const char *url, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static char *q1(const char *url, const char *fmt, ...)
-{
-    va_list ap, cp;
-    va_start(ap, fmt);
-    va_copy(cp, ap);
-    int n = vsnprintf(NULL, 0, fmt, cp);
-    va_end(cp);
-    char *sql = malloc((size_t)n + 1);
-    vsnprintf(sql, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    char *v = testenv_sql1(url, sql);
-    free(sql);
-    return v;
 }
 
 static void qx(const char *url, const char *sql)
@@ -135,18 +104,18 @@ static void env_setup(env *e, const char *jobs, const char *worker_settings, int
     e->amqp = testenv_vhost();
     ck_assert_ptr_nonnull(mkdtemp(tmpl));
     e->dir = strdup(tmpl);
-    e->cfg_path = xfmt("%s/warren.cfg", e->dir);
-    char *text =
-        xfmt("database = { url = \"%s\"; };\n"
-             "broker = { url = \"%s\"; delivery_limit = %d; };\n"
-             "planner = { tick = \"100ms\"; reconcile_grace = \"2s\"; horizon = \"10s\"; };\n"
-             "worker = { %s };\n"
-             "jobs = ( %s );\n",
-             e->db, e->amqp, delivery_limit,
-             worker_settings ? worker_settings
-                             : "concurrency = 4; shutdown_grace = \"3s\"; "
-                               "heartbeat_margin = \"500ms\";",
-             jobs);
+    e->cfg_path = testenv_fmt("%s/warren.cfg", e->dir);
+    char *text = testenv_fmt(
+        "database = { url = \"%s\"; };\n"
+        "broker = { url = \"%s\"; delivery_limit = %d; };\n"
+        "planner = { tick = \"100ms\"; reconcile_grace = \"2s\"; horizon = \"10s\"; };\n"
+        "worker = { %s };\n"
+        "jobs = ( %s );\n",
+        e->db, e->amqp, delivery_limit,
+        worker_settings ? worker_settings
+                        : "concurrency = 4; shutdown_grace = \"3s\"; "
+                          "heartbeat_margin = \"500ms\";",
+        jobs);
     write_file(e->cfg_path, text, 0644);
     free(text);
     if (warren_config_load(e->cfg_path, &e->cfg, &diags, &err) != 0) {
@@ -219,25 +188,26 @@ static void env_teardown(env *e)
  * and wakes the planner. Returns nothing; keys are JOB@<base + i s>. */
 static void add_runs(env *e, const char *job, int n, int base_offset_s)
 {
-    char *sql = xfmt("INSERT INTO warren.runs (job, scheduled_at, due_at, origin) "
-                     "SELECT '%s', date_trunc('second', now()) - make_interval(secs => %d + g), "
-                     "now(), 'trigger' FROM generate_series(1, %d) g; NOTIFY warren_jobs",
-                     job, base_offset_s, n);
+    char *sql =
+        testenv_fmt("INSERT INTO warren.runs (job, scheduled_at, due_at, origin) "
+                    "SELECT '%s', date_trunc('second', now()) - make_interval(secs => %d + g), "
+                    "now(), 'trigger' FROM generate_series(1, %d) g; NOTIFY warren_jobs",
+                    job, base_offset_s, n);
     qx(e->db, sql);
     free(sql);
 }
 
 static char *first_key(env *e, const char *job)
 {
-    return q1(e->db,
-              "SELECT run_key FROM warren.runs WHERE job = '%s' ORDER BY scheduled_at LIMIT 1",
-              job);
+    return testenv_sql1f(
+        e->db, "SELECT run_key FROM warren.runs WHERE job = '%s' ORDER BY scheduled_at LIMIT 1",
+        job);
 }
 
 /* `warren worker -c CFG ARGS...` as a child process, stderr to DIR/NAME.log. */
 static pid_t spawn_worker(env *e, const char *name, const char *id)
 {
-    char *log = xfmt("%s/%s.log", e->dir, name);
+    char *log = testenv_fmt("%s/%s.log", e->dir, name);
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
@@ -298,7 +268,7 @@ static char *read_text(const char *path)
 
 static int log_has(env *e, const char *name, const char *needle)
 {
-    char *path = xfmt("%s/%s.log", e->dir, name);
+    char *path = testenv_fmt("%s/%s.log", e->dir, name);
     char *t = read_text(path);
     int has = strstr(t, needle) != NULL;
     if (!has)
@@ -311,7 +281,7 @@ static int log_has(env *e, const char *name, const char *needle)
 /* Polls NAME.log for needle up to timeout_ms (log_has prints the log if not). */
 static int log_wait(env *e, const char *name, const char *needle, long timeout_ms)
 {
-    char *path = xfmt("%s/%s.log", e->dir, name);
+    char *path = testenv_fmt("%s/%s.log", e->dir, name);
     int has = 0;
     for (long waited = 0; !has && waited < timeout_ms; waited += 50) {
         char *t = read_text(path);
@@ -347,7 +317,7 @@ static const char *handler_script =
 
 static char *install_handler(env *e)
 {
-    char *path = xfmt("%s/handler.sh", e->dir);
+    char *path = testenv_fmt("%s/handler.sh", e->dir);
     write_file(path, handler_script, 0755);
     setenv("MARK_DIR", e->dir, 1);
     return path;
@@ -385,7 +355,7 @@ START_TEST(test_worker_end_to_end_sink_gets_one_row_per_run)
     kill(b, SIGTERM);
     ck_assert_int_eq(wait_exit(a, 10000), 0);
     ck_assert_int_eq(wait_exit(b, 10000), 0);
-    char *n = q1(e.db, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'");
+    char *n = testenv_sql1f(e.db, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'");
     ck_assert_int_ge(atoi(n), 8);
     free(n);
     /* Every succeeded run has exactly one sink row and nothing else has one. */
@@ -436,9 +406,9 @@ START_TEST(test_worker_queue_policy_runs_the_newer_run_after_the_older)
     ck_assert(wait_for(e.db, "t", 1000,
                        "SELECT note LIKE '%held back by overlap policy queue%' FROM warren.runs "
                        "WHERE job = 'qj' AND run_key <> (SELECT min(run_key) FROM warren.runs)"));
-    char *sql = xfmt("SELECT (SELECT min(at) FROM execs WHERE run_key <> '%s') > "
-                     "(SELECT at FROM sink WHERE run_key = '%s')",
-                     older, older);
+    char *sql = testenv_fmt("SELECT (SELECT min(at) FROM execs WHERE run_key <> '%s') > "
+                            "(SELECT at FROM sink WHERE run_key = '%s')",
+                            older, older);
     ck_assert(wait_for(e.db, "t", 1000, sql));
     ck_assert(
         wait_for(e.db, "2|2", 1000,
@@ -502,8 +472,8 @@ START_TEST(test_warren_run_prints_one_line_per_finished_run)
               "  handler = { sql = \"INSERT INTO sink (run_key, attempt) VALUES ($1, 0) ON "
               "CONFLICT DO NOTHING\"; }; }",
               NULL, 5);
-    char *out = xfmt("%s/run.out", e.dir);
-    char *log = xfmt("%s/run.log", e.dir);
+    char *out = testenv_fmt("%s/run.out", e.dir);
+    char *log = testenv_fmt("%s/run.log", e.dir);
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
@@ -528,7 +498,7 @@ START_TEST(test_warren_run_prints_one_line_per_finished_run)
         lines++;
     }
     free(text);
-    char *n = q1(e.db, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'");
+    char *n = testenv_sql1f(e.db, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'");
     ck_assert_int_eq(lines, atoi(n));
     ck_assert(wait_for(e.db, n, 1000, "SELECT count(*) FROM sink"));
     free(n);
@@ -602,6 +572,15 @@ static void worker_thread_start(env *e, worker_thread *wt, const char *name, war
     ck_assert_int_eq(pthread_create(&wt->th, NULL, worker_main, wt), 0);
 }
 
+/* Stops it and waits for warren_worker_run to return 0 (the worker is not
+ * freed: its stats stay readable). */
+static void worker_thread_join(worker_thread *wt)
+{
+    wt->stop = 1;
+    pthread_join(wt->th, NULL);
+    ck_assert_int_eq(wt->rc, 0);
+}
+
 START_TEST(test_worker_c_handler_retries_then_succeeds_with_context)
 {
     env e;
@@ -636,9 +615,7 @@ START_TEST(test_worker_c_handler_retries_then_succeeds_with_context)
      * (max_attempts 1: dead). */
     ck_assert(wait_for(e.db, "dead|timed out after 300 ms", 15000,
                        "SELECT state || '|' || last_error FROM warren.runs WHERE job = 'slow'"));
-    wt.stop = 1;
-    pthread_join(wt.th, NULL);
-    ck_assert_int_eq(wt.rc, 0);
+    worker_thread_join(&wt);
     pthread_mutex_lock(&calls.mu);
     ck_assert_int_eq(calls.calls, 2);
     ck_assert_str_eq(calls.last_key, key);
@@ -687,9 +664,7 @@ START_TEST(test_worker_leaves_a_handler_that_ignores_should_stop)
     add_runs(&e, "mule", 1, 5);
     ck_assert(wait_for(e.db, "running", 15000, "SELECT state FROM warren.runs WHERE job = 'mule'"));
     int64_t t0 = now_ms();
-    wt.stop = 1;
-    pthread_join(wt.th, NULL);
-    ck_assert_int_eq(wt.rc, 0);
+    worker_thread_join(&wt);
     /* grace 200 ms + kill grace 250 ms + 5 s for completions, then it leaves */
     ck_assert_int_lt(now_ms() - t0, 15000);
     warren_worker_free(wt.w);
@@ -719,9 +694,7 @@ START_TEST(test_worker_leaves_a_running_sql_handler_at_shutdown)
     add_runs(&e, "nap", 1, 5);
     ck_assert(wait_for(e.db, "1", 15000,
                        "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(7)'"));
-    wt.stop = 1;
-    pthread_join(wt.th, NULL); /* grace + kill grace + 5 s, then it leaves */
-    ck_assert_int_eq(wt.rc, 0);
+    worker_thread_join(&wt); /* grace + kill grace + 5 s, then it leaves */
     warren_worker_free(wt.w);
     ck_assert(wait_for(e.db, "1", 1000,
                        "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(7)'"));
@@ -760,9 +733,7 @@ START_TEST(test_worker_leaves_a_timed_out_handler_that_ignores_should_stop)
     ck_assert(
         wait_for(e.db, "retry", 1000, "SELECT string_agg(outcome, ',') FROM warren.attempts"));
     ck_assert_int_eq(atomic_load(&release), 0); /* the handler never returned */
-    wt.stop = 1;
-    pthread_join(wt.th, NULL);
-    ck_assert_int_eq(wt.rc, 0);
+    worker_thread_join(&wt);
     warren_worker_free(wt.w);
     atomic_store(&release, 1); /* it returns now: its pool thread frees the context */
     sleep_ms(300);
@@ -801,9 +772,7 @@ START_TEST(test_worker_records_unstorable_errors_and_commit_failures)
     ck_assert(wait_for(e.db, "0", 1000, "SELECT count(*) FROM child"));
     ck_assert(
         wait_for(e.db, "2", 1000, "SELECT count(*) FROM warren.attempts WHERE outcome = 'retry'"));
-    wt.stop = 1;
-    pthread_join(wt.th, NULL);
-    ck_assert_int_eq(wt.rc, 0);
+    worker_thread_join(&wt);
     warren_worker_free(wt.w);
     env_teardown(&e);
 }
@@ -841,7 +810,7 @@ START_TEST(test_worker_killed_mid_run_another_completes_after_lease_expiry)
     kill(b, SIGTERM);
     ck_assert_int_eq(wait_exit(b, 10000), 0);
     /* The orphaned handler of the killed worker: its process group outlived it. */
-    char *pidf = xfmt("%s/slow.pid", e.dir);
+    char *pidf = testenv_fmt("%s/slow.pid", e.dir);
     char *pidt = read_text(pidf);
     if (atoi(pidt) > 0)
         kill(-atoi(pidt), SIGKILL);
@@ -924,7 +893,7 @@ START_TEST(test_worker_stopped_past_its_lease_is_fenced_off)
      * does not complete: the newer attempt's result stands. */
     ck_assert(log_wait(&e, "a", "heartbeat refused", 10000));
     ck_assert(log_wait(&e, "a", "not completing", 10000));
-    char *pidf = xfmt("%s/slow.pid", e.dir);
+    char *pidf = testenv_fmt("%s/slow.pid", e.dir);
     char *pidt = read_text(pidf);
     ck_assert_int_gt(atoi(pidt), 0);
     ck_assert_msg(!pid_alive(atoi(pidt)), "the stale handler %s still runs", pidt);
@@ -972,7 +941,7 @@ START_TEST(test_worker_stops_a_handler_whose_run_was_cancelled_by_a_newer_run)
     sleep_ms(2500); /* a heartbeat of the old run is due within a third of the lease */
     ck_assert(log_has(&e, "a2", "heartbeat refused"));
     ck_assert(log_has(&e, "a2", "not completing"));
-    char *pidf = xfmt("%s/slow.pid", e.dir);
+    char *pidf = testenv_fmt("%s/slow.pid", e.dir);
     char *pidt = read_text(pidf);
     ck_assert_int_gt(atoi(pidt), 0);
     ck_assert_msg(!pid_alive(atoi(pidt)), "the cancelled handler %s still runs", pidt);
@@ -1053,15 +1022,15 @@ START_TEST(test_worker_retries_until_success_then_until_dead_and_replay)
     free(body);
     free(herr);
     /* Replay after the fix: same run key, history kept, a fresh budget. */
-    char *fixed = xfmt("%s/fixed", e.dir);
+    char *fixed = testenv_fmt("%s/fixed", e.dir);
     write_file(fixed, "", 0644);
     free(fixed);
     unsetenv("CODE_1");
     unsetenv("CODE_2");
-    char *cmd = xfmt("%s replay -c %s %s >/dev/null", WARREN_BINARY, e.cfg_path, key);
+    char *cmd = testenv_fmt("%s replay -c %s %s >/dev/null", WARREN_BINARY, e.cfg_path, key);
     ck_assert_int_eq(system(cmd), 0);
     free(cmd);
-    cmd = xfmt("%s replay -c %s %s 2>/dev/null >/dev/null", WARREN_BINARY, e.cfg_path, key);
+    cmd = testenv_fmt("%s replay -c %s %s 2>/dev/null >/dev/null", WARREN_BINARY, e.cfg_path, key);
     ck_assert_int_ne(system(cmd), 0); /* not dead any more */
     free(cmd);
     ck_assert(wait_for(e.db, "succeeded|4", 20000,
@@ -1071,7 +1040,7 @@ START_TEST(test_worker_retries_until_success_then_until_dead_and_replay)
                        "WHERE run_key LIKE 'die@%'"));
     ck_assert(wait_for(e.db, "1", 1000, "SELECT count(*) FROM sink WHERE run_key LIKE 'die@%'"));
     /* show prints the history. */
-    cmd = xfmt("%s show -c %s %s > %s/show.log", WARREN_BINARY, e.cfg_path, key, e.dir);
+    cmd = testenv_fmt("%s show -c %s %s > %s/show.log", WARREN_BINARY, e.cfg_path, key, e.dir);
     ck_assert_int_eq(system(cmd), 0);
     free(cmd);
     ck_assert(log_has(&e, "show", "replayed at"));
@@ -1101,7 +1070,7 @@ START_TEST(test_worker_timeout_kills_the_process_group_and_retries)
     ck_assert(wait_for(e.db, "t", 1000,
                        "SELECT last_error LIKE 'timed out after 500 ms%' FROM warren.runs"));
     /* The grandchild (sleep 30) was in the handler's process group: gone too. */
-    char *pidf = xfmt("%s/child.pid", e.dir);
+    char *pidf = testenv_fmt("%s/child.pid", e.dir);
     char *pidt = read_text(pidf);
     ck_assert_int_gt(atoi(pidt), 0);
     sleep_ms(200);
@@ -1164,8 +1133,7 @@ START_TEST(test_worker_sql_handler_failure_rolls_back_and_retries)
     qx(e.db, "INSERT INTO execs VALUES ('y', 0, 'fix')");
     ck_assert(wait_for(e.db, "succeeded", 15000, "SELECT state FROM warren.runs"));
     ck_assert(wait_for(e.db, "1", 1000, "SELECT count(*) FROM sink"));
-    wt.stop = 1;
-    pthread_join(wt.th, NULL);
+    worker_thread_join(&wt);
     warren_worker_free(wt.w);
     env_teardown(&e);
 }

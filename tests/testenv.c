@@ -54,19 +54,24 @@ static char *xstrdup(const char *s)
     return memcpy(xmalloc(n), s, n);
 }
 
-static char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static char *xasprintf(const char *fmt, ...)
+static char *vfmt(const char *fmt, va_list ap)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
+    va_list cp;
+    va_copy(cp, ap);
+    int n = vsnprintf(NULL, 0, fmt, cp);
+    va_end(cp);
     if (n < 0)
         fail("bad format");
     char *s = xmalloc((size_t)n + 1);
-    va_start(ap, fmt);
     vsnprintf(s, (size_t)n + 1, fmt, ap);
+    return s;
+}
+
+char *testenv_fmt(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = vfmt(fmt, ap);
     va_end(ap);
     return s;
 }
@@ -108,17 +113,36 @@ const char *testenv_servers_script(void)
     return path;
 }
 
-int testenv_restart(const char *which)
+char *testenv_sql1f(const char *db_url, const char *fmt, ...)
 {
-    if (strcmp(which, "pg") != 0 && strcmp(which, "rabbit") != 0)
-        fail("testenv_restart: \"%s\" is neither \"pg\" nor \"rabbit\"", which);
-    char *cmd = xasprintf("bash '%s' restart-%s 1>&2", testenv_servers_script(), which);
+    va_list ap;
+    va_start(ap, fmt);
+    char *sql = vfmt(fmt, ap);
+    va_end(ap);
+    char *v = testenv_sql1(db_url, sql);
+    free(sql);
+    return v;
+}
+
+int testenv_servers(const char *command)
+{
+    char *cmd = testenv_fmt("bash '%s' %s 1>&2", testenv_servers_script(), command);
     fflush(NULL);
     int st = system(cmd);
     free(cmd);
     if (st == -1 || !WIFEXITED(st))
         return -1;
     return WEXITSTATUS(st);
+}
+
+int testenv_restart(const char *which)
+{
+    if (strcmp(which, "pg") != 0 && strcmp(which, "rabbit") != 0)
+        fail("testenv_restart: \"%s\" is neither \"pg\" nor \"rabbit\"", which);
+    char *cmd = testenv_fmt("restart-%s", which);
+    int rc = testenv_servers(cmd);
+    free(cmd);
+    return rc;
 }
 
 /* ------------------------------------------------------------------ names */
@@ -260,18 +284,18 @@ static char *url_with_db(const char *admin, const char *db)
 {
     const char *scheme = strstr(admin, "://");
     if (!scheme)
-        return xasprintf("%s dbname=%s", admin, db);
+        return testenv_fmt("%s dbname=%s", admin, db);
     const char *auth = scheme + 3;
     const char *path = auth + strcspn(auth, "/?");
     const char *query = path + strcspn(path, "?");
-    return xasprintf("%.*s/%s%s", (int)(path - admin), admin, db, query);
+    return testenv_fmt("%.*s/%s%s", (int)(path - admin), admin, db, query);
 }
 
 char *testenv_db(void)
 {
     const char *admin = testenv_pg_admin_url();
     char *name = testenv_unique_name("warren_t");
-    char *sql = xasprintf("CREATE DATABASE \"%s\"", name);
+    char *sql = testenv_fmt("CREATE DATABASE \"%s\"", name);
     PGconn *c = pg_connect(admin);
     if (pg_run(c, sql, "CREATE DATABASE", NULL) < 0) {
         PQfinish(c);
@@ -318,7 +342,7 @@ static char *read_file(const char *path)
 char *testenv_db_migrated(void)
 {
     char *url = testenv_db();
-    char *dir = xasprintf("%s/sql", source_dir());
+    char *dir = testenv_fmt("%s/sql", source_dir());
     struct dirent **files = NULL;
     int n = scandir(dir, &files, is_sql_file, alphasort);
     if (n < 0)
@@ -327,7 +351,7 @@ char *testenv_db_migrated(void)
         fail("no migrations (*.sql) in %s", dir);
     PGconn *c = pg_connect(url);
     for (int i = 0; i < n; i++) {
-        char *path = xasprintf("%s/%s", dir, files[i]->d_name);
+        char *path = testenv_fmt("%s/%s", dir, files[i]->d_name);
         char *sql = read_file(path);
         if (pg_run(c, sql, path, NULL) < 0) {
             PQfinish(c);
@@ -554,13 +578,13 @@ int testenv_http(const char *method, const char *path, const char *body, char **
         *response = NULL;
     struct url_parts u;
     mgmt_endpoint(&u);
-    char *cred = xasprintf("%s:%s", u.user, u.pass);
+    char *cred = testenv_fmt("%s:%s", u.user, u.pass);
     char *auth = base64(cred);
     size_t blen = body ? strlen(body) : 0;
-    char *req = xasprintf("%s %s HTTP/1.0\r\nHost: %s:%s\r\nAuthorization: Basic %s\r\n"
-                          "Accept: application/json\r\nContent-Type: application/json\r\n"
-                          "Content-Length: %zu\r\n\r\n",
-                          method, path, u.host, u.port, auth, blen);
+    char *req = testenv_fmt("%s %s HTTP/1.0\r\nHost: %s:%s\r\nAuthorization: Basic %s\r\n"
+                            "Accept: application/json\r\nContent-Type: application/json\r\n"
+                            "Content-Length: %zu\r\n\r\n",
+                            method, path, u.host, u.port, auth, blen);
     int status = -1;
     char *buf = NULL;
     int fd = dial(u.host, u.port);
@@ -633,7 +657,7 @@ static void delete_created_vhosts(void)
     for (int i = 0; i < ncreated_vhosts; i++) {
         if (created_vhosts_pid[i] != getpid())
             continue;
-        char *path = xasprintf("/api/vhosts/%s", created_vhosts[i]);
+        char *path = testenv_fmt("/api/vhosts/%s", created_vhosts[i]);
         testenv_http("DELETE", path, NULL, NULL);
         free(path);
     }
@@ -659,7 +683,7 @@ char *testenv_vhost(void)
     if (url_split(base, &u) < 0)
         fail("WARREN_TEST_AMQP_URL is not an AMQP URL: %s", base);
     char *name = testenv_unique_name("warren_t");
-    char *path = xasprintf("/api/vhosts/%s", name);
+    char *path = testenv_fmt("/api/vhosts/%s", name);
     char *resp = NULL;
     int st = testenv_http("PUT", path, "{}", &resp);
     if (st != 201 && st != 204)
@@ -668,7 +692,7 @@ char *testenv_vhost(void)
     free(resp);
     free(path);
     char *user = pct_encode(u.user ? u.user : "guest");
-    path = xasprintf("/api/permissions/%s/%s", name, user);
+    path = testenv_fmt("/api/permissions/%s/%s", name, user);
     st =
         testenv_http("PUT", path, "{\"configure\":\".*\",\"write\":\".*\",\"read\":\".*\"}", &resp);
     if (st != 201 && st != 204)
@@ -683,7 +707,7 @@ char *testenv_vhost(void)
     const char *auth = strstr(base, "://") + 3;
     const char *vpos = auth + strcspn(auth, "/?");
     const char *query = vpos + strcspn(vpos, "?");
-    char *url = xasprintf("%.*s/%s%s", (int)(vpos - base), base, name, query);
+    char *url = testenv_fmt("%.*s/%s%s", (int)(vpos - base), base, name, query);
     free(name);
     url_parts_free(&u);
     return url;

@@ -92,6 +92,10 @@ int testenv_run(const char *cmd, char *out, size_t len);
  * one at a time. */
 const char *testenv_servers_script(void);
 
+/* Runs `tests/servers.sh COMMAND` (e.g. "stop-pg", "restart-pg"), its output
+ * on stderr. Returns the script's exit status (0 ok), -1 if it did not exit. */
+int testenv_servers(const char *command);
+
 /* Runs `tests/servers.sh restart-pg` (which "pg") or `restart-rabbit`
  * ("rabbit") and waits until the server accepts connections again. Returns
  * the script's exit status (0 ok). PostgreSQL restarts in well under a
@@ -103,5 +107,11 @@ int testenv_restart(const char *which);
  * at most 63 bytes. Databases and vhosts are named warren_t_...; tests/servers.sh
  * clean drops those older than an hour. */
 char *testenv_unique_name(const char *prefix);
+
+/* printf into a new string (free it); fails the test when out of memory. */
+char *testenv_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* testenv_sql1 of a printf-formatted statement. */
+char *testenv_sql1f(const char *db_url, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif
