@@ -1649,6 +1649,29 @@ int warren_broker_consume(warren_broker *b, const char *queue, warren_error *err
     return 0;
 }
 
+int warren_broker_cancel_consumers(warren_broker *b, warren_error *err)
+{
+    char reason[512];
+    int rc;
+
+    if (b == NULL)
+        return warren_error_set(err, WARREN_EINVAL, "warren_broker_cancel_consumers: NULL broker");
+    while (b->nconsumers > 0) {
+        char *tag = b->consumers[b->nconsumers - 1];
+        if (b->dead)
+            return dead_error(b, err);
+        /* Synchronous: deliveries that were on their way before cancel-ok
+         * are queued by rabbitmq-c and read by warren_broker_next. */
+        amqp_basic_cancel(b->conn, CH_MAIN, amqp_cstring_bytes(tag));
+        rc = reply_reason(b, CH_MAIN, amqp_get_rpc_reply(b->conn), reason, sizeof(reason));
+        if (rc != 0)
+            return fail(b, rc, "cancelling the consumer of", tag, reason, err);
+        b->nconsumers--;
+        free(tag);
+    }
+    return 0;
+}
+
 int warren_broker_next(warren_broker *b, int timeout_ms, warren_delivery *d, int *got,
                        warren_error *err)
 {

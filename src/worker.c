@@ -672,6 +672,47 @@ static void dead_letter(warren_worker *w, warren_delivery *d, const char *reason
         broker_lost(w, &e);
 }
 
+/* A stopping worker gives a delivery it will not start back to its queue at
+ * once (basic.reject with requeue), so another worker takes it now rather
+ * than when this one's connection closes. */
+static void give_back(warren_worker *w, pend *p)
+{
+    warren_error e = {0};
+    int rc;
+    if (w->b == NULL || p->gen != w->gen)
+        return; /* that connection is gone: the broker has requeued it */
+    rc = warren_broker_reject(w->b, p->d.tag, 1, &e);
+    if (rc == WARREN_EBROKERCONN)
+        broker_lost(w, &e);
+    else if (rc != 0)
+        warren_log(w->lg, WARREN_LOG_WARN, "worker %s: giving back %s: %s", w->id,
+                   p->d.message_id ? p->d.message_id : "?", e.message);
+    else
+        w->stats.given_back++;
+}
+
+/* Stops consuming (a stopping worker): cancels the consumers, then gives
+ * back what was received and not started. */
+static void stop_consuming(warren_worker *w)
+{
+    warren_error e = {0};
+    if (w->b != NULL && warren_broker_cancel_consumers(w->b, &e) != 0) {
+        if (e.code == WARREN_EBROKERCONN || !warren_broker_connected(w->b))
+            broker_lost(w, &e);
+        else
+            warren_log(w->lg, WARREN_LOG_WARN, "worker %s: %s", w->id, e.message);
+    }
+    while (w->pq_len > 0) {
+        pend *p = &w->pq[w->pq_head];
+        give_back(w, p); /* may call broker_lost, which empties the queue */
+        if (w->pq_len == 0)
+            break;
+        pend_clear(p);
+        w->pq_head = (w->pq_head + 1) % w->pq_cap;
+        w->pq_len--;
+    }
+}
+
 /* Checks a delivery. Returns NULL if it is a run this worker can handle
  * (filling p), else the reason (written into why). */
 static const char *judge(warren_worker *w, pend *p, char *why, size_t len)
@@ -1858,8 +1899,9 @@ static void receive(warren_worker *w, int wait_ms, int stopping)
         p.gen = w->gen;
         p.received_mono = warren__mono_ms();
         if (stopping) {
-            /* Not ours to start any more: left unacknowledged, it returns
-             * to its queue when the connection closes. */
+            /* Sent before the cancel reached the broker: not ours to start
+             * any more, so straight back to its queue. */
+            give_back(w, &p);
             pend_clear(&p);
             continue;
         }
@@ -1945,7 +1987,7 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
             stopping = 1;
             stop_deadline = now + w->cfg->worker.shutdown_grace_ms;
             hard_deadline = stop_deadline + kill_grace(w) + 5000;
-            pq_clear(w);
+            stop_consuming(w);
             warren_log(w->lg, WARREN_LOG_INFO,
                        "worker %s: stopping: %d running handler(s) get %lld ms to finish", w->id,
                        running_count(w), (long long)w->cfg->worker.shutdown_grace_ms);
@@ -1985,6 +2027,10 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
             wait_wake(w, IDLE_WAIT_MS);
         } else if (w->b != NULL) {
             receive(w, wait, stopping);
+        } else if (stopping) {
+            /* No reconnect: it would consume again, and acknowledgements
+             * for deliveries of the lost connection cannot be sent anyway. */
+            wait_wake(w, IDLE_WAIT_MS);
         } else {
             broker_try_reconnect(w);
             if (w->b == NULL)
@@ -2038,10 +2084,10 @@ out:
     w->st = NULL;
     warren_log(w->lg, WARREN_LOG_INFO,
                "worker %s: stopped (received %llu, started %llu, succeeded %llu, retried %llu, "
-               "failed %llu, duplicates %llu, dead-lettered %llu)",
+               "failed %llu, duplicates %llu, dead-lettered %llu, given back %llu)",
                w->id, (unsigned long long)w->stats.received, (unsigned long long)w->stats.started,
                (unsigned long long)w->stats.succeeded, (unsigned long long)w->stats.retried,
                (unsigned long long)w->stats.failed, (unsigned long long)w->stats.duplicates,
-               (unsigned long long)w->stats.dead_lettered);
+               (unsigned long long)w->stats.dead_lettered, (unsigned long long)w->stats.given_back);
     return rc;
 }

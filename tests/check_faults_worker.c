@@ -315,6 +315,115 @@ START_TEST(test_worker_keeps_messages_unacked_while_postgresql_is_down)
 }
 END_TEST
 
+/* 1 if pid runs (a zombie counts as gone). */
+static int pid_running(pid_t pid)
+{
+    char path[64], buf[512];
+    if (kill(pid, 0) != 0)
+        return 0;
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *rp = strrchr(buf, ')');
+    return !(rp != NULL && rp[1] == ' ' && rp[2] == 'Z');
+}
+
+/* Deliveries a worker holds unclaimed (PostgreSQL down) when it is told to
+ * stop go back to their queue at once, not when its grace ends. */
+START_TEST(test_stopping_worker_gives_back_deliveries_it_could_not_claim)
+{
+    warren_error err = {0};
+    warren_broker *b = NULL;
+    uint32_t ready = 0, consumers = 0;
+    fenv fe;
+    int status;
+
+    fenv_setup(&fe,
+               "worker = { concurrency = 4; shutdown_grace = \"20s\"; };\n"
+               "jobs = (\n"
+               " { name = \"gl\"; at = \"2099-01-01T00:00:00Z\"; queue = \"g\"; lease = \"60s\";\n"
+               "   handler = { exec = [\"/bin/sh\", \"-c\", \"sleep 60\"]; }; },\n"
+               " { name = \"gq\"; at = \"2099-01-01T00:00:00Z\"; queue = \"g\"; overlap = "
+               "\"allow\";\n"
+               "   handler = { exec = [\"/bin/true\"]; }; }\n"
+               ");\n",
+               "g", "SELECT 1");
+    char *db = fe.db;
+    ck_assert_int_eq(warren_broker_open(fe.amqp, NULL, &b, &err), 0);
+    planner_ctx pc = {0};
+    pthread_t th;
+    test_logger.ud = stderr;
+    ck_assert_int_eq(warren_planner_new(fe.cfg, db, fe.amqp, &test_logger, &pc.p, &err), 0);
+    ck_assert_int_eq(pthread_create(&th, NULL, planner_main, &pc), 0);
+    pid_t w = spawn_worker(&fe, "w.log", "g1");
+    /* A long run keeps the worker in its grace; two quick runs are due 4 s
+     * from now, published to the delay queues before PostgreSQL stops. */
+    ck_assert_int_ge(
+        testenv_psql(db,
+                     "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) VALUES "
+                     "('gl', date_trunc('second', now()) - interval '1 minute', now(), 'trigger');"
+                     "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) "
+                     "SELECT 'gq', date_trunc('second', now()) - make_interval(secs => g), "
+                     "now() + interval '4 seconds', 'trigger' FROM generate_series(1, 2) g; "
+                     "NOTIFY warren_jobs",
+                     NULL),
+        0);
+    ck_assert(wait_for(db, "running", 20000, "SELECT state FROM warren.runs WHERE job = 'gl'"));
+    ck_assert(
+        wait_for(db, "2", 3000,
+                 "SELECT count(*) FROM warren.runs WHERE job = 'gq' AND state = 'published'"));
+    pc.stop = 1;
+    pthread_join(th, NULL);
+    warren_planner_free(pc.p);
+    char *due_in = testenv_sql1(
+        db, "SELECT ceil(extract(epoch FROM max(due_at) - now()) * 1000) FROM warren.runs");
+    ck_assert_int_eq(testenv_servers("stop-pg"), 0);
+    sleep_ms(atol(due_in) + 1500);
+    free(due_in);
+    /* Released and delivered to the worker, which cannot claim them. */
+    if (warren_broker_queue_count(b, "warren.ready.g", &ready, &consumers, &err) != 0 ||
+        ready != 0) {
+        testenv_servers("restart-pg");
+        ck_abort_msg("the two runs were not delivered to the worker (%u ready): %s", ready,
+                     err.message);
+    }
+    kill(w, SIGTERM);
+    for (int i = 0; i < 30 && ready < 2; i++) {
+        sleep_ms(100);
+        ck_assert_int_eq(warren_broker_queue_count(b, "warren.ready.g", &ready, &consumers, &err),
+                         0);
+    }
+    int alive = pid_running(w);
+    /* PostgreSQL back before any assertion can end the test. */
+    ck_assert_int_eq(testenv_servers("restart-pg"), 0);
+    ck_assert_msg(alive, "the worker exited: the test proves nothing");
+    ck_assert_uint_eq(ready, 2); /* back while the worker is still in its grace */
+    /* The grace ends: the long run is stopped and recorded as a retry. */
+    for (int i = 0; i < 300 && pid_running(w); i++)
+        sleep_ms(100);
+    ck_assert_int_eq(waitpid(w, &status, 0), w);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "worker exit %d", status);
+    char *path = testenv_fmt("%s/w.log", fe.dir);
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    int given = 0;
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+        given |= strstr(line, "given back 2)") != NULL;
+    if (f != NULL)
+        fclose(f);
+    free(path);
+    ck_assert_msg(given, "the worker's last line does not count 2 deliveries given back");
+    ck_assert(wait_for(db, "retry", 5000,
+                       "SELECT outcome FROM warren.attempts WHERE run_key LIKE 'gl@%'"));
+    warren_broker_free(b);
+    fenv_teardown(&fe);
+}
+END_TEST
+
 static Suite *faults_suite(void)
 {
     Suite *s = suite_create("faults_worker");
@@ -323,6 +432,10 @@ static Suite *faults_suite(void)
     tcase_add_test(tc, test_worker_survives_postgresql_restart_during_completions);
     tcase_add_test(tc, test_worker_survives_rabbitmq_restart_during_runs);
     tcase_add_test(tc, test_worker_keeps_messages_unacked_while_postgresql_is_down);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("shutdown");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_stopping_worker_gives_back_deliveries_it_could_not_claim);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1111,6 +1111,41 @@ START_TEST(test_worker_sigterm_lets_handlers_finish_then_stops_the_rest)
 }
 END_TEST
 
+/* A stopping worker stops consuming: a run released during its grace goes to
+ * another worker at once instead of waiting, unacknowledged, for the
+ * stopping one to exit. */
+START_TEST(test_worker_stopping_hands_new_deliveries_to_other_workers)
+{
+    env e;
+    env_setup(&e,
+              "{ name = \"long\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qh\";"
+              "  handler = { exec = [\"/bin/sh\", \"-c\", \"sleep 60\"]; }; },"
+              "{ name = \"fresh\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qh\";"
+              "  handler = { exec = [\"/bin/true\"]; }; }",
+              "concurrency = 4; shutdown_grace = \"12s\"; heartbeat_margin = \"1s\";", 5);
+    planner_start(&e);
+    pid_t a = spawn_worker(&e, "a", "wa");
+    add_runs(&e, "long", 1, 5);
+    ck_assert(wait_for(e.db, "running", 15000, "SELECT state FROM warren.runs WHERE job = 'long'"));
+    kill(a, SIGTERM);
+    ck_assert(log_wait(&e, "a", "stopping:", 5000));
+    /* Released while a is in its grace; a has three free slots. */
+    add_runs(&e, "fresh", 1, 5);
+    ck_assert(
+        wait_for(e.db, "published", 5000, "SELECT state FROM warren.runs WHERE job = 'fresh'"));
+    sleep_ms(1500);
+    pid_t b = spawn_worker(&e, "b", "wb");
+    ck_assert(wait_for(e.db, "succeeded|wb", 6000,
+                       "SELECT r.state || '|' || a.worker FROM warren.runs r "
+                       "JOIN warren.attempts a USING (run_key) WHERE r.job = 'fresh'"));
+    ck_assert_msg(pid_alive(a), "a exited before the fresh run was taken: the test proves nothing");
+    ck_assert_int_eq(wait_exit(a, 20000), 0);
+    kill(b, SIGTERM);
+    ck_assert_int_eq(wait_exit(b, 15000), 0);
+    env_teardown(&e);
+}
+END_TEST
+
 START_TEST(test_worker_sql_handler_failure_rolls_back_and_retries)
 {
     env e;
@@ -1276,7 +1311,12 @@ static Suite *worker_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_worker_retries_until_success_then_until_dead_and_replay);
     tcase_add_test(tc, test_worker_timeout_kills_the_process_group_and_retries);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("shutdown");
+    tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_worker_sigterm_lets_handlers_finish_then_stops_the_rest);
+    tcase_add_test(tc, test_worker_stopping_hands_new_deliveries_to_other_workers);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("bad_messages");

@@ -121,6 +121,7 @@ typedef struct warren_worker_stats {
     uint64_t failed;
     uint64_t duplicates;    /* unclaimable: acked and dropped */
     uint64_t dead_lettered; /* malformed or unknown: sent to warren.dead */
+    uint64_t given_back;    /* received while stopping: requeued for other workers */
     uint64_t stale;         /* complete returned false */
     uint64_t lease_lost;    /* handlers stopped for a lost lease */
     uint64_t timeouts;      /* handlers stopped for their timeout */
