@@ -204,18 +204,12 @@ static char *first_key(env *e, const char *job)
         job);
 }
 
-/* `warren worker -c CFG ARGS...` as a child process, stderr to DIR/NAME.log. */
+/* `warren worker -c CFG --id ID` as a child process, stderr to DIR/NAME.log. */
 static pid_t spawn_worker(env *e, const char *name, const char *id)
 {
     char *log = testenv_fmt("%s/%s.log", e->dir, name);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        FILE *f = freopen(log, "w", stderr);
-        (void)f;
-        execl(WARREN_BINARY, "warren", "worker", "-c", e->cfg_path, "--id", id, (char *)NULL);
-        _exit(127);
-    }
+    char *argv[] = {WARREN_BINARY, "worker", "-c", e->cfg_path, "--id", (char *)id, NULL};
+    pid_t pid = testenv_spawn(argv, NULL, log, 0);
     free(log);
     return pid;
 }
@@ -474,14 +468,8 @@ START_TEST(test_warren_run_prints_one_line_per_finished_run)
               NULL, 5);
     char *out = testenv_fmt("%s/run.out", e.dir);
     char *log = testenv_fmt("%s/run.log", e.dir);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        if (freopen(out, "w", stdout) == NULL || freopen(log, "w", stderr) == NULL)
-            _exit(126);
-        execl(WARREN_BINARY, "warren", "run", "-c", e.cfg_path, (char *)NULL);
-        _exit(127);
-    }
+    char *argv[] = {WARREN_BINARY, "run", "-c", e.cfg_path, NULL};
+    pid_t pid = testenv_spawn(argv, out, log, 0);
     ck_assert(wait_for(e.db, "t", 20000,
                        "SELECT count(*) >= 3 FROM warren.runs WHERE state = 'succeeded'"));
     kill(pid, SIGINT);

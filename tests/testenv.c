@@ -135,6 +135,33 @@ int testenv_servers(const char *command)
     return WEXITSTATUS(st);
 }
 
+/* In the child: path onto fd, or _exit(126). Async-signal-safe calls only. */
+static void spawn_redirect(const char *path, int fd, int append)
+{
+    int f;
+    if (path == NULL)
+        return;
+    f = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
+    if (f < 0 || dup2(f, fd) < 0)
+        _exit(126);
+    close(f);
+}
+
+pid_t testenv_spawn(char *const argv[], const char *out_path, const char *err_path, int append)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        fail("fork: %s", strerror(errno));
+    if (pid == 0) {
+        spawn_redirect(out_path, STDOUT_FILENO, append);
+        spawn_redirect(err_path, STDERR_FILENO, append);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    return pid;
+}
+
 int testenv_restart(const char *which)
 {
     if (strcmp(which, "pg") != 0 && strcmp(which, "rabbit") != 0)

@@ -27,6 +27,7 @@
 #define WARREN_TESTENV_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 /* The admin URL (WARREN_TEST_PG_URL), borrowed from the environment. Fails the
  * test when unset. */
@@ -95,6 +96,14 @@ const char *testenv_servers_script(void);
 /* Runs `tests/servers.sh COMMAND` (e.g. "stop-pg", "restart-pg"), its output
  * on stderr. Returns the script's exit status (0 ok), -1 if it did not exit. */
 int testenv_servers(const char *command);
+
+/* fork and execv(argv[0], argv), stdout to out_path and stderr to err_path
+ * (NULL: inherited; appended if append, else truncated). The child calls only
+ * async-signal-safe functions before exec, so it cannot hang on a lock
+ * (malloc, stdio) that another thread of the test (an in-process planner)
+ * held at the fork. Exits 126 if a file cannot be opened, 127 if exec fails.
+ * Returns the pid. */
+pid_t testenv_spawn(char *const argv[], const char *out_path, const char *err_path, int append);
 
 /* Runs `tests/servers.sh restart-pg` (which "pg") or `restart-rabbit`
  * ("rabbit") and waits until the server accepts connections again. Returns
