@@ -1651,23 +1651,23 @@ int warren_broker_consume(warren_broker *b, const char *queue, warren_error *err
 
 int warren_broker_cancel_consumers(warren_broker *b, warren_error *err)
 {
-    char reason[512];
-    int rc;
-
     if (b == NULL)
         return warren_error_set(err, WARREN_EINVAL, "warren_broker_cancel_consumers: NULL broker");
     while (b->nconsumers > 0) {
-        char *tag = b->consumers[b->nconsumers - 1];
+        /* Out of the list first: a channel reopened later must not consume
+         * it again. No wait for cancel-ok (nowait): a stopping worker's loop
+         * must keep heartbeating even if the broker does not answer. */
+        char *tag = b->consumers[--b->nconsumers];
+        amqp_basic_cancel_t m = {.consumer_tag = amqp_cstring_bytes(tag), .nowait = 1};
+        int status = b->dead ? AMQP_STATUS_OK
+                             : amqp_send_method(b->conn, CH_MAIN, AMQP_BASIC_CANCEL_METHOD, &m);
+        free(tag);
         if (b->dead)
             return dead_error(b, err);
-        /* Synchronous: deliveries that were on their way before cancel-ok
-         * are queued by rabbitmq-c and read by warren_broker_next. */
-        amqp_basic_cancel(b->conn, CH_MAIN, amqp_cstring_bytes(tag));
-        rc = reply_reason(b, CH_MAIN, amqp_get_rpc_reply(b->conn), reason, sizeof(reason));
-        if (rc != 0)
-            return fail(b, rc, "cancelling the consumer of", tag, reason, err);
-        b->nconsumers--;
-        free(tag);
+        if (status != AMQP_STATUS_OK) {
+            lost(b, amqp_error_string2(status));
+            return dead_error(b, err);
+        }
     }
     return 0;
 }

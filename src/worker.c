@@ -684,6 +684,8 @@ static void give_back(warren_worker *w, pend *p)
     rc = warren_broker_reject(w->b, p->d.tag, 1, &e);
     if (rc == WARREN_EBROKERCONN)
         broker_lost(w, &e);
+    else if (rc == WARREN_ESTALE)
+        return; /* its channel was reopened: the broker requeued it then */
     else if (rc != 0)
         warren_log(w->lg, WARREN_LOG_WARN, "worker %s: giving back %s: %s", w->id,
                    p->d.message_id ? p->d.message_id : "?", e.message);

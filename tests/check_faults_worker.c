@@ -333,6 +333,32 @@ static int pid_running(pid_t pid)
     return !(rp != NULL && rp[1] == ' ' && rp[2] == 'Z');
 }
 
+/* 1 if a line of the file at path contains needle. */
+static int file_has(const char *path, const char *needle)
+{
+    char line[1024];
+    int has = 0;
+    FILE *f = fopen(path, "r");
+    while (f != NULL && !has && fgets(line, sizeof(line), f) != NULL)
+        has = strstr(line, needle) != NULL;
+    if (f != NULL)
+        fclose(f);
+    return has;
+}
+
+/* The number in the file at path (0 if none). */
+static long file_long(const char *path)
+{
+    char buf[32] = "";
+    FILE *f = fopen(path, "r");
+    if (f != NULL) {
+        if (fgets(buf, sizeof(buf), f) == NULL)
+            buf[0] = '\0';
+        fclose(f);
+    }
+    return atol(buf);
+}
+
 /* Deliveries a worker holds unclaimed (PostgreSQL down) when it is told to
  * stop go back to their queue at once, not when its grace ends. */
 START_TEST(test_stopping_worker_gives_back_deliveries_it_could_not_claim)
@@ -344,16 +370,18 @@ START_TEST(test_stopping_worker_gives_back_deliveries_it_could_not_claim)
     int status;
 
     fenv_setup(&fe,
-               "worker = { concurrency = 4; shutdown_grace = \"20s\"; };\n"
+               "worker = { concurrency = 4; shutdown_grace = \"40s\"; };\n"
                "jobs = (\n"
                " { name = \"gl\"; at = \"2099-01-01T00:00:00Z\"; queue = \"g\"; lease = \"60s\";\n"
-               "   handler = { exec = [\"/bin/sh\", \"-c\", \"sleep 60\"]; }; },\n"
+               "   handler = { exec = [\"/bin/sh\", \"-c\", "
+               "\"echo $$ > \\\"$MARK_DIR/long.pid\\\"; exec sleep 60\"]; }; },\n"
                " { name = \"gq\"; at = \"2099-01-01T00:00:00Z\"; queue = \"g\"; overlap = "
                "\"allow\";\n"
                "   handler = { exec = [\"/bin/true\"]; }; }\n"
                ");\n",
                "g", "SELECT 1");
     char *db = fe.db;
+    setenv("MARK_DIR", fe.dir, 1);
     ck_assert_int_eq(warren_broker_open(fe.amqp, NULL, &b, &err), 0);
     planner_ctx pc = {0};
     pthread_t th;
@@ -361,63 +389,74 @@ START_TEST(test_stopping_worker_gives_back_deliveries_it_could_not_claim)
     ck_assert_int_eq(warren_planner_new(fe.cfg, db, fe.amqp, &test_logger, &pc.p, &err), 0);
     ck_assert_int_eq(pthread_create(&th, NULL, planner_main, &pc), 0);
     pid_t w = spawn_worker(&fe, "w.log", "g1");
-    /* A long run keeps the worker in its grace; two quick runs are due 4 s
-     * from now, published to the delay queues before PostgreSQL stops. */
+    /* A long run keeps the worker in its grace. */
     ck_assert_int_ge(
         testenv_psql(db,
                      "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) VALUES "
                      "('gl', date_trunc('second', now()) - interval '1 minute', now(), 'trigger');"
-                     "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) "
-                     "SELECT 'gq', date_trunc('second', now()) - make_interval(secs => g), "
-                     "now() + interval '4 seconds', 'trigger' FROM generate_series(1, 2) g; "
                      "NOTIFY warren_jobs",
                      NULL),
         0);
     ck_assert(wait_for(db, "running", 20000, "SELECT state FROM warren.runs WHERE job = 'gl'"));
+    /* Two quick runs due in 5 s, published to a delay queue before
+     * PostgreSQL stops. */
+    ck_assert_int_ge(
+        testenv_psql(db,
+                     "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) "
+                     "SELECT 'gq', date_trunc('second', now()) - make_interval(secs => g), "
+                     "now() + interval '5 seconds', 'trigger' FROM generate_series(1, 2) g; "
+                     "NOTIFY warren_jobs",
+                     NULL),
+        0);
     ck_assert(
-        wait_for(db, "2", 3000,
+        wait_for(db, "2", 4000,
                  "SELECT count(*) FROM warren.runs WHERE job = 'gq' AND state = 'published'"));
     pc.stop = 1;
     pthread_join(th, NULL);
     warren_planner_free(pc.p);
-    char *due_in = testenv_sql1(
-        db, "SELECT ceil(extract(epoch FROM max(due_at) - now()) * 1000) FROM warren.runs");
+    char *log_path = testenv_fmt("%s/w.log", fe.dir);
     ck_assert_int_eq(testenv_servers("stop-pg"), 0);
-    sleep_ms(atol(due_in) + 1500);
-    free(due_in);
-    /* Released and delivered to the worker, which cannot claim them. */
-    if (warren_broker_queue_count(b, "warren.ready.g", &ready, &consumers, &err) != 0 ||
+    /* Released and delivered to the worker, which cannot claim them: wait
+     * for its failed claim, then for the ready queue to be empty. */
+    int claimed_at_all = 0;
+    for (int i = 0; i < 150 && !claimed_at_all; i++) {
+        sleep_ms(100);
+        claimed_at_all = file_has(log_path, "(claim runs)");
+    }
+    sleep_ms(1000);
+    if (!claimed_at_all ||
+        warren_broker_queue_count(b, "warren.ready.g", &ready, &consumers, &err) != 0 ||
         ready != 0) {
         testenv_servers("restart-pg");
-        ck_abort_msg("the two runs were not delivered to the worker (%u ready): %s", ready,
-                     err.message);
+        ck_abort_msg("the two runs were not delivered to the worker (claim tried %d, %u ready): %s",
+                     claimed_at_all, ready, err.message);
     }
     kill(w, SIGTERM);
-    for (int i = 0; i < 30 && ready < 2; i++) {
+    int counted = 1;
+    for (int i = 0; i < 30 && counted && ready < 2; i++) {
         sleep_ms(100);
-        ck_assert_int_eq(warren_broker_queue_count(b, "warren.ready.g", &ready, &consumers, &err),
-                         0);
+        counted = warren_broker_queue_count(b, "warren.ready.g", &ready, &consumers, &err) == 0;
     }
     int alive = pid_running(w);
     /* PostgreSQL back before any assertion can end the test. */
     ck_assert_int_eq(testenv_servers("restart-pg"), 0);
+    ck_assert_msg(counted, "queue count: %s", err.message);
     ck_assert_msg(alive, "the worker exited: the test proves nothing");
     ck_assert_uint_eq(ready, 2); /* back while the worker is still in its grace */
-    /* The grace ends: the long run is stopped and recorded as a retry. */
+    /* End the long handler rather than wait out the grace: the worker
+     * records it as a retry and exits 0. */
+    char *pid_path = testenv_fmt("%s/long.pid", fe.dir);
+    long long_pid = file_long(pid_path);
+    free(pid_path);
+    ck_assert_int_gt(long_pid, 1);
+    kill((pid_t)long_pid, SIGKILL);
     for (int i = 0; i < 300 && pid_running(w); i++)
         sleep_ms(100);
     ck_assert_int_eq(waitpid(w, &status, 0), w);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "worker exit %d", status);
-    char *path = testenv_fmt("%s/w.log", fe.dir);
-    FILE *f = fopen(path, "r");
-    char line[1024];
-    int given = 0;
-    while (f != NULL && fgets(line, sizeof(line), f) != NULL)
-        given |= strstr(line, "given back 2)") != NULL;
-    if (f != NULL)
-        fclose(f);
-    free(path);
-    ck_assert_msg(given, "the worker's last line does not count 2 deliveries given back");
+    ck_assert_msg(file_has(log_path, "given back 2)"),
+                  "the worker's last line does not count 2 deliveries given back");
+    free(log_path);
     ck_assert(wait_for(db, "retry", 5000,
                        "SELECT outcome FROM warren.attempts WHERE run_key LIKE 'gl@%'"));
     warren_broker_free(b);

@@ -1107,10 +1107,12 @@ START_TEST(test_worker_stopping_hands_new_deliveries_to_other_workers)
     env e;
     env_setup(&e,
               "{ name = \"long\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qh\";"
-              "  handler = { exec = [\"/bin/sh\", \"-c\", \"sleep 60\"]; }; },"
+              "  handler = { exec = [\"/bin/sh\", \"-c\", "
+              "\"echo $$ > \\\"$MARK_DIR/long.pid\\\"; exec sleep 60\"]; }; },"
               "{ name = \"fresh\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qh\";"
               "  handler = { exec = [\"/bin/true\"]; }; }",
-              "concurrency = 4; shutdown_grace = \"12s\"; heartbeat_margin = \"1s\";", 5);
+              "concurrency = 4; shutdown_grace = \"40s\"; heartbeat_margin = \"1s\";", 5);
+    setenv("MARK_DIR", e.dir, 1);
     planner_start(&e);
     pid_t a = spawn_worker(&e, "a", "wa");
     add_runs(&e, "long", 1, 5);
@@ -1123,11 +1125,24 @@ START_TEST(test_worker_stopping_hands_new_deliveries_to_other_workers)
         wait_for(e.db, "published", 5000, "SELECT state FROM warren.runs WHERE job = 'fresh'"));
     sleep_ms(1500);
     pid_t b = spawn_worker(&e, "b", "wb");
-    ck_assert(wait_for(e.db, "succeeded|wb", 6000,
+    ck_assert(wait_for(e.db, "succeeded|wb", 20000,
                        "SELECT r.state || '|' || a.worker FROM warren.runs r "
                        "JOIN warren.attempts a USING (run_key) WHERE r.job = 'fresh'"));
     ck_assert_msg(pid_alive(a), "a exited before the fresh run was taken: the test proves nothing");
-    ck_assert_int_eq(wait_exit(a, 20000), 0);
+    /* End the long handler instead of waiting out the grace: a records it
+     * (a retry: killed by a signal) and exits 0. */
+    char *path = testenv_fmt("%s/long.pid", e.dir);
+    char *pid_text = read_text(path);
+    free(path);
+    ck_assert_int_gt(atoi(pid_text), 1);
+    kill(atoi(pid_text), SIGKILL);
+    free(pid_text);
+    ck_assert_int_eq(wait_exit(a, 15000), 0);
+    /* The broker never sent a the fresh run: its consumer was cancelled.
+     * (Without the cancel, a gets it and gives it back over and over, each
+     * time counted towards x-delivery-limit.) */
+    ck_assert(log_has(&e, "a", "stopped (received 1, started 1,"));
+    ck_assert(log_has(&e, "a", "given back 0)"));
     kill(b, SIGTERM);
     ck_assert_int_eq(wait_exit(b, 15000), 0);
     env_teardown(&e);

@@ -10,6 +10,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,16 +151,27 @@ static void spawn_redirect(const char *path, int fd, int append)
 
 pid_t testenv_spawn(char *const argv[], const char *out_path, const char *err_path, int append)
 {
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGINT);
     fflush(NULL);
+    /* Check's runner installs SIGTERM/SIGINT handlers that kill the test's
+     * process group; the child must not run them before its exec. */
+    pthread_sigmask(SIG_BLOCK, &block, &old);
     pid_t pid = fork();
-    if (pid < 0)
-        fail("fork: %s", strerror(errno));
     if (pid == 0) {
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGINT, SIG_DFL);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
         spawn_redirect(out_path, STDOUT_FILENO, append);
         spawn_redirect(err_path, STDERR_FILENO, append);
         execv(argv[0], argv);
         _exit(127);
     }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (pid < 0)
+        fail("fork: %s", strerror(errno));
     return pid;
 }
 

@@ -216,11 +216,12 @@ int warren_broker_consume(warren_broker *b, const char *queue, warren_error *err
  * warren_broker_confirm_wait. Connection loss: WARREN_EBROKERCONN. */
 int warren_broker_next(warren_broker *b, int timeout_ms, warren_delivery *d, int *got,
                        warren_error *err);
-/* Cancels every consumer of this connection (basic.cancel, waiting for each
- * cancel-ok): the broker sends no new deliveries afterwards, and a reopened
- * channel does not consume again. Deliveries sent before the cancel still
- * arrive through warren_broker_next; settle them (a stopping worker rejects
- * them with requeue so another consumer gets them at once). */
+/* Cancels every consumer of this connection (basic.cancel with nowait: it
+ * does not wait for the broker) and forgets them, so a reopened channel does
+ * not consume again. Deliveries the broker sent before it processed the
+ * cancel still arrive through warren_broker_next; settle them (a stopping
+ * worker rejects them with requeue so another consumer gets them at once).
+ * WARREN_EBROKERCONN if the connection is gone. */
 int warren_broker_cancel_consumers(warren_broker *b, warren_error *err);
 /* Acknowledges a delivery. WARREN_ESTALE if channel 1 was reopened since the
  * delivery (the broker requeued it already). */
