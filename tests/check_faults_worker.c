@@ -55,6 +55,7 @@ static int wait_for(const char *url, const char *want, long timeout_ms, const ch
 
 typedef struct planner_ctx {
     warren_planner *p;
+    pthread_t th;
     volatile sig_atomic_t stop;
 } planner_ctx;
 
@@ -122,6 +123,25 @@ static void fenv_teardown(fenv *fe)
     free(fe->amqp);
 }
 
+/* The real planner (relay, outbox, reconciler) on a thread of this process. */
+static void planner_start(planner_ctx *pc, const fenv *fe)
+{
+    warren_error err = {0};
+    test_logger.ud = stderr;
+    ck_assert_msg(warren_planner_new(fe->cfg, fe->db, fe->amqp, &test_logger, &pc->p, &err) == 0,
+                  "planner: %s", err.message);
+    pc->stop = 0;
+    ck_assert_int_eq(pthread_create(&pc->th, NULL, planner_main, pc), 0);
+}
+
+static void planner_stop(planner_ctx *pc)
+{
+    pc->stop = 1;
+    pthread_join(pc->th, NULL);
+    warren_planner_free(pc->p);
+    pc->p = NULL;
+}
+
 /* `warren worker` with id, stderr to DIR/log (appended). */
 static pid_t spawn_worker(const fenv *fe, const char *log, const char *id)
 {
@@ -136,7 +156,6 @@ static pid_t spawn_worker(const fenv *fe, const char *log, const char *id)
  * two `warren worker` processes; `which` server restarts while they flow. */
 static void run_restart_scenario(const char *which)
 {
-    warren_error err = {0};
     fenv fe;
 
     /* sink.n counts how often the sql handler's effect committed: must stay 1. */
@@ -162,10 +181,7 @@ static void run_restart_scenario(const char *which)
     char *db = fe.db;
 
     planner_ctx pc = {0};
-    pthread_t th;
-    test_logger.ud = stderr;
-    ck_assert_int_eq(warren_planner_new(fe.cfg, db, fe.amqp, &test_logger, &pc.p, &err), 0);
-    ck_assert_int_eq(pthread_create(&th, NULL, planner_main, &pc), 0);
+    planner_start(&pc, &fe);
 
     pid_t w[2] = {spawn_worker(&fe, "w0.log", "fw0"), spawn_worker(&fe, "w1.log", "fw1")};
     /* 400 sql runs and 60 exec runs, due now. */
@@ -214,9 +230,7 @@ static void run_restart_scenario(const char *which)
         ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "worker %d exit %d", i,
                       status);
     }
-    pc.stop = 1;
-    pthread_join(th, NULL);
-    warren_planner_free(pc.p);
+    planner_stop(&pc);
     fenv_teardown(&fe);
 }
 
@@ -262,10 +276,7 @@ START_TEST(test_worker_keeps_messages_unacked_while_postgresql_is_down)
     ck_assert_int_eq(warren_broker_open(fe.amqp, NULL, &b, &err), 0);
 
     planner_ctx pc = {0};
-    pthread_t th;
-    test_logger.ud = stderr;
-    ck_assert_int_eq(warren_planner_new(fe.cfg, db, fe.amqp, &test_logger, &pc.p, &err), 0);
-    ck_assert_int_eq(pthread_create(&th, NULL, planner_main, &pc), 0);
+    planner_start(&pc, &fe);
     pid_t w = spawn_worker(&fe, "w.log", "fd1");
     ck_assert_int_ge(testenv_psql(db,
                                   "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) "
@@ -277,9 +288,7 @@ START_TEST(test_worker_keeps_messages_unacked_while_postgresql_is_down)
     ck_assert(wait_for(db, "6", 20000, "SELECT count(*) FROM warren.runs WHERE state = 'running'"));
     /* The handlers sleep 2 s: stop the planner (nothing may republish), then
      * PostgreSQL, while they run; they finish with nowhere to record it. */
-    pc.stop = 1;
-    pthread_join(th, NULL);
-    warren_planner_free(pc.p);
+    planner_stop(&pc);
     ck_assert_int_eq(testenv_servers("stop-pg"), 0);
     sleep_ms(4000);
     ck_assert_int_eq(warren_broker_queue_count(b, "warren.ready.d", &ready, &consumers, &err), 0);
@@ -298,9 +307,7 @@ START_TEST(test_worker_keeps_messages_unacked_while_postgresql_is_down)
      * back, a new worker claims them after the lease and records each once. */
     ck_assert_int_eq(testenv_servers("restart-pg"), 0);
     ck_assert_int_ge(testenv_psql(db, "UPDATE warren.runs SET lease_until = now()", NULL), 0);
-    ck_assert_int_eq(warren_planner_new(fe.cfg, db, fe.amqp, &test_logger, &pc.p, &err), 0);
-    pc.stop = 0;
-    ck_assert_int_eq(pthread_create(&th, NULL, planner_main, &pc), 0);
+    planner_start(&pc, &fe);
     w = spawn_worker(&fe, "w.log", "fd2");
     ck_assert(
         wait_for(db, "6", 60000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
@@ -308,30 +315,11 @@ START_TEST(test_worker_keeps_messages_unacked_while_postgresql_is_down)
     kill(w, SIGTERM);
     waitpid(w, &status, 0);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "worker exit %d", status);
-    pc.stop = 1;
-    pthread_join(th, NULL);
-    warren_planner_free(pc.p);
+    planner_stop(&pc);
     warren_broker_free(b);
     fenv_teardown(&fe);
 }
 END_TEST
-
-/* 1 if pid runs (a zombie counts as gone). */
-static int pid_running(pid_t pid)
-{
-    char path[64], buf[512];
-    if (kill(pid, 0) != 0)
-        return 0;
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return 0;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *rp = strrchr(buf, ')');
-    return !(rp != NULL && rp[1] == ' ' && rp[2] == 'Z');
-}
 
 /* 1 if a line of the file at path contains needle. */
 static int file_has(const char *path, const char *needle)
@@ -384,10 +372,7 @@ START_TEST(test_stopping_worker_gives_back_deliveries_it_could_not_claim)
     setenv("MARK_DIR", fe.dir, 1);
     ck_assert_int_eq(warren_broker_open(fe.amqp, NULL, &b, &err), 0);
     planner_ctx pc = {0};
-    pthread_t th;
-    test_logger.ud = stderr;
-    ck_assert_int_eq(warren_planner_new(fe.cfg, db, fe.amqp, &test_logger, &pc.p, &err), 0);
-    ck_assert_int_eq(pthread_create(&th, NULL, planner_main, &pc), 0);
+    planner_start(&pc, &fe);
     pid_t w = spawn_worker(&fe, "w.log", "g1");
     /* A long run keeps the worker in its grace. */
     ck_assert_int_ge(
@@ -411,9 +396,7 @@ START_TEST(test_stopping_worker_gives_back_deliveries_it_could_not_claim)
     ck_assert(
         wait_for(db, "2", 4000,
                  "SELECT count(*) FROM warren.runs WHERE job = 'gq' AND state = 'published'"));
-    pc.stop = 1;
-    pthread_join(th, NULL);
-    warren_planner_free(pc.p);
+    planner_stop(&pc);
     char *log_path = testenv_fmt("%s/w.log", fe.dir);
     ck_assert_int_eq(testenv_servers("stop-pg"), 0);
     /* Released and delivered to the worker, which cannot claim them: wait
@@ -437,7 +420,7 @@ START_TEST(test_stopping_worker_gives_back_deliveries_it_could_not_claim)
         sleep_ms(100);
         counted = warren_broker_queue_count(b, "warren.ready.g", &ready, &consumers, &err) == 0;
     }
-    int alive = pid_running(w);
+    int alive = testenv_pid_alive(w);
     /* PostgreSQL back before any assertion can end the test. */
     ck_assert_int_eq(testenv_servers("restart-pg"), 0);
     ck_assert_msg(counted, "queue count: %s", err.message);
@@ -450,7 +433,7 @@ START_TEST(test_stopping_worker_gives_back_deliveries_it_could_not_claim)
     free(pid_path);
     ck_assert_int_gt(long_pid, 1);
     kill((pid_t)long_pid, SIGKILL);
-    for (int i = 0; i < 300 && pid_running(w); i++)
+    for (int i = 0; i < 300 && testenv_pid_alive(w); i++)
         sleep_ms(100);
     ck_assert_int_eq(waitpid(w, &status, 0), w);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "worker exit %d", status);

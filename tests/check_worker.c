@@ -228,23 +228,6 @@ static int wait_exit(pid_t pid, long timeout_ms)
     return -1;
 }
 
-/* 1 if pid runs (a zombie, exited but not reaped by a non-reaping init, counts as gone). */
-static int pid_alive(int pid)
-{
-    char path[64], buf[512];
-    if (pid <= 0 || kill(pid, 0) != 0)
-        return 0;
-    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return 0;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *rp = strrchr(buf, ')');
-    return !(rp != NULL && rp[1] == ' ' && rp[2] == 'Z');
-}
-
 static char *read_text(const char *path)
 {
     FILE *f = fopen(path, "r");
@@ -884,7 +867,7 @@ START_TEST(test_worker_stopped_past_its_lease_is_fenced_off)
     char *pidf = testenv_fmt("%s/slow.pid", e.dir);
     char *pidt = read_text(pidf);
     ck_assert_int_gt(atoi(pidt), 0);
-    ck_assert_msg(!pid_alive(atoi(pidt)), "the stale handler %s still runs", pidt);
+    ck_assert_msg(!testenv_pid_alive(atoi(pidt)), "the stale handler %s still runs", pidt);
     free(pidt);
     free(pidf);
     ck_assert(
@@ -932,7 +915,7 @@ START_TEST(test_worker_stops_a_handler_whose_run_was_cancelled_by_a_newer_run)
     char *pidf = testenv_fmt("%s/slow.pid", e.dir);
     char *pidt = read_text(pidf);
     ck_assert_int_gt(atoi(pidt), 0);
-    ck_assert_msg(!pid_alive(atoi(pidt)), "the cancelled handler %s still runs", pidt);
+    ck_assert_msg(!testenv_pid_alive(atoi(pidt)), "the cancelled handler %s still runs", pidt);
     free(pidt);
     free(pidf);
     ck_assert(wait_for(e.db, "cancelled|succeeded", 1000,
@@ -1062,7 +1045,7 @@ START_TEST(test_worker_timeout_kills_the_process_group_and_retries)
     char *pidt = read_text(pidf);
     ck_assert_int_gt(atoi(pidt), 0);
     sleep_ms(200);
-    ck_assert_msg(!pid_alive(atoi(pidt)), "grandchild %s survived the timeout", pidt);
+    ck_assert_msg(!testenv_pid_alive(atoi(pidt)), "grandchild %s survived the timeout", pidt);
     free(pidt);
     free(pidf);
     kill(a, SIGTERM);
@@ -1128,7 +1111,8 @@ START_TEST(test_worker_stopping_hands_new_deliveries_to_other_workers)
     ck_assert(wait_for(e.db, "succeeded|wb", 20000,
                        "SELECT r.state || '|' || a.worker FROM warren.runs r "
                        "JOIN warren.attempts a USING (run_key) WHERE r.job = 'fresh'"));
-    ck_assert_msg(pid_alive(a), "a exited before the fresh run was taken: the test proves nothing");
+    ck_assert_msg(testenv_pid_alive(a),
+                  "a exited before the fresh run was taken: the test proves nothing");
     /* End the long handler instead of waiting out the grace: a records it
      * (a retry: killed by a signal) and exits 0. */
     char *path = testenv_fmt("%s/long.pid", e.dir);

@@ -175,6 +175,22 @@ pid_t testenv_spawn(char *const argv[], const char *out_path, const char *err_pa
     return pid;
 }
 
+int testenv_pid_alive(pid_t pid)
+{
+    char path[64], buf[512];
+    if (pid <= 0 || kill(pid, 0) != 0)
+        return 0;
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *rp = strrchr(buf, ')');
+    return !(rp != NULL && rp[1] == ' ' && rp[2] == 'Z');
+}
+
 int testenv_restart(const char *which)
 {
     if (strcmp(which, "pg") != 0 && strcmp(which, "rabbit") != 0)

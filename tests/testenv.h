@@ -105,6 +105,10 @@ int testenv_servers(const char *command);
  * Returns the pid. */
 pid_t testenv_spawn(char *const argv[], const char *out_path, const char *err_path, int append);
 
+/* 1 if pid is running; a zombie (exited, not yet reaped, e.g. under an init
+ * that does not reap) counts as gone. */
+int testenv_pid_alive(pid_t pid);
+
 /* Runs `tests/servers.sh restart-pg` (which "pg") or `restart-rabbit`
  * ("rabbit") and waits until the server accepts connections again. Returns
  * the script's exit status (0 ok). PostgreSQL restarts in well under a
