@@ -411,7 +411,11 @@ START_TEST(test_overlap_skip_skips_the_newer_run_with_a_note)
 }
 END_TEST
 
-START_TEST(test_overlap_skip_ignores_a_run_whose_lease_expired)
+/* A run whose lease expired does not hold back the job's next run, and the
+ * claim that starts the next run reaps it: its holder (paused, not dead) can
+ * neither heartbeat nor complete it afterwards, so the two never both count
+ * as running or succeeded. */
+START_TEST(test_overlap_skip_reaps_a_run_whose_lease_expired)
 {
     char *url = setup("skip", 5, 1000, 60000, 30000);
     add_run2(url);
@@ -420,6 +424,20 @@ START_TEST(test_overlap_skip_ignores_a_run_whose_lease_expired)
     char *a = claim(url, RK2, "w2");
     ck_assert_str_eq(a, "1");
     free(a);
+    ck_q(url, "retrying|1",
+         "SELECT state || '|' || (note LIKE '%%reaped at %%by the overlap check of " RK2
+         "%%')::int "
+         "FROM warren.runs WHERE run_key = '" RK "'");
+    ck_q(url, "lease_lost",
+         "SELECT outcome FROM warren.attempts WHERE run_key = '" RK "' AND attempt = 1");
+    ck_q(url, "f", "SELECT warren.heartbeat('" RK "', 1)");
+    ck_q(url, "f", "SELECT warren.complete('" RK "', 1, 'succeeded')");
+    ck_q(url, "1", "SELECT count(*) FROM warren.outbox WHERE routing_key = 'run.lease_lost.j1'");
+    /* its retry, while the newer run holds its lease: skipped */
+    ck_q(url, "0",
+         "UPDATE warren.runs SET due_at = now() WHERE run_key = '" RK "'; "
+         "SELECT count(*) FROM warren.claim('" RK "', 'w3')");
+    ck_q(url, "skipped", "SELECT state FROM warren.runs WHERE run_key = '" RK "'");
     free(url);
 }
 END_TEST
@@ -646,7 +664,7 @@ static Suite *protocol_suite(void)
 
     tc = tcase_create("overlap");
     tcase_add_test(tc, test_overlap_skip_skips_the_newer_run_with_a_note);
-    tcase_add_test(tc, test_overlap_skip_ignores_a_run_whose_lease_expired);
+    tcase_add_test(tc, test_overlap_skip_reaps_a_run_whose_lease_expired);
     tcase_add_test(tc, test_overlap_allow_runs_both);
     tcase_add_test(tc, test_overlap_queue_holds_the_newer_run_until_the_older_finishes);
     tcase_add_test(tc, test_overlap_cancel_previous_revokes_the_older_lease);
