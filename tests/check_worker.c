@@ -86,9 +86,11 @@ static int wait_for(const char *url, const char *want, long timeout_ms, const ch
     }
 }
 
-/* A fresh database and vhost, a config with the given jobs (libconfig list
- * body) and worker settings, the config synced and the topology declared. */
-static void env_setup(env *e, const char *jobs, const char *worker_settings, int delivery_limit)
+/* A fresh database and vhost, a config with the given planner settings,
+ * jobs (libconfig list body) and worker settings, the config synced and the
+ * topology declared. */
+static void env_setup_planner(env *e, const char *planner, const char *jobs,
+                              const char *worker_settings, int delivery_limit)
 {
     warren_error err = {0};
     warren_diags diags = {0};
@@ -105,17 +107,16 @@ static void env_setup(env *e, const char *jobs, const char *worker_settings, int
     ck_assert_ptr_nonnull(mkdtemp(tmpl));
     e->dir = strdup(tmpl);
     e->cfg_path = testenv_fmt("%s/warren.cfg", e->dir);
-    char *text = testenv_fmt(
-        "database = { url = \"%s\"; };\n"
-        "broker = { url = \"%s\"; delivery_limit = %d; };\n"
-        "planner = { tick = \"100ms\"; reconcile_grace = \"2s\"; horizon = \"10s\"; };\n"
-        "worker = { %s };\n"
-        "jobs = ( %s );\n",
-        e->db, e->amqp, delivery_limit,
-        worker_settings ? worker_settings
-                        : "concurrency = 4; shutdown_grace = \"3s\"; "
-                          "heartbeat_margin = \"500ms\";",
-        jobs);
+    char *text = testenv_fmt("database = { url = \"%s\"; };\n"
+                             "broker = { url = \"%s\"; delivery_limit = %d; };\n"
+                             "planner = { %s };\n"
+                             "worker = { %s };\n"
+                             "jobs = ( %s );\n",
+                             e->db, e->amqp, delivery_limit, planner,
+                             worker_settings ? worker_settings
+                                             : "concurrency = 4; shutdown_grace = \"3s\"; "
+                                               "heartbeat_margin = \"500ms\";",
+                             jobs);
     write_file(e->cfg_path, text, 0644);
     free(text);
     if (warren_config_load(e->cfg_path, &e->cfg, &diags, &err) != 0) {
@@ -141,6 +142,13 @@ static void env_setup(env *e, const char *jobs, const char *worker_settings, int
               "at timestamptz DEFAULT clock_timestamp())");
     setenv("SINK_URL", e->db, 1);
     setenv("PATH", "/usr/bin:/bin", 1);
+}
+
+/* env_setup_planner with a fast planner (100 ms tick). */
+static void env_setup(env *e, const char *jobs, const char *worker_settings, int delivery_limit)
+{
+    env_setup_planner(e, "tick = \"100ms\"; reconcile_grace = \"2s\"; horizon = \"10s\";", jobs,
+                      worker_settings, delivery_limit);
 }
 
 static void *planner_main(void *arg)
@@ -1024,6 +1032,32 @@ START_TEST(test_worker_retries_until_success_then_until_dead_and_replay)
 }
 END_TEST
 
+/* A retry due before the planner's next tick is not late by that tick: the
+ * failed completion wakes the planner (NOTIFY), whose relay publishes the
+ * retry to its delay queue at once. The tick here is 30 s, so without the
+ * wake-up attempt 2 would start about 30 s after attempt 1. */
+START_TEST(test_worker_retry_wakes_the_relay_before_its_tick)
+{
+    env e;
+    env_setup_planner(&e, "tick = \"30s\"; reconcile_grace = \"60s\"; horizon = \"60s\";",
+                      "{ name = \"again\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qw\";"
+                      "  handler = { exec = \"exec \\\"$MARK_DIR/handler.sh\\\"\"; shell = true; };"
+                      "  retry = { max_attempts = 3; base = \"500ms\"; cap = \"1s\"; }; }",
+                      NULL, 5);
+    free(install_handler(&e));
+    setenv("CODE_1", "75", 1);
+    unsetenv("CODE_2");
+    planner_start(&e);
+    pid_t a = spawn_worker(&e, "a", "wa");
+    add_runs(&e, "again", 1, 5); /* its NOTIFY wakes the planner for attempt 1 */
+    ck_assert(wait_for(e.db, "succeeded|2", 10000,
+                       "SELECT state || '|' || attempt FROM warren.runs WHERE job = 'again'"));
+    kill(a, SIGTERM);
+    ck_assert_int_eq(wait_exit(a, 15000), 0);
+    env_teardown(&e);
+}
+END_TEST
+
 START_TEST(test_worker_timeout_kills_the_process_group_and_retries)
 {
     env e;
@@ -1298,6 +1332,7 @@ static Suite *worker_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_worker_retries_until_success_then_until_dead_and_replay);
     tcase_add_test(tc, test_worker_timeout_kills_the_process_group_and_retries);
+    tcase_add_test(tc, test_worker_retry_wakes_the_relay_before_its_tick);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("shutdown");
