@@ -704,15 +704,10 @@ static void stop_consuming(warren_worker *w)
         else
             warren_log(w->lg, WARREN_LOG_WARN, "worker %s: %s", w->id, e.message);
     }
-    while (w->pq_len > 0) {
-        pend *p = &w->pq[w->pq_head];
-        give_back(w, p); /* may call broker_lost, which empties the queue */
-        if (w->pq_len == 0)
-            break;
-        pend_clear(p);
-        w->pq_head = (w->pq_head + 1) % w->pq_cap;
-        w->pq_len--;
-    }
+    /* give_back may lose the connection: broker_lost then empties the queue */
+    for (size_t i = 0; i < w->pq_len; i++)
+        give_back(w, pq_at(w, i));
+    pq_clear(w);
 }
 
 /* Checks a delivery. Returns NULL if it is a run this worker can handle

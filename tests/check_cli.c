@@ -87,15 +87,9 @@ static void cli(const env *e, cli_result *r, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void cli(const env *e, cli_result *r, const char *fmt, ...)
 {
-    va_list ap, cp;
+    va_list ap;
     va_start(ap, fmt);
-    va_copy(cp, ap);
-    int n = vsnprintf(NULL, 0, fmt, cp);
-    va_end(cp);
-    ck_assert_int_ge(n, 0);
-    char *args = malloc((size_t)n + 1);
-    ck_assert_ptr_nonnull(args);
-    vsnprintf(args, (size_t)n + 1, fmt, ap);
+    char *args = testenv_vfmt(fmt, ap);
     va_end(ap);
     char *errpath = testenv_fmt("%s/stderr", e->dir);
     char *cmd = testenv_fmt("%s %s -c %s 2>%s", WARREN_BINARY, args, e->cfg_path, errpath);

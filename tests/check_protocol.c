@@ -15,37 +15,10 @@
 #define RK "j1@2026-01-01T00:00:00Z"
 #define RK2 "j1@2026-01-01T00:01:00Z"
 
-static char *vfmt(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
-static char *vfmt(const char *fmt, va_list ap)
-{
-    va_list cp;
-    va_copy(cp, ap);
-    int n = vsnprintf(NULL, 0, fmt, cp);
-    va_end(cp);
-    ck_assert_int_ge(n, 0);
-    char *s = malloc((size_t)n + 1);
-    ck_assert_ptr_nonnull(s);
-    vsnprintf(s, (size_t)n + 1, fmt, ap);
-    return s;
-}
-
-/* First value of a formatted query (new, may be NULL); fails the test on error. */
-static char *q1(const char *url, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static char *q1(const char *url, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    char *sql = vfmt(fmt, ap);
-    va_end(ap);
-    char *v = testenv_sql1(url, sql);
-    free(sql);
-    return v;
-}
-
 /* Asserts the first value of a query equals want ("<null>" for SQL NULL). */
 #define ck_q(url, want, ...)                                                                       \
     do {                                                                                           \
-        char *got_ = q1(url, __VA_ARGS__);                                                         \
+        char *got_ = testenv_sql1f(url, __VA_ARGS__);                                              \
         ck_assert_str_eq(got_ ? got_ : "<null>", want);                                            \
         free(got_);                                                                                \
     } while (0)
@@ -56,7 +29,7 @@ static int qn(const char *url, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    char *sql = vfmt(fmt, ap);
+    char *sql = testenv_vfmt(fmt, ap);
     va_end(ap);
     int n = testenv_psql(url, sql, NULL);
     free(sql);
@@ -89,7 +62,7 @@ static void add_run2(const char *url)
 /* Claims key for worker w: the attempt as text, or NULL when no row came back. */
 static char *claim(const char *url, const char *key, const char *w)
 {
-    return q1(url, "SELECT attempt FROM warren.claim('%s', '%s')", key, w);
+    return testenv_sql1f(url, "SELECT attempt FROM warren.claim('%s', '%s')", key, w);
 }
 
 static void expire_lease(const char *url, const char *key)
@@ -106,8 +79,9 @@ static void expire_lease(const char *url, const char *key)
 START_TEST(test_claim_returns_attempt_payload_and_lease)
 {
     char *url = setup("skip", 5, 1000, 60000, 30000);
-    char *row = q1(url, "SELECT format('%%s|%%s|%%s|%%s|%%s', attempt, job, scheduled_at, payload, "
-                        "lease_seconds) FROM warren.claim('" RK "', 'w1')");
+    char *row = testenv_sql1f(
+        url, "SELECT format('%%s|%%s|%%s|%%s|%%s', attempt, job, scheduled_at, payload, "
+             "lease_seconds) FROM warren.claim('" RK "', 'w1')");
     ck_assert_str_eq(row, "1|j1|2026-01-01 00:00:00+00|{\"k\": 7}|30");
     free(row);
     ck_q(url, "running|w1|t",
@@ -269,9 +243,10 @@ START_TEST(test_retry_schedules_full_jitter_backoff_within_bounds)
             free(got);
             ck_q(url, "t", "SELECT warren.complete('" RK "', %d, 'retry', 'boom %d')", a, a);
             /* complete's now() is the attempt's finished_at (same transaction). */
-            char *d = q1(url, "SELECT extract(epoch FROM r.due_at - a.finished_at) * 1000 FROM "
-                              "warren.runs r JOIN warren.attempts a ON a.run_key = r.run_key AND "
-                              "a.attempt = r.attempt");
+            char *d = testenv_sql1f(
+                url, "SELECT extract(epoch FROM r.due_at - a.finished_at) * 1000 FROM "
+                     "warren.runs r JOIN warren.attempts a ON a.run_key = r.run_key AND "
+                     "a.attempt = r.attempt");
             double ms = atof(d);
             free(d);
             double bound = a >= 3 ? 5000.0 : 1000.0 * (double)(1 << a);

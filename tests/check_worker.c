@@ -551,6 +551,19 @@ static void worker_thread_start(env *e, worker_thread *wt, const char *name, war
     ck_assert_int_eq(pthread_create(&wt->th, NULL, worker_main, wt), 0);
 }
 
+/* For the tests of handlers left behind: jobs with a short shutdown grace,
+ * an in-process worker (C handler name/fn/ud, may be NULL), the planner, and
+ * one run of job due now. */
+static void leave_behind_start(env *e, worker_thread *wt, const char *jobs, const char *job,
+                               const char *name, warren_handler_fn fn, void *ud)
+{
+    env_setup(e, jobs, "concurrency = 2; shutdown_grace = \"200ms\"; heartbeat_margin = \"500ms\";",
+              5);
+    worker_thread_start(e, wt, name, fn, ud);
+    planner_start(e);
+    add_runs(e, job, 1, 5);
+}
+
 /* Stops it and waits for warren_worker_run to return 0 (the worker is not
  * freed: its stats stay readable). */
 static void worker_thread_join(worker_thread *wt)
@@ -634,13 +647,10 @@ START_TEST(test_worker_leaves_a_handler_that_ignores_should_stop)
     worker_thread wt = {0};
 
     atomic_init(&release, 0);
-    env_setup(&e,
-              "{ name = \"mule\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qm\";"
-              "  handler = { c = \"stubborn\"; }; }",
-              "concurrency = 2; shutdown_grace = \"200ms\"; heartbeat_margin = \"500ms\";", 5);
-    worker_thread_start(&e, &wt, "stubborn", c_stubborn, &release);
-    planner_start(&e);
-    add_runs(&e, "mule", 1, 5);
+    leave_behind_start(&e, &wt,
+                       "{ name = \"mule\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qm\";"
+                       "  handler = { c = \"stubborn\"; }; }",
+                       "mule", "stubborn", c_stubborn, &release);
     ck_assert(wait_for(e.db, "running", 15000, "SELECT state FROM warren.runs WHERE job = 'mule'"));
     int64_t t0 = now_ms();
     worker_thread_join(&wt);
@@ -664,13 +674,10 @@ START_TEST(test_worker_leaves_a_running_sql_handler_at_shutdown)
     env e;
     worker_thread wt = {0};
 
-    env_setup(&e,
-              "{ name = \"nap\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qn\";"
-              "  handler = { sql = \"SELECT pg_sleep(7)\"; }; }",
-              "concurrency = 2; shutdown_grace = \"200ms\"; heartbeat_margin = \"500ms\";", 5);
-    worker_thread_start(&e, &wt, NULL, NULL, NULL);
-    planner_start(&e);
-    add_runs(&e, "nap", 1, 5);
+    leave_behind_start(&e, &wt,
+                       "{ name = \"nap\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qn\";"
+                       "  handler = { sql = \"SELECT pg_sleep(7)\"; }; }",
+                       "nap", NULL, NULL, NULL);
     ck_assert(wait_for(e.db, "1", 15000,
                        "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(7)'"));
     worker_thread_join(&wt); /* grace + kill grace + 5 s, then it leaves */
@@ -697,14 +704,11 @@ START_TEST(test_worker_leaves_a_timed_out_handler_that_ignores_should_stop)
     worker_thread wt = {0};
 
     atomic_init(&release, 0);
-    env_setup(&e,
-              "{ name = \"stuck\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qs\";"
-              "  handler = { c = \"stubborn\"; }; timeout = \"300ms\";"
-              "  retry = { max_attempts = 1; }; }",
-              "concurrency = 2; shutdown_grace = \"200ms\"; heartbeat_margin = \"500ms\";", 5);
-    worker_thread_start(&e, &wt, "stubborn", c_stubborn, &release);
-    planner_start(&e);
-    add_runs(&e, "stuck", 1, 5);
+    leave_behind_start(&e, &wt,
+                       "{ name = \"stuck\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qs\";"
+                       "  handler = { c = \"stubborn\"; }; timeout = \"300ms\";"
+                       "  retry = { max_attempts = 1; }; }",
+                       "stuck", "stubborn", c_stubborn, &release);
     /* timeout 300 ms + kill grace 250 ms, while the handler keeps running */
     ck_assert(wait_for(e.db, "dead|true", 15000,
                        "SELECT state || '|' || (last_error LIKE 'timed out after 300 ms and did "

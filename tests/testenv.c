@@ -56,7 +56,7 @@ static char *xstrdup(const char *s)
     return memcpy(xmalloc(n), s, n);
 }
 
-static char *vfmt(const char *fmt, va_list ap)
+char *testenv_vfmt(const char *fmt, va_list ap)
 {
     va_list cp;
     va_copy(cp, ap);
@@ -73,7 +73,7 @@ char *testenv_fmt(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    char *s = vfmt(fmt, ap);
+    char *s = testenv_vfmt(fmt, ap);
     va_end(ap);
     return s;
 }
@@ -119,7 +119,7 @@ char *testenv_sql1f(const char *db_url, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    char *sql = vfmt(fmt, ap);
+    char *sql = testenv_vfmt(fmt, ap);
     va_end(ap);
     char *v = testenv_sql1(db_url, sql);
     free(sql);

@@ -26,6 +26,7 @@
 #ifndef WARREN_TESTENV_H
 #define WARREN_TESTENV_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -121,6 +122,8 @@ int testenv_restart(const char *which);
  * clean drops those older than an hour. */
 char *testenv_unique_name(const char *prefix);
 
+/* vsnprintf into a new string (fails the test if out of memory). */
+char *testenv_vfmt(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
 /* printf into a new string (free it); fails the test when out of memory. */
 char *testenv_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
