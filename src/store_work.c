@@ -20,6 +20,11 @@
     "SELECT run_key, attempt, job, scheduled_at, payload, lease_seconds "                          \
     "FROM warren.claim_many($1::text[], $2::text)"
 
+/* warren.reclaim_many: the same, for runs whose claim answer was lost. */
+#define SQL_RECLAIM_BATCH                                                                          \
+    "SELECT run_key, attempt, job, scheduled_at, payload, lease_seconds "                          \
+    "FROM warren.reclaim_many($1::text[], $2::text)"
+
 #define SQL_HEARTBEAT_BATCH                                                                        \
     "SELECT t.i, warren.heartbeat(t.k, t.a) "                                                      \
     "FROM unnest($1::text[], $2::int[]) WITH ORDINALITY AS t(k, a, i)"
@@ -181,15 +186,17 @@ void warren_claim_clear(warren_claim *c)
     memset(c, 0, sizeof(*c));
 }
 
-int warren_store_claim_batch(warren_store *st, const char *const *keys, size_t n,
-                             const char *worker, warren_claim *out, warren_error *err)
+/* claim_many and reclaim_many: the same arguments and result rows. */
+static int claim_rows(warren_store *st, const char *stmt, const char *sql, const char *fn,
+                      const char *const *keys, size_t n, const char *worker, warren_claim *out,
+                      warren_error *err)
 {
     sbuf arr = {0};
     PGresult *res = NULL;
     int rc;
 
     if (st == NULL || worker == NULL || (n > 0 && (keys == NULL || out == NULL)))
-        return warren_error_set(err, WARREN_EINVAL, "warren_store_claim_batch: bad arguments");
+        return warren_error_set(err, WARREN_EINVAL, "%s: bad arguments", fn);
     for (size_t i = 0; i < n; i++)
         memset(&out[i], 0, sizeof(out[i]));
     if (n == 0)
@@ -209,7 +216,7 @@ int warren_store_claim_batch(warren_store *st, const char *const *keys, size_t n
     for (size_t i = 0; i < n; i++)
         ix[i] = (key_ix){keys[i], i};
     key_ix_sort(ix, n);
-    rc = warren__store_exec_prepared(st, "work_claim_batch", SQL_CLAIM_BATCH, 2, params, &res,
+    rc = warren__store_exec_prepared(st, stmt, sql, 2, params, &res,
                                      n == 1 ? "claim run" : "claim runs", err);
     free(arr.p);
     if (rc != 0) {
@@ -231,8 +238,8 @@ int warren_store_claim_batch(warren_store *st, const char *const *keys, size_t n
                 warren__store_get_us(res, r, 3, &c->scheduled_at) != 0 ||
                 warren__store_get_int(res, r, 5, &c->lease_seconds) != 0 || job == NULL ||
                 strlen(job) > WARREN_JOB_NAME_MAX) {
-                rc = warren_error_set(err, WARREN_EDB,
-                                      "claim %s: unexpected row from warren.claim_many", key);
+                rc = warren_error_set(err, WARREN_EDB, "claim %s: unexpected row from warren.%s",
+                                      key, fn);
                 break;
             }
             snprintf(c->job, sizeof(c->job), "%s", job);
@@ -251,6 +258,20 @@ int warren_store_claim_batch(warren_store *st, const char *const *keys, size_t n
         for (size_t i = 0; i < n; i++)
             warren_claim_clear(&out[i]);
     return rc;
+}
+
+int warren_store_claim_batch(warren_store *st, const char *const *keys, size_t n,
+                             const char *worker, warren_claim *out, warren_error *err)
+{
+    return claim_rows(st, "work_claim_batch", SQL_CLAIM_BATCH, "claim_many", keys, n, worker, out,
+                      err);
+}
+
+int warren_store_reclaim_batch(warren_store *st, const char *const *keys, size_t n,
+                               const char *worker, warren_claim *out, warren_error *err)
+{
+    return claim_rows(st, "work_reclaim_batch", SQL_RECLAIM_BATCH, "reclaim_many", keys, n, worker,
+                      out, err);
 }
 
 int warren_store_claim(warren_store *st, const char *run_key, const char *worker, warren_claim *out,

@@ -116,6 +116,7 @@ typedef struct pend {
     int64_t received_mono; /* when the delivery reached this worker */
     warren_run_msg msg;
     const warren_job *job;
+    int answer_lost; /* a claim of it failed with a lost connection: it may be ours */
 } pend;
 
 struct warren_worker {
@@ -1793,6 +1794,73 @@ static slot *a_free_slot(warren_worker *w)
     return w->nfree > 0 ? &w->slots[w->free_idx[--w->nfree]] : NULL;
 }
 
+/* Claims keys[0..n) into cl (zeroed). Deliveries whose last claim's answer
+ * was lost are first taken back if they run under this worker's lease (a new
+ * attempt, warren.reclaim_many); the rest go through warren.claim_many. */
+static int claim_batch(warren_worker *w, pend **batch, const char **keys, size_t n,
+                       warren_claim *cl, warren_error *e)
+{
+    const char **rest = NULL;
+    size_t *pos = NULL, m = 0;
+    warren_claim *c2 = NULL;
+    int rc;
+
+    for (size_t i = 0; i < n; i++) {
+        /* a second delivery of a run a slot is running: it is not lost */
+        for (int k = 0; batch[i]->answer_lost && k < w->concurrency; k++)
+            if (w->slots[k].state != SLOT_FREE &&
+                strcmp(w->slots[k].run_key, batch[i]->msg.run_key) == 0)
+                batch[i]->answer_lost = 0;
+        m += batch[i]->answer_lost != 0;
+    }
+    if (m == 0)
+        return warren_store_claim_batch(w->st, keys, n, w->id, cl, e);
+    rest = calloc(n, sizeof(*rest));
+    pos = calloc(n, sizeof(*pos));
+    c2 = calloc(n, sizeof(*c2));
+    if (rest == NULL || pos == NULL || c2 == NULL) {
+        rc = warren_error_set(e, WARREN_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++)
+        memset(&cl[i], 0, sizeof(cl[i]));
+    for (size_t pass = 0; pass < 2; pass++) {
+        m = 0;
+        for (size_t i = 0; i < n; i++)
+            if (pass == 1 ? !cl[i].claimed : batch[i]->answer_lost != 0) {
+                rest[m] = keys[i];
+                pos[m++] = i;
+            }
+        rc = pass == 0 ? warren_store_reclaim_batch(w->st, rest, m, w->id, c2, e)
+                       : warren_store_claim_batch(w->st, rest, m, w->id, c2, e);
+        if (rc != 0)
+            break;
+        size_t got = 0;
+        for (size_t j = 0; j < m; j++)
+            if (c2[j].claimed) {
+                cl[pos[j]] = c2[j]; /* takes payload_json */
+                memset(&c2[j], 0, sizeof(c2[j]));
+                got++;
+            }
+        if (pass == 0 && got > 0)
+            warren_log(w->lg, WARREN_LOG_WARN,
+                       "worker %s: took back %zu run%s whose claim answer was lost (new attempt, "
+                       "the lost one does not count against the retry budget)",
+                       w->id, got, got == 1 ? "" : "s");
+    }
+    if (rc != 0)
+        for (size_t i = 0; i < n; i++)
+            warren_claim_clear(&cl[i]);
+    else
+        for (size_t i = 0; i < n; i++)
+            batch[i]->answer_lost = 0;
+out:
+    free(rest);
+    free(pos);
+    free(c2);
+    return rc;
+}
+
 /* Claims as many waiting deliveries as there are free slots, in one batch. */
 static void claim_pending(warren_worker *w)
 {
@@ -1823,8 +1891,14 @@ static void claim_pending(warren_worker *w)
     for (size_t i = 0; i < n; i++)
         keys[i] = batch[i]->msg.run_key;
     int64_t sent = warren__mono_ms();
-    rc = warren_store_claim_batch(w->st, keys, n, w->id, cl, &e);
+    rc = claim_batch(w, batch, keys, n, cl, &e);
     if (rc != 0) {
+        /* The commit's fate is unknown after a lost connection: the runs may
+         * be running under this worker's lease now. Their next claim takes
+         * them back first (warren.reclaim_many). */
+        if (rc == WARREN_EDBCONN)
+            for (size_t i = 0; i < n; i++)
+                batch[i]->answer_lost = 1;
         store_failed(w, rc, &e, "claim");
         goto out; /* the deliveries stay unacknowledged and are claimed later */
     }

@@ -447,6 +447,84 @@ START_TEST(test_stopping_worker_gives_back_deliveries_it_could_not_claim)
 }
 END_TEST
 
+/* The connection drops after a claim committed, before its answer arrived:
+ * the worker takes those runs back at once (warren.reclaim_many) instead of
+ * dropping its deliveries as duplicates and leaving the runs to the reaper
+ * after their 60 s lease, which with max_attempts = 1 would make them dead
+ * without ever running. The fault: claim_many is wrapped, once, to commit the
+ * real claim through dblink (another session) and then end its own backend. */
+START_TEST(test_worker_takes_back_runs_whose_claim_answer_was_lost)
+{
+    fenv fe;
+    int status;
+
+    fenv_setup(&fe,
+               "worker = { concurrency = 4; };\n"
+               "jobs = (\n"
+               " { name = \"la\"; at = \"2099-01-01T00:00:00Z\"; queue = \"l\"; overlap = "
+               "\"allow\"; lease = \"60s\";\n"
+               "   retry = { max_attempts = 1; };\n"
+               "   handler = { sql = \"INSERT INTO lsink VALUES ($1)\"; }; }\n"
+               ");\n",
+               "l",
+               "CREATE TABLE lsink (run_key text PRIMARY KEY);"
+               "CREATE TABLE lose_answer (n int); INSERT INTO lose_answer VALUES (1);"
+               "CREATE EXTENSION IF NOT EXISTS dblink;"
+               /* the real claim_many under another name (its body names itself) */
+               "DO $$ BEGIN EXECUTE replace(replace(pg_get_functiondef("
+               "'warren.claim_many(text[], text)'::regprocedure), 'warren.claim_many(', "
+               "'warren.claim_many_real('), 'claim_many.', 'claim_many_real.'); END $$");
+    char *db = fe.db;
+    char *wrap = testenv_fmt(
+        "CREATE OR REPLACE FUNCTION warren.claim_many(run_keys text[], worker text) "
+        "RETURNS TABLE(run_key text, attempt int, job text, scheduled_at timestamptz, "
+        "payload jsonb, lease_seconds int) LANGUAGE plpgsql AS $f$ BEGIN "
+        "IF EXISTS (SELECT 1 FROM public.lose_answer) THEN "
+        "  PERFORM n FROM public.dblink('%s', format('DELETE FROM public.lose_answer; "
+        "SELECT count(*) FROM warren.claim_many_real(%%L::text[], %%L)', run_keys, worker)) "
+        "AS t(n bigint); "
+        "  PERFORM pg_terminate_backend(pg_backend_pid()); PERFORM pg_sleep(10); "
+        "END IF; "
+        "RETURN QUERY SELECT * FROM warren.claim_many_real(run_keys, worker); END $f$",
+        db);
+    ck_assert_int_ge(testenv_psql(db, wrap, NULL), 0);
+    free(wrap);
+    planner_ctx pc = {0};
+    planner_start(&pc, &fe);
+    pid_t w = spawn_worker(&fe, "w.log", "la1");
+    ck_assert_int_ge(testenv_psql(db,
+                                  "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) "
+                                  "SELECT 'la', date_trunc('second', now()) - make_interval(secs "
+                                  "=> g), now(), 'trigger' FROM generate_series(1, 3) g; "
+                                  "NOTIFY warren_jobs",
+                                  NULL),
+                     0);
+    /* Well within the 60 s lease: taken back, not reaped. */
+    int done =
+        wait_for(db, "3", 15000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'");
+    kill(w, SIGTERM);
+    waitpid(w, &status, 0);
+    planner_stop(&pc);
+    ck_assert_msg(done, "the runs were not taken back within 15 s (state: %s)",
+                  testenv_sql1f(db, "SELECT string_agg(state || ':' || attempt, ',') FROM "
+                                    "warren.runs"));
+    /* The fault happened: the first claim committed and its answer was lost. */
+    ck_assert(wait_for(db, "0", 0, "SELECT count(*) FROM lose_answer"));
+    ck_assert(wait_for(db, "3", 0,
+                       "SELECT count(*) FROM warren.attempts WHERE attempt = 1 AND outcome = "
+                       "'lease_lost' AND error LIKE '%did not reach worker la1%'"));
+    ck_assert(wait_for(db, "3", 0,
+                       "SELECT count(*) FROM warren.attempts WHERE attempt = 2 AND outcome = "
+                       "'succeeded' AND worker = 'la1'"));
+    ck_assert(wait_for(db, "3", 0, "SELECT count(*) FROM lsink"));
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "worker exit %d", status);
+    char *log_path = testenv_fmt("%s/w.log", fe.dir);
+    ck_assert_msg(file_has(log_path, "claim answer was lost"), "no log line names the take-back");
+    free(log_path);
+    fenv_teardown(&fe);
+}
+END_TEST
+
 static Suite *faults_suite(void)
 {
     Suite *s = suite_create("faults_worker");
@@ -459,6 +537,10 @@ static Suite *faults_suite(void)
     tc = tcase_create("shutdown");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_stopping_worker_gives_back_deliveries_it_could_not_claim);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("lost_answer");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_worker_takes_back_runs_whose_claim_answer_was_lost);
     suite_add_tcase(s, tc);
     return s;
 }

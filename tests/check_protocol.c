@@ -555,6 +555,44 @@ START_TEST(test_claim_many_claims_fresh_runs_and_applies_the_rules_to_the_rest)
 }
 END_TEST
 
+/* A claim whose answer was lost: the same worker takes the run again with a
+ * new attempt at once; the lost attempt is lease_lost and is not counted
+ * against max_attempts (here 1: the reaper would have made it dead). */
+START_TEST(test_reclaim_many_takes_back_a_claim_whose_answer_was_lost)
+{
+    char *url = setup("skip", 1, 1000, 60000, 30000);
+    add_run2(url);
+    /* w1 claimed RK; pretend the answer never arrived. */
+    ck_q(url, "1", "SELECT count(*) FROM warren.claim_many(ARRAY['" RK "'], 'w1')");
+    /* A plain claim cannot tell: the run is leased by a live worker. */
+    ck_q(url, "0", "SELECT count(*) FROM warren.claim_many(ARRAY['" RK "'], 'w1')");
+    /* Another worker's reclaim, and runs w1 does not hold, give no row. */
+    ck_q(url, "0", "SELECT count(*) FROM warren.reclaim_many(ARRAY['" RK "', '" RK2 "'], 'w2')");
+    ck_q(url, RK ":2:30:{\"k\": 7}",
+         "SELECT string_agg(run_key || ':' || attempt || ':' || lease_seconds || ':' || payload, "
+         "',') FROM warren.reclaim_many(ARRAY['" RK "', '" RK2 "', '" RK "'], 'w1')");
+    ck_q(url, "planned", "SELECT state FROM warren.runs WHERE run_key = '" RK2 "'");
+    ck_q(url, "1|lease_lost|true,2|<none>|false",
+         "SELECT string_agg(attempt || '|' || coalesce(outcome, '<none>') || '|' || "
+         "(error LIKE '%%did not reach worker w1%%' AND finished_at IS NOT NULL)::text, ',' "
+         "ORDER BY attempt) FROM warren.attempts WHERE run_key = '" RK "'");
+    ck_q(url, "running|w1|true",
+         "SELECT state || '|' || lease_owner || '|' || (lease_until > now() + interval '29 "
+         "seconds')::text FROM warren.runs WHERE run_key = '" RK "'");
+    /* The lost attempt is fenced off; the new one holds the run. */
+    ck_q(url, "f", "SELECT warren.heartbeat('" RK "', 1)");
+    ck_q(url, "f", "SELECT warren.complete('" RK "', 1, 'succeeded')");
+    ck_q(url, "t", "SELECT warren.heartbeat('" RK "', 2)");
+    /* One attempt of the budget is left: a retryable failure now is final. */
+    ck_q(url, "t", "SELECT warren.complete('" RK "', 2, 'retry', 'boom')");
+    ck_q(url, "dead", "SELECT state FROM warren.runs WHERE run_key = '" RK "'");
+    ck_q(url, "1", "SELECT body->>'attempts' FROM warren.outbox WHERE exchange = 'warren.dead'");
+    /* Not running any more: nothing to take back. */
+    ck_q(url, "0", "SELECT count(*) FROM warren.reclaim_many(ARRAY['" RK "'], 'w1')");
+    free(url);
+}
+END_TEST
+
 /* ------------------------------------------------------------ role, migration */
 
 START_TEST(test_worker_role_executes_the_protocol_but_cannot_touch_tables)
@@ -565,6 +603,8 @@ START_TEST(test_worker_role_executes_the_protocol_but_cannot_touch_tables)
     ck_q(url, "t", "SET ROLE warren_worker; SELECT warren.complete('" RK "', 1, 'succeeded')");
     ck_q(url, "0",
          "SET ROLE warren_worker; SELECT count(*) FROM warren.claim_many(ARRAY['" RK "'], 'w2')");
+    ck_q(url, "0",
+         "SET ROLE warren_worker; SELECT count(*) FROM warren.reclaim_many(ARRAY['" RK "'], 'w2')");
     ck_assert_int_eq(qn(url, "SET ROLE warren_worker; SELECT * FROM warren.runs"), -1);
     ck_assert_int_eq(qn(url, "SET ROLE warren_worker; SELECT * FROM warren.jobs"), -1);
     ck_assert_int_eq(qn(url, "SET ROLE warren_worker; SELECT * FROM warren.outbox"), -1);
@@ -648,6 +688,7 @@ static Suite *protocol_suite(void)
 
     tc = tcase_create("batch");
     tcase_add_test(tc, test_claim_many_claims_fresh_runs_and_applies_the_rules_to_the_rest);
+    tcase_add_test(tc, test_reclaim_many_takes_back_a_claim_whose_answer_was_lost);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("security");

@@ -29,9 +29,15 @@ void warren_claim_clear(warren_claim *c);
  * given order: pass them sorted so concurrent batches lock rows in one
  * order). out[i] (n entries, zeroed first) receives the result for keys[i].
  * Errors: WARREN_EDBCONN (connection lost: nothing was claimed, or the
- * commit's fate is unknown and the leases simply expire), WARREN_EDB. */
+ * commit's fate is unknown: see warren_store_reclaim_batch), WARREN_EDB. */
 int warren_store_claim_batch(warren_store *st, const char *const *keys, size_t n,
                              const char *worker, warren_claim *out, warren_error *err);
+/* After a claim batch failed with WARREN_EDBCONN (its commit's fate
+ * unknown): takes again, with a new attempt, those of keys that are running
+ * under this worker's lease (warren.reclaim_many); out[i] as above. The
+ * caller claims the others as usual. */
+int warren_store_reclaim_batch(warren_store *st, const char *const *keys, size_t n,
+                               const char *worker, warren_claim *out, warren_error *err);
 /* One key. */
 int warren_store_claim(warren_store *st, const char *run_key, const char *worker, warren_claim *out,
                        warren_error *err);
