@@ -1611,6 +1611,12 @@ static void finish_sql(warren_worker *w, slot *s, int64_t now)
     slot_finish(w, s, recorded);
 }
 
+static int cmp_slot_key(const void *a, const void *b)
+{
+    const slot *const *x = a, *const *y = b;
+    return strcmp((*x)->run_key, (*y)->run_key);
+}
+
 /* Completes every finished slot in one batch; lost-lease slots are only acked. */
 static void complete_done(warren_worker *w, int64_t now)
 {
@@ -1647,18 +1653,19 @@ static void complete_done(warren_worker *w, int64_t now)
     if (c == NULL || rec == NULL || which == NULL)
         goto out;
     n = 0;
-    for (int i = 0; i < cap; i++) {
-        slot *s = &w->slots[i];
-        if (s->state != SLOT_DONE)
-            continue;
-        which[n] = s;
+    for (int i = 0; i < cap; i++)
+        if (w->slots[i].state == SLOT_DONE)
+            which[n++] = &w->slots[i];
+    /* Key order, as claims: no deadlock with another batch over the same rows. */
+    qsort(which, n, sizeof(*which), cmp_slot_key);
+    for (size_t i = 0; i < n; i++) {
+        slot *s = which[i];
         if (s->error != NULL)
             warren__utf8_clean(s->error); /* output cut anywhere, or not text at all */
-        c[n].run_key = s->run_key;
-        c[n].attempt = s->claim.attempt;
-        c[n].outcome = outcome_name(s->outcome);
-        c[n].error = s->error;
-        n++;
+        c[i].run_key = s->run_key;
+        c[i].attempt = s->claim.attempt;
+        c[i].outcome = outcome_name(s->outcome);
+        c[i].error = s->error;
     }
     rc = warren_store_complete_batch(w->st, c, n, rec, &e);
     if (rc != 0 && rc != WARREN_EDBCONN) {
@@ -1737,12 +1744,13 @@ static void heartbeat_due(warren_worker *w, int64_t now)
     for (int i = 0; i < w->concurrency; i++) {
         slot *s = &w->slots[i];
         if (s->state == SLOT_RUNNING && s->kind != KIND_SQL && s->stop_reason != STOP_LOST &&
-            now >= s->next_hb) {
-            which[n] = s;
-            keys[n] = s->run_key;
-            att[n] = s->claim.attempt;
-            n++;
-        }
+            now >= s->next_hb)
+            which[n++] = s;
+    }
+    qsort(which, n, sizeof(*which), cmp_slot_key); /* key order, as claims */
+    for (size_t i = 0; i < n; i++) {
+        keys[i] = which[i]->run_key;
+        att[i] = which[i]->claim.attempt;
     }
     int64_t sent = warren__mono_ms();
     rc = warren_store_heartbeat_batch(w->st, keys, att, n, held, &e);
