@@ -11,7 +11,7 @@ PACKAGES=(
     librabbitmq-dev libpq-dev libjansson-dev libconfig-dev check
     postgresql rabbitmq-server tzdata
     python3 python3-pika python3-psycopg2 curl
-    nodejs # tests/node_example.sh (node only: CI installs no npm packages)
+    nodejs # the Node example worker's tests (tests/e2e_node_worker.sh runs npm ci)
 )
 
 missing=()
@@ -20,6 +20,12 @@ for p in "${PACKAGES[@]}"; do
         missing+=("$p")
     fi
 done
+# npm: a package of its own with Debian's nodejs; NodeSource's nodejs (on some
+# machines already) bundles it and conflicts with Debian's npm package.
+if ! command -v npm >/dev/null 2>&1 &&
+    ! dpkg-query -W -f='${Version}' nodejs 2>/dev/null | grep -q nodesource; then
+    missing+=(npm)
+fi
 
 if [ ${#missing[@]} -eq 0 ]; then
     echo "deps.sh: all ${#PACKAGES[@]} packages installed" >&2

@@ -15,47 +15,12 @@ fail() {
     echo "e2e_python_worker: FAIL: $*" >&2
     exit 1
 }
-[ -n "${WARREN_TEST_PG_URL:-}" ] || fail "WARREN_TEST_PG_URL is not set (eval \"\$(tests/servers.sh start)\")"
-[ -n "${WARREN_TEST_AMQP_URL:-}" ] || fail "WARREN_TEST_AMQP_URL is not set"
-SRC=${WARREN_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
-BIN=${WARREN_BIN:-$SRC/build/warren}
-[ -x "$BIN" ] || fail "no warren binary at $BIN (set WARREN_BIN)"
-PY=/usr/bin/python3 # Debian's: python3-pika and python3-psycopg2 live there
-[ -x "$PY" ] || PY=python3
-"$PY" -c 'import pika, psycopg2' || fail "python3-pika / python3-psycopg2 missing (scripts/deps.sh)"
+# shellcheck source=tests/lib_e2e.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib_e2e.sh"
+e2e_init py
+"$PY" -c 'import psycopg2' || fail "python3-psycopg2 missing (scripts/deps.sh)"
 
-NAME=warren_t_py_$(date +%s)_$$
-WORK=$(mktemp -d /tmp/warren-e2e-py-XXXXXX)
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-}
-trap cleanup EXIT
-
-# A fresh database and vhost.
-psql -qX "$WARREN_TEST_PG_URL" -c "CREATE DATABASE $NAME" >/dev/null
-DB="${WARREN_TEST_PG_URL%/*}/$NAME"
-MGMT=${WARREN_TEST_MGMT_URL:-}
-if [ -z "$MGMT" ]; then
-    hostport=${WARREN_TEST_AMQP_URL#amqp://}
-    creds=${hostport%%@*}
-    host=${hostport#*@}
-    host=${host%%:*}
-    MGMT="http://$creds@$host:55673"
-fi
-USER_=$(printf '%s' "${WARREN_TEST_AMQP_URL#amqp://}" | cut -d: -f1)
-curl -sf -X PUT "$MGMT/api/vhosts/$NAME" >/dev/null || fail "cannot create vhost $NAME via $MGMT"
-curl -sf -X PUT -H 'content-type: application/json' \
-    -d '{"configure":".*","write":".*","read":".*"}' \
-    "$MGMT/api/permissions/$NAME/$USER_" >/dev/null || fail "cannot grant vhost permissions"
-AMQP="${WARREN_TEST_AMQP_URL%/*}/$NAME"
-unset WARREN_DATABASE_URL WARREN_AMQP_URL
-
-cat >"$WORK/warren.cfg" <<EOF
-database = { url = "$DB"; };
-broker = { url = "$AMQP"; };
-planner = { tick = "200ms"; horizon = "10s"; reconcile_grace = "5s"; };
+e2e_warren 'planner = { tick = "200ms"; horizon = "10s"; reconcile_grace = "5s"; };
 worker = { heartbeat_margin = "1s"; }; # lets pyslow have a 3 s lease
 jobs = (
   { name = "pyjob"; every = "1s"; queue = "py"; payload = { lang = "python"; };
@@ -63,15 +28,8 @@ jobs = (
   # heartbeats: one run whose work (4 s) outlasts its lease (3 s)
   { name = "pyslow"; at = "2099-01-01T00:00:00Z"; queue = "pyslow"; lease = "3s";
     retry = { max_attempts = 1; }; }
-);
-EOF
-
-"$BIN" migrate -c "$WORK/warren.cfg" >"$WORK/migrate.log" 2>&1 || { cat "$WORK/migrate.log"; fail "warren migrate"; }
-"$BIN" topology -c "$WORK/warren.cfg" >/dev/null 2>"$WORK/topology.log" || { cat "$WORK/topology.log"; fail "warren topology"; }
-"$BIN" sync -c "$WORK/warren.cfg" >/dev/null 2>"$WORK/sync.log" || { cat "$WORK/sync.log"; fail "warren sync"; }
-
-"$BIN" planner -c "$WORK/warren.cfg" 2>"$WORK/planner.log" &
-PIDS+=($!)
+);'
+e2e_planner
 "$PY" "$SRC/examples/workers/python/worker.py" --queue py --database-url "$DB" --amqp-url "$AMQP" \
     --worker-id py-e2e --table py_effects --fail-first 1 2>"$WORK/worker.log" &
 WORKER=$!
@@ -87,7 +45,6 @@ psql -qXAt "$DB" -c "INSERT INTO warren.runs (job, scheduled_at, due_at, origin)
 sleep 8
 paused_at=$(psql -qXAt "$DB" -c "UPDATE warren.jobs SET paused = true; SELECT now()")
 
-q() { psql -qXAt "$DB" -c "$1"; }
 for _ in $(seq 1 100); do
     left=$(q "SELECT count(*) FROM warren.runs WHERE state NOT IN ('succeeded','skipped') AND due_at < now() - interval '2 seconds'")
     [ "$left" = 0 ] && break
@@ -96,21 +53,7 @@ done
 [ "$left" = 0 ] || { tail -20 "$WORK/worker.log"; q "SELECT run_key, state, attempt FROM warren.runs ORDER BY 1" >&2; fail "$left run(s) did not finish"; }
 
 # A malformed message: rejected without requeue, it dead-letters to warren.dead.
-"$PY" - "$AMQP" <<'EOF' || fail "malformed message did not reach warren.dead"
-import sys, time, pika
-conn = pika.BlockingConnection(pika.URLParameters(sys.argv[1]))
-ch = conn.channel()
-ch.confirm_delivery()
-ch.basic_publish("warren.ready", "py", b"not json at all",
-                 pika.BasicProperties(message_id="junk-1", headers={"x-warren-queue": "py"},
-                                      delivery_mode=2))
-for _ in range(50):
-    m, p, body = ch.basic_get("warren.dead", auto_ack=True)
-    if m is not None and body == b"not json at all":
-        sys.exit(0)
-    time.sleep(0.2)
-sys.exit(1)
-EOF
+e2e_malformed py
 
 # The slow run: its 4 s of work outlasted its 3 s lease on heartbeats alone
 # (without them the worker stops it after 2 s and the reaper takes the run).

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # node_example.sh: the Node.js example worker (examples/workers/node) without
-# npm packages or servers (CI installs neither amqplib nor pg): every .js file
-# of the example parses (`node --check`), and the worker's db() retries a call
-# while PostgreSQL is unreachable (Node socket errors such as ECONNREFUSED,
-# pg's connection errors, SQLSTATE 08xxx / 57P0x) and rethrows real SQL errors
-# at once. Its end-to-end run against the servers is by hand (see its README).
+# npm packages or servers: every .js file of the example parses (`node
+# --check`), and the worker's db() retries a call while PostgreSQL is
+# unreachable (Node socket errors such as ECONNREFUSED, pg's connection
+# errors, SQLSTATE 08xxx / 57P0x) and rethrows real SQL errors at once (no
+# server can be made to fail this way on cue). Its end-to-end run against the
+# servers is tests/e2e_node_worker.sh.
 # Fails (never skips) when node is missing.
 set -euo pipefail
 
