@@ -477,10 +477,18 @@ int warren_store_complete(warren_store *st, const char *run_key, int attempt, co
     return warren_store_complete_batch(st, &c, 1, recorded, err);
 }
 
+/* SET LOCAL statement_timeout (milliseconds as text; "0" = none). */
+static int set_statement_timeout(warren_store *st, const char *ms, warren_error *err)
+{
+    const char *params[1] = {ms};
+    return warren__store_exec(st, "SELECT set_config('statement_timeout', $1, true)", 1, params,
+                              NULL, "set the sql handler's timeout", err);
+}
+
 int warren_store_complete_sql(warren_store *st, const char *run_key, int attempt,
                               warren_us scheduled_at, const char *payload_json, const char *sql,
-                              int64_t timeout_ms, int *recorded, char **stmt_error,
-                              warren_error *err)
+                              int64_t timeout_ms, const atomic_int *lost, int *recorded,
+                              char **stmt_error, warren_error *err)
 {
     char abuf[24], tbuf[WARREN_TIME_BUF], setting[24];
     PGresult *res = NULL;
@@ -500,12 +508,43 @@ int warren_store_complete_sql(warren_store *st, const char *run_key, int attempt
     if (timeout_ms > INT32_MAX)
         timeout_ms = INT32_MAX;
     snprintf(setting, sizeof(setting), "%lld", (long long)(timeout_ms > 0 ? timeout_ms : 0));
-    {
-        const char *params[1] = {setting};
-        rc = warren__store_exec(st, "SELECT set_config('statement_timeout', $1, true)", 1, params,
-                                NULL, "set the sql handler's timeout", err);
+    if ((rc = set_statement_timeout(st, setting, err)) != 0)
+        goto fail;
+    if (lost != NULL && atomic_load(lost)) { /* lost before it started */
+        warren__store_rollback(st);
+        return 0;
     }
-    if (rc != 0)
+    /* The statement first, the completion last: the run's row is locked only
+     * for the completion, not while the statement runs (claims of the run or
+     * of its job's next run do not wait on it, and the worker heartbeats the
+     * run meanwhile). The statement comes from the config; explicit parameter
+     * types let it use any subset of $1..$3. */
+    {
+        const Oid types[3] = {OID_TEXT, OID_TIMESTAMPTZ, OID_JSONB};
+        const char *params[3] = {run_key, warren__store_us_param(scheduled_at, tbuf, sizeof(tbuf)),
+                                 payload_json ? payload_json : "{}"};
+        conn = warren__store_conn(st);
+        res = PQexecParams(conn, sql, 3, types, params, NULL, NULL, 0);
+    }
+    if (PQresultStatus(res) != PGRES_COMMAND_OK && PQresultStatus(res) != PGRES_TUPLES_OK) {
+        warren_error serr = {0};
+        rc = warren__store_fail(st, res, "sql handler", &serr);
+        PQclear(res);
+        warren__store_rollback(st);
+        if (rc == WARREN_EDBCONN)
+            return warren_error_set(err, rc, "%s", serr.message);
+        if (lost != NULL && atomic_load(lost))
+            return 0; /* cancelled: the lease was lost, no effect, no completion */
+        *stmt_error = strdup(serr.message);
+        return *stmt_error ? 0 : warren_error_set(err, WARREN_ENOMEM, "out of memory");
+    }
+    PQclear(res);
+    res = NULL;
+    if (lost != NULL && atomic_load(lost)) { /* the lease was lost meanwhile: no effect */
+        warren__store_rollback(st);
+        return 0;
+    }
+    if ((rc = set_statement_timeout(st, "0", err)) != 0)
         goto fail;
     {
         const char *params[2] = {run_key, warren__store_int_param(attempt, abuf, sizeof(abuf))};
@@ -521,30 +560,10 @@ int warren_store_complete_sql(warren_store *st, const char *run_key, int attempt
         rc = warren_error_set(err, WARREN_EDB, "complete %s: unexpected result", run_key);
         goto fail;
     }
-    if (!b) { /* stale: no effect may happen */
+    if (!b) { /* stale: the effect is rolled back with it */
         warren__store_rollback(st);
         return 0;
     }
-    /* The statement comes from the config; explicit parameter types let it
-     * use any subset of $1..$3. */
-    {
-        const Oid types[3] = {OID_TEXT, OID_TIMESTAMPTZ, OID_JSONB};
-        const char *params[3] = {run_key, warren__store_us_param(scheduled_at, tbuf, sizeof(tbuf)),
-                                 payload_json ? payload_json : "{}"};
-        conn = warren__store_conn(st);
-        res = PQexecParams(conn, sql, 3, types, params, NULL, NULL, 0);
-    }
-    if (PQresultStatus(res) != PGRES_COMMAND_OK && PQresultStatus(res) != PGRES_TUPLES_OK) {
-        warren_error serr = {0};
-        rc = warren__store_fail(st, res, "sql handler", &serr);
-        PQclear(res);
-        warren__store_rollback(st);
-        if (rc == WARREN_EDBCONN)
-            return warren_error_set(err, rc, "%s", serr.message);
-        *stmt_error = strdup(serr.message);
-        return *stmt_error ? 0 : warren_error_set(err, WARREN_ENOMEM, "out of memory");
-    }
-    PQclear(res);
     if ((rc = warren__store_commit(st, err)) != 0)
         goto fail;
     *recorded = 1;
@@ -558,6 +577,36 @@ fail:
      * retry through the ordinary completion. */
     *stmt_error = strdup(err != NULL && err->message[0] ? err->message : "sql handler failed");
     return *stmt_error ? 0 : warren_error_set(err, WARREN_ENOMEM, "out of memory");
+}
+
+/* ------------------------------------------------------------ cancel */
+
+struct warren_store_cancel {
+    PGcancel *c;
+};
+
+warren_store_cancel *warren_store_cancel_new(warren_store *st)
+{
+    warren_store_cancel *c = st != NULL ? malloc(sizeof(*c)) : NULL;
+    if (c != NULL && (c->c = PQgetCancel(warren__store_conn(st))) == NULL) {
+        free(c);
+        c = NULL;
+    }
+    return c;
+}
+
+int warren_store_cancel_send(warren_store_cancel *c)
+{
+    char buf[256];
+    return c != NULL && PQcancel(c->c, buf, (int)sizeof(buf)) == 1 ? 0 : -1;
+}
+
+void warren_store_cancel_free(warren_store_cancel *c)
+{
+    if (c == NULL)
+        return;
+    PQfreeCancel(c->c);
+    free(c);
 }
 
 /* ------------------------------------------------------------ run times, replay */

@@ -64,6 +64,8 @@ struct warren_handler_ctx {
     int kind;                        /* KIND_C or KIND_SQL */
     atomic_int stop;
     atomic_int done;
+    atomic_int lost;                 /* sql: the lease was lost: no effect, no completion */
+    warren_store_cancel *sql_cancel; /* sql: cancels its statement (under hp->mu) */
     /* results, written by the thread before done = 1 */
     warren_outcome outcome;
     char error[ERROR_MAX];
@@ -94,7 +96,8 @@ typedef struct slot {
     warren_us msg_due_at;  /* due time this attempt was released for (message header) */
     int64_t timeout_at;
     int stop_reason;
-    int64_t kill_at; /* exec: SIGKILL after this; c: left behind after a timeout (0: not yet) */
+    int lease_refused; /* a heartbeat was refused: the server is reachable, the run taken */
+    int64_t kill_at;   /* exec: SIGKILL after this; c: left behind after a timeout (0: not yet) */
     /* exec */
     pid_t pid;
     int out_fd;
@@ -1027,11 +1030,20 @@ static void sql_run(warren_handler_ctx *c)
         c->sql_rc = e.code ? e.code : WARREN_EDBCONN;
         snprintf(c->error, sizeof(c->error), "%s", e.message);
     } else {
+        /* The loop cancels the statement if the lease is lost (sql_lost). */
+        warren_store_cancel *cancel = warren_store_cancel_new(st);
+        pthread_mutex_lock(&c->hp->mu);
+        c->sql_cancel = cancel;
+        pthread_mutex_unlock(&c->hp->mu);
         c->sql_rc = warren_store_complete_sql(st, c->run_key, c->attempt, c->scheduled_at,
-                                              c->payload, c->sql, c->timeout_ms, &c->sql_recorded,
-                                              &c->sql_stmt_error, &e);
+                                              c->payload, c->sql, c->timeout_ms, &c->lost,
+                                              &c->sql_recorded, &c->sql_stmt_error, &e);
         if (c->sql_rc != 0)
             snprintf(c->error, sizeof(c->error), "%s", e.message);
+        pthread_mutex_lock(&c->hp->mu);
+        c->sql_cancel = NULL;
+        pthread_mutex_unlock(&c->hp->mu);
+        warren_store_cancel_free(cancel);
         pool_put(c->hp, st);
     }
 }
@@ -1215,6 +1227,8 @@ static int start_thread(warren_worker *w, slot *s, warren_error *err)
     c->kind = s->kind;
     atomic_init(&c->stop, 0);
     atomic_init(&c->done, 0);
+    atomic_init(&c->lost, 0);
+    c->sql_cancel = NULL;
     if (s->kind == KIND_SQL) {
         c->sql = strdup(s->job->sql);
         c->db_url = strdup(w->db_url ? w->db_url : "");
@@ -1324,10 +1338,32 @@ static void slot_start(warren_worker *w, slot *s, pend *p, warren_claim *cl, int
     }
 }
 
+/* An sql handler whose lease was lost: its transaction must not commit, and
+ * if a heartbeat was refused its statement is cancelled (the kill of the
+ * other kinds). Not when heartbeats merely failed: the server may be out of
+ * reach, and PQcancel, which connects to it, would block this loop. */
+static void sql_lost(warren_worker *w, slot *s)
+{
+    if (s->kind != KIND_SQL || s->ctx == NULL)
+        return;
+    atomic_store(&s->ctx->lost, 1);
+    if (!s->lease_refused)
+        return;
+    pthread_mutex_lock(&w->hp->mu);
+    if (s->ctx->sql_cancel != NULL && warren_store_cancel_send(s->ctx->sql_cancel) != 0)
+        warren_log(w->lg, WARREN_LOG_WARN,
+                   "worker %s: %s: could not cancel the sql handler's statement; it rolls back "
+                   "when it ends",
+                   w->id, s->run_key);
+    pthread_mutex_unlock(&w->hp->mu);
+}
+
 static void stop_slot(warren_worker *w, slot *s, int reason, int64_t now)
 {
     if (s->stop_reason != STOP_NONE || s->state != SLOT_RUNNING)
         return;
+    if (reason == STOP_LOST)
+        sql_lost(w, s);
     s->stop_reason = reason;
     if (reason == STOP_LOST)
         w->stats.lease_lost++;
@@ -1391,23 +1427,26 @@ static void poll_slot(warren_worker *w, slot *s, int64_t now)
 {
     if (s->state != SLOT_RUNNING)
         return;
-    if (s->kind != KIND_SQL) {
-        if (now >= s->last_hb_ok + s->lease_ms - s->hb_margin_ms && s->stop_reason != STOP_LOST) {
-            if (s->stop_reason == STOP_NONE)
-                warren_log(w->lg, WARREN_LOG_WARN,
-                           "worker %s: %s attempt %d: no successful heartbeat for %lld ms (lease "
-                           "%lld ms): stopping the handler, not completing",
-                           w->id, s->run_key, s->claim.attempt, (long long)(now - s->last_hb_ok),
-                           (long long)s->lease_ms);
-            if (s->stop_reason != STOP_NONE)
-                s->stop_reason = STOP_LOST; /* already stopping: now it must not complete */
-            else
-                stop_slot(w, s, STOP_LOST, now);
-        } else if (now >= s->timeout_at && s->stop_reason == STOP_NONE) {
-            warren_log(w->lg, WARREN_LOG_WARN, "worker %s: %s attempt %d: timed out after %lld ms",
-                       w->id, s->run_key, s->claim.attempt, (long long)s->job->timeout_ms);
-            stop_slot(w, s, STOP_TIMEOUT, now);
+    /* sql handlers too: their statement holds no lock on the run (the
+     * completion comes last), so they are heartbeated like the others. Their
+     * timeout is the statement_timeout PostgreSQL enforces. */
+    if (now >= s->last_hb_ok + s->lease_ms - s->hb_margin_ms && s->stop_reason != STOP_LOST) {
+        if (s->stop_reason == STOP_NONE)
+            warren_log(w->lg, WARREN_LOG_WARN,
+                       "worker %s: %s attempt %d: no successful heartbeat for %lld ms (lease "
+                       "%lld ms): stopping the handler, not completing",
+                       w->id, s->run_key, s->claim.attempt, (long long)(now - s->last_hb_ok),
+                       (long long)s->lease_ms);
+        if (s->stop_reason != STOP_NONE) {
+            s->stop_reason = STOP_LOST; /* already stopping: now it must not complete */
+            sql_lost(w, s);
+        } else {
+            stop_slot(w, s, STOP_LOST, now);
         }
+    } else if (s->kind != KIND_SQL && now >= s->timeout_at && s->stop_reason == STOP_NONE) {
+        warren_log(w->lg, WARREN_LOG_WARN, "worker %s: %s attempt %d: timed out after %lld ms",
+                   w->id, s->run_key, s->claim.attempt, (long long)s->job->timeout_ms);
+        stop_slot(w, s, STOP_TIMEOUT, now);
     }
     if (s->kind == KIND_EXEC) {
         int status;
@@ -1580,6 +1619,12 @@ static void slot_finish(warren_worker *w, slot *s, int recorded)
 static void finish_sql(warren_worker *w, slot *s, int64_t now)
 {
     warren_handler_ctx *c = s->ctx;
+    if (s->stop_reason == STOP_LOST && !c->sql_recorded) {
+        /* rolled back (or never committed): complete_done acks it, no completion */
+        ctx_free(c);
+        s->ctx = NULL;
+        return;
+    }
     if (c->sql_rc != 0) {
         /* Connection trouble: nothing committed (or, if the commit's answer
          * was lost, the next try finds the run finished and is told stale). */
@@ -1728,8 +1773,7 @@ static void heartbeat_due(warren_worker *w, int64_t now)
 
     for (int i = 0; i < w->concurrency; i++) {
         slot *s = &w->slots[i];
-        if (s->state == SLOT_RUNNING && s->kind != KIND_SQL && s->stop_reason != STOP_LOST &&
-            now >= s->next_hb)
+        if (s->state == SLOT_RUNNING && s->stop_reason != STOP_LOST && now >= s->next_hb)
             n++;
     }
     if (n == 0 || !store_ready(w))
@@ -1743,8 +1787,7 @@ static void heartbeat_due(warren_worker *w, int64_t now)
     n = 0;
     for (int i = 0; i < w->concurrency; i++) {
         slot *s = &w->slots[i];
-        if (s->state == SLOT_RUNNING && s->kind != KIND_SQL && s->stop_reason != STOP_LOST &&
-            now >= s->next_hb)
+        if (s->state == SLOT_RUNNING && s->stop_reason != STOP_LOST && now >= s->next_hb)
             which[n++] = s;
     }
     qsort(which, n, sizeof(*which), cmp_slot_key); /* key order, as claims */
@@ -1771,10 +1814,13 @@ static void heartbeat_due(warren_worker *w, int64_t now)
                        "worker %s: %s attempt %d: heartbeat refused (the lease was lost): "
                        "stopping the handler, not completing",
                        w->id, s->run_key, s->claim.attempt);
-            if (s->stop_reason != STOP_NONE)
+            s->lease_refused = 1;
+            if (s->stop_reason != STOP_NONE) {
                 s->stop_reason = STOP_LOST;
-            else
+                sql_lost(w, s);
+            } else {
                 stop_slot(w, s, STOP_LOST, now);
+            }
         }
     }
 out:
@@ -2009,6 +2055,11 @@ static void relaunch_sql(warren_worker *w, int64_t now)
     for (int i = 0; i < w->concurrency; i++) {
         slot *s = &w->slots[i];
         warren_error e = {0};
+        if (s->state == SLOT_RUNNING && s->complete_sql_retry && s->stop_reason == STOP_LOST) {
+            s->complete_sql_retry = 0; /* not ours any more: acked without completing */
+            s->state = SLOT_DONE;
+            continue;
+        }
         if (s->state != SLOT_RUNNING || !s->complete_sql_retry || now < s->retry_at)
             continue;
         s->complete_sql_retry = 0;

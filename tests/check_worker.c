@@ -1199,6 +1199,86 @@ START_TEST(test_worker_sql_handler_failure_rolls_back_and_retries)
 }
 END_TEST
 
+/* An sql handler's statement holds no lock on its run (the completion comes
+ * last): a claim of the job's next run is judged by the overlap policy at once
+ * instead of waiting for the statement, and heartbeats keep a 2 s lease over
+ * a 4 s statement. */
+START_TEST(test_worker_sql_handler_holds_no_lock_while_its_statement_runs)
+{
+    env e;
+    worker_thread wt = {0};
+    env_setup(&e,
+              "{ name = \"sl\"; at = \"2099-01-01T00:00:00Z\"; queue = \"ql\"; lease = \"2s\";"
+              "  handler = { sql = \"INSERT INTO sink (run_key, attempt) SELECT $1, 0 FROM "
+              "pg_sleep(4)\"; };"
+              "  retry = { max_attempts = 1; }; }",
+              NULL, 5);
+    worker_thread_start(&e, &wt, NULL, NULL, NULL);
+    planner_start(&e);
+    add_runs(&e, "sl", 1, 5);
+    ck_assert(wait_for(e.db, "1", 15000,
+                       "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query "
+                       "LIKE 'INSERT INTO sink%pg_sleep(4)'"));
+    /* The job's next run, claimed by hand while the statement runs: skipped
+     * at once (it used to wait for the statement's transaction; lock_timeout
+     * turns that wait into an error). */
+    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at) VALUES ('sl', "
+             "date_trunc('second', now()), now() + interval '1 hour')");
+    ck_assert(wait_for(e.db, "0", 0,
+                       "SET lock_timeout = '1s'; SELECT count(*) FROM warren.claim((SELECT "
+                       "run_key FROM warren.runs WHERE job = 'sl' ORDER BY scheduled_at DESC "
+                       "LIMIT 1), 'other')"));
+    ck_assert(wait_for(e.db, "skipped", 0,
+                       "SELECT state FROM warren.runs WHERE job = 'sl' ORDER BY scheduled_at "
+                       "DESC LIMIT 1"));
+    /* The statement outlasts the lease: heartbeats kept it, one attempt. */
+    ck_assert(wait_for(e.db, "succeeded|1|1", 15000,
+                       "SELECT state || '|' || attempt || '|' || (SELECT count(*) FROM sink) "
+                       "FROM warren.runs WHERE job = 'sl' ORDER BY scheduled_at LIMIT 1"));
+    ck_assert(
+        wait_for(e.db, "succeeded", 0, "SELECT string_agg(outcome, ',') FROM warren.attempts"));
+    worker_thread_join(&wt);
+    warren_worker_free(wt.w);
+    env_teardown(&e);
+}
+END_TEST
+
+/* An sql handler whose run is taken over (its lease ran out, another worker
+ * claimed it): the next heartbeat is refused, the statement is cancelled at
+ * once, and nothing of it commits. */
+START_TEST(test_worker_cancels_an_sql_handler_whose_run_was_taken_over)
+{
+    env e;
+    worker_thread wt = {0};
+    env_setup(&e,
+              "{ name = \"sx\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qx\"; lease = \"2s\";"
+              "  handler = { sql = \"INSERT INTO sink (run_key, attempt) SELECT $1, 0 FROM "
+              "pg_sleep(30)\"; }; }",
+              NULL, 5);
+    worker_thread_start(&e, &wt, NULL, NULL, NULL);
+    planner_start(&e);
+    add_runs(&e, "sx", 1, 5);
+    const char *active = "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND "
+                         "query LIKE 'INSERT INTO sink%pg_sleep(30)' AND pid <> pg_backend_pid()";
+    ck_assert(wait_for(e.db, "1", 15000, active));
+    ck_assert(wait_for(e.db, "2", 0,
+                       "SET lock_timeout = '1s'; UPDATE warren.runs SET lease_until = now() - "
+                       "interval '1 second'; SELECT attempt FROM warren.claim((SELECT run_key "
+                       "FROM warren.runs), 'thief')"));
+    int64_t t0 = now_ms();
+    ck_assert(wait_for(e.db, "0", 5000, active));
+    fprintf(stderr, "sql handler cancelled %lld ms after the take-over\n",
+            (long long)(now_ms() - t0));
+    ck_assert(wait_for(e.db, "running|2|thief|0", 0,
+                       "SELECT concat_ws('|', state, attempt, lease_owner, (SELECT count(*) FROM "
+                       "sink)) FROM warren.runs"));
+    worker_thread_join(&wt);
+    ck_assert(wait_for(e.db, "0", 0, "SELECT count(*) FROM sink"));
+    warren_worker_free(wt.w);
+    env_teardown(&e);
+}
+END_TEST
+
 /* ------------------------------------------------------------ bad messages */
 
 static void publish_raw(env *e, const char *queue, const char *body, const char *message_id)
@@ -1319,6 +1399,8 @@ static Suite *worker_suite(void)
     tcase_add_test(tc, test_worker_leaves_a_running_sql_handler_at_shutdown);
     tcase_add_test(tc, test_worker_records_unstorable_errors_and_commit_failures);
     tcase_add_test(tc, test_worker_sql_handler_failure_rolls_back_and_retries);
+    tcase_add_test(tc, test_worker_sql_handler_holds_no_lock_while_its_statement_runs);
+    tcase_add_test(tc, test_worker_cancels_an_sql_handler_whose_run_was_taken_over);
     tcase_add_test(tc, test_warren_run_prints_one_line_per_finished_run);
     tcase_add_test(tc, test_worker_queue_policy_runs_the_newer_run_after_the_older);
     tcase_add_test(tc, test_worker_exec_exit_64_and_65_fail_permanently);

@@ -5,6 +5,7 @@
 #ifndef WARREN_STORE_WORK_H
 #define WARREN_STORE_WORK_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -65,19 +66,33 @@ int warren_store_complete_batch(warren_store *st, const warren_completion *c, si
 int warren_store_complete(warren_store *st, const char *run_key, int attempt, const char *outcome,
                           const char *error, int *recorded, warren_error *err);
 
-/* The sql handler: in one transaction, warren.complete(run_key, attempt,
- * 'succeeded') and then sql with $1 = run key (text), $2 = scheduled_at
- * (timestamptz), $3 = payload (jsonb), under statement_timeout timeout_ms
- * (0: none). The effect and the completion commit together or not at all.
- * *recorded = 1: committed; 0: the token was stale (rolled back, no effect).
- * If the statement itself fails, everything is rolled back, *stmt_error gets
- * the server's message (new, free()) and the function returns 0 with
- * *recorded = 0: the caller then completes the attempt with 'retry'.
- * Errors: WARREN_EDBCONN / WARREN_EDB for the connection or the protocol. */
+/* The sql handler: in one transaction, sql with $1 = run key (text), $2 =
+ * scheduled_at (timestamptz), $3 = payload (jsonb), under statement_timeout
+ * timeout_ms (0: none), and then warren.complete(run_key, attempt,
+ * 'succeeded'). The effect and the completion commit together or not at all;
+ * the run's row is locked only for the completion at the end, so the caller
+ * heartbeats the run while the statement runs. *recorded = 1: committed; 0:
+ * the token was stale, or *lost was set (the caller lost the lease; it may
+ * cancel the statement with warren_store_cancel_send): rolled back, no
+ * effect. lost may be NULL. If the statement itself fails, everything is
+ * rolled back, *stmt_error gets the server's message (new, free()) and the
+ * function returns 0 with *recorded = 0: the caller then completes the
+ * attempt with 'retry'. Errors: WARREN_EDBCONN / WARREN_EDB for the
+ * connection or the protocol. */
 int warren_store_complete_sql(warren_store *st, const char *run_key, int attempt,
                               warren_us scheduled_at, const char *payload_json, const char *sql,
-                              int64_t timeout_ms, int *recorded, char **stmt_error,
-                              warren_error *err);
+                              int64_t timeout_ms, const atomic_int *lost, int *recorded,
+                              char **stmt_error, warren_error *err);
+
+/* Cancels, from any thread, the statement that st's connection is running
+ * (PQcancel: a separate connection to the server). _new takes the handle
+ * while the connection is up (NULL: out of memory or no connection); it
+ * stays valid until freed, for that server session only. _send returns 0 if
+ * the request was sent (the statement may have ended already), -1 if not. */
+typedef struct warren_store_cancel warren_store_cancel;
+warren_store_cancel *warren_store_cancel_new(warren_store *st);
+int warren_store_cancel_send(warren_store_cancel *c);
+void warren_store_cancel_free(warren_store_cancel *c);
 
 /* Times of one run, for the worker's per-run report line. */
 typedef struct warren_run_times {
