@@ -11,6 +11,8 @@
 #   q SQL               one psql query on DB, unaligned
 #   e2e_malformed QUEUE publishes "not json at all" to warren.ready/QUEUE and
 #                       waits for it in warren.dead (the worker rejected it)
+#   e2e_example P LANG START
+#                       the whole scenario of an example worker (below)
 
 PY=/usr/bin/python3 # Debian's: python3-pika and python3-psycopg2 live there
 [ -x "$PY" ] || PY=python3
@@ -84,4 +86,108 @@ for _ in range(50):
     time.sleep(0.2)
 sys.exit(1)
 EOF
+}
+
+# The scenario every example worker passes, P naming its jobs, queues and
+# tables, LANG the payload's "lang":
+# - job ${P}job fires every second on queue P, without a C handler; the
+#   planner releases its runs into warren.ready.P; the worker claims,
+#   heartbeats and completes them through the SQL functions, failing the
+#   first attempt of each on purpose (every run also goes through a retry
+#   with backoff); its effect table ${P}_effects, keyed by run key, ends with
+#   exactly one row per succeeded run, all from attempt 2;
+# - a malformed message is rejected into warren.dead;
+# - a second worker runs one ${P}slow run whose work (4 s) outlasts its lease
+#   (3 s): it succeeds in one attempt only because its heartbeats extend the
+#   lease;
+# - both workers exit 0 on SIGTERM.
+# START QUEUE ID TABLE MODE starts one worker in the background (stderr to
+# $WORK/ID.log) and prints nothing; MODE is "fail-first" (report retry for
+# attempt 1) or "slow" (work 4 s).
+e2e_example() {
+    local P=$1 lang=$2 start=$3 worker slow left st ok due unfinished succeeded n
+    e2e_warren "planner = { tick = \"200ms\"; horizon = \"10s\"; reconcile_grace = \"5s\"; };
+worker = { heartbeat_margin = \"1s\"; }; # lets ${P}slow have a 3 s lease
+jobs = (
+  { name = \"${P}job\"; every = \"1s\"; queue = \"$P\"; payload = { lang = \"$lang\"; };
+    overlap = \"allow\"; lease = \"6s\"; retry = { base = \"100ms\"; cap = \"200ms\"; }; },
+  { name = \"${P}slow\"; at = \"2099-01-01T00:00:00Z\"; queue = \"${P}slow\"; lease = \"3s\";
+    retry = { max_attempts = 1; }; }
+);"
+    e2e_planner
+    "$start" "$P" "$P-e2e" "${P}_effects" fail-first
+    worker=$!
+    PIDS+=($worker)
+    "$start" "${P}slow" "$P-slow" "${P}_slow_effects" slow
+    slow=$!
+    PIDS+=($slow)
+    q "INSERT INTO warren.runs (job, scheduled_at, due_at, origin)
+       VALUES ('${P}slow', date_trunc('second', now()) - interval '1 minute', now(), 'trigger');
+       NOTIFY warren_jobs" >/dev/null
+
+    sleep 8
+    local paused_at
+    paused_at=$(q "UPDATE warren.jobs SET paused = true; SELECT now()")
+    for _ in $(seq 1 100); do
+        left=$(q "SELECT count(*) FROM warren.runs WHERE state NOT IN ('succeeded','skipped')
+                  AND due_at < now() - interval '2 seconds'")
+        [ "$left" = 0 ] && break
+        sleep 0.3
+    done
+    [ "$left" = 0 ] || {
+        tail -20 "$WORK/$P-e2e.log" >&2
+        q "SELECT run_key, state, attempt FROM warren.runs ORDER BY 1" >&2
+        fail "$left run(s) did not finish"
+    }
+
+    # A malformed message: rejected without requeue, it dead-letters to warren.dead.
+    e2e_malformed "$P"
+
+    # The slow run: its 4 s of work outlasted its 3 s lease on heartbeats alone
+    # (without them the worker stops it after 2 s and the reaper takes the run).
+    for _ in $(seq 1 60); do
+        st=$(q "SELECT state FROM warren.runs WHERE job = '${P}slow'")
+        [ "$st" = succeeded ] && break
+        sleep 0.3
+    done
+    [ "$st" = succeeded ] || { tail -20 "$WORK/$P-slow.log" >&2; fail "the 4 s run under a 3 s lease ended $st"; }
+    ok=$(q "SELECT r.attempt = 1 AND r.finished_at - r.started_at >= interval '4 seconds'
+              AND (SELECT count(*) FROM ${P}_slow_effects) = 1
+              AND (SELECT string_agg(outcome, ',') FROM warren.attempts a
+                    WHERE a.run_key = r.run_key) = 'succeeded'
+            FROM warren.runs r WHERE r.job = '${P}slow'")
+    [ "$ok" = t ] || fail "the slow run was not one 4 s attempt with one effect"
+    grep -qi "heartbeat refused\|no heartbeat for too long" "$WORK/$P-slow.log" &&
+        fail "the slow run lost its lease"
+
+    kill -TERM "$slow"
+    wait "$slow" || fail "the slow worker did not exit 0 on SIGTERM (logs in $WORK)"
+    kill -TERM "$worker"
+    wait "$worker" || fail "the worker did not exit 0 on SIGTERM (logs in $WORK)"
+    kill -TERM "${PIDS[0]}"
+    wait "${PIDS[0]}" || true
+    PIDS=()
+
+    # Every run due before the pause succeeded (no count of runs per second:
+    # the machine's speed is not what this test checks).
+    succeeded=$(q "SELECT count(*) FROM warren.runs WHERE state = 'succeeded' AND job = '${P}job'")
+    due=$(q "SELECT count(*) FROM warren.runs WHERE job = '${P}job' AND due_at < '$paused_at'")
+    [ "$due" -ge 1 ] || fail "no ${P}job run was due in the 8 s before the pause"
+    unfinished=$(q "SELECT count(*) FROM warren.runs WHERE job = '${P}job'
+                    AND due_at < '$paused_at' AND state <> 'succeeded'")
+    [ "$unfinished" = 0 ] || fail "$unfinished of $due run(s) due before the pause did not succeed"
+    # Exactly one effect per succeeded run, none for anything else, all from
+    # attempt 2 with the job's payload, each after the history retry,succeeded.
+    n=$(q "SELECT count(*) FROM (SELECT * FROM warren.runs WHERE job = '${P}job') r
+           FULL JOIN ${P}_effects e USING (run_key)
+           WHERE (r.state = 'succeeded') IS DISTINCT FROM (e.run_key IS NOT NULL)")
+    [ "$n" = 0 ] || fail "$n run(s) without exactly one effect"
+    n=$(q "SELECT count(*) FROM ${P}_effects WHERE attempt <> 2 OR payload->>'lang' <> '$lang'")
+    [ "$n" = 0 ] || fail "$n effect(s) not from attempt 2 with the job's payload"
+    n=$(q "SELECT count(*) FROM warren.runs r WHERE r.state = 'succeeded' AND r.job = '${P}job' AND
+           (SELECT string_agg(outcome, ',' ORDER BY attempt) FROM warren.attempts a
+             WHERE a.run_key = r.run_key) IS DISTINCT FROM 'retry,succeeded'")
+    [ "$n" = 0 ] || fail "$n run(s) without the history retry,succeeded"
+    grep -q "rejecting malformed message" "$WORK/$P-e2e.log" || fail "the worker did not log the rejection"
+    E2E_SUCCEEDED=$succeeded
 }
