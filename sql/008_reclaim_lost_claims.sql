@@ -9,71 +9,82 @@
 -- their lease to run out; the reaper then counted the lost attempt as a
 -- failure (with max_attempts = 1 the run went dead without ever running).
 --
--- reclaim_many(run_keys, worker): each of run_keys that is running under a
--- lease of this very worker (lease_owner = worker, live or not) gets a new
--- attempt, exactly as a claim would give it: the attempt number goes up (the
--- fencing token: if another process used the same worker name, its heartbeat
--- and completion of the old attempt now return false), the lease runs from
--- now(). The lost attempt is recorded as lease_lost with the reason. It does
--- not use up the retry budget: its handler never ran (the budget counts
--- attempts from attempt_base, which moves up by one with it). Keys not held
--- by this worker give no row; the caller then claims them as usual.
+-- reclaim_many(run_keys, worker, within_ms): each of run_keys that is running
+-- under a lease of this very worker, claimed at most within_ms milliseconds
+-- ago and never heartbeated since (lease_until is still claim time + lease),
+-- gets a new attempt, exactly as a claim would give it: the attempt number
+-- goes up (the fencing token), the lease runs from now(). The lost attempt is
+-- recorded as lease_lost with the reason, with the event
+-- run.lease_lost.<job>. It does not use up the retry budget: its handler
+-- never ran (the budget counts attempts from attempt_base, which moves up by
+-- one with it). Other keys give no row; the caller then claims them as usual.
 --
--- Only a worker that knows its claim's answer was lost should call it (the C
--- worker does, after a connection error during claim_many); a worker name
--- must be unique per process.
+-- The two conditions keep it to the claim whose answer was lost: a run that
+-- another process under the same worker name claimed earlier and is running
+-- has been heartbeated (every lease/3), or was claimed before that claim was
+-- sent. Worker names should still be unique per process.
 
-CREATE OR REPLACE FUNCTION warren.reclaim_many(run_keys text[], worker text)
+CREATE OR REPLACE FUNCTION warren.reclaim_many(run_keys text[], worker text, within_ms int)
 RETURNS TABLE(run_key text, attempt int, job text, scheduled_at timestamptz, payload jsonb,
               lease_seconds int)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off SET enable_bitmapscan = off SET enable_hashjoin = off
-SET enable_mergejoin = off
 AS $fn$
 #variable_conflict use_column
 DECLARE
     w text := reclaim_many.worker;
+    k text;
+    r warren.runs%ROWTYPE;
+    j warren.jobs%ROWTYPE;
 BEGIN
-    IF w IS NULL OR w = '' THEN
-        RAISE EXCEPTION 'warren.reclaim_many: worker is required' USING ERRCODE = '22023';
+    IF w IS NULL OR w = '' OR within_ms IS NULL OR within_ms < 0 THEN
+        RAISE EXCEPTION 'warren.reclaim_many: worker and within_ms >= 0 are required'
+            USING ERRCODE = '22023';
     END IF;
-    RETURN QUERY
-    WITH c AS (
-        -- one runs_run_key probe per key, rows locked in key order (as claims)
-        UPDATE warren.runs rr
-           SET attempt = rr.attempt + 1, attempt_base = rr.attempt_base + 1,
-               lease_until = now() + make_interval(secs =>
-                   (SELECT jb.lease_ms FROM warren.jobs jb WHERE jb.name = rr.job) / 1000.0),
-               started_at = now()
-          FROM (SELECT DISTINCT x AS k FROM unnest(reclaim_many.run_keys) x ORDER BY 1) t
-         WHERE rr.run_key = t.k AND rr.state || '' = 'running' AND rr.lease_owner = w
-        RETURNING rr.run_key, rr.attempt, rr.job, rr.scheduled_at, rr.payload
-    ), lost AS (
-        UPDATE warren.attempts x
+    -- Rare (after a lost connection): one key at a time, in key order as claims.
+    FOR k IN SELECT DISTINCT x FROM unnest(reclaim_many.run_keys) x WHERE x IS NOT NULL ORDER BY 1
+    LOOP
+        SELECT * INTO r FROM warren.runs rr WHERE rr.run_key = k FOR UPDATE;
+        CONTINUE WHEN NOT FOUND;
+        SELECT * INTO j FROM warren.jobs jb WHERE jb.name = r.job;
+        CONTINUE WHEN r.state <> 'running' OR r.lease_owner IS DISTINCT FROM w
+                   OR r.started_at < now() - make_interval(secs => within_ms / 1000.0)
+                   OR r.lease_until IS DISTINCT FROM
+                      r.started_at + make_interval(secs => j.lease_ms / 1000.0);
+        UPDATE warren.attempts a
            SET finished_at = now(), outcome = 'lease_lost',
                error = format('the answer to this claim did not reach worker %s; it claimed '
-                              'the run again as attempt %s', w, c.attempt)
-          FROM c
-         WHERE x.run_key = c.run_key AND x.attempt = c.attempt - 1 AND x.finished_at IS NULL
-    ), a AS (
+                              'the run again as attempt %s', w, r.attempt + 1)
+         WHERE a.run_key = k AND a.attempt = r.attempt AND a.finished_at IS NULL;
+        PERFORM warren.wp_event(r, 'lease_lost', NULL, w);
+        UPDATE warren.runs rr
+           SET attempt = rr.attempt + 1, attempt_base = rr.attempt_base + 1,
+               lease_until = now() + make_interval(secs => j.lease_ms / 1000.0),
+               started_at = now()
+         WHERE rr.run_key = k
+        RETURNING * INTO r;
         INSERT INTO warren.attempts (run_key, attempt, worker, started_at)
-        SELECT c.run_key, c.attempt, w, now() FROM c
+        VALUES (k, r.attempt, w, now())
         ON CONFLICT ON CONSTRAINT attempts_pkey DO UPDATE
             SET worker = EXCLUDED.worker, started_at = EXCLUDED.started_at,
-                finished_at = NULL, outcome = NULL, error = NULL
-    )
-    SELECT c.run_key, c.attempt, c.job, c.scheduled_at, coalesce(c.payload, jb.payload),
-           greatest(1, ceil(jb.lease_ms / 1000.0))::int
-      FROM c JOIN warren.jobs jb ON jb.name = c.job;
+                finished_at = NULL, outcome = NULL, error = NULL;
+        run_key := k;
+        attempt := r.attempt;
+        job := r.job;
+        scheduled_at := r.scheduled_at;
+        payload := coalesce(r.payload, j.payload);
+        lease_seconds := greatest(1, ceil(j.lease_ms / 1000.0))::int;
+        RETURN NEXT;
+    END LOOP;
 END
 $fn$;
-COMMENT ON FUNCTION warren.reclaim_many(text[], text) IS
+COMMENT ON FUNCTION warren.reclaim_many(text[], text, int) IS
     'After a claim whose answer was lost: the runs among run_keys running under this worker''s '
-    'lease get a new attempt (one row each, as claim_many); the lost attempt is lease_lost and '
-    'does not count against the retry budget';
+    'lease, claimed at most within_ms ago and never heartbeated, get a new attempt (one row '
+    'each, as claim_many); the lost attempt is lease_lost and does not count against the retry '
+    'budget';
 
-REVOKE ALL ON FUNCTION warren.reclaim_many(text[], text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION warren.reclaim_many(text[], text) TO warren_worker;
+REVOKE ALL ON FUNCTION warren.reclaim_many(text[], text, int) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION warren.reclaim_many(text[], text, int) TO warren_worker;
 COMMENT ON ROLE warren_worker IS
     'May execute warren.claim, warren.heartbeat and warren.complete (their batch forms, and '
     'warren.reclaim_many after a lost claim answer) only; grant it to worker logins';

@@ -23,7 +23,7 @@
 /* warren.reclaim_many: the same, for runs whose claim answer was lost. */
 #define SQL_RECLAIM_BATCH                                                                          \
     "SELECT run_key, attempt, job, scheduled_at, payload, lease_seconds "                          \
-    "FROM warren.reclaim_many($1::text[], $2::text)"
+    "FROM warren.reclaim_many($1::text[], $2::text, $3::int)"
 
 #define SQL_HEARTBEAT_BATCH                                                                        \
     "SELECT t.i, warren.heartbeat(t.k, t.a) "                                                      \
@@ -188,9 +188,10 @@ void warren_claim_clear(warren_claim *c)
 
 /* claim_many and reclaim_many: the same arguments and result rows. */
 static int claim_rows(warren_store *st, const char *stmt, const char *sql, const char *fn,
-                      const char *const *keys, size_t n, const char *worker, warren_claim *out,
-                      warren_error *err)
+                      const char *const *keys, size_t n, const char *worker, int64_t within_ms,
+                      warren_claim *out, warren_error *err)
 {
+    char wbuf[24];
     sbuf arr = {0};
     PGresult *res = NULL;
     int rc;
@@ -207,7 +208,10 @@ static int claim_rows(warren_store *st, const char *stmt, const char *sql, const
     sb_str(&arr, "}");
     if ((rc = sb_done(&arr, err)) != 0)
         return rc;
-    const char *params[2] = {arr.p, worker};
+    if (within_ms > INT32_MAX)
+        within_ms = INT32_MAX;
+    snprintf(wbuf, sizeof(wbuf), "%lld", (long long)(within_ms < 0 ? 0 : within_ms));
+    const char *params[3] = {arr.p, worker, wbuf};
     key_ix *ix = malloc(n * sizeof(*ix));
     if (ix == NULL) {
         free(arr.p);
@@ -216,7 +220,7 @@ static int claim_rows(warren_store *st, const char *stmt, const char *sql, const
     for (size_t i = 0; i < n; i++)
         ix[i] = (key_ix){keys[i], i};
     key_ix_sort(ix, n);
-    rc = warren__store_exec_prepared(st, stmt, sql, 2, params, &res,
+    rc = warren__store_exec_prepared(st, stmt, sql, within_ms < 0 ? 2 : 3, params, &res,
                                      n == 1 ? "claim run" : "claim runs", err);
     free(arr.p);
     if (rc != 0) {
@@ -263,15 +267,18 @@ static int claim_rows(warren_store *st, const char *stmt, const char *sql, const
 int warren_store_claim_batch(warren_store *st, const char *const *keys, size_t n,
                              const char *worker, warren_claim *out, warren_error *err)
 {
-    return claim_rows(st, "work_claim_batch", SQL_CLAIM_BATCH, "claim_many", keys, n, worker, out,
-                      err);
+    return claim_rows(st, "work_claim_batch", SQL_CLAIM_BATCH, "claim_many", keys, n, worker, -1,
+                      out, err);
 }
 
 int warren_store_reclaim_batch(warren_store *st, const char *const *keys, size_t n,
-                               const char *worker, warren_claim *out, warren_error *err)
+                               const char *worker, int64_t within_ms, warren_claim *out,
+                               warren_error *err)
 {
+    if (within_ms < 0)
+        within_ms = 0;
     return claim_rows(st, "work_reclaim_batch", SQL_RECLAIM_BATCH, "reclaim_many", keys, n, worker,
-                      out, err);
+                      within_ms, out, err);
 }
 
 int warren_store_claim(warren_store *st, const char *run_key, const char *worker, warren_claim *out,
@@ -477,18 +484,26 @@ int warren_store_complete(warren_store *st, const char *run_key, int attempt, co
     return warren_store_complete_batch(st, &c, 1, recorded, err);
 }
 
-/* SET LOCAL statement_timeout (milliseconds as text; "0" = none). */
-static int set_statement_timeout(warren_store *st, const char *ms, warren_error *err)
+/* SET LOCAL statement_timeout (milliseconds as text; "0" = none), and
+ * application_name = tag unless tag is NULL (warren_store_cancel_tagged finds
+ * the session by it). */
+static int set_statement_timeout(warren_store *st, const char *ms, const char *tag,
+                                 warren_error *err)
 {
-    const char *params[1] = {ms};
-    return warren__store_exec(st, "SELECT set_config('statement_timeout', $1, true)", 1, params,
-                              NULL, "set the sql handler's timeout", err);
+    const char *params[2] = {ms, tag};
+    if (tag == NULL)
+        return warren__store_exec(st, "SELECT set_config('statement_timeout', $1, true)", 1, params,
+                                  NULL, "set the sql handler's timeout", err);
+    return warren__store_exec(st,
+                              "SELECT set_config('statement_timeout', $1, true), "
+                              "set_config('application_name', $2, true)",
+                              2, params, NULL, "set the sql handler's timeout", err);
 }
 
 int warren_store_complete_sql(warren_store *st, const char *run_key, int attempt,
                               warren_us scheduled_at, const char *payload_json, const char *sql,
-                              int64_t timeout_ms, const atomic_int *lost, int *recorded,
-                              char **stmt_error, warren_error *err)
+                              int64_t timeout_ms, const char *tag, const atomic_int *lost,
+                              int *recorded, char **stmt_error, warren_error *err)
 {
     char abuf[24], tbuf[WARREN_TIME_BUF], setting[24];
     PGresult *res = NULL;
@@ -508,7 +523,7 @@ int warren_store_complete_sql(warren_store *st, const char *run_key, int attempt
     if (timeout_ms > INT32_MAX)
         timeout_ms = INT32_MAX;
     snprintf(setting, sizeof(setting), "%lld", (long long)(timeout_ms > 0 ? timeout_ms : 0));
-    if ((rc = set_statement_timeout(st, setting, err)) != 0)
+    if ((rc = set_statement_timeout(st, setting, tag, err)) != 0)
         goto fail;
     if (lost != NULL && atomic_load(lost)) { /* lost before it started */
         warren__store_rollback(st);
@@ -544,7 +559,7 @@ int warren_store_complete_sql(warren_store *st, const char *run_key, int attempt
         warren__store_rollback(st);
         return 0;
     }
-    if ((rc = set_statement_timeout(st, "0", err)) != 0)
+    if ((rc = set_statement_timeout(st, "0", NULL, err)) != 0)
         goto fail;
     {
         const char *params[2] = {run_key, warren__store_int_param(attempt, abuf, sizeof(abuf))};
@@ -581,32 +596,29 @@ fail:
 
 /* ------------------------------------------------------------ cancel */
 
-struct warren_store_cancel {
-    PGcancel *c;
-};
+#define SQL_CANCEL_TAGGED                                                                          \
+    "SELECT count(*) FILTER (WHERE pg_cancel_backend(pid)) FROM pg_stat_activity "                 \
+    "WHERE application_name = $1 AND pid <> pg_backend_pid()"
 
-warren_store_cancel *warren_store_cancel_new(warren_store *st)
+int warren_store_cancel_tagged(warren_store *st, const char *tag, int *cancelled, warren_error *err)
 {
-    warren_store_cancel *c = st != NULL ? malloc(sizeof(*c)) : NULL;
-    if (c != NULL && (c->c = PQgetCancel(warren__store_conn(st))) == NULL) {
-        free(c);
-        c = NULL;
-    }
-    return c;
-}
+    PGresult *res = NULL;
+    int64_t n = 0;
+    int rc;
 
-int warren_store_cancel_send(warren_store_cancel *c)
-{
-    char buf[256];
-    return c != NULL && PQcancel(c->c, buf, (int)sizeof(buf)) == 1 ? 0 : -1;
-}
-
-void warren_store_cancel_free(warren_store_cancel *c)
-{
-    if (c == NULL)
-        return;
-    PQfreeCancel(c->c);
-    free(c);
+    if (cancelled != NULL)
+        *cancelled = 0;
+    if (st == NULL || tag == NULL || tag[0] == '\0')
+        return warren_error_set(err, WARREN_EINVAL, "warren_store_cancel_tagged: bad arguments");
+    const char *params[1] = {tag};
+    rc = warren__store_exec_prepared(st, "work_cancel_tagged", SQL_CANCEL_TAGGED, 1, params, &res,
+                                     "cancel an sql handler", err);
+    if (rc != 0)
+        return rc;
+    if (warren__store_get_int64(res, 0, 0, &n) == 0 && cancelled != NULL)
+        *cancelled = n > 0;
+    PQclear(res);
+    return 0;
 }
 
 /* ------------------------------------------------------------ run times, replay */

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -64,8 +65,8 @@ struct warren_handler_ctx {
     int kind;                        /* KIND_C or KIND_SQL */
     atomic_int stop;
     atomic_int done;
-    atomic_int lost;                 /* sql: the lease was lost: no effect, no completion */
-    warren_store_cancel *sql_cancel; /* sql: cancels its statement (under hp->mu) */
+    atomic_int lost;  /* sql: another worker holds the run: no effect, no completion */
+    char sql_tag[40]; /* sql: its session's application_name while it runs (set once) */
     /* results, written by the thread before done = 1 */
     warren_outcome outcome;
     char error[ERROR_MAX];
@@ -96,8 +97,9 @@ typedef struct slot {
     warren_us msg_due_at;  /* due time this attempt was released for (message header) */
     int64_t timeout_at;
     int stop_reason;
-    int lease_refused; /* a heartbeat was refused: the server is reachable, the run taken */
-    int64_t kill_at;   /* exec: SIGKILL after this; c: left behind after a timeout (0: not yet) */
+    int64_t next_cancel; /* sql, lost: when to send the cancel (again) */
+    int cancels_sent;
+    int64_t kill_at; /* exec: SIGKILL after this; c: left behind after a timeout (0: not yet) */
     /* exec */
     pid_t pid;
     int out_fd;
@@ -119,7 +121,8 @@ typedef struct pend {
     int64_t received_mono; /* when the delivery reached this worker */
     warren_run_msg msg;
     const warren_job *job;
-    int answer_lost; /* a claim of it failed with a lost connection: it may be ours */
+    int answer_lost;          /* a claim of it failed, its fate unknown: it may be ours */
+    int64_t answer_lost_mono; /* when that claim was sent */
 } pend;
 
 struct warren_worker {
@@ -1030,20 +1033,11 @@ static void sql_run(warren_handler_ctx *c)
         c->sql_rc = e.code ? e.code : WARREN_EDBCONN;
         snprintf(c->error, sizeof(c->error), "%s", e.message);
     } else {
-        /* The loop cancels the statement if the lease is lost (sql_lost). */
-        warren_store_cancel *cancel = warren_store_cancel_new(st);
-        pthread_mutex_lock(&c->hp->mu);
-        c->sql_cancel = cancel;
-        pthread_mutex_unlock(&c->hp->mu);
         c->sql_rc = warren_store_complete_sql(st, c->run_key, c->attempt, c->scheduled_at,
-                                              c->payload, c->sql, c->timeout_ms, &c->lost,
-                                              &c->sql_recorded, &c->sql_stmt_error, &e);
+                                              c->payload, c->sql, c->timeout_ms, c->sql_tag,
+                                              &c->lost, &c->sql_recorded, &c->sql_stmt_error, &e);
         if (c->sql_rc != 0)
             snprintf(c->error, sizeof(c->error), "%s", e.message);
-        pthread_mutex_lock(&c->hp->mu);
-        c->sql_cancel = NULL;
-        pthread_mutex_unlock(&c->hp->mu);
-        warren_store_cancel_free(cancel);
         pool_put(c->hp, st);
     }
 }
@@ -1228,8 +1222,14 @@ static int start_thread(warren_worker *w, slot *s, warren_error *err)
     atomic_init(&c->stop, 0);
     atomic_init(&c->done, 0);
     atomic_init(&c->lost, 0);
-    c->sql_cancel = NULL;
     if (s->kind == KIND_SQL) {
+        /* A name no other session has: the loop cancels the statement by it
+         * (warren_store_cancel_tagged) if another worker takes the run. */
+        uint64_t r = 0;
+        if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r))
+            r = (uint64_t)warren__mono_ms() * 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid() ^
+                (uint64_t)(uintptr_t)c;
+        snprintf(c->sql_tag, sizeof(c->sql_tag), "warren sql %016llx", (unsigned long long)r);
         c->sql = strdup(s->job->sql);
         c->db_url = strdup(w->db_url ? w->db_url : "");
     } else {
@@ -1338,24 +1338,16 @@ static void slot_start(warren_worker *w, slot *s, pend *p, warren_claim *cl, int
     }
 }
 
-/* An sql handler whose lease was lost: its transaction must not commit, and
- * if a heartbeat was refused its statement is cancelled (the kill of the
- * other kinds). Not when heartbeats merely failed: the server may be out of
- * reach, and PQcancel, which connects to it, would block this loop. */
+/* An sql handler whose heartbeat was refused (another worker holds the run):
+ * its transaction must not commit, and cancel_lost_sql cancels its statement
+ * (the kill of the other kinds). */
 static void sql_lost(warren_worker *w, slot *s)
 {
+    (void)w;
     if (s->kind != KIND_SQL || s->ctx == NULL)
         return;
     atomic_store(&s->ctx->lost, 1);
-    if (!s->lease_refused)
-        return;
-    pthread_mutex_lock(&w->hp->mu);
-    if (s->ctx->sql_cancel != NULL && warren_store_cancel_send(s->ctx->sql_cancel) != 0)
-        warren_log(w->lg, WARREN_LOG_WARN,
-                   "worker %s: %s: could not cancel the sql handler's statement; it rolls back "
-                   "when it ends",
-                   w->id, s->run_key);
-    pthread_mutex_unlock(&w->hp->mu);
+    s->next_cancel = 0; /* at once */
 }
 
 static void stop_slot(warren_worker *w, slot *s, int reason, int64_t now)
@@ -1427,22 +1419,21 @@ static void poll_slot(warren_worker *w, slot *s, int64_t now)
 {
     if (s->state != SLOT_RUNNING)
         return;
-    /* sql handlers too: their statement holds no lock on the run (the
-     * completion comes last), so they are heartbeated like the others. Their
-     * timeout is the statement_timeout PostgreSQL enforces. */
-    if (now >= s->last_hb_ok + s->lease_ms - s->hb_margin_ms && s->stop_reason != STOP_LOST) {
+    /* Not for sql handlers: their transaction is fenced by its completion
+     * (a stale attempt rolls back), and a refused heartbeat cancels them.
+     * Their timeout is the statement_timeout PostgreSQL enforces. */
+    if (s->kind != KIND_SQL && now >= s->last_hb_ok + s->lease_ms - s->hb_margin_ms &&
+        s->stop_reason != STOP_LOST) {
         if (s->stop_reason == STOP_NONE)
             warren_log(w->lg, WARREN_LOG_WARN,
                        "worker %s: %s attempt %d: no successful heartbeat for %lld ms (lease "
                        "%lld ms): stopping the handler, not completing",
                        w->id, s->run_key, s->claim.attempt, (long long)(now - s->last_hb_ok),
                        (long long)s->lease_ms);
-        if (s->stop_reason != STOP_NONE) {
+        if (s->stop_reason != STOP_NONE)
             s->stop_reason = STOP_LOST; /* already stopping: now it must not complete */
-            sql_lost(w, s);
-        } else {
+        else
             stop_slot(w, s, STOP_LOST, now);
-        }
     } else if (s->kind != KIND_SQL && now >= s->timeout_at && s->stop_reason == STOP_NONE) {
         warren_log(w->lg, WARREN_LOG_WARN, "worker %s: %s attempt %d: timed out after %lld ms",
                    w->id, s->run_key, s->claim.attempt, (long long)s->job->timeout_ms);
@@ -1762,6 +1753,40 @@ out:
 
 /* ------------------------------------------------------------ heartbeats */
 
+/* An sql handler's thread is done (committed or rolled back): no heartbeat,
+ * its run is recorded or not already. */
+static int sql_finished(const slot *s)
+{
+    return s->kind == KIND_SQL && s->ctx != NULL &&
+           atomic_load_explicit(&s->ctx->done, memory_order_acquire) != 0;
+}
+
+/* Cancels the statements of sql handlers whose run another worker holds,
+ * again every heartbeat interval while they run (a cancel that arrives
+ * between two statements of the transaction is ignored by the server). */
+static void cancel_lost_sql(warren_worker *w, int64_t now)
+{
+    for (int i = 0; i < w->concurrency; i++) {
+        slot *s = &w->slots[i];
+        warren_error e = {0};
+        int sent = 0, rc;
+        if (s->kind != KIND_SQL || s->state != SLOT_RUNNING || s->stop_reason != STOP_LOST ||
+            s->ctx == NULL || sql_finished(s) || now < s->next_cancel || !store_ready(w))
+            continue;
+        s->next_cancel = now + s->hb_every_ms;
+        if ((rc = warren_store_cancel_tagged(w->st, s->ctx->sql_tag, &sent, &e)) != 0) {
+            store_failed(w, rc, &e, "cancel an sql handler");
+            continue;
+        }
+        store_ok(w);
+        if (sent && s->cancels_sent++ == 0)
+            warren_log(w->lg, WARREN_LOG_WARN,
+                       "worker %s: %s attempt %d: cancelled the sql handler's statement (another "
+                       "worker holds the run); it rolls back",
+                       w->id, s->run_key, s->claim.attempt);
+    }
+}
+
 static void heartbeat_due(warren_worker *w, int64_t now)
 {
     size_t n = 0;
@@ -1773,7 +1798,8 @@ static void heartbeat_due(warren_worker *w, int64_t now)
 
     for (int i = 0; i < w->concurrency; i++) {
         slot *s = &w->slots[i];
-        if (s->state == SLOT_RUNNING && s->stop_reason != STOP_LOST && now >= s->next_hb)
+        if (s->state == SLOT_RUNNING && s->stop_reason != STOP_LOST && now >= s->next_hb &&
+            !sql_finished(s))
             n++;
     }
     if (n == 0 || !store_ready(w))
@@ -1787,7 +1813,8 @@ static void heartbeat_due(warren_worker *w, int64_t now)
     n = 0;
     for (int i = 0; i < w->concurrency; i++) {
         slot *s = &w->slots[i];
-        if (s->state == SLOT_RUNNING && s->stop_reason != STOP_LOST && now >= s->next_hb)
+        if (s->state == SLOT_RUNNING && s->stop_reason != STOP_LOST && now >= s->next_hb &&
+            !sql_finished(s))
             which[n++] = s;
     }
     qsort(which, n, sizeof(*which), cmp_slot_key); /* key order, as claims */
@@ -1814,7 +1841,6 @@ static void heartbeat_due(warren_worker *w, int64_t now)
                        "worker %s: %s attempt %d: heartbeat refused (the lease was lost): "
                        "stopping the handler, not completing",
                        w->id, s->run_key, s->claim.attempt);
-            s->lease_refused = 1;
             if (s->stop_reason != STOP_NONE) {
                 s->stop_reason = STOP_LOST;
                 sql_lost(w, s);
@@ -1859,6 +1885,7 @@ static int claim_batch(warren_worker *w, pend **batch, const char **keys, size_t
     warren_claim *c2 = NULL;
     int rc;
 
+    int64_t oldest = INT64_MAX;
     for (size_t i = 0; i < n; i++) {
         /* a second delivery of a run a slot is running: it is not lost */
         for (int k = 0; batch[i]->answer_lost && k < w->concurrency; k++)
@@ -1866,7 +1893,11 @@ static int claim_batch(warren_worker *w, pend **batch, const char **keys, size_t
                 strcmp(w->slots[k].run_key, batch[i]->msg.run_key) == 0)
                 batch[i]->answer_lost = 0;
         m += batch[i]->answer_lost != 0;
+        if (batch[i]->answer_lost && batch[i]->answer_lost_mono < oldest)
+            oldest = batch[i]->answer_lost_mono;
     }
+    /* Since the oldest of those claims was sent, and 2 s for the way there. */
+    int64_t within_ms = m > 0 ? warren__mono_ms() - oldest + 2000 : 0;
     if (m == 0)
         return warren_store_claim_batch(w->st, keys, n, w->id, cl, e);
     rest = calloc(n, sizeof(*rest));
@@ -1885,7 +1916,7 @@ static int claim_batch(warren_worker *w, pend **batch, const char **keys, size_t
                 rest[m] = keys[i];
                 pos[m++] = i;
             }
-        rc = pass == 0 ? warren_store_reclaim_batch(w->st, rest, m, w->id, c2, e)
+        rc = pass == 0 ? warren_store_reclaim_batch(w->st, rest, m, w->id, within_ms, c2, e)
                        : warren_store_claim_batch(w->st, rest, m, w->id, c2, e);
         if (rc != 0)
             break;
@@ -1947,12 +1978,16 @@ static void claim_pending(warren_worker *w)
     int64_t sent = warren__mono_ms();
     rc = claim_batch(w, batch, keys, n, cl, &e);
     if (rc != 0) {
-        /* The commit's fate is unknown after a lost connection: the runs may
-         * be running under this worker's lease now. Their next claim takes
-         * them back first (warren.reclaim_many). */
-        if (rc == WARREN_EDBCONN)
-            for (size_t i = 0; i < n; i++)
+        /* The commit's fate is unknown (a lost connection, or an answer
+         * this side could not read): the runs may be running under this
+         * worker's lease now. Their next claim takes them back first
+         * (warren.reclaim_many; a claim that failed on the server finds
+         * nothing to take back). */
+        for (size_t i = 0; i < n && rc != WARREN_EINVAL; i++)
+            if (!batch[i]->answer_lost) {
                 batch[i]->answer_lost = 1;
+                batch[i]->answer_lost_mono = sent;
+            }
         store_failed(w, rc, &e, "claim");
         goto out; /* the deliveries stay unacknowledged and are claimed later */
     }
@@ -2174,6 +2209,7 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
          * a stall) the overdue heartbeat tells whether the run is still ours;
          * the deadline then stops what could not be confirmed. */
         heartbeat_due(w, now);
+        cancel_lost_sql(w, now);
         now = warren__mono_ms();
         for (int i = 0; i < w->concurrency; i++)
             poll_slot(w, &w->slots[i], now);

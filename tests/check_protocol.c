@@ -556,8 +556,10 @@ START_TEST(test_claim_many_claims_fresh_runs_and_applies_the_rules_to_the_rest)
 END_TEST
 
 /* A claim whose answer was lost: the same worker takes the run again with a
- * new attempt at once; the lost attempt is lease_lost and is not counted
- * against max_attempts (here 1: the reaper would have made it dead). */
+ * new attempt at once; the lost attempt is lease_lost (with its event) and is
+ * not counted against max_attempts (here 1: the reaper would have made it
+ * dead). Only a run this worker claimed within the window and nobody has
+ * heartbeated since. */
 START_TEST(test_reclaim_many_takes_back_a_claim_whose_answer_was_lost)
 {
     char *url = setup("skip", 1, 1000, 60000, 30000);
@@ -566,16 +568,22 @@ START_TEST(test_reclaim_many_takes_back_a_claim_whose_answer_was_lost)
     ck_q(url, "1", "SELECT count(*) FROM warren.claim_many(ARRAY['" RK "'], 'w1')");
     /* A plain claim cannot tell: the run is leased by a live worker. */
     ck_q(url, "0", "SELECT count(*) FROM warren.claim_many(ARRAY['" RK "'], 'w1')");
-    /* Another worker's reclaim, and runs w1 does not hold, give no row. */
-    ck_q(url, "0", "SELECT count(*) FROM warren.reclaim_many(ARRAY['" RK "', '" RK2 "'], 'w2')");
+    /* Another worker, a run w1 does not hold, a claim older than the window:
+     * no row. */
+    ck_q(url, "0",
+         "SELECT count(*) FROM warren.reclaim_many(ARRAY['" RK "', '" RK2 "'], 'w2', 60000)");
+    ck_q(url, "0", "SELECT count(*) FROM warren.reclaim_many(ARRAY['" RK "'], 'w1', 0)");
     ck_q(url, RK ":2:30:{\"k\": 7}",
          "SELECT string_agg(run_key || ':' || attempt || ':' || lease_seconds || ':' || payload, "
-         "',') FROM warren.reclaim_many(ARRAY['" RK "', '" RK2 "', '" RK "'], 'w1')");
+         "',') FROM warren.reclaim_many(ARRAY['" RK "', '" RK2 "', '" RK "'], 'w1', 60000)");
     ck_q(url, "planned", "SELECT state FROM warren.runs WHERE run_key = '" RK2 "'");
     ck_q(url, "1|lease_lost|true,2|<none>|false",
          "SELECT string_agg(attempt || '|' || coalesce(outcome, '<none>') || '|' || "
          "(error LIKE '%%did not reach worker w1%%' AND finished_at IS NOT NULL)::text, ',' "
          "ORDER BY attempt) FROM warren.attempts WHERE run_key = '" RK "'");
+    ck_q(url, "1|1",
+         "SELECT count(*) || '|' || max(body->>'attempt') FROM warren.outbox WHERE routing_key = "
+         "'run.lease_lost.j1'");
     ck_q(url, "running|w1|true",
          "SELECT state || '|' || lease_owner || '|' || (lease_until > now() + interval '29 "
          "seconds')::text FROM warren.runs WHERE run_key = '" RK "'");
@@ -583,12 +591,12 @@ START_TEST(test_reclaim_many_takes_back_a_claim_whose_answer_was_lost)
     ck_q(url, "f", "SELECT warren.heartbeat('" RK "', 1)");
     ck_q(url, "f", "SELECT warren.complete('" RK "', 1, 'succeeded')");
     ck_q(url, "t", "SELECT warren.heartbeat('" RK "', 2)");
+    /* Heartbeated since: a run being worked on is never taken back. */
+    ck_q(url, "0", "SELECT count(*) FROM warren.reclaim_many(ARRAY['" RK "'], 'w1', 60000)");
     /* One attempt of the budget is left: a retryable failure now is final. */
     ck_q(url, "t", "SELECT warren.complete('" RK "', 2, 'retry', 'boom')");
     ck_q(url, "dead", "SELECT state FROM warren.runs WHERE run_key = '" RK "'");
     ck_q(url, "1", "SELECT body->>'attempts' FROM warren.outbox WHERE exchange = 'warren.dead'");
-    /* Not running any more: nothing to take back. */
-    ck_q(url, "0", "SELECT count(*) FROM warren.reclaim_many(ARRAY['" RK "'], 'w1')");
     free(url);
 }
 END_TEST
@@ -604,7 +612,8 @@ START_TEST(test_worker_role_executes_the_protocol_but_cannot_touch_tables)
     ck_q(url, "0",
          "SET ROLE warren_worker; SELECT count(*) FROM warren.claim_many(ARRAY['" RK "'], 'w2')");
     ck_q(url, "0",
-         "SET ROLE warren_worker; SELECT count(*) FROM warren.reclaim_many(ARRAY['" RK "'], 'w2')");
+         "SET ROLE warren_worker; SELECT count(*) FROM warren.reclaim_many(ARRAY['" RK "'], 'w2', "
+         "1000)");
     ck_assert_int_eq(qn(url, "SET ROLE warren_worker; SELECT * FROM warren.runs"), -1);
     ck_assert_int_eq(qn(url, "SET ROLE warren_worker; SELECT * FROM warren.jobs"), -1);
     ck_assert_int_eq(qn(url, "SET ROLE warren_worker; SELECT * FROM warren.outbox"), -1);

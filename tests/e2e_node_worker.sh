@@ -17,20 +17,21 @@ fail() {
 }
 # shellcheck source=tests/lib_e2e.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib_e2e.sh"
-e2e_init node
-NODE_DIR="$SRC/examples/workers/node"
 command -v node >/dev/null 2>&1 || fail "node not found: install nodejs (scripts/deps.sh)"
+NODE_DIR="${WARREN_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}/examples/workers/node"
 have_packages() { (cd "$NODE_DIR" && node -e "require('amqplib'); require('pg')") 2>/dev/null; }
 if ! have_packages; then
     command -v npm >/dev/null 2>&1 || fail "npm not found: it comes with Node.js (nodejs or npm)"
     for try in 1 2 3; do
-        (cd "$NODE_DIR" && timeout 300 npm ci --no-audit --no-fund --loglevel=error) && break
+        # 3 tries of at most 120 s: well inside ctest's 900 s for this test
+        (cd "$NODE_DIR" && timeout 120 npm ci --no-audit --no-fund --loglevel=error) && break
         echo "e2e_node_worker: npm ci failed (try $try of 3)" >&2
         sleep $((try * 5))
     done
     have_packages || fail "amqplib and pg are not installed in $NODE_DIR: npm ci failed (is the npm registry reachable?)"
 fi
 echo "e2e_node_worker: node $(node --version), amqplib $(cd "$NODE_DIR" && node -p "require('amqplib/package.json').version"), pg $(cd "$NODE_DIR" && node -p "require('pg/package.json').version")"
+e2e_init node
 
 start_node() { # QUEUE ID TABLE MODE
     local extra=(--fail-first 1 --concurrency 4)

@@ -4,7 +4,8 @@
 # real planner, and a malformed message published to a ready queue.
 #
 #   e2e_init NAME       DB, AMQP (URLs), WORK (a temporary directory), SRC,
-#                       BIN; stops every pid in PIDS on exit
+#                       BIN; on exit stops every pid in PIDS and drops the
+#                       database and the vhost
 #   e2e_warren CONFIG   writes $WORK/warren.cfg (the servers first, then
 #                       CONFIG), runs migrate, topology and sync
 #   e2e_planner         starts `warren planner` (its pid is PIDS[0])
@@ -18,9 +19,15 @@ PY=/usr/bin/python3 # Debian's: python3-pika and python3-psycopg2 live there
 [ -x "$PY" ] || PY=python3
 PIDS=()
 
+E2E_NAME=
+E2E_MGMT=
 e2e_cleanup() {
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
     wait 2>/dev/null || true
+    [ -n "$E2E_NAME" ] || return 0
+    psql -qX "$WARREN_TEST_PG_URL" -c "DROP DATABASE IF EXISTS $E2E_NAME WITH (FORCE)" \
+        >/dev/null 2>&1 || true
+    curl -sf -X DELETE "$E2E_MGMT/api/vhosts/$E2E_NAME" >/dev/null 2>&1 || true
 }
 
 e2e_init() {
@@ -35,6 +42,7 @@ e2e_init() {
     WORK=$(mktemp -d "/tmp/warren-e2e-$1-XXXXXX")
     trap e2e_cleanup EXIT
     psql -qX "$WARREN_TEST_PG_URL" -c "CREATE DATABASE $name" >/dev/null
+    E2E_NAME=$name
     DB="${WARREN_TEST_PG_URL%/*}/$name"
     mgmt=${WARREN_TEST_MGMT_URL:-}
     if [ -z "$mgmt" ]; then
@@ -44,6 +52,7 @@ e2e_init() {
         host=${host%%:*}
         mgmt="http://$creds@$host:55673"
     fi
+    E2E_MGMT=$mgmt
     user=$(printf '%s' "${WARREN_TEST_AMQP_URL#amqp://}" | cut -d: -f1)
     curl -sf -X PUT "$mgmt/api/vhosts/$name" >/dev/null || fail "cannot create vhost $name via $mgmt"
     curl -sf -X PUT -H 'content-type: application/json' \

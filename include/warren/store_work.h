@@ -33,12 +33,14 @@ void warren_claim_clear(warren_claim *c);
  * commit's fate is unknown: see warren_store_reclaim_batch), WARREN_EDB. */
 int warren_store_claim_batch(warren_store *st, const char *const *keys, size_t n,
                              const char *worker, warren_claim *out, warren_error *err);
-/* After a claim batch failed with WARREN_EDBCONN (its commit's fate
- * unknown): takes again, with a new attempt, those of keys that are running
- * under this worker's lease (warren.reclaim_many); out[i] as above. The
- * caller claims the others as usual. */
+/* After a claim batch failed with its commit's fate unknown (sent
+ * within_ms milliseconds ago, plus slack): takes again, with a new attempt,
+ * those of keys that are running under this worker's lease, claimed since and
+ * never heartbeated (warren.reclaim_many); out[i] as above. The caller claims
+ * the others as usual. */
 int warren_store_reclaim_batch(warren_store *st, const char *const *keys, size_t n,
-                               const char *worker, warren_claim *out, warren_error *err);
+                               const char *worker, int64_t within_ms, warren_claim *out,
+                               warren_error *err);
 /* One key. */
 int warren_store_claim(warren_store *st, const char *run_key, const char *worker, warren_claim *out,
                        warren_error *err);
@@ -71,28 +73,26 @@ int warren_store_complete(warren_store *st, const char *run_key, int attempt, co
  * timeout_ms (0: none), and then warren.complete(run_key, attempt,
  * 'succeeded'). The effect and the completion commit together or not at all;
  * the run's row is locked only for the completion at the end, so the caller
- * heartbeats the run while the statement runs. *recorded = 1: committed; 0:
- * the token was stale, or *lost was set (the caller lost the lease; it may
- * cancel the statement with warren_store_cancel_send): rolled back, no
- * effect. lost may be NULL. If the statement itself fails, everything is
- * rolled back, *stmt_error gets the server's message (new, free()) and the
- * function returns 0 with *recorded = 0: the caller then completes the
- * attempt with 'retry'. Errors: WARREN_EDBCONN / WARREN_EDB for the
- * connection or the protocol. */
+ * heartbeats the run while the statement runs. While the transaction runs,
+ * the session's application_name is tag (unless NULL), which
+ * warren_store_cancel_tagged finds. *recorded = 1: committed; 0: the token
+ * was stale, or *lost was set (another worker holds the run now): rolled
+ * back, no effect. lost may be NULL. If the statement itself fails,
+ * everything is rolled back, *stmt_error gets the server's message (new,
+ * free()) and the function returns 0 with *recorded = 0: the caller then
+ * completes the attempt with 'retry'. Errors: WARREN_EDBCONN / WARREN_EDB for
+ * the connection or the protocol. */
 int warren_store_complete_sql(warren_store *st, const char *run_key, int attempt,
                               warren_us scheduled_at, const char *payload_json, const char *sql,
-                              int64_t timeout_ms, const atomic_int *lost, int *recorded,
-                              char **stmt_error, warren_error *err);
+                              int64_t timeout_ms, const char *tag, const atomic_int *lost,
+                              int *recorded, char **stmt_error, warren_error *err);
 
-/* Cancels, from any thread, the statement that st's connection is running
- * (PQcancel: a separate connection to the server). _new takes the handle
- * while the connection is up (NULL: out of memory or no connection); it
- * stays valid until freed, for that server session only. _send returns 0 if
- * the request was sent (the statement may have ended already), -1 if not. */
-typedef struct warren_store_cancel warren_store_cancel;
-warren_store_cancel *warren_store_cancel_new(warren_store *st);
-int warren_store_cancel_send(warren_store_cancel *c);
-void warren_store_cancel_free(warren_store_cancel *c);
+/* Cancels (pg_cancel_backend, on st's own connection) the statement of every
+ * other session whose application_name is tag: an sql handler of this
+ * worker whose run another worker holds now. *cancelled = 1 if one was
+ * signalled (it may have been between statements: send again later). */
+int warren_store_cancel_tagged(warren_store *st, const char *tag, int *cancelled,
+                               warren_error *err);
 
 /* Times of one run, for the worker's per-run report line. */
 typedef struct warren_run_times {
