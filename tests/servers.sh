@@ -320,6 +320,23 @@ rmq_stop() {
 
 rmq_running() { [ -n "$(rmq_pid)" ] && rmq_ctl ping >/dev/null 2>&1; }
 
+# ---------------------------------------------------------------- ports
+
+# Our ports lie inside Linux's ephemeral range (32768-60999): while a server
+# is down (the restart tests), a client that keeps connecting to it can be
+# given that very port as its own source port and connect to itself (TCP
+# simultaneous open), and the restarted server then fails with eaddrinuse
+# (seen once in CI: RabbitMQ on 55672 after restart-rabbit). Reserving the
+# ports keeps the kernel from handing them out; existing reservations stay.
+reserve_ports() {
+    local f=/proc/sys/net/ipv4/ip_local_reserved_ports cur want
+    want="$PG_PORT,$AMQP_PORT,$MGMT_PORT,$DIST_PORT,$CTL_PORT_MIN-$CTL_PORT_MAX"
+    [ -w "$f" ] || { log "warning: cannot write $f: ports $want stay in the ephemeral range"; return 0; }
+    cur=$(cat "$f")
+    printf '%s\n' "${cur:+$cur,}$want" >"$f" 2>/dev/null ||
+        log "warning: could not reserve ports $want in $f"
+}
+
 # ---------------------------------------------------------------- clean
 
 # Drops test databases and vhosts (named warren_t_<unix time>_... by
@@ -383,6 +400,7 @@ case "$cmd" in
 start)
     [ "$(id -u)" = 0 ] || die "run as root (PostgreSQL runs as the postgres user; files are chowned)"
     lock
+    reserve_ports
     pg_start
     rmq_start
     print_env
