@@ -65,7 +65,7 @@ struct warren_handler_ctx {
     int kind;                        /* KIND_C or KIND_SQL */
     atomic_int stop;
     atomic_int done;
-    atomic_int lost;  /* sql: another worker holds the run: no effect, no completion */
+    atomic_int lost;  /* sql: the lease was lost: no effect, no completion */
     char sql_tag[40]; /* sql: its session's application_name while it runs (set once) */
     /* results, written by the thread before done = 1 */
     warren_outcome outcome;
@@ -1338,9 +1338,10 @@ static void slot_start(warren_worker *w, slot *s, pend *p, warren_claim *cl, int
     }
 }
 
-/* An sql handler whose heartbeat was refused (another worker holds the run):
- * its transaction must not commit, and cancel_lost_sql cancels its statement
- * (the kill of the other kinds). */
+/* An sql handler whose lease was lost (a heartbeat refused, or none
+ * succeeded for lease - margin): its transaction must not commit, and
+ * cancel_lost_sql cancels its statement (the kill of the other kinds) as soon
+ * as this worker's connection works. */
 static void sql_lost(warren_worker *w, slot *s)
 {
     (void)w;
@@ -1419,21 +1420,22 @@ static void poll_slot(warren_worker *w, slot *s, int64_t now)
 {
     if (s->state != SLOT_RUNNING)
         return;
-    /* Not for sql handlers: their transaction is fenced by its completion
-     * (a stale attempt rolls back), and a refused heartbeat cancels them.
-     * Their timeout is the statement_timeout PostgreSQL enforces. */
-    if (s->kind != KIND_SQL && now >= s->last_hb_ok + s->lease_ms - s->hb_margin_ms &&
-        s->stop_reason != STOP_LOST) {
+    /* Every kind, sql handlers too (their transaction is marked lost: it
+     * rolls back and is not completed). The timeout of an sql handler is the
+     * statement_timeout PostgreSQL enforces. */
+    if (now >= s->last_hb_ok + s->lease_ms - s->hb_margin_ms && s->stop_reason != STOP_LOST) {
         if (s->stop_reason == STOP_NONE)
             warren_log(w->lg, WARREN_LOG_WARN,
                        "worker %s: %s attempt %d: no successful heartbeat for %lld ms (lease "
                        "%lld ms): stopping the handler, not completing",
                        w->id, s->run_key, s->claim.attempt, (long long)(now - s->last_hb_ok),
                        (long long)s->lease_ms);
-        if (s->stop_reason != STOP_NONE)
+        if (s->stop_reason != STOP_NONE) {
             s->stop_reason = STOP_LOST; /* already stopping: now it must not complete */
-        else
+            sql_lost(w, s);
+        } else {
             stop_slot(w, s, STOP_LOST, now);
+        }
     } else if (s->kind != KIND_SQL && now >= s->timeout_at && s->stop_reason == STOP_NONE) {
         warren_log(w->lg, WARREN_LOG_WARN, "worker %s: %s attempt %d: timed out after %lld ms",
                    w->id, s->run_key, s->claim.attempt, (long long)s->job->timeout_ms);
@@ -1761,9 +1763,9 @@ static int sql_finished(const slot *s)
            atomic_load_explicit(&s->ctx->done, memory_order_acquire) != 0;
 }
 
-/* Cancels the statements of sql handlers whose run another worker holds,
- * again every heartbeat interval while they run (a cancel that arrives
- * between two statements of the transaction is ignored by the server). */
+/* Cancels the statements of sql handlers whose lease was lost, again every
+ * heartbeat interval while they run (a cancel that arrives between two
+ * statements of the transaction is ignored by the server). */
 static void cancel_lost_sql(warren_worker *w, int64_t now)
 {
     for (int i = 0; i < w->concurrency; i++) {
@@ -1781,8 +1783,8 @@ static void cancel_lost_sql(warren_worker *w, int64_t now)
         store_ok(w);
         if (sent && s->cancels_sent++ == 0)
             warren_log(w->lg, WARREN_LOG_WARN,
-                       "worker %s: %s attempt %d: cancelled the sql handler's statement (another "
-                       "worker holds the run); it rolls back",
+                       "worker %s: %s attempt %d: cancelled the sql handler's statement (the "
+                       "lease was lost); it rolls back",
                        w->id, s->run_key, s->claim.attempt);
     }
 }

@@ -76,7 +76,7 @@ int warren_store_complete(warren_store *st, const char *run_key, int attempt, co
  * heartbeats the run while the statement runs. While the transaction runs,
  * the session's application_name is tag (unless NULL), which
  * warren_store_cancel_tagged finds. *recorded = 1: committed; 0: the token
- * was stale, or *lost was set (another worker holds the run now): rolled
+ * was stale, or *lost was set (the caller lost the lease): rolled
  * back, no effect. lost may be NULL. If the statement itself fails,
  * everything is rolled back, *stmt_error gets the server's message (new,
  * free()) and the function returns 0 with *recorded = 0: the caller then
@@ -89,7 +89,7 @@ int warren_store_complete_sql(warren_store *st, const char *run_key, int attempt
 
 /* Cancels (pg_cancel_backend, on st's own connection) the statement of every
  * other session whose application_name is tag: an sql handler of this
- * worker whose run another worker holds now. *cancelled = 1 if one was
+ * worker whose lease was lost. *cancelled = 1 if one was
  * signalled (it may have been between statements: send again later). */
 int warren_store_cancel_tagged(warren_store *st, const char *tag, int *cancelled,
                                warren_error *err);
