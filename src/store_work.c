@@ -210,7 +210,7 @@ static int claim_rows(warren_store *st, const char *stmt, const char *sql, const
         return rc;
     if (within_ms > INT32_MAX)
         within_ms = INT32_MAX;
-    snprintf(wbuf, sizeof(wbuf), "%lld", (long long)(within_ms < 0 ? 0 : within_ms));
+    snprintf(wbuf, sizeof(wbuf), "%lld", (long long)within_ms); /* unused if < 0 */
     const char *params[3] = {arr.p, worker, wbuf};
     key_ix *ix = malloc(n * sizeof(*ix));
     if (ix == NULL) {
@@ -484,22 +484,6 @@ int warren_store_complete(warren_store *st, const char *run_key, int attempt, co
     return warren_store_complete_batch(st, &c, 1, recorded, err);
 }
 
-/* SET LOCAL statement_timeout (milliseconds as text; "0" = none), and
- * application_name = tag unless tag is NULL (warren_store_cancel_tagged finds
- * the session by it). */
-static int set_statement_timeout(warren_store *st, const char *ms, const char *tag,
-                                 warren_error *err)
-{
-    const char *params[2] = {ms, tag};
-    if (tag == NULL)
-        return warren__store_exec(st, "SELECT set_config('statement_timeout', $1, true)", 1, params,
-                                  NULL, "set the sql handler's timeout", err);
-    return warren__store_exec(st,
-                              "SELECT set_config('statement_timeout', $1, true), "
-                              "set_config('application_name', $2, true)",
-                              2, params, NULL, "set the sql handler's timeout", err);
-}
-
 int warren_store_complete_sql(warren_store *st, const char *run_key, int attempt,
                               warren_us scheduled_at, const char *payload_json, const char *sql,
                               int64_t timeout_ms, const char *tag, const atomic_int *lost,
@@ -523,7 +507,17 @@ int warren_store_complete_sql(warren_store *st, const char *run_key, int attempt
     if (timeout_ms > INT32_MAX)
         timeout_ms = INT32_MAX;
     snprintf(setting, sizeof(setting), "%lld", (long long)(timeout_ms > 0 ? timeout_ms : 0));
-    if ((rc = set_statement_timeout(st, setting, tag, err)) != 0)
+    /* SET LOCAL, for each statement of the transaction; application_name
+     * = tag (unchanged if NULL) lets warren_store_cancel_tagged find it. */
+    {
+        const char *params[2] = {setting, tag};
+        rc = warren__store_exec(st,
+                                "SELECT set_config('statement_timeout', $1, true), "
+                                "set_config('application_name', coalesce($2, "
+                                "current_setting('application_name')), true)",
+                                2, params, NULL, "set the sql handler's timeout", err);
+    }
+    if (rc != 0)
         goto fail;
     if (lost != NULL && atomic_load(lost)) { /* lost before it started */
         warren__store_rollback(st);
@@ -559,8 +553,6 @@ int warren_store_complete_sql(warren_store *st, const char *run_key, int attempt
         warren__store_rollback(st);
         return 0;
     }
-    if ((rc = set_statement_timeout(st, "0", NULL, err)) != 0)
-        goto fail;
     {
         const char *params[2] = {run_key, warren__store_int_param(attempt, abuf, sizeof(abuf))};
         rc = warren__store_exec_prepared(st, "work_complete_one", SQL_COMPLETE_ONE, 2, params, &res,

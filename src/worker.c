@@ -1342,9 +1342,8 @@ static void slot_start(warren_worker *w, slot *s, pend *p, warren_claim *cl, int
  * succeeded for lease - margin): its transaction must not commit, and
  * cancel_lost_sql cancels its statement (the kill of the other kinds) as soon
  * as this worker's connection works. */
-static void sql_lost(warren_worker *w, slot *s)
+static void sql_lost(slot *s)
 {
-    (void)w;
     if (s->kind != KIND_SQL || s->ctx == NULL)
         return;
     atomic_store(&s->ctx->lost, 1);
@@ -1356,7 +1355,7 @@ static void stop_slot(warren_worker *w, slot *s, int reason, int64_t now)
     if (s->stop_reason != STOP_NONE || s->state != SLOT_RUNNING)
         return;
     if (reason == STOP_LOST)
-        sql_lost(w, s);
+        sql_lost(s);
     s->stop_reason = reason;
     if (reason == STOP_LOST)
         w->stats.lease_lost++;
@@ -1432,7 +1431,7 @@ static void poll_slot(warren_worker *w, slot *s, int64_t now)
                        (long long)s->lease_ms);
         if (s->stop_reason != STOP_NONE) {
             s->stop_reason = STOP_LOST; /* already stopping: now it must not complete */
-            sql_lost(w, s);
+            sql_lost(s);
         } else {
             stop_slot(w, s, STOP_LOST, now);
         }
@@ -1845,7 +1844,7 @@ static void heartbeat_due(warren_worker *w, int64_t now)
                        w->id, s->run_key, s->claim.attempt);
             if (s->stop_reason != STOP_NONE) {
                 s->stop_reason = STOP_LOST;
-                sql_lost(w, s);
+                sql_lost(s);
             } else {
                 stop_slot(w, s, STOP_LOST, now);
             }
@@ -1887,7 +1886,7 @@ static int claim_batch(warren_worker *w, pend **batch, const char **keys, size_t
     warren_claim *c2 = NULL;
     int rc;
 
-    int64_t oldest = INT64_MAX;
+    int64_t oldest = INT64_MAX, within_ms;
     for (size_t i = 0; i < n; i++) {
         /* a second delivery of a run a slot is running: it is not lost */
         for (int k = 0; batch[i]->answer_lost && k < w->concurrency; k++)
@@ -1898,10 +1897,10 @@ static int claim_batch(warren_worker *w, pend **batch, const char **keys, size_t
         if (batch[i]->answer_lost && batch[i]->answer_lost_mono < oldest)
             oldest = batch[i]->answer_lost_mono;
     }
-    /* Since the oldest of those claims was sent, and 2 s for the way there. */
-    int64_t within_ms = m > 0 ? warren__mono_ms() - oldest + 2000 : 0;
     if (m == 0)
         return warren_store_claim_batch(w->st, keys, n, w->id, cl, e);
+    /* Since the oldest of those claims was sent, and 2 s for the way there. */
+    within_ms = warren__mono_ms() - oldest + 2000;
     rest = calloc(n, sizeof(*rest));
     pos = calloc(n, sizeof(*pos));
     c2 = calloc(n, sizeof(*c2));
@@ -1985,8 +1984,8 @@ static void claim_pending(warren_worker *w)
          * worker's lease now. Their next claim takes them back first
          * (warren.reclaim_many; a claim that failed on the server finds
          * nothing to take back). */
-        for (size_t i = 0; i < n && rc != WARREN_EINVAL; i++)
-            if (!batch[i]->answer_lost) {
+        for (size_t i = 0; i < n; i++)
+            if (rc != WARREN_EINVAL && !batch[i]->answer_lost) {
                 batch[i]->answer_lost = 1;
                 batch[i]->answer_lost_mono = sent;
             }
