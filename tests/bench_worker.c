@@ -21,7 +21,9 @@
  *
  * BENCH_RING=N (with BENCH_RING_TYPE=classic, the default here, or quorum)
  * sets planner.delay_ring = N (at least 122 for the 2 min horizon).
- * BENCH_TIMELINE=1 prints the runs started per 500 ms on stderr.
+ * BENCH_TIMELINE=1 prints the runs started and finished per 500 ms on stderr
+ * (BENCH_TIMELINE=MS: per MS milliseconds).
+ * BENCH_POLICY=JSON puts a policy with that definition on the ready queue.
  * BENCH_EXTRA_SQL=FILE applies FILE to the benchmark database after the
  * migrations (A/B experiments, e.g. an older sql/002_worker_protocol.sql in
  * the same session as the current one). */
@@ -238,21 +240,30 @@ static void report(const char *db, const char *bench, const char *tag, long n, p
              "'succeeded') s",
              tag);
     if (getenv("BENCH_TIMELINE") != NULL) {
-        /* runs started per 500 ms after the first due time, on stderr */
-        char *t = sql1(db,
-                       "SELECT string_agg(format('%%s:%%s', b, n), ' ' ORDER BY b) FROM (SELECT "
-                       "floor(extract(epoch FROM started_at - (SELECT min(due_at) FROM warren.runs "
-                       "WHERE payload->>'bench' = '%s')) * 2) / 2 AS b, count(*) AS n FROM "
-                       "warren.runs WHERE payload->>'bench' = '%s' GROUP BY 1) s",
-                       tag, tag);
+        /* runs started and finished per bucket (BENCH_TIMELINE ms; 1 means
+         * 500) after the first due time, on stderr */
+        long ms = atol(getenv("BENCH_TIMELINE"));
+        if (ms <= 1)
+            ms = 500;
         char *due = sql1(db,
                          "SELECT round(extract(epoch FROM min(due_at))::numeric, 3) FROM "
                          "warren.runs WHERE payload->>'bench' = '%s'",
                          tag);
-        fprintf(stderr, "%s started per 0.5 s after due (epoch %s): %s\n", bench, due ? due : "?",
-                t ? t : "?");
+        for (int f = 0; f < 2; f++) {
+            const char *col = f == 0 ? "started_at" : "finished_at";
+            char *t =
+                sql1(db,
+                     "SELECT string_agg(format('%%s:%%s', b, n), ' ' ORDER BY b) FROM (SELECT "
+                     "round((floor(extract(epoch FROM %s - (SELECT min(due_at) FROM "
+                     "warren.runs WHERE payload->>'bench' = '%s')) * 1000 / %ld) * %ld / "
+                     "1000.0)::numeric, 2) AS b, count(*) AS n FROM warren.runs WHERE "
+                     "payload->>'bench' = '%s' GROUP BY 1) s",
+                     col, tag, ms, ms, tag);
+            fprintf(stderr, "%s %s per %ld ms after due (epoch %s): %s\n", bench,
+                    f == 0 ? "started" : "finished", ms, due ? due : "?", t ? t : "?");
+            free(t);
+        }
         free(due);
-        free(t);
     }
     loadavg(la, sizeof(la));
     printf("{\"bench\":\"%s\",\"runs\":%ld,\"workers\":%d,\"concurrency\":%d,%s", bench, n, nw,
@@ -318,6 +329,25 @@ int main(int argc, char **argv)
     unsetenv("WARREN_AMQP_URL");
     char *db = testenv_db_migrated();
     char *amqp = testenv_vhost();
+    /* BENCH_POLICY=JSON: a policy (pattern ^warren\.ready\.) on the
+     * benchmark's vhost, for A/B runs of broker settings. */
+    const char *policy = getenv("BENCH_POLICY");
+    if (policy != NULL && policy[0] != '\0') {
+        char *vh = testenv_vhost_path(amqp), *resp = NULL;
+        char *path = testenv_fmt("/api/policies/%s/bench", vh);
+        char *body = testenv_fmt("{\"pattern\":\"^warren\\\\.ready\\\\.\",\"apply-to\":"
+                                 "\"queues\",\"priority\":1,\"definition\":%s}",
+                                 policy);
+        int hs = testenv_http("PUT", path, body, &resp);
+        if (hs != 201 && hs != 204) {
+            fprintf(stderr, "bench_worker: BENCH_POLICY: HTTP %d %s\n", hs, resp ? resp : "");
+            return 2;
+        }
+        free(resp);
+        free(body);
+        free(path);
+        free(vh);
+    }
     const char *extra = getenv("BENCH_EXTRA_SQL");
     if (extra != NULL && extra[0] != '\0') {
         FILE *xf = fopen(extra, "r");
