@@ -116,6 +116,7 @@ enum { UQ_OPEN = 0, UQ_LATER, UQ_SETTLED };
 typedef struct unsettled {
     uint64_t tag; /* on the wire (without the generation) */
     int state;
+    int64_t later_ms; /* UQ_LATER: since when (monotonic ms) */
 } unsettled;
 
 static struct timeval ms_tv(int64_t ms)
@@ -1779,13 +1780,20 @@ int warren_broker_ack_later(warren_broker *b, uint64_t tag, warren_error *err)
     if (uq_find(b, tag & TAG_MASK) == NULL)
         return warren_broker_ack(b, tag, err); /* not tracked: at once */
     uq_mark(b, tag & TAG_MASK, UQ_LATER);
+    uq_find(b, tag & TAG_MASK)->later_ms = warren__mono_ms();
     return 0;
 }
 
 int warren_broker_ack_flush(warren_broker *b, warren_error *err)
 {
+    return warren_broker_ack_flush_held(b, 0, err);
+}
+
+int warren_broker_ack_flush_held(warren_broker *b, int64_t hold_ms, warren_error *err)
+{
     size_t n = 0;
     uint64_t upto = 0;
+    int64_t now;
     int rc;
 
     if (b == NULL)
@@ -1806,10 +1814,13 @@ int warren_broker_ack_flush(warren_broker *b, warren_error *err)
         b->uq_head = (b->uq_head + n) & (b->uq_cap - 1);
         b->uq_len -= n;
     }
-    /* Behind an open delivery: one by one (waiting would hold the prefetch). */
+    /* Behind an open delivery: one by one once they have waited hold_ms (the
+     * open one usually settles within milliseconds, and one multiple-ack then
+     * covers them all; waiting longer would hold the prefetch). */
+    now = hold_ms > 0 ? warren__mono_ms() : 0;
     for (size_t i = 0; i < b->uq_len; i++) {
         unsettled *u = uq_at(b, i);
-        if (u->state != UQ_LATER)
+        if (u->state != UQ_LATER || (hold_ms > 0 && now - u->later_ms < hold_ms))
             continue;
         if ((rc = send_ack(b, u->tag, 0, err)) != 0)
             return rc;

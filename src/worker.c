@@ -41,6 +41,7 @@ extern char **environ;
 #define BACKOFF_MAX_MS 10000
 #define KILL_GRACE_MAX_MS 5000 /* SIGTERM -> SIGKILL */
 #define DEADLETTER_CONFIRM_MS 5000
+#define ACK_HOLD_MS 50 /* an ack behind an open delivery waits this long for it */
 #define SQL_POOL_MAX 64
 
 enum slot_state {
@@ -596,11 +597,13 @@ static void ack(warren_worker *w, uint64_t tag, uint64_t gen, const char *key)
 }
 
 /* Sends the acknowledgements ack() collected (multiple-acks where the
- * settled deliveries are consecutive). */
-static void ack_flush(warren_worker *w)
+ * settled deliveries are consecutive). Those behind a delivery still open
+ * wait up to ACK_HOLD_MS for it unless all is set (the end of the run). */
+static void ack_flush(warren_worker *w, int all)
 {
     warren_error e = {0};
-    if (w->b != NULL && warren_broker_ack_flush(w->b, &e) == WARREN_EBROKERCONN)
+    if (w->b != NULL &&
+        warren_broker_ack_flush_held(w->b, all ? 0 : ACK_HOLD_MS, &e) == WARREN_EBROKERCONN)
         broker_lost(w, &e);
 }
 
@@ -2215,9 +2218,9 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
         for (int i = 0; i < w->concurrency; i++)
             poll_slot(w, &w->slots[i], now);
         complete_done(w, now);
-        ack_flush(w);
+        ack_flush(w, 0);
     }
-    ack_flush(w);
+    ack_flush(w, 1);
     rc = 0;
 out:
     if (w->slots != NULL) {

@@ -753,6 +753,61 @@ START_TEST(test_ack_later_flush_never_covers_an_open_delivery)
 }
 END_TEST
 
+/* ack_flush_held: an acknowledgement behind an open delivery waits (up to
+ * hold_ms) for that delivery, so that one multiple-ack covers both; once it
+ * has waited hold_ms it goes on its own. */
+START_TEST(test_ack_flush_held_waits_for_the_open_delivery_ahead)
+{
+    warren_error err = {0};
+    char *url = NULL;
+    warren_broker *b = open_fresh(&url, 5);
+    warren_delivery d[5];
+    confirms c = {0};
+    uint64_t seq = 0;
+    char id[32];
+    struct timespec ts = {0, 150 * 1000000L};
+
+    ck_assert_int_eq(warren_broker_confirm_select(b, &err), 0);
+    for (int i = 0; i < 5; i++) {
+        snprintf(id, sizeof(id), "m%d", i);
+        seq = publish_run(b, WARREN_READY_EXCHANGE, "default", "default", id, -1, 1);
+    }
+    wait_all(b, seq, &c);
+    ck_assert_int_eq(warren_broker_qos(b, 20, &err), 0);
+    ck_assert_int_eq(warren_broker_consume(b, "warren.ready.default", &err), 0);
+    for (int i = 0; i < 5; i++)
+        next_or_fail(b, 5000, &d[i]);
+    /* m1 behind open m0: held; then m0 settles and one multiple-ack covers both */
+    ck_assert_int_eq(warren_broker_ack_later(b, d[1].tag, &err), 0);
+    ck_assert_int_eq(warren_broker_ack_flush_held(b, 60000, &err), 0);
+    ck_assert_int_eq(warren_broker_ack_later(b, d[0].tag, &err), 0);
+    ck_assert_int_eq(warren_broker_ack_flush_held(b, 60000, &err), 0);
+    /* m3 behind open m2, waited longer than the hold: sent on its own */
+    ck_assert_int_eq(warren_broker_ack_later(b, d[3].tag, &err), 0);
+    nanosleep(&ts, NULL);
+    ck_assert_int_eq(warren_broker_ack_flush_held(b, 100, &err), 0);
+    /* m4 behind open m2, within the hold: not sent */
+    ck_assert_int_eq(warren_broker_ack_later(b, d[4].tag, &err), 0);
+    ck_assert_int_eq(warren_broker_ack_flush_held(b, 60000, &err), 0);
+    for (int i = 0; i < 5; i++)
+        warren_delivery_clear(&d[i]);
+    warren_broker_free(b); /* m2 open, m4's acknowledgement still held */
+
+    b = NULL;
+    ck_assert_int_eq(warren_broker_open(url, NULL, &b, &err), 0);
+    ck_assert_uint_eq(depth_reaching(b, "warren.ready.default", 2), 2);
+    ck_assert_int_eq(warren_broker_consume(b, "warren.ready.default", &err), 0);
+    next_or_fail(b, 5000, &d[0]);
+    next_or_fail(b, 5000, &d[1]);
+    ck_assert_str_eq(d[0].message_id, "m2");
+    ck_assert_str_eq(d[1].message_id, "m4");
+    warren_delivery_clear(&d[0]);
+    warren_delivery_clear(&d[1]);
+    warren_broker_free(b);
+    free(url);
+}
+END_TEST
+
 START_TEST(test_consumer_and_publisher_share_one_connection)
 {
     warren_error err = {0};
@@ -1106,6 +1161,7 @@ static Suite *broker_suite(void)
     tcase_add_test(tc, test_reject_without_requeue_lands_in_dead_queue);
     tcase_add_test(tc, test_delivery_limit_dead_letters_after_limit_plus_one_deliveries);
     tcase_add_test(tc, test_ack_later_flush_never_covers_an_open_delivery);
+    tcase_add_test(tc, test_ack_flush_held_waits_for_the_open_delivery_ahead);
     tcase_add_test(tc, test_consumer_and_publisher_share_one_connection);
     tcase_add_test(tc, test_queue_count_missing_queue_is_enoent_and_consumers_survive);
     tcase_add_test(tc, test_poll_reads_confirms_and_keeps_deliveries);
