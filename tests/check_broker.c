@@ -691,6 +691,30 @@ START_TEST(test_delivery_limit_dead_letters_after_limit_plus_one_deliveries)
 }
 END_TEST
 
+/* Publishes m0..m(n-1) to the default ready queue (confirmed), consumes it
+ * with prefetch 20 and takes the n deliveries, in order, into d. */
+static void publish_and_take(warren_broker *b, int n, warren_delivery *d)
+{
+    warren_error err = {0};
+    confirms c = {0};
+    uint64_t seq = 0;
+    char id[32];
+
+    ck_assert_int_eq(warren_broker_confirm_select(b, &err), 0);
+    for (int i = 0; i < n; i++) {
+        snprintf(id, sizeof(id), "m%d", i);
+        seq = publish_run(b, WARREN_READY_EXCHANGE, "default", "default", id, -1, 1);
+    }
+    wait_all(b, seq, &c);
+    ck_assert_int_eq(warren_broker_qos(b, 20, &err), 0);
+    ck_assert_int_eq(warren_broker_consume(b, "warren.ready.default", &err), 0);
+    for (int i = 0; i < n; i++) {
+        next_or_fail(b, 5000, &d[i]);
+        snprintf(id, sizeof(id), "m%d", i);
+        ck_assert_str_eq(d[i].message_id, id);
+    }
+}
+
 /* ack_later + ack_flush: a multiple-ack never covers a delivery still open
  * (nor one rejected meanwhile); what was left open returns to the queue when
  * the connection closes, and nothing acknowledged does. */
@@ -700,23 +724,8 @@ START_TEST(test_ack_later_flush_never_covers_an_open_delivery)
     char *url = NULL;
     warren_broker *b = open_fresh(&url, 5);
     warren_delivery d[12];
-    confirms c = {0};
-    uint64_t seq = 0;
-    char id[32];
 
-    ck_assert_int_eq(warren_broker_confirm_select(b, &err), 0);
-    for (int i = 0; i < 12; i++) {
-        snprintf(id, sizeof(id), "m%d", i);
-        seq = publish_run(b, WARREN_READY_EXCHANGE, "default", "default", id, -1, 1);
-    }
-    wait_all(b, seq, &c);
-    ck_assert_int_eq(warren_broker_qos(b, 20, &err), 0);
-    ck_assert_int_eq(warren_broker_consume(b, "warren.ready.default", &err), 0);
-    for (int i = 0; i < 12; i++) {
-        next_or_fail(b, 5000, &d[i]);
-        snprintf(id, sizeof(id), "m%d", i);
-        ck_assert_str_eq(d[i].message_id, id);
-    }
+    publish_and_take(b, 12, d);
     /* m0..m2 later, m3 open, m4 rejected (dead-lettered), m5..m7 later,
      * m8 acked at once, m9 open, m10 later, m11 open */
     for (int i = 0; i < 3; i++)
@@ -762,21 +771,9 @@ START_TEST(test_ack_flush_held_waits_for_the_open_delivery_ahead)
     char *url = NULL;
     warren_broker *b = open_fresh(&url, 5);
     warren_delivery d[5];
-    confirms c = {0};
-    uint64_t seq = 0;
-    char id[32];
     struct timespec ts = {0, 150 * 1000000L};
 
-    ck_assert_int_eq(warren_broker_confirm_select(b, &err), 0);
-    for (int i = 0; i < 5; i++) {
-        snprintf(id, sizeof(id), "m%d", i);
-        seq = publish_run(b, WARREN_READY_EXCHANGE, "default", "default", id, -1, 1);
-    }
-    wait_all(b, seq, &c);
-    ck_assert_int_eq(warren_broker_qos(b, 20, &err), 0);
-    ck_assert_int_eq(warren_broker_consume(b, "warren.ready.default", &err), 0);
-    for (int i = 0; i < 5; i++)
-        next_or_fail(b, 5000, &d[i]);
+    publish_and_take(b, 5, d);
     /* m1 behind open m0: held; then m0 settles and one multiple-ack covers both */
     ck_assert_int_eq(warren_broker_ack_later(b, d[1].tag, &err), 0);
     ck_assert_int_eq(warren_broker_ack_flush_held(b, 60000, &err), 0);
