@@ -112,10 +112,12 @@ struct warren_broker {
 };
 
 enum { UQ_OPEN = 0, UQ_LATER, UQ_SETTLED };
+#define ACK_LONG_OPEN 20 /* warren_broker_ack_flush_held: see there */
 
 typedef struct unsettled {
     uint64_t tag; /* on the wire (without the generation) */
     int state;
+    int64_t open_ms;  /* received (monotonic ms) */
     int64_t later_ms; /* UQ_LATER: since when (monotonic ms) */
 } unsettled;
 
@@ -1239,6 +1241,8 @@ static int uq_push(warren_broker *b, uint64_t tag)
     unsettled *u = uq_at(b, b->uq_len);
     u->tag = tag;
     u->state = UQ_OPEN;
+    u->open_ms = warren__mono_ms();
+    u->later_ms = 0;
     b->uq_len++;
     b->uq_open++;
     return 0;
@@ -1261,13 +1265,18 @@ static unsettled *uq_find(warren_broker *b, uint64_t t)
     return NULL;
 }
 
+/* Moves the entry for wire tag t on; a settled one stays settled (it was
+ * acknowledged or rejected already: a second acknowledgement of its tag
+ * would close the channel). */
 static void uq_mark(warren_broker *b, uint64_t t, int state)
 {
     unsettled *u = uq_find(b, t);
-    if (u == NULL || u->state == state)
+    if (u == NULL || u->state == state || u->state == UQ_SETTLED)
         return;
-    if (u->state == UQ_OPEN)
+    if (u->state == UQ_OPEN) {
         b->uq_open--;
+        u->later_ms = warren__mono_ms();
+    }
     u->state = state;
 }
 
@@ -1780,7 +1789,6 @@ int warren_broker_ack_later(warren_broker *b, uint64_t tag, warren_error *err)
     if (uq_find(b, tag & TAG_MASK) == NULL)
         return warren_broker_ack(b, tag, err); /* not tracked: at once */
     uq_mark(b, tag & TAG_MASK, UQ_LATER);
-    uq_find(b, tag & TAG_MASK)->later_ms = warren__mono_ms();
     return 0;
 }
 
@@ -1797,7 +1805,7 @@ int warren_broker_ack_flush_held(warren_broker *b, int64_t hold_ms, warren_error
     int rc;
 
     if (b == NULL)
-        return warren_error_set(err, WARREN_EINVAL, "warren_broker_ack_flush: NULL broker");
+        return warren_error_set(err, WARREN_EINVAL, "warren_broker_ack_flush_held: NULL broker");
     if (b->dead)
         return dead_error(b, err);
     /* The longest prefix with nothing open: one multiple-ack up to its last
@@ -1816,8 +1824,14 @@ int warren_broker_ack_flush_held(warren_broker *b, int64_t hold_ms, warren_error
     }
     /* Behind an open delivery: one by one once they have waited hold_ms (the
      * open one usually settles within milliseconds, and one multiple-ack then
-     * covers them all; waiting longer would hold the prefetch). */
+     * covers them all; waiting longer would hold the prefetch). Not at all
+     * once the first open one has been open for ACK_LONG_OPEN x hold_ms (a
+     * long handler, not a run waiting for its claim or completion batch):
+     * it is unlikely to settle soon, and every held acknowledgement keeps a
+     * prefetch slot from the next delivery. */
     now = hold_ms > 0 ? warren__mono_ms() : 0;
+    if (hold_ms > 0 && b->uq_len > 0 && now - uq_at(b, 0)->open_ms >= ACK_LONG_OPEN * hold_ms)
+        hold_ms = 0;
     for (size_t i = 0; i < b->uq_len; i++) {
         unsettled *u = uq_at(b, i);
         if (u->state != UQ_LATER || (hold_ms > 0 && now - u->later_ms < hold_ms))
@@ -1826,11 +1840,12 @@ int warren_broker_ack_flush_held(warren_broker *b, int64_t hold_ms, warren_error
             return rc;
         u->state = UQ_SETTLED;
     }
-    /* Settled entries behind a long-open one: compact now and then. */
+    /* Settled entries behind a long-open one: compact now and then (open
+     * and held ones stay). */
     if (b->uq_len > 4 * b->uq_open + 256) {
         size_t k = 0;
         for (size_t i = 0; i < b->uq_len; i++)
-            if (uq_at(b, i)->state == UQ_OPEN)
+            if (uq_at(b, i)->state != UQ_SETTLED)
                 *uq_at(b, k++) = *uq_at(b, i);
         b->uq_len = k;
     }

@@ -691,9 +691,9 @@ START_TEST(test_delivery_limit_dead_letters_after_limit_plus_one_deliveries)
 }
 END_TEST
 
-/* Publishes m0..m(n-1) to the default ready queue (confirmed), consumes it
- * with prefetch 20 and takes the n deliveries, in order, into d. */
-static void publish_and_take(warren_broker *b, int n, warren_delivery *d)
+/* Publishes m0..m(npub-1) to the default ready queue (confirmed), consumes
+ * it with prefetch 20 and takes the first n deliveries, in order, into d. */
+static void publish_and_take(warren_broker *b, int npub, int n, warren_delivery *d)
 {
     warren_error err = {0};
     confirms c = {0};
@@ -701,7 +701,7 @@ static void publish_and_take(warren_broker *b, int n, warren_delivery *d)
     char id[32];
 
     ck_assert_int_eq(warren_broker_confirm_select(b, &err), 0);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < npub; i++) {
         snprintf(id, sizeof(id), "m%d", i);
         seq = publish_run(b, WARREN_READY_EXCHANGE, "default", "default", id, -1, 1);
     }
@@ -725,7 +725,7 @@ START_TEST(test_ack_later_flush_never_covers_an_open_delivery)
     warren_broker *b = open_fresh(&url, 5);
     warren_delivery d[12];
 
-    publish_and_take(b, 12, d);
+    publish_and_take(b, 12, 12, d);
     /* m0..m2 later, m3 open, m4 rejected (dead-lettered), m5..m7 later,
      * m8 acked at once, m9 open, m10 later, m11 open */
     for (int i = 0; i < 3; i++)
@@ -773,7 +773,7 @@ START_TEST(test_ack_flush_held_waits_for_the_open_delivery_ahead)
     warren_delivery d[5];
     struct timespec ts = {0, 150 * 1000000L};
 
-    publish_and_take(b, 5, d);
+    publish_and_take(b, 5, 5, d);
     /* m1 behind open m0: held; then m0 settles and one multiple-ack covers both */
     ck_assert_int_eq(warren_broker_ack_later(b, d[1].tag, &err), 0);
     ck_assert_int_eq(warren_broker_ack_flush_held(b, 60000, &err), 0);
@@ -800,6 +800,52 @@ START_TEST(test_ack_flush_held_waits_for_the_open_delivery_ahead)
     ck_assert_str_eq(d[1].message_id, "m4");
     warren_delivery_clear(&d[0]);
     warren_delivery_clear(&d[1]);
+    warren_broker_free(b);
+    free(url);
+}
+END_TEST
+
+/* Held acknowledgements survive the compaction of settled entries behind a
+ * long-open delivery, and nothing is held while the first open delivery has
+ * been open for the hold already. */
+START_TEST(test_ack_flush_held_keeps_held_acks_and_skips_a_long_open_one)
+{
+    warren_error err = {0};
+    char *url = NULL;
+    warren_broker *b = open_fresh(&url, 5);
+    warren_delivery d[2], x;
+    struct timespec ts = {0, 150 * 1000000L};
+
+    publish_and_take(b, 302, 2, d);
+    /* m1 held behind open m0; then 280 more acknowledged one by one, so
+     * that settled entries pile up behind m0 and get compacted */
+    ck_assert_int_eq(warren_broker_ack_later(b, d[1].tag, &err), 0);
+    ck_assert_int_eq(warren_broker_ack_flush_held(b, 600000, &err), 0);
+    for (int i = 2; i < 282; i++) {
+        next_or_fail(b, 5000, &x);
+        ck_assert_int_eq(warren_broker_ack(b, x.tag, &err), 0);
+        warren_delivery_clear(&x);
+        ck_assert_int_eq(warren_broker_ack_flush_held(b, 600000, &err), 0);
+    }
+    /* m0 has been open for longer than 20 x a 5 ms hold: nothing waits, so m1
+     * (kept through the compaction) and m282 (settled just now) go at once */
+    nanosleep(&ts, NULL);
+    next_or_fail(b, 5000, &x);
+    ck_assert_str_eq(x.message_id, "m282");
+    ck_assert_int_eq(warren_broker_ack_later(b, x.tag, &err), 0);
+    warren_delivery_clear(&x);
+    ck_assert_int_eq(warren_broker_ack_flush_held(b, 5, &err), 0);
+    warren_delivery_clear(&d[0]);
+    warren_delivery_clear(&d[1]);
+    warren_broker_free(b); /* 282 acknowledged; m0 and m283..m301 return */
+
+    b = NULL;
+    ck_assert_int_eq(warren_broker_open(url, NULL, &b, &err), 0);
+    ck_assert_uint_eq(depth_reaching(b, "warren.ready.default", 20), 20);
+    ck_assert_int_eq(warren_broker_consume(b, "warren.ready.default", &err), 0);
+    next_or_fail(b, 5000, &x);
+    ck_assert_str_eq(x.message_id, "m0");
+    warren_delivery_clear(&x);
     warren_broker_free(b);
     free(url);
 }
@@ -1159,6 +1205,7 @@ static Suite *broker_suite(void)
     tcase_add_test(tc, test_delivery_limit_dead_letters_after_limit_plus_one_deliveries);
     tcase_add_test(tc, test_ack_later_flush_never_covers_an_open_delivery);
     tcase_add_test(tc, test_ack_flush_held_waits_for_the_open_delivery_ahead);
+    tcase_add_test(tc, test_ack_flush_held_keeps_held_acks_and_skips_a_long_open_one);
     tcase_add_test(tc, test_consumer_and_publisher_share_one_connection);
     tcase_add_test(tc, test_queue_count_missing_queue_is_enoent_and_consumers_survive);
     tcase_add_test(tc, test_poll_reads_confirms_and_keeps_deliveries);
