@@ -806,8 +806,8 @@ START_TEST(test_ack_flush_held_waits_for_the_open_delivery_ahead)
 END_TEST
 
 /* Held acknowledgements survive the compaction of settled entries behind a
- * long-open delivery, and nothing is held while the first open delivery has
- * been open for the hold already. */
+ * long-open delivery, and nothing is held once the first open delivery has
+ * been open for 20 x the hold (a long handler). */
 START_TEST(test_ack_flush_held_keeps_held_acks_and_skips_a_long_open_one)
 {
     warren_error err = {0};
