@@ -1415,6 +1415,37 @@ static const char *tail_text(slot *s)
     return t;
 }
 
+/* An sql handler's thread is done (committed or rolled back): no heartbeat,
+ * its run is recorded or not already. */
+static int sql_finished(const slot *s)
+{
+    return s->kind == KIND_SQL && s->ctx != NULL &&
+           atomic_load_explicit(&s->ctx->done, memory_order_acquire) != 0;
+}
+
+/* Cancels the statement of an sql handler whose lease was lost, again every
+ * heartbeat interval while it runs (a cancel that arrives between two
+ * statements of the transaction is ignored by the server). */
+static void cancel_lost_sql(warren_worker *w, slot *s, int64_t now)
+{
+    warren_error e = {0};
+    int sent = 0, rc;
+    if (s->kind != KIND_SQL || s->stop_reason != STOP_LOST || s->ctx == NULL || sql_finished(s) ||
+        now < s->next_cancel || !store_ready(w))
+        return;
+    s->next_cancel = now + s->hb_every_ms;
+    if ((rc = warren_store_cancel_tagged(w->st, s->ctx->sql_tag, &sent, &e)) != 0) {
+        store_failed(w, rc, &e, "cancel an sql handler");
+        return;
+    }
+    store_ok(w);
+    if (sent && s->cancels_sent++ == 0)
+        warren_log(w->lg, WARREN_LOG_WARN,
+                   "worker %s: %s attempt %d: cancelled the sql handler's statement (the lease "
+                   "was lost); it rolls back",
+                   w->id, s->run_key, s->claim.attempt);
+}
+
 /* Polls one running slot: lease and timeout checks first (a handler whose
  * lease ran out while this process was stopped must not be completed, even
  * if it finished meanwhile), then whether it finished. */
@@ -1443,6 +1474,7 @@ static void poll_slot(warren_worker *w, slot *s, int64_t now)
                    w->id, s->run_key, s->claim.attempt, (long long)s->job->timeout_ms);
         stop_slot(w, s, STOP_TIMEOUT, now);
     }
+    cancel_lost_sql(w, s, now);
     if (s->kind == KIND_EXEC) {
         int status;
         pid_t r;
@@ -1756,40 +1788,6 @@ out:
 }
 
 /* ------------------------------------------------------------ heartbeats */
-
-/* An sql handler's thread is done (committed or rolled back): no heartbeat,
- * its run is recorded or not already. */
-static int sql_finished(const slot *s)
-{
-    return s->kind == KIND_SQL && s->ctx != NULL &&
-           atomic_load_explicit(&s->ctx->done, memory_order_acquire) != 0;
-}
-
-/* Cancels the statements of sql handlers whose lease was lost, again every
- * heartbeat interval while they run (a cancel that arrives between two
- * statements of the transaction is ignored by the server). */
-static void cancel_lost_sql(warren_worker *w, int64_t now)
-{
-    for (int i = 0; i < w->concurrency; i++) {
-        slot *s = &w->slots[i];
-        warren_error e = {0};
-        int sent = 0, rc;
-        if (s->kind != KIND_SQL || s->state != SLOT_RUNNING || s->stop_reason != STOP_LOST ||
-            s->ctx == NULL || sql_finished(s) || now < s->next_cancel || !store_ready(w))
-            continue;
-        s->next_cancel = now + s->hb_every_ms;
-        if ((rc = warren_store_cancel_tagged(w->st, s->ctx->sql_tag, &sent, &e)) != 0) {
-            store_failed(w, rc, &e, "cancel an sql handler");
-            continue;
-        }
-        store_ok(w);
-        if (sent && s->cancels_sent++ == 0)
-            warren_log(w->lg, WARREN_LOG_WARN,
-                       "worker %s: %s attempt %d: cancelled the sql handler's statement (the "
-                       "lease was lost); it rolls back",
-                       w->id, s->run_key, s->claim.attempt);
-    }
-}
 
 static void heartbeat_due(warren_worker *w, int64_t now)
 {
@@ -2213,7 +2211,6 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
          * a stall) the overdue heartbeat tells whether the run is still ours;
          * the deadline then stops what could not be confirmed. */
         heartbeat_due(w, now);
-        cancel_lost_sql(w, now);
         now = warren__mono_ms();
         for (int i = 0; i < w->concurrency; i++)
             poll_slot(w, &w->slots[i], now);

@@ -154,6 +154,18 @@ static pid_t spawn_worker(const fenv *fe, const char *log, const char *id)
 
 /* 400 sql-handler runs and 60 exec-handler runs through the real planner and
  * two `warren worker` processes; `which` server restarts while they flow. */
+/* n runs of job due at due (an SQL expression), with distinct past
+ * scheduled times; the planner is told at once. */
+static void insert_runs(const char *db, const char *job, int n, const char *due)
+{
+    char *sql = testenv_fmt("INSERT INTO warren.runs (job, scheduled_at, due_at, origin) "
+                            "SELECT '%s', date_trunc('second', now()) - make_interval(secs => g), "
+                            "%s, 'trigger' FROM generate_series(1, %d) g; NOTIFY warren_jobs",
+                            job, due, n);
+    ck_assert_int_ge(testenv_psql(db, sql, NULL), 0);
+    free(sql);
+}
+
 static void run_restart_scenario(const char *which)
 {
     fenv fe;
@@ -185,16 +197,8 @@ static void run_restart_scenario(const char *which)
 
     pid_t w[2] = {spawn_worker(&fe, "w0.log", "fw0"), spawn_worker(&fe, "w1.log", "fw1")};
     /* 400 sql runs and 60 exec runs, due now. */
-    ck_assert_int_ge(
-        testenv_psql(db,
-                     "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) "
-                     "SELECT 'fs', date_trunc('second', now()) - make_interval(secs => g), now(), "
-                     "'trigger' FROM generate_series(1, 400) g;"
-                     "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) "
-                     "SELECT 'fe', date_trunc('second', now()) - make_interval(secs => g), now(), "
-                     "'trigger' FROM generate_series(1, 60) g; NOTIFY warren_jobs",
-                     NULL),
-        0);
+    insert_runs(db, "fs", 400, "now()");
+    insert_runs(db, "fe", 60, "now()");
     /* Restart PostgreSQL while completions are flowing. */
     ck_assert(wait_for(db, "t", 20000,
                        "SELECT count(*) > 20 FROM warren.runs WHERE state = 'succeeded'"));
@@ -278,13 +282,7 @@ START_TEST(test_worker_keeps_messages_unacked_while_postgresql_is_down)
     planner_ctx pc = {0};
     planner_start(&pc, &fe);
     pid_t w = spawn_worker(&fe, "w.log", "fd1");
-    ck_assert_int_ge(testenv_psql(db,
-                                  "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) "
-                                  "SELECT 'fd', date_trunc('second', now()) - make_interval(secs "
-                                  "=> g), now(), 'trigger' FROM generate_series(1, 6) g; "
-                                  "NOTIFY warren_jobs",
-                                  NULL),
-                     0);
+    insert_runs(db, "fd", 6, "now()");
     ck_assert(wait_for(db, "6", 20000, "SELECT count(*) FROM warren.runs WHERE state = 'running'"));
     /* The handlers sleep 2 s: stop the planner (nothing may republish), then
      * PostgreSQL, while they run; they finish with nowhere to record it. */
@@ -385,14 +383,7 @@ START_TEST(test_stopping_worker_gives_back_deliveries_it_could_not_claim)
     ck_assert(wait_for(db, "running", 20000, "SELECT state FROM warren.runs WHERE job = 'gl'"));
     /* Two quick runs due in 5 s, published to a delay queue before
      * PostgreSQL stops. */
-    ck_assert_int_ge(
-        testenv_psql(db,
-                     "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) "
-                     "SELECT 'gq', date_trunc('second', now()) - make_interval(secs => g), "
-                     "now() + interval '5 seconds', 'trigger' FROM generate_series(1, 2) g; "
-                     "NOTIFY warren_jobs",
-                     NULL),
-        0);
+    insert_runs(db, "gq", 2, "now() + interval '5 seconds'");
     ck_assert(
         wait_for(db, "2", 4000,
                  "SELECT count(*) FROM warren.runs WHERE job = 'gq' AND state = 'published'"));
@@ -492,13 +483,7 @@ START_TEST(test_worker_takes_back_runs_whose_claim_answer_was_lost)
     planner_ctx pc = {0};
     planner_start(&pc, &fe);
     pid_t w = spawn_worker(&fe, "w.log", "la1");
-    ck_assert_int_ge(testenv_psql(db,
-                                  "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) "
-                                  "SELECT 'la', date_trunc('second', now()) - make_interval(secs "
-                                  "=> g), now(), 'trigger' FROM generate_series(1, 3) g; "
-                                  "NOTIFY warren_jobs",
-                                  NULL),
-                     0);
+    insert_runs(db, "la", 3, "now()");
     /* Well within the 60 s lease: taken back, not reaped. */
     int done =
         wait_for(db, "3", 15000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'");
