@@ -32,6 +32,8 @@
 #define DEF_DELAY_RING 0
 #define DEF_DELAY_QUEUE_EXPIRES_MS (10 * 60000)
 #define DEF_EVENT_DEFER_MS 10000
+#define DEF_RELEASE_LEAD_MS 2000
+#define MAX_RELEASE_LEAD_MS 10000 /* below warren.wp_max_wait() (sql/009) */
 #define DEF_CONCURRENCY 4
 #define DEF_SHUTDOWN_GRACE_MS 30000
 #define DEF_HEARTBEAT_MARGIN_MS 5000
@@ -528,17 +530,10 @@ static char *dup_or_oom(loader *L, const char *s)
 static const char *const top_known[] = {"database", "broker", "planner", "worker", "jobs", NULL};
 static const char *const database_known[] = {"url", NULL};
 static const char *const broker_known[] = {"url", "delivery_limit", NULL};
-static const char *const planner_known[] = {"horizon",
-                                            "tick",
-                                            "misfire_threshold",
-                                            "reconcile_grace",
-                                            "partitions",
-                                            "publish_batch",
-                                            "delay_ring",
-                                            "delay_queue_expires",
-                                            "delay_ring_type",
-                                            "event_defer",
-                                            NULL};
+static const char *const planner_known[] = {
+    "horizon",         "tick",          "misfire_threshold", "reconcile_grace",
+    "partitions",      "publish_batch", "delay_ring",        "delay_queue_expires",
+    "delay_ring_type", "event_defer",   "release_lead",      NULL};
 static const char *const worker_known[] = {"concurrency", "shutdown_grace", "heartbeat_margin",
                                            "id", NULL};
 static const char *const job_known[] = {"name",    "cron",    "every",   "at",      "timezone",
@@ -618,6 +613,13 @@ static void load_sections(loader *L, config_t *cf, warren_config *cfg)
         get_int(L, g, &pl, "delay_ring", 0, 1024, &p->delay_ring);
         get_duration(L, g, &pl, "delay_queue_expires", 1000, 0, &p->delay_queue_expires_ms);
         get_duration(L, g, &pl, "event_defer", 0, 0, &p->event_defer_ms);
+        if (get_duration(L, g, &pl, "release_lead", 0, 0, &p->release_lead_ms) == 1 &&
+            p->release_lead_ms > MAX_RELEASE_LEAD_MS)
+            report(L, member(g, "release_lead"), NULL, "planner.release_lead",
+                   "%s is too long (at most %s: warren.claim waits at most 15 s for a run "
+                   "released early)",
+                   warren_duration_format(p->release_lead_ms, a, sizeof(a)),
+                   warren_duration_format(MAX_RELEASE_LEAD_MS, b, sizeof(b)));
         if (get_string(L, g, &pl, "delay_ring_type", &s) == 1) {
             if (strcmp(s, "quorum") == 0)
                 p->delay_ring_type = WARREN_DELAY_RING_QUORUM;
@@ -1209,6 +1211,7 @@ static void set_defaults(loader *L, warren_config *cfg)
     cfg->planner.delay_ring_type = WARREN_DELAY_RING_QUORUM;
     cfg->planner.delay_queue_expires_ms = DEF_DELAY_QUEUE_EXPIRES_MS;
     cfg->planner.event_defer_ms = DEF_EVENT_DEFER_MS;
+    cfg->planner.release_lead_ms = DEF_RELEASE_LEAD_MS;
     cfg->worker.concurrency = DEF_CONCURRENCY;
     cfg->worker.shutdown_grace_ms = DEF_SHUTDOWN_GRACE_MS;
     cfg->worker.heartbeat_margin_ms = DEF_HEARTBEAT_MARGIN_MS;

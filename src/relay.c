@@ -222,17 +222,21 @@ static int publish_run(warren_relay *r, const warren_relay_row *row, warren_us n
                           .body_len = body_len,
                           .mandatory = 1};
 
-    if (row->due_at > now_est) {
-        /* Not due yet: the delay queue of its due second. Round up so the
-         * broker never releases it before due_at. */
-        int64_t ms = (row->due_at - now_est + 999) / 1000;
+    /* Released planner.release_lead before due: the worker (and
+     * warren.claim, on the database's clock) waits for the due time, and
+     * the broker's hop into the ready queue is done by then. */
+    warren_us rel = row->due_at - r->pc.release_lead_ms * 1000;
+    if (rel > now_est) {
+        /* Not released yet: the delay queue of its release second. Round up
+         * so the broker never releases it before rel. */
+        int64_t ms = (rel - now_est + 999) / 1000;
         if (r->pc.delay_ring > 0)
-            rc = warren_broker_delay_ring_queue_typed(r->b, warren_us_to_s(row->due_at),
-                                                      r->pc.delay_ring, r->pc.delay_ring_type,
-                                                      qname, sizeof(qname), err);
+            rc = warren_broker_delay_ring_queue_typed(r->b, warren_us_to_s(rel), r->pc.delay_ring,
+                                                      r->pc.delay_ring_type, qname, sizeof(qname),
+                                                      err);
         else
-            rc = warren_broker_delay_queue(r->b, warren_us_to_s(row->due_at),
-                                           r->pc.delay_queue_expires_ms, qname, sizeof(qname), err);
+            rc = warren_broker_delay_queue(r->b, warren_us_to_s(rel), r->pc.delay_queue_expires_ms,
+                                           qname, sizeof(qname), err);
         if (rc != 0) {
             free(body);
             return rc;
@@ -282,7 +286,8 @@ static int relay_batch(warren_relay *r, int64_t lead_ms, size_t *got, int *publi
      * channel, which must not happen while this batch's confirms are pending. */
     for (size_t i = 0; i < n; i++) {
         int ok = 1;
-        if (rows[i].due_at > db_now + (warren__mono_us() - t_sel)) {
+        /* a delay queue's dead letters would go nowhere: checked first */
+        if (rows[i].due_at - r->pc.release_lead_ms * 1000 > db_now + (warren__mono_us() - t_sel)) {
             ok = ready_exists(r, rows[i].queue, err);
             if (ok < 0) {
                 rc = ok;

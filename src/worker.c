@@ -43,6 +43,9 @@ extern char **environ;
 #define DEADLETTER_CONFIRM_MS 5000
 #define ACK_HOLD_MS 50 /* an ack behind an open delivery waits this long for it */
 #define SQL_POOL_MAX 64
+/* Runs released early (planner.release_lead) wait here until due: */
+#define CLOCK_RESAMPLE_MS 10000 /* how often the database's clock is read again */
+#define CLAIM_AHEAD_US 1000     /* claimed this close to due; warren.claim waits the rest */
 
 enum slot_state {
     SLOT_FREE = 0,
@@ -124,6 +127,7 @@ typedef struct pend {
     const warren_job *job;
     int answer_lost;          /* a claim of it failed, its fate unknown: it may be ours */
     int64_t answer_lost_mono; /* when that claim was sent */
+    int picked;               /* in the claim batch being built */
 } pend;
 
 struct warren_worker {
@@ -148,8 +152,12 @@ struct warren_worker {
     slot *slots;
     int *free_idx; /* stack of free slot indexes (O(1) to find a free slot) */
     int nfree;
-    pend *pq; /* FIFO of deliveries waiting for a slot */
+    pend *pq; /* FIFO of deliveries waiting for a slot or for their due time */
     size_t pq_head, pq_len, pq_cap;
+    size_t pq_due;       /* of those, due and not taken by the last claim_pending */
+    warren_us next_due;  /* the earliest due time of the others (0: none) */
+    int64_t clock_off;   /* the database's clock (us) minus the monotonic one */
+    int64_t clock_at_ms; /* when clock_off was measured (monotonic; 0: never) */
 
     int wake[2];      /* handler threads write a byte when done (non-blocking) */
     struct hpool *hp; /* persistent handler threads (c and sql handlers) */
@@ -549,6 +557,8 @@ static void pend_clear(pend *p)
 
 static void pq_clear(warren_worker *w)
 {
+    w->pq_due = 0;
+    w->next_due = 0;
     while (w->pq_len > 0) {
         pend_clear(&w->pq[w->pq_head]);
         w->pq_head = (w->pq_head + 1) % w->pq_cap;
@@ -1948,7 +1958,75 @@ out:
     return rc;
 }
 
-/* Claims as many waiting deliveries as there are free slots, in one batch. */
+/* The database's now estimated from the monotonic clock (read again every
+ * CLOCK_RESAMPLE_MS, from the midpoint of a round trip); 0 if unknown. Only
+ * for when to claim an early delivery: warren.claim itself waits on the
+ * database's clock, so an estimate off by a little costs a short wait in the
+ * claim, never an early start. -1 if the database cannot be read. */
+static warren_us db_now_est(warren_worker *w)
+{
+    int64_t now = warren__mono_ms();
+    if (w->clock_at_ms == 0 || now - w->clock_at_ms >= CLOCK_RESAMPLE_MS) {
+        warren_error e = {0};
+        warren_us db;
+        int64_t m0 = warren__mono_us();
+        int rc = warren_store_now(w->st, &db, &e);
+        int64_t m1 = warren__mono_us();
+        if (rc != 0) {
+            store_failed(w, rc, &e, "read the database clock");
+            return -1;
+        }
+        w->clock_off = db - (m0 + (m1 - m0) / 2);
+        w->clock_at_ms = now;
+    }
+    return warren__mono_us() + w->clock_off;
+}
+
+/* Marks up to n deliveries of the FIFO that are due (in arrival order) and
+ * puts them into batch; notes how many due ones are left over (pq_due) and
+ * when the first early one falls due (next_due). Returns how many. */
+static size_t pick_due(warren_worker *w, size_t n, pend **batch)
+{
+    warren_us now = db_now_est(w);
+    size_t got = 0;
+
+    if (now < 0)
+        return 0; /* the claim would fail as well: later */
+    w->pq_due = 0;
+    w->next_due = 0;
+    for (size_t i = 0; i < w->pq_len; i++) {
+        pend *p = pq_at(w, i);
+        if (p->msg.due_at > now + CLAIM_AHEAD_US) {
+            if (w->next_due == 0 || p->msg.due_at < w->next_due)
+                w->next_due = p->msg.due_at;
+        } else if (got < n) {
+            p->picked = 1;
+            batch[got++] = p;
+        } else {
+            w->pq_due++;
+        }
+    }
+    return got;
+}
+
+/* Removes the picked deliveries from the FIFO, keeping the others' order. */
+static void pq_drop_picked(warren_worker *w)
+{
+    size_t keep = 0;
+    for (size_t i = 0; i < w->pq_len; i++) {
+        pend *p = pq_at(w, i);
+        if (p->picked) {
+            pend_clear(p);
+            continue;
+        }
+        if (keep != i)
+            *pq_at(w, keep) = *p;
+        keep++;
+    }
+    w->pq_len = keep;
+}
+
+/* Claims as many due deliveries as there are free slots, in one batch. */
 static void claim_pending(warren_worker *w)
 {
     size_t n = (size_t)free_slots(w);
@@ -1971,8 +2049,8 @@ static void claim_pending(warren_worker *w)
     cl = calloc(n, sizeof(*cl));
     if (batch == NULL || keys == NULL || cl == NULL)
         goto out;
-    for (size_t i = 0; i < n; i++)
-        batch[i] = pq_at(w, i);
+    if ((n = pick_due(w, n, batch)) == 0)
+        goto out;
     /* One lock order for every batch: no deadlocks between workers. */
     qsort(batch, n, sizeof(*batch), cmp_pend_key);
     for (size_t i = 0; i < n; i++)
@@ -1985,11 +2063,13 @@ static void claim_pending(warren_worker *w)
          * worker's lease now. Their next claim takes them back first
          * (warren.reclaim_many; a claim that failed on the server finds
          * nothing to take back). */
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < n; i++) {
+            batch[i]->picked = 0;
             if (rc != WARREN_EINVAL && !batch[i]->answer_lost) {
                 batch[i]->answer_lost = 1;
                 batch[i]->answer_lost_mono = sent;
             }
+        }
         store_failed(w, rc, &e, "claim");
         goto out; /* the deliveries stay unacknowledged and are claimed later */
     }
@@ -2017,12 +2097,7 @@ static void claim_pending(warren_worker *w)
             ack(w, p->d.tag, p->gen, p->msg.run_key); /* out of memory: as before */
         }
     }
-    /* The batch was the first n entries of the FIFO. */
-    for (size_t i = 0; i < n && w->pq_len > 0; i++) {
-        pend_clear(&w->pq[w->pq_head]);
-        w->pq_head = (w->pq_head + 1) % w->pq_cap;
-        w->pq_len--;
-    }
+    pq_drop_picked(w);
     for (size_t i = 0; i < ndups; i++)
         ack(w, dups[i].tag, dups[i].gen, NULL);
 out:
@@ -2186,9 +2261,16 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
             if (w->slots[i].state == SLOT_RUNNING && w->slots[i].has_thread)
                 threads = 1;
         }
-        if (w->pq_len > 0 && free_slots(w) > 0 && w->store_retry_at == 0)
+        if (w->pq_due > 0 && free_slots(w) > 0 && w->store_retry_at == 0)
             busy = 1;
         int wait = busy ? 0 : threads ? 1 : IDLE_WAIT_MS;
+        if (w->next_due != 0 && wait > 0) {
+            /* an early delivery falls due: wake up for it */
+            warren_us est = w->clock_at_ms != 0 ? warren__mono_us() + w->clock_off : 0;
+            int64_t until = (w->next_due - CLAIM_AHEAD_US - est) / 1000;
+            if (est != 0 && until < wait)
+                wait = until < 0 ? 0 : (int)until;
+        }
         if (w->b != NULL && free_slots(w) == 0 && !busy) {
             receive(w, 0, stopping); /* keep the connection serviced */
             wait_wake(w, IDLE_WAIT_MS);

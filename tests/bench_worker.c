@@ -8,9 +8,9 @@
  * Start lateness = runs.started_at (the claim, database clock) - runs.due_at.
  * Each line carries the workers' peak RSS and /proc/loadavg. Runs are tagged
  * through their payload ({"bench": "burst"}), which the reconciler leaves alone.
- * The burst line also has cpu_s: CPU seconds from 100 ms before the due time
- * until all succeeded, of every postgres process on the machine (with the
- * backends that exited meanwhile), every beam.smp (RabbitMQ), the worker
+ * The burst line also has cpu_s: CPU seconds from 100 ms before the release
+ * (the due time minus planner.release_lead) until all succeeded, of every postgres process on the
+ * machine (with the backends that exited meanwhile), every beam.smp (RabbitMQ), the worker
  * processes and this one (the planner: relay and outbox); and
  * events_out_after_due_s: when the last run.succeeded event had left the
  * outbox (planner.event_defer holds them back during a burst; polled every
@@ -18,6 +18,11 @@
  *
  *   eval "$(tests/servers.sh start)"
  *   build/tests/bench_worker [--burst N] [--rate R] [--seconds S] [--concurrency C]
+ *                            [--lead DURATION]
+ *
+ * --lead sets planner.release_lead (default 2s; "0s": released at the due
+ * time). min_start_lateness_ms < 0 would mean a run started before its due
+ * time (it must not).
  *
  * BENCH_RING=N (with BENCH_RING_TYPE=classic, the default here, or quorum)
  * sets planner.delay_ring = N (at least 122 for the 2 min horizon).
@@ -219,15 +224,17 @@ static int wait_all(const char *db, const char *tag, long n, int timeout_s)
 }
 
 static void report(const char *db, const char *bench, const char *tag, long n, pid_t *w, int nw,
-                   int concurrency, double extra_rate, int ok, const cpu_snap *c0,
+                   int concurrency, int64_t lead_ms, double extra_rate, int ok, const cpu_snap *c0,
                    const cpu_snap *c1, const char *events_s)
 {
     char la[128];
     char *v =
         sql1(db,
-             "SELECT format('\"p50_start_lateness_ms\":%%s,\"p90_start_lateness_ms\":%%s,"
+             "SELECT format('\"min_start_lateness_ms\":%%s,"
+             "\"p50_start_lateness_ms\":%%s,\"p90_start_lateness_ms\":%%s,"
              "\"p99_start_lateness_ms\":%%s,\"max_start_lateness_ms\":%%s,"
              "\"all_completed_after_due_s\":%%s,\"completions_per_s\":%%s,\"succeeded\":%%s',"
+             " round(min(l)::numeric, 1),"
              " round(percentile_cont(0.5) WITHIN GROUP (ORDER BY l)::numeric, 1),"
              " round(percentile_cont(0.9) WITHIN GROUP (ORDER BY l)::numeric, 1),"
              " round(percentile_cont(0.99) WITHIN GROUP (ORDER BY l)::numeric, 1),"
@@ -266,8 +273,9 @@ static void report(const char *db, const char *bench, const char *tag, long n, p
         free(due);
     }
     loadavg(la, sizeof(la));
-    printf("{\"bench\":\"%s\",\"runs\":%ld,\"workers\":%d,\"concurrency\":%d,%s", bench, n, nw,
-           concurrency, v ? v : "\"error\":\"no result\"");
+    printf("{\"bench\":\"%s\",\"runs\":%ld,\"workers\":%d,\"concurrency\":%d,"
+           "\"release_lead_ms\":%lld,%s",
+           bench, n, nw, concurrency, (long long)lead_ms, v ? v : "\"error\":\"no result\"");
     if (extra_rate > 0)
         printf(",\"rate_per_s\":%.0f", extra_rate);
     printf(",\"worker_peak_rss_kb\":[");
@@ -304,6 +312,7 @@ int main(int argc, char **argv)
 {
     long burst = 50000;
     int rate = 200, seconds = 30, concurrency = 256, nworkers = 2;
+    const char *lead = NULL; /* planner.release_lead; NULL: the default */
     warren_error err = {0};
     warren_config *cfg = NULL;
     warren_store *st = NULL;
@@ -319,9 +328,11 @@ int main(int argc, char **argv)
             seconds = atoi(argv[++i]);
         else if (strcmp(argv[i], "--concurrency") == 0 && i + 1 < argc)
             concurrency = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--lead") == 0 && i + 1 < argc)
+            lead = argv[++i];
         else {
             fprintf(stderr, "usage: bench_worker [--burst N] [--rate R] [--seconds S] "
-                            "[--concurrency C]\n");
+                            "[--concurrency C] [--lead DURATION]\n");
             return 2;
         }
     }
@@ -368,11 +379,14 @@ int main(int argc, char **argv)
     }
     /* BENCH_RING=N [BENCH_RING_TYPE=classic|quorum]: the delay ring instead of
      * one delay queue per second (N >= 122 for the 2 min horizon). */
-    char ring_opt[128] = "";
+    char ring_opt[256] = "";
     if (getenv("BENCH_RING") != NULL && atoi(getenv("BENCH_RING")) > 0)
         snprintf(ring_opt, sizeof(ring_opt), " delay_ring = %d; delay_ring_type = \"%s\";",
                  atoi(getenv("BENCH_RING")),
                  getenv("BENCH_RING_TYPE") ? getenv("BENCH_RING_TYPE") : "classic");
+    if (lead != NULL)
+        snprintf(ring_opt + strlen(ring_opt), sizeof(ring_opt) - strlen(ring_opt),
+                 " release_lead = \"%s\";", lead);
     if (mkdtemp(tmpl) == NULL)
         die("mkdtemp", NULL);
     char cfg_path[256];
@@ -451,13 +465,14 @@ int main(int argc, char **argv)
                        "SELECT extract(epoch FROM date_trunc('second', now()) + interval '20 "
                        "seconds') * 1000 - extract(epoch FROM clock_timestamp()) * 1000",
                        burst);
-        /* cpu_s covers the burst only: from 100 ms before the due time (the
-         * relay has published everything by then) until all succeeded. */
-        long until_due = v ? strtol(v, NULL, 10) : 0;
+        /* cpu_s covers the burst only: from 100 ms before the release (the
+         * due time minus planner.release_lead; the relay has published
+         * everything by then) until all succeeded. */
+        long until_rel = (v ? strtol(v, NULL, 10) : 0) - (long)cfg->planner.release_lead_ms;
         free(v);
         cpu_snap c0, c1;
-        if (until_due > 100)
-            sleep_ms(until_due - 100);
+        if (until_rel > 100)
+            sleep_ms(until_rel - 100);
         cpu_snapshot(&c0, w, nworkers);
         int ok = wait_all(db, "burst", burst, 120);
         cpu_snapshot(&c1, w, nworkers);
@@ -477,7 +492,8 @@ int main(int argc, char **argv)
             if (ev == NULL)
                 sleep_ms(500);
         }
-        report(db, "worker_burst", "burst", burst, w, nworkers, concurrency, 0, ok, &c0, &c1, ev);
+        report(db, "worker_burst", "burst", burst, w, nworkers, concurrency,
+               cfg->planner.release_lead_ms, 0, ok, &c0, &c1, ev);
         free(ev);
     }
     /* Steady: rate runs/s, due times rate apart in ms, starting 5 s ahead. */
@@ -492,8 +508,8 @@ int main(int argc, char **argv)
                        rate, n);
         free(v);
         int ok = wait_all(db, "steady", n, seconds + 60);
-        report(db, "worker_steady", "steady", n, w, nworkers, concurrency, rate, ok, NULL, NULL,
-               NULL);
+        report(db, "worker_steady", "steady", n, w, nworkers, concurrency,
+               cfg->planner.release_lead_ms, rate, ok, NULL, NULL, NULL);
     }
     for (int i = 0; i < nworkers; i++)
         kill(w[i], SIGTERM);

@@ -136,6 +136,80 @@ END_TEST
 
 /* ------------------------------------------------------------ heartbeat, complete, fencing */
 
+/* A run released early (planner.release_lead) is waited for: the claim
+ * returns once the run is due on the database's clock, and the lease, the
+ * run's started_at and the attempt's start are timed from then, not from the
+ * call (now()). A run due further ahead than 15 s is not claimable. */
+START_TEST(test_claim_waits_until_the_run_is_due_and_times_the_lease_from_then)
+{
+    char *url = setup("skip", 5, 1000, 60000, 30000);
+    ck_assert_int_eq(qn(url, "UPDATE warren.runs SET due_at = clock_timestamp() + interval "
+                             "'700 ms'"),
+                     1);
+    /* clock_timestamp() in the select list is read after the function's rows */
+    ck_q(url, "1|true",
+         "SELECT c.attempt || '|' || (clock_timestamp() >= r.due_at) FROM warren.claim('" RK
+         "', 'w1') c, warren.runs r WHERE r.run_key = '" RK "'");
+    ck_q(url, "running|t|t|t|t",
+         "SELECT format('%%s|%%s|%%s|%%s|%%s', r.state, r.started_at >= r.due_at, "
+         "r.started_at < r.due_at + interval '500 ms', "
+         "r.lease_until = r.started_at + interval '30 s', a.started_at = r.started_at) "
+         "FROM warren.runs r JOIN warren.attempts a USING (run_key) WHERE r.run_key = '" RK "'");
+    /* A minute ahead: no row at once, the run untouched. */
+    add_run2(url);
+    ck_assert_int_eq(qn(url, "UPDATE warren.runs SET due_at = now() + interval '1 minute' "
+                             "WHERE run_key = '" RK2 "'"),
+                     1);
+    ck_q(url, "0|true",
+         "SELECT count(*) || '|' || (clock_timestamp() - now() < interval '500 ms') FROM "
+         "warren.claim('" RK2 "', 'w1')");
+    ck_q(url, "planned|0",
+         "SELECT state || '|' || attempt FROM warren.runs WHERE run_key = '" RK2 "'");
+    /* A retrying run due in 400 ms is waited for as well (once RK is done:
+     * the job's overlap policy is skip). */
+    ck_q(url, "t", "SELECT warren.complete('" RK "', 1, 'succeeded')");
+    ck_assert_int_eq(qn(url, "UPDATE warren.runs SET state = 'retrying', due_at = "
+                             "clock_timestamp() + interval '400 ms' WHERE run_key = '" RK2 "'"),
+                     1);
+    ck_q(url, "1|true",
+         "SELECT c.attempt || '|' || (clock_timestamp() >= r.due_at) FROM warren.claim('" RK2
+         "', 'w2') c, warren.runs r WHERE r.run_key = '" RK2 "'");
+    free(url);
+}
+END_TEST
+
+/* claim_many waits until the latest of its runs is due (fast path and full
+ * rules alike) and leaves out runs due more than 15 s ahead. */
+START_TEST(test_claim_many_waits_until_its_runs_are_due)
+{
+    char *url = setup("skip", 5, 1000, 60000, 30000);
+    ck_assert_int_eq(qn(url, "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, "
+                             "overlap) VALUES ('j2', 'every', '60s', 'q1', 'allow');"
+                             "INSERT INTO warren.runs (job, scheduled_at, due_at) SELECT 'j2', "
+                             "'2026-01-01'::timestamptz + make_interval(secs => g), "
+                             "clock_timestamp() + g * interval '200 ms' "
+                             "FROM generate_series(1, 3) g"),
+                     3);
+    ck_assert_int_eq(qn(url, "UPDATE warren.runs SET due_at = clock_timestamp() + interval "
+                             "'300 ms' WHERE run_key = '" RK "'"),
+                     1);
+    ck_assert_int_eq(qn(url, "UPDATE warren.runs SET due_at = now() + interval '1 minute' "
+                             "WHERE run_key = 'j2@2026-01-01T00:00:03Z'"),
+                     1);
+    ck_q(url, "j1@2026-01-01T00:00:00Z,j2@2026-01-01T00:00:01Z,j2@2026-01-01T00:00:02Z",
+         "SELECT string_agg(run_key, ',' ORDER BY run_key) FROM warren.claim_many("
+         "ARRAY['j2@2026-01-01T00:00:01Z', '" RK "', 'j2@2026-01-01T00:00:02Z', "
+         "'j2@2026-01-01T00:00:03Z'], 'w1')");
+    /* every one started once the latest of them (400 ms) was due */
+    ck_q(url, "3|true",
+         "SELECT count(*) || '|' || bool_and(started_at >= (SELECT max(due_at) FROM warren.runs "
+         "WHERE state = 'running') AND lease_until = started_at + interval '30 s') FROM "
+         "warren.runs WHERE state = 'running'");
+    ck_q(url, "planned", "SELECT state FROM warren.runs WHERE run_key = 'j2@2026-01-01T00:00:03Z'");
+    free(url);
+}
+END_TEST
+
 START_TEST(test_heartbeat_extends_lease_only_for_the_holder)
 {
     char *url = setup("skip", 5, 1000, 60000, 30000);
@@ -667,6 +741,8 @@ static Suite *protocol_suite(void)
     tcase_add_test(tc, test_claim_of_leased_run_returns_nothing);
     tcase_add_test(tc, test_claim_of_unknown_or_finished_run_returns_nothing);
     tcase_add_test(tc, test_claim_of_retrying_run_before_its_due_time_returns_nothing);
+    tcase_add_test(tc, test_claim_waits_until_the_run_is_due_and_times_the_lease_from_then);
+    tcase_add_test(tc, test_claim_many_waits_until_its_runs_are_due);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("fencing");

@@ -438,6 +438,61 @@ static warren_us db_clock_offset(const env *e, warren_us *err_us)
     return best;
 }
 
+/* planner.release_lead: a run reaches its ready queue that long before its
+ * due time (through the delay queue of its release second), never earlier;
+ * a run whose release time has passed goes straight to its ready queue. */
+START_TEST(test_release_lead_releases_runs_that_long_before_due)
+{
+    env e = env_new();
+    warren_config c = test_config();
+    warren_broker *b = consumer(&e, "warren.ready.q");
+    warren_delivery d = {0};
+    warren_us off, off_err;
+    char q[64];
+
+    c.planner.release_lead_ms = 1500;
+    warren_planner *p = planner_new(&e, &c);
+    off = db_clock_offset(&e, &off_err);
+    testenv_psql(e.db,
+                 "INSERT INTO warren.runs (job, scheduled_at, due_at) VALUES ('j', "
+                 "'2026-01-01T00:00:00Z', date_trunc('second', clock_timestamp()) + interval "
+                 "'3.5 s'), ('j', '2026-01-01T00:00:01Z', clock_timestamp() + interval '1 s')",
+                 NULL);
+    tick(p);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'published'"), 2);
+    /* the later one waits in the queue of its release second, due - 1.5 s */
+    snprintf(q, sizeof(q), "warren.delay.%ld",
+             sql_long(&e, "SELECT floor(extract(epoch FROM due_at - interval '1.5 s'))::bigint "
+                          "FROM warren.runs WHERE scheduled_at = '2026-01-01T00:00:00Z'"));
+    ck_assert_int_eq(testenv_queue_depth(e.amqp, q), 1);
+    for (int i = 0; i < 2; i++) {
+        warren_us due = 0, at;
+        struct timeval tv;
+        ck_assert(next_msg(b, &d, 10000));
+        gettimeofday(&tv, NULL);
+        at = (warren_us)tv.tv_sec * 1000000 + tv.tv_usec + off;
+        ck_assert(warren_time_parse(warren_delivery_header(&d, "x-warren-due-at"), &due, NULL) ==
+                  0);
+        if (i == 0) {
+            /* released at once: its release time had passed (0.5 s early) */
+            ck_assert_str_eq(d.message_id, "j@2026-01-01T00:00:01Z");
+            ck_assert_msg(at < due, "arrived %lld us after due", (long long)(at - due));
+        } else {
+            ck_assert_str_eq(d.message_id, "j@2026-01-01T00:00:00Z");
+            ck_assert_msg(at + off_err >= due - 1500000, "released %lld us before due - lead",
+                          (long long)(due - 1500000 - at));
+            ck_assert_msg(at < due - 1000000, "released only %lld us before due",
+                          (long long)(due - at));
+        }
+        warren_broker_ack(b, d.tag, NULL);
+        warren_delivery_clear(&d);
+    }
+    warren_broker_free(b);
+    warren_planner_free(p);
+    env_free(&e);
+}
+END_TEST
+
 /* `warren topology` with a config naming job queues q and r and the planner
  * group `planner`; returns the exit status, output in out. */
 static int topology_cli(const env *e, const char *planner, char *out, size_t len)
@@ -585,6 +640,7 @@ static Suite *relay_suite(void)
     tcase_add_test(tc, test_unroutable_publish_is_recorded_not_success);
     tcase_add_test(tc, test_delay_ring_releases_at_due);
     tcase_add_test(tc, test_classic_delay_ring_releases_no_run_early_and_routes);
+    tcase_add_test(tc, test_release_lead_releases_runs_that_long_before_due);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
 

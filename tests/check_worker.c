@@ -626,6 +626,67 @@ START_TEST(test_worker_c_handler_retries_then_succeeds_with_context)
 }
 END_TEST
 
+static warren_outcome c_ok(warren_handler_ctx *ctx, void *ud)
+{
+    (void)ctx;
+    (void)ud;
+    return WARREN_OUTCOME_SUCCEEDED;
+}
+
+/* planner.release_lead: runs reach the worker 2 s before due. The worker
+ * holds them, unclaimed (no claim waits in PostgreSQL meanwhile), and
+ * claims each when it is due: started_at (the claim, database clock) is at
+ * or just after due_at, never before. */
+START_TEST(test_worker_holds_an_early_delivery_and_starts_it_when_due)
+{
+    env e;
+    worker_thread wt = {0};
+
+    env_setup_planner(&e,
+                      "tick = \"100ms\"; reconcile_grace = \"2s\"; horizon = \"10s\"; "
+                      "release_lead = \"2s\";",
+                      "{ name = \"ej\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qe\"; overlap = "
+                      "\"allow\"; handler = { c = \"ok\"; }; }",
+                      NULL, 5);
+    worker_thread_start(&e, &wt, "ok", c_ok, NULL);
+    planner_start(&e);
+    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at) SELECT 'ej', "
+             "'2026-01-01'::timestamptz + make_interval(secs => g), clock_timestamp() + "
+             "interval '3.5 s' + g * interval '300 ms' FROM generate_series(1, 3) g; "
+             "NOTIFY warren_jobs");
+    /* All three delivered (none ready in the queue) while the first is not
+     * due yet: held by the worker, still published, no claim sleeping. */
+    ck_assert(
+        wait_for(e.db, "0", 3000, "SELECT count(*) FROM warren.runs WHERE state = 'planned'"));
+    long ready = -1;
+    for (int i = 0; i < 60 && ready != 0; i++) {
+        sleep_ms(50);
+        ready = testenv_queue_depth(e.amqp, "warren.ready.qe");
+    }
+    ck_assert_int_eq(ready, 0);
+    char *held = testenv_sql1f(
+        e.db, "SELECT count(*) FILTER (WHERE state = 'published') || '|' || (SELECT count(*) FROM "
+              "pg_stat_activity WHERE wait_event = 'PgSleep' AND datname = current_database()) "
+              "|| '|' || (min(due_at) > clock_timestamp() + interval '300 ms') FROM warren.runs");
+    ck_assert_msg(held != NULL && strcmp(held, "3|0|true") == 0,
+                  "published|claims sleeping|first not due yet: %s", held);
+    free(held);
+    ck_assert(
+        wait_for(e.db, "3", 10000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
+    char *late = testenv_sql1f(e.db, "SELECT min(started_at - due_at) >= interval '0' AND "
+                                     "max(started_at - due_at) < interval '250 ms' FROM "
+                                     "warren.runs");
+    char *spread = testenv_sql1f(e.db, "SELECT string_agg(extract(milliseconds FROM started_at - "
+                                       "due_at)::text, ' ' ORDER BY due_at) FROM warren.runs");
+    ck_assert_msg(late != NULL && strcmp(late, "t") == 0, "started - due (ms): %s", spread);
+    free(late);
+    free(spread);
+    worker_thread_join(&wt);
+    warren_worker_free(wt.w);
+    env_teardown(&e);
+}
+END_TEST
+
 /* Ignores should_stop: runs until told through ud (an atomic flag). */
 static warren_outcome c_stubborn(warren_handler_ctx *ctx, void *ud)
 {
@@ -1224,10 +1285,13 @@ START_TEST(test_worker_sql_handler_holds_no_lock_while_its_statement_runs)
      * turns that wait into an error). */
     qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at) VALUES ('sl', "
              "date_trunc('second', now()), now() + interval '1 hour')");
+    /* (due in an hour so that the planner leaves it alone; due now for the
+     * claim, which does not take runs due more than 15 s ahead) */
     ck_assert(wait_for(e.db, "0", 0,
-                       "SET lock_timeout = '1s'; SELECT count(*) FROM warren.claim((SELECT "
-                       "run_key FROM warren.runs WHERE job = 'sl' ORDER BY scheduled_at DESC "
-                       "LIMIT 1), 'other')"));
+                       "UPDATE warren.runs SET due_at = now() WHERE job = 'sl' AND due_at > "
+                       "now() + interval '1 minute'; SET lock_timeout = '1s'; SELECT count(*) "
+                       "FROM warren.claim((SELECT run_key FROM warren.runs WHERE job = 'sl' "
+                       "ORDER BY scheduled_at DESC LIMIT 1), 'other')"));
     ck_assert(wait_for(e.db, "skipped", 0,
                        "SELECT state FROM warren.runs WHERE job = 'sl' ORDER BY scheduled_at "
                        "DESC LIMIT 1"));
@@ -1394,6 +1458,7 @@ static Suite *worker_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_worker_end_to_end_sink_gets_one_row_per_run);
     tcase_add_test(tc, test_worker_c_handler_retries_then_succeeds_with_context);
+    tcase_add_test(tc, test_worker_holds_an_early_delivery_and_starts_it_when_due);
     tcase_add_test(tc, test_worker_leaves_a_handler_that_ignores_should_stop);
     tcase_add_test(tc, test_worker_leaves_a_timed_out_handler_that_ignores_should_stop);
     tcase_add_test(tc, test_worker_leaves_a_running_sql_handler_at_shutdown);

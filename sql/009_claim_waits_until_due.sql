@@ -1,0 +1,293 @@
+-- 009_claim_waits_until_due.sql: warren.claim and warren.claim_many wait
+-- until the run is due, and time the claim from then. Never edit this file
+-- once landed: add 00N_*.sql instead.
+--
+-- Why: the relay releases a run planner.release_lead (default 1 s) before its
+-- due time, so that the broker's dead-letter hop from the delay queue into
+-- the ready queue is done before the run is due instead of after (a burst of
+-- 50,000 runs due at one instant spent its first 2-3 s in that hop). The
+-- worker holds an early delivery until it is due; the claim makes sure of it
+-- on the database's clock, whatever the worker does: a run due at most
+-- wp_max_wait() (15 s) ahead is waited for (pg_sleep, before any lock), one
+-- further ahead gives no row (its own message is still to come). The lease,
+-- started_at and the attempt's start are clock_timestamp() after the wait:
+-- now() is the transaction's start, before it.
+--
+-- Besides that, the bodies are those of 006 (claim) and 004 (claim_many),
+-- with now() replaced by the claim's time, and claim_many's fast path takes a
+-- planned or published run only when it is due (as retrying ones before).
+
+CREATE OR REPLACE FUNCTION warren.wp_max_wait()
+RETURNS interval LANGUAGE sql IMMUTABLE AS $$ SELECT interval '15 seconds' $$;
+COMMENT ON FUNCTION warren.wp_max_wait() IS
+    'How far ahead of its due time a run is still claimable (the claim waits for it); '
+    'more than the longest planner.release_lead (10 s)';
+
+CREATE OR REPLACE FUNCTION warren.wp_wait_until(t timestamptz)
+RETURNS void LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    -- pg_sleep may wake early on a signal: loop until the clock has passed t.
+    WHILE clock_timestamp() < t LOOP
+        PERFORM pg_sleep(greatest(0.001, extract(epoch FROM t - clock_timestamp())));
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION warren.wp_wait_until(timestamptz) IS
+    'Sleeps until clock_timestamp() >= t (the claim waiting for a run released early)';
+
+CREATE OR REPLACE FUNCTION warren.claim(run_key text, worker text)
+RETURNS TABLE(attempt int, job text, scheduled_at timestamptz, payload jsonb, lease_seconds int)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    k text := claim.run_key;
+    w text := claim.worker;
+    r warren.runs%ROWTYPE;
+    j warren.jobs%ROWTYPE;
+    pol text;
+    both_ record;
+    b record;
+    newer_key text;
+    line text;
+    t0 timestamptz;
+    st text;
+    due timestamptz;
+BEGIN
+    IF k IS NULL OR w IS NULL OR w = '' THEN
+        RAISE EXCEPTION 'warren.claim: run_key and worker are required' USING ERRCODE = '22023';
+    END IF;
+    -- Not due yet: wait for it (a run is released up to planner.release_lead
+    -- early), before any lock is taken. Further ahead than the longest lead
+    -- (warren.wp_max_wait) it is not claimable: its own message comes later.
+    SELECT rr.state, rr.due_at INTO st, due FROM warren.runs rr WHERE rr.run_key = k;
+    IF st IN ('planned', 'published', 'retrying') AND due > clock_timestamp() THEN
+        IF due > clock_timestamp() + warren.wp_max_wait() THEN
+            RETURN;
+        END IF;
+        PERFORM warren.wp_wait_until(due);
+    END IF;
+    t0 := clock_timestamp(); -- the claim's time, after the wait (now() is the call's start)
+    -- The run (locked) and its job in one statement.
+    SELECT rr AS run, jb AS job INTO both_
+      FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job
+     WHERE rr.run_key = k
+       FOR UPDATE OF rr;
+    IF NOT FOUND THEN
+        RETURN; -- unknown run
+    END IF;
+    r := both_.run;
+    j := both_.job;
+    pol := j.overlap;
+    -- Claims of one job's runs serialise so the overlap check (a statement
+    -- after the lock, so with a fresh snapshot) sees every committed claim.
+    -- An advisory lock: the planner's FOR UPDATE SKIP LOCKED on warren.jobs
+    -- is not disturbed. Taken after the run's row lock, in every claim alike.
+    IF pol <> 'allow' THEN
+        PERFORM pg_advisory_xact_lock(hashtextextended('warren.overlap:' || j.name, 0));
+    END IF;
+
+    IF r.state = 'running' THEN
+        IF r.lease_until >= t0 THEN
+            RETURN; -- leased by a live worker (a duplicate delivery)
+        END IF;
+        -- The holder's lease ran out: it is presumed dead; take over within the budget.
+        UPDATE warren.attempts a SET finished_at = t0, outcome = 'lease_lost',
+               error = format('lease expired at %s; taken over by %s', warren.wp_utc_ms(r.lease_until), w)
+         WHERE a.run_key = k AND a.attempt = r.attempt AND a.finished_at IS NULL;
+        IF r.attempt - r.attempt_base >= j.retry_max_attempts THEN
+            PERFORM warren.wp_after_failure(k, 'lease_lost', r.last_error, w,
+                format('lease of attempt %s (worker %s) expired at %s', r.attempt,
+                       r.lease_owner, warren.wp_utc_ms(r.lease_until)));
+            RETURN;
+        END IF;
+        PERFORM warren.wp_event(r, 'lease_lost', NULL, r.lease_owner);
+    ELSIF r.state = 'retrying' THEN
+        -- A stale message for a run waiting for its retry time: the relay
+        -- publishes it again when due (a second of slack for clock rounding).
+        IF r.due_at > t0 + interval '1 second' THEN
+            RETURN;
+        END IF;
+    ELSIF r.state NOT IN ('planned', 'published') THEN
+        RETURN; -- finished (succeeded, dead, skipped, cancelled)
+    END IF;
+
+    IF pol <> 'allow' THEN
+        -- Another run of this job whose lease ran out is reaped here, just as
+        -- the reconciler would (attempt lease_lost; retrying with backoff or
+        -- dead): this run does not wait for it, and its holder, if only
+        -- paused, is fenced off now (its next heartbeat and its completion
+        -- return false) instead of finishing it alongside this run.
+        FOR b IN SELECT * FROM warren.runs o
+                  WHERE o.job = r.job AND o.run_key <> k AND o.state = 'running'
+                    AND o.lease_until < t0
+                  ORDER BY o.scheduled_at
+                  FOR UPDATE
+        LOOP
+            UPDATE warren.attempts a SET finished_at = t0, outcome = 'lease_lost',
+                   error = format('lease expired at %s', warren.wp_utc_ms(b.lease_until))
+             WHERE a.run_key = b.run_key AND a.attempt = b.attempt AND a.finished_at IS NULL;
+            PERFORM warren.wp_after_failure(b.run_key, 'lease_lost',
+                format('lease lost: worker %s stopped heartbeating', b.lease_owner), b.lease_owner,
+                format('lease of attempt %s (worker %s) expired at %s; reaped at %s by the '
+                       'overlap check of %s', b.attempt, b.lease_owner,
+                       warren.wp_utc_ms(b.lease_until), warren.wp_utc_ms(t0), k));
+        END LOOP;
+
+        newer_key := NULL;
+        FOR b IN SELECT * FROM warren.runs o
+                  WHERE o.job = r.job AND o.run_key <> k AND o.state = 'running'
+                    AND o.lease_until >= t0
+                  ORDER BY o.scheduled_at
+                  FOR UPDATE
+        LOOP
+            IF pol = 'cancel_previous' AND b.scheduled_at < r.scheduled_at THEN
+                UPDATE warren.runs o
+                   SET state = 'cancelled', finished_at = t0, lease_owner = NULL,
+                       lease_until = NULL,
+                       note = warren.wp_note(o.note, format(
+                           'cancelled by overlap policy cancel_previous at %s: newer run %s claimed by %s',
+                           warren.wp_utc_ms(t0), k, w))
+                 WHERE o.run_key = b.run_key;
+                UPDATE warren.attempts a SET finished_at = t0, outcome = 'cancelled',
+                       error = format('cancelled: newer run %s started', k)
+                 WHERE a.run_key = b.run_key AND a.attempt = b.attempt AND a.finished_at IS NULL;
+                PERFORM warren.wp_event(o, 'cancelled', NULL, b.lease_owner)
+                   FROM warren.runs o WHERE o.run_key = b.run_key;
+            ELSE
+                newer_key := b.run_key;
+                EXIT;
+            END IF;
+        END LOOP;
+
+        IF newer_key IS NOT NULL THEN
+            IF pol = 'queue' THEN
+                line := format('held back by overlap policy queue: %s was still running', newer_key);
+                UPDATE warren.runs rr
+                   SET state = 'retrying', due_at = t0 + interval '1 second',
+                       note = CASE WHEN rr.note LIKE '%held back by overlap policy queue%'
+                                   THEN rr.note ELSE warren.wp_note(rr.note, line) END
+                 WHERE rr.run_key = k;
+            ELSE
+                -- skip, or cancel_previous with a newer run already running
+                line := format('skipped by overlap policy %s at %s: %s was still running',
+                               pol, warren.wp_utc_ms(t0), newer_key);
+                UPDATE warren.runs rr
+                   SET state = 'skipped', finished_at = t0, note = warren.wp_note(rr.note, line)
+                 WHERE rr.run_key = k
+                RETURNING * INTO r;
+                PERFORM warren.wp_event(r, 'skipped', NULL, w);
+            END IF;
+            RETURN;
+        END IF;
+    END IF;
+
+    UPDATE warren.runs rr
+       SET state = 'running', attempt = rr.attempt + 1, lease_owner = w,
+           lease_until = t0 + make_interval(secs => j.lease_ms / 1000.0),
+           started_at = t0
+     WHERE rr.run_key = k
+    RETURNING * INTO r;
+    INSERT INTO warren.attempts (run_key, attempt, worker, started_at)
+    VALUES (k, r.attempt, w, t0)
+    ON CONFLICT ON CONSTRAINT attempts_pkey DO UPDATE
+        SET worker = EXCLUDED.worker, started_at = EXCLUDED.started_at,
+            finished_at = NULL, outcome = NULL, error = NULL;
+
+    attempt := r.attempt;
+    job := r.job;
+    scheduled_at := r.scheduled_at;
+    payload := coalesce(r.payload, j.payload);
+    lease_seconds := greatest(1, ceil(j.lease_ms / 1000.0))::int;
+    RETURN NEXT;
+END
+$fn$;
+CREATE OR REPLACE FUNCTION warren.claim_many(run_keys text[], worker text)
+RETURNS TABLE(run_key text, attempt int, job text, scheduled_at timestamptz, payload jsonb,
+              lease_seconds int)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    w text := claim_many.worker;
+    keys text[] := claim_many.run_keys;
+    tids tid[];
+    done_ text[];
+    nfast bigint;
+    t0 timestamptz;
+    due timestamptz;
+BEGIN
+    IF w IS NULL OR w = '' THEN
+        RAISE EXCEPTION 'warren.claim_many: worker is required' USING ERRCODE = '22023';
+    END IF;
+    -- The rows, one run_key index probe per key (a subquery per key: no join
+    -- order for the planner to get wrong when warren.runs has no statistics
+    -- yet, e.g. right after a large backfill).
+    tids := ARRAY(SELECT (SELECT rr.ctid FROM warren.runs rr WHERE rr.run_key = t.k)
+                    FROM (SELECT DISTINCT x AS k FROM unnest(keys) x) t);
+    -- Wait until the latest of them is due (runs are released up to
+    -- planner.release_lead early; send keys that are due together). Runs due
+    -- further ahead than warren.wp_max_wait() are not claimable.
+    SELECT max(rr.due_at) INTO due FROM warren.runs rr
+     WHERE rr.ctid = ANY (tids) AND rr.state IN ('planned', 'published', 'retrying')
+       AND rr.due_at <= clock_timestamp() + warren.wp_max_wait();
+    IF due > clock_timestamp() THEN
+        PERFORM warren.wp_wait_until(due);
+    END IF;
+    t0 := clock_timestamp(); -- the claim's time, after the wait (now() is the call's start)
+    -- Fast path: fresh runs of jobs without an overlap check. Rows are locked
+    -- in physical order (the TID scan sorts), the same order in every batch.
+    -- A row updated since its TID was read fails the recheck and goes to the
+    -- full path below.
+    RETURN QUERY
+    WITH c AS (
+        UPDATE warren.runs rr
+           SET state = 'running', attempt = rr.attempt + 1, lease_owner = w,
+               lease_until = t0 + make_interval(secs =>
+                   (SELECT jb.lease_ms FROM warren.jobs jb WHERE jb.name = rr.job) / 1000.0),
+               started_at = t0
+         WHERE rr.ctid = ANY (tids)
+           AND (SELECT jb.overlap FROM warren.jobs jb WHERE jb.name = rr.job) = 'allow'
+           AND rr.state IN ('planned', 'published', 'retrying')
+           AND rr.due_at <= t0 + interval '1 second'
+        RETURNING rr.run_key, rr.attempt, rr.job, rr.scheduled_at, rr.payload
+    ), a AS (
+        INSERT INTO warren.attempts (run_key, attempt, worker, started_at)
+        SELECT c.run_key, c.attempt, w, t0 FROM c
+        ON CONFLICT ON CONSTRAINT attempts_pkey DO UPDATE
+            SET worker = EXCLUDED.worker, started_at = EXCLUDED.started_at,
+                finished_at = NULL, outcome = NULL, error = NULL
+    )
+    SELECT c.run_key, c.attempt, c.job, c.scheduled_at, coalesce(c.payload, jb.payload),
+           greatest(1, ceil(jb.lease_ms / 1000.0))::int
+      FROM c JOIN warren.jobs jb ON jb.name = c.job;
+    GET DIAGNOSTICS nfast = ROW_COUNT;
+    IF nfast >= (SELECT count(*) FROM (SELECT DISTINCT x FROM unnest(keys) x) d) THEN
+        RETURN;
+    END IF;
+    SELECT array_agg(rr.run_key) INTO done_
+      FROM warren.runs rr
+     WHERE rr.ctid = ANY (tids) AND rr.state || '' = 'running' AND rr.lease_owner = w
+       AND rr.started_at = t0;
+    RETURN QUERY
+    SELECT t.k, cl.attempt, cl.job, cl.scheduled_at, cl.payload, cl.lease_seconds
+      FROM (SELECT DISTINCT x AS k FROM unnest(keys) x
+             WHERE done_ IS NULL OR NOT (x = ANY (done_)) ORDER BY 1) t
+     CROSS JOIN LATERAL warren.claim(t.k, w) cl;
+END
+$fn$;
+COMMENT ON FUNCTION warren.claim(text, text) IS
+    'Claims a run for worker: one row (attempt = fencing token, lease from the claim) or none '
+    'when the run is finished, unknown, leased by a live worker, due more than 15 s ahead, or '
+    'held back by the job''s overlap policy (skip, queue, cancel_previous). A run due within '
+    '15 s is waited for: the claim returns when it is due';
+COMMENT ON FUNCTION warren.claim_many(text[], text) IS
+    'warren.claim for many run keys: one row per claimed run (run_key first); the others gave '
+    'no row. Waits until the latest of them is due (at most 15 s)';
+
+REVOKE ALL ON FUNCTION warren.wp_max_wait(), warren.wp_wait_until(timestamptz) FROM PUBLIC;
+
+INSERT INTO warren.schema_migrations (version, name) VALUES (9, '009_claim_waits_until_due')
+ON CONFLICT (version) DO NOTHING;
