@@ -2,7 +2,7 @@
 -- until the run is due, and time the claim from then. Never edit this file
 -- once landed: add 00N_*.sql instead.
 --
--- Why: the relay releases a run planner.release_lead (default 1 s) before its
+-- Why: the relay releases a run planner.release_lead (default 2 s) before its
 -- due time, so that the broker's dead-letter hop from the delay queue into
 -- the ready queue is done before the run is due instead of after (a burst of
 -- 50,000 runs due at one instant spent its first 2-3 s in that hop). The
@@ -13,9 +13,17 @@
 -- started_at and the attempt's start are clock_timestamp() after the wait:
 -- now() is the transaction's start, before it.
 --
--- Besides that, the bodies are those of 006 (claim) and 004 (claim_many),
--- with now() replaced by the claim's time, and claim_many's fast path takes a
--- planned or published run only when it is due (as retrying ones before).
+-- warren.claim_many waits at most 1 s (for a caller's clock estimate): batch
+-- callers hold deliveries until due, and a long wait would stall a whole
+-- batch behind one stale redelivery (a run whose retry is due later). Its
+-- per-key path never sleeps (it holds locks by then).
+--
+-- Besides that, the bodies are those of 006 (claim, now warren.wp_claim) and
+-- 004 (claim_many), with now() replaced by the claim's time, and claim_many's
+-- fast path takes a planned, published or retrying run only when it is due
+-- (retrying ones had a second of slack before). Not changed: warren.wp_after_failure (007), called
+-- when a claim reaps an expired lease, still times the reaped run's retry
+-- from now(), the call's start (at most 15 s earlier after a wait).
 
 CREATE OR REPLACE FUNCTION warren.wp_max_wait()
 RETURNS interval LANGUAGE sql IMMUTABLE AS $$ SELECT interval '15 seconds' $$;
@@ -35,14 +43,18 @@ $$;
 COMMENT ON FUNCTION warren.wp_wait_until(timestamptz) IS
     'Sleeps until clock_timestamp() >= t (the claim waiting for a run released early)';
 
-CREATE OR REPLACE FUNCTION warren.claim(run_key text, worker text)
+-- The claim itself; warren.claim(k, w) is wp_claim(k, w, true). claim_many's
+-- per-key path calls it with may_wait false: that transaction holds row and
+-- advisory locks already, so it never sleeps there (a run that is not due by
+-- then gives no row).
+CREATE OR REPLACE FUNCTION warren.wp_claim(run_key text, worker text, may_wait boolean)
 RETURNS TABLE(attempt int, job text, scheduled_at timestamptz, payload jsonb, lease_seconds int)
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $fn$
 #variable_conflict use_column
 DECLARE
-    k text := claim.run_key;
-    w text := claim.worker;
+    k text := wp_claim.run_key;
+    w text := wp_claim.worker;
     r warren.runs%ROWTYPE;
     j warren.jobs%ROWTYPE;
     pol text;
@@ -62,7 +74,9 @@ BEGIN
     -- (warren.wp_max_wait) it is not claimable: its own message comes later.
     SELECT rr.state, rr.due_at INTO st, due FROM warren.runs rr WHERE rr.run_key = k;
     IF st IN ('planned', 'published', 'retrying') AND due > clock_timestamp() THEN
-        IF due > clock_timestamp() + warren.wp_max_wait() THEN
+        IF NOT may_wait THEN
+            RETURN; -- not due (claim_many waited for the keys due within 1 s)
+        ELSIF due > clock_timestamp() + warren.wp_max_wait() THEN
             RETURN;
         END IF;
         PERFORM warren.wp_wait_until(due);
@@ -202,6 +216,12 @@ BEGIN
     RETURN NEXT;
 END
 $fn$;
+
+CREATE OR REPLACE FUNCTION warren.claim(run_key text, worker text)
+RETURNS TABLE(attempt int, job text, scheduled_at timestamptz, payload jsonb, lease_seconds int)
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$ SELECT * FROM warren.wp_claim($1, $2, true) $fn$;
+
 CREATE OR REPLACE FUNCTION warren.claim_many(run_keys text[], worker text)
 RETURNS TABLE(run_key text, attempt int, job text, scheduled_at timestamptz, payload jsonb,
               lease_seconds int)
@@ -227,12 +247,14 @@ BEGIN
     -- yet, e.g. right after a large backfill).
     tids := ARRAY(SELECT (SELECT rr.ctid FROM warren.runs rr WHERE rr.run_key = t.k)
                     FROM (SELECT DISTINCT x AS k FROM unnest(keys) x) t);
-    -- Wait until the latest of them is due (runs are released up to
-    -- planner.release_lead early; send keys that are due together). Runs due
-    -- further ahead than warren.wp_max_wait() are not claimable.
+    -- Wait until the latest of them is due, if that is at most 1 s away:
+    -- batch callers hold deliveries until due (as the C worker does) and
+    -- send keys that are due now. Runs due later give no row. (A longer
+    -- wait would stall the caller behind a stale redelivery of a run whose
+    -- retry is due in 10 s, with every other key of the batch.)
     SELECT max(rr.due_at) INTO due FROM warren.runs rr
      WHERE rr.ctid = ANY (tids) AND rr.state IN ('planned', 'published', 'retrying')
-       AND rr.due_at <= clock_timestamp() + warren.wp_max_wait();
+       AND rr.due_at <= clock_timestamp() + interval '1 second';
     IF due > clock_timestamp() THEN
         PERFORM warren.wp_wait_until(due);
     END IF;
@@ -250,8 +272,7 @@ BEGIN
                started_at = t0
          WHERE rr.ctid = ANY (tids)
            AND (SELECT jb.overlap FROM warren.jobs jb WHERE jb.name = rr.job) = 'allow'
-           AND rr.state IN ('planned', 'published', 'retrying')
-           AND rr.due_at <= t0 + interval '1 second'
+           AND rr.state IN ('planned', 'published', 'retrying') AND rr.due_at <= t0
         RETURNING rr.run_key, rr.attempt, rr.job, rr.scheduled_at, rr.payload
     ), a AS (
         INSERT INTO warren.attempts (run_key, attempt, worker, started_at)
@@ -275,7 +296,7 @@ BEGIN
     SELECT t.k, cl.attempt, cl.job, cl.scheduled_at, cl.payload, cl.lease_seconds
       FROM (SELECT DISTINCT x AS k FROM unnest(keys) x
              WHERE done_ IS NULL OR NOT (x = ANY (done_)) ORDER BY 1) t
-     CROSS JOIN LATERAL warren.claim(t.k, w) cl;
+     CROSS JOIN LATERAL warren.wp_claim(t.k, w, false) cl;
 END
 $fn$;
 COMMENT ON FUNCTION warren.claim(text, text) IS
@@ -285,9 +306,14 @@ COMMENT ON FUNCTION warren.claim(text, text) IS
     '15 s is waited for: the claim returns when it is due';
 COMMENT ON FUNCTION warren.claim_many(text[], text) IS
     'warren.claim for many run keys: one row per claimed run (run_key first); the others gave '
-    'no row. Waits until the latest of them is due (at most 15 s)';
+    'no row. Waits until the latest of them is due if that is at most 1 s away; runs due later '
+    'give no row (hold deliveries until due)';
+COMMENT ON FUNCTION warren.wp_claim(text, text, boolean) IS
+    'The claim (warren.claim = may_wait true; claim_many''s per-key path: false, no sleep with '
+    'locks held)';
 
-REVOKE ALL ON FUNCTION warren.wp_max_wait(), warren.wp_wait_until(timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION warren.wp_max_wait(), warren.wp_wait_until(timestamptz),
+    warren.wp_claim(text, text, boolean) FROM PUBLIC;
 
 INSERT INTO warren.schema_migrations (version, name) VALUES (9, '009_claim_waits_until_due')
 ON CONFLICT (version) DO NOTHING;

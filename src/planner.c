@@ -247,6 +247,19 @@ int warren_planner_new(const warren_config *cfg, const char *store_url, const ch
         goto fail;
     if ((rc = warren_store_listen(p->st, err)) != 0)
         goto fail;
+    if (p->pc.release_lead_ms > 0) {
+        /* Before sql/009 warren.claim does not wait for the due time: a run
+         * released early would start early. */
+        if ((rc = warren_store_has_migration(p->st, 9, err)) < 0)
+            goto fail;
+        if (rc == 0) {
+            warren_log(lg, WARREN_LOG_WARN,
+                       "planner: migration 009 (claims wait for the due time) is not applied: "
+                       "runs are released at their due time, not planner.release_lead before; "
+                       "run `warren migrate` and restart the planner");
+            p->pc.release_lead_ms = 0;
+        }
+    }
     if ((rc = connect_broker(p, err)) != 0)
         goto fail;
     if ((rc = warren_relay_new(p->st, p->b, &p->pc, lg, &p->relay, err)) != 0)

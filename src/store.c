@@ -680,6 +680,28 @@ int warren_store_reconnect(warren_store *st, warren_error *err)
     return 0;
 }
 
+int warren_store_has_migration(warren_store *st, int version, warren_error *err)
+{
+    PGresult *res;
+    char buf[16];
+    const char *p[] = {warren__store_int_param(version, buf, sizeof(buf))};
+    int rc = warren__store_exec(st, "SELECT to_regclass('warren.schema_migrations') IS NOT NULL", 0,
+                                NULL, &res, "read warren.schema_migrations", err);
+    if (rc != 0)
+        return rc;
+    rc = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+    PQclear(res);
+    if (rc == 0)
+        return 0;
+    rc = warren__store_exec(st, "SELECT count(*) FROM warren.schema_migrations WHERE version = $1",
+                            1, p, &res, "read warren.schema_migrations", err);
+    if (rc != 0)
+        return rc;
+    rc = strcmp(PQgetvalue(res, 0, 0), "0") != 0;
+    PQclear(res);
+    return rc;
+}
+
 /* ------------------------------------------------------------- the clock */
 
 int warren_store_now(warren_store *st, warren_us *now, warren_error *err)

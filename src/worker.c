@@ -154,8 +154,8 @@ struct warren_worker {
     int nfree;
     pend *pq; /* FIFO of deliveries waiting for a slot or for their due time */
     size_t pq_head, pq_len, pq_cap;
-    size_t pq_due;       /* of those, due and not taken by the last claim_pending */
-    warren_us next_due;  /* the earliest due time of the others (0: none) */
+    size_t pq_held;      /* of those, not due at the last claim_pending */
+    warren_us next_due;  /* the earliest due time of those (0: none) */
     int64_t clock_off;   /* the database's clock (us) minus the monotonic one */
     int64_t clock_at_ms; /* when clock_off was measured (monotonic; 0: never) */
 
@@ -557,7 +557,7 @@ static void pend_clear(pend *p)
 
 static void pq_clear(warren_worker *w)
 {
-    w->pq_due = 0;
+    w->pq_held = 0;
     w->next_due = 0;
     while (w->pq_len > 0) {
         pend_clear(&w->pq[w->pq_head]);
@@ -1606,8 +1606,9 @@ static void report(warren_worker *w, slot *s)
          * row already holds the next attempt's due time. */
         .due_at = s->msg_due_at != 0 ? s->msg_due_at : t.due_at,
         .published_at = t.published_at,
-        /* Arrival on the database's clock: the claim's now() minus the
-         * monotonic time between receiving the delivery and claiming it. */
+        /* Arrival on the database's clock: the claim's time minus the
+         * monotonic time between receiving the delivery and sending the
+         * claim (a run released early arrived before its due time). */
         .released_at = t.started_at != 0 && s->received_mono != 0
                            ? t.started_at - (s->started_mono - s->received_mono) * 1000
                            : 0,
@@ -1959,7 +1960,7 @@ out:
 }
 
 /* The database's now estimated from the monotonic clock (read again every
- * CLOCK_RESAMPLE_MS, from the midpoint of a round trip); 0 if unknown. Only
+ * CLOCK_RESAMPLE_MS, from the midpoint of a round trip). Only
  * for when to claim an early delivery: warren.claim itself waits on the
  * database's clock, so an estimate off by a little costs a short wait in the
  * claim, never an early start. -1 if the database cannot be read. */
@@ -1983,8 +1984,8 @@ static warren_us db_now_est(warren_worker *w)
 }
 
 /* Marks up to n deliveries of the FIFO that are due (in arrival order) and
- * puts them into batch; notes how many due ones are left over (pq_due) and
- * when the first early one falls due (next_due). Returns how many. */
+ * puts them into batch; notes how many are not due yet (pq_held) and when
+ * the first of them falls due (next_due). Returns how many. */
 static size_t pick_due(warren_worker *w, size_t n, pend **batch)
 {
     warren_us now = db_now_est(w);
@@ -1992,18 +1993,17 @@ static size_t pick_due(warren_worker *w, size_t n, pend **batch)
 
     if (now < 0)
         return 0; /* the claim would fail as well: later */
-    w->pq_due = 0;
+    w->pq_held = 0;
     w->next_due = 0;
     for (size_t i = 0; i < w->pq_len; i++) {
         pend *p = pq_at(w, i);
         if (p->msg.due_at > now + CLAIM_AHEAD_US) {
             if (w->next_due == 0 || p->msg.due_at < w->next_due)
                 w->next_due = p->msg.due_at;
+            w->pq_held++;
         } else if (got < n) {
             p->picked = 1;
             batch[got++] = p;
-        } else {
-            w->pq_due++;
         }
     }
     return got;
@@ -2261,14 +2261,17 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
             if (w->slots[i].state == SLOT_RUNNING && w->slots[i].has_thread)
                 threads = 1;
         }
-        if (w->pq_due > 0 && free_slots(w) > 0 && w->store_retry_at == 0)
+        /* due deliveries (or new ones, not looked at yet) and a free slot */
+        if (w->pq_len > w->pq_held && free_slots(w) > 0 && w->store_retry_at == 0)
             busy = 1;
         int wait = busy ? 0 : threads ? 1 : IDLE_WAIT_MS;
-        if (w->next_due != 0 && wait > 0) {
-            /* an early delivery falls due: wake up for it */
-            warren_us est = w->clock_at_ms != 0 ? warren__mono_us() + w->clock_off : 0;
-            int64_t until = (w->next_due - CLAIM_AHEAD_US - est) / 1000;
-            if (est != 0 && until < wait)
+        if (w->next_due != 0 && wait > 0 && w->clock_at_ms != 0 && w->store_retry_at == 0 &&
+            free_slots(w) > 0) {
+            /* an early delivery falls due: wake up for it (not while the
+             * database is backing off: nothing could be claimed) */
+            int64_t until =
+                (w->next_due - CLAIM_AHEAD_US - (warren__mono_us() + w->clock_off) + 999) / 1000;
+            if (until < wait)
                 wait = until < 0 ? 0 : (int)until;
         }
         if (w->b != NULL && free_slots(w) == 0 && !busy) {

@@ -70,6 +70,7 @@ START_TEST(test_config_full_file_loads_every_field)
     ck_assert_int_eq(cfg->planner.delay_ring, 8);
     ck_assert_int_eq(cfg->planner.delay_queue_expires_ms, 3600000);
     ck_assert_int_eq(cfg->planner.event_defer_ms, 0);
+    ck_assert_int_eq(cfg->planner.release_lead_ms, 750);
     ck_assert_int_eq(cfg->worker.concurrency, 16);
     ck_assert_int_eq(cfg->worker.shutdown_grace_ms, 60000);
     ck_assert_int_eq(cfg->worker.heartbeat_margin_ms, 2500);
@@ -146,6 +147,7 @@ START_TEST(test_config_minimal_file_gets_documented_defaults)
     ck_assert_int_eq(cfg->planner.delay_ring_type, WARREN_DELAY_RING_QUORUM);
     ck_assert_int_eq(cfg->planner.delay_queue_expires_ms, 600000);
     ck_assert_int_eq(cfg->planner.event_defer_ms, 10000);
+    ck_assert_int_eq(cfg->planner.release_lead_ms, 2000);
     ck_assert_int_eq(cfg->worker.concurrency, 4);
     ck_assert_int_eq(cfg->worker.shutdown_grace_ms, 30000);
     ck_assert_int_eq(cfg->worker.heartbeat_margin_ms, 5000);

@@ -152,7 +152,7 @@ static void drain(const env *e, int64_t quiet_ms, int64_t max_ms)
 
 START_TEST(test_kill9_between_publish_and_confirm_still_delivers)
 {
-    env e = env_new("tick = \"200ms\";");
+    env e = env_new("tick = \"200ms\"; release_lead = \"2s\";");
     char q[128];
     pid_t pid;
     long sec;
@@ -164,7 +164,9 @@ START_TEST(test_kill9_between_publish_and_confirm_still_delivers)
                  "scheduled_at, due_at) VALUES ('k', '2030-01-01T00:00:00Z', now() + interval "
                  "'6 s')",
                  NULL);
-    sec = sql_long(&e, "SELECT floor(extract(epoch FROM due_at))::bigint FROM warren.runs");
+    /* the delay queue of its release second: due - release_lead */
+    sec = sql_long(&e, "SELECT floor(extract(epoch FROM due_at - interval '2 s'))::bigint FROM "
+                       "warren.runs");
     snprintf(q, sizeof(q), "warren.delay.%ld", sec);
     pid = spawn(&e, "WARREN_PLANNER_TEST_STALL_MS=30000");
     /* published: the message sits in its delay queue; the planner now

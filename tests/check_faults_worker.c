@@ -345,24 +345,6 @@ static long file_long(const char *path)
     return atol(buf);
 }
 
-/* Messages of a queue delivered and not yet acknowledged, from the
- * management API (refreshed every 500 ms on the test node); -1 if unknown. */
-static long queue_unacked(const char *amqp, const char *queue)
-{
-    char *vh = testenv_vhost_path(amqp), *resp = NULL;
-    char *path = testenv_fmt("/api/queues/%s/%s", vh, queue);
-    long n = -1;
-    if (testenv_http("GET", path, NULL, &resp) == 200 && resp != NULL) {
-        const char *f = strstr(resp, "\"messages_unacknowledged\":");
-        if (f != NULL)
-            n = atol(f + strlen("\"messages_unacknowledged\":"));
-    }
-    free(resp);
-    free(path);
-    free(vh);
-    return n;
-}
-
 /* Deliveries a worker holds unclaimed (PostgreSQL down) when it is told to
  * stop go back to their queue at once, not when its grace ends. */
 START_TEST(test_stopping_worker_gives_back_deliveries_it_could_not_claim)
@@ -415,7 +397,7 @@ START_TEST(test_stopping_worker_gives_back_deliveries_it_could_not_claim)
     long unacked = -1;
     for (int i = 0; i < 200 && unacked != 3; i++) {
         sleep_ms(100);
-        unacked = queue_unacked(fe.amqp, "warren.ready.g");
+        unacked = testenv_queue_unacked(fe.amqp, "warren.ready.g");
     }
     if (unacked != 3 ||
         warren_broker_queue_count(b, "warren.ready.g", &ready, &consumers, &err) != 0 ||

@@ -179,7 +179,9 @@ START_TEST(test_claim_waits_until_the_run_is_due_and_times_the_lease_from_then)
 END_TEST
 
 /* claim_many waits until the latest of its runs is due (fast path and full
- * rules alike) and leaves out runs due more than 15 s ahead. */
+ * rules alike) when that is at most 1 s away, and leaves out runs due later:
+ * here a stale redelivery of a run whose retry is due in 5 s, which must not
+ * hold up the batch. */
 START_TEST(test_claim_many_waits_until_its_runs_are_due)
 {
     char *url = setup("skip", 5, 1000, 60000, 30000);
@@ -193,19 +195,21 @@ START_TEST(test_claim_many_waits_until_its_runs_are_due)
     ck_assert_int_eq(qn(url, "UPDATE warren.runs SET due_at = clock_timestamp() + interval "
                              "'300 ms' WHERE run_key = '" RK "'"),
                      1);
-    ck_assert_int_eq(qn(url, "UPDATE warren.runs SET due_at = now() + interval '1 minute' "
-                             "WHERE run_key = 'j2@2026-01-01T00:00:03Z'"),
+    ck_assert_int_eq(qn(url, "UPDATE warren.runs SET state = 'retrying', due_at = "
+                             "clock_timestamp() + interval '5 s' WHERE run_key = "
+                             "'j2@2026-01-01T00:00:03Z'"),
                      1);
-    ck_q(url, "j1@2026-01-01T00:00:00Z,j2@2026-01-01T00:00:01Z,j2@2026-01-01T00:00:02Z",
-         "SELECT string_agg(run_key, ',' ORDER BY run_key) FROM warren.claim_many("
-         "ARRAY['j2@2026-01-01T00:00:01Z', '" RK "', 'j2@2026-01-01T00:00:02Z', "
-         "'j2@2026-01-01T00:00:03Z'], 'w1')");
+    ck_q(url, "j1@2026-01-01T00:00:00Z,j2@2026-01-01T00:00:01Z,j2@2026-01-01T00:00:02Z|true",
+         "SELECT string_agg(run_key, ',' ORDER BY run_key) || '|' || (clock_timestamp() - now() "
+         "< interval '2 s') FROM warren.claim_many(ARRAY['j2@2026-01-01T00:00:01Z', '" RK "', "
+         "'j2@2026-01-01T00:00:02Z', 'j2@2026-01-01T00:00:03Z'], 'w1')");
     /* every one started once the latest of them (400 ms) was due */
     ck_q(url, "3|true",
          "SELECT count(*) || '|' || bool_and(started_at >= (SELECT max(due_at) FROM warren.runs "
          "WHERE state = 'running') AND lease_until = started_at + interval '30 s') FROM "
          "warren.runs WHERE state = 'running'");
-    ck_q(url, "planned", "SELECT state FROM warren.runs WHERE run_key = 'j2@2026-01-01T00:00:03Z'");
+    ck_q(url, "retrying",
+         "SELECT state FROM warren.runs WHERE run_key = 'j2@2026-01-01T00:00:03Z'");
     free(url);
 }
 END_TEST
@@ -697,6 +701,9 @@ START_TEST(test_worker_role_executes_the_protocol_but_cannot_touch_tables)
     ck_assert_int_eq(qn(url, "SET ROLE warren_worker; SELECT warren.reap_expired_leases(10)"), -1);
     ck_assert_int_eq(qn(url, "SET ROLE warren_worker; SELECT warren.replay('" RK "')"), -1);
     ck_assert_int_eq(qn(url, "SET ROLE warren_worker; SELECT warren.wp_note('a', 'b')"), -1);
+    ck_assert_int_eq(
+        qn(url, "SET ROLE warren_worker; SELECT * FROM warren.wp_claim('" RK "', 'w', true)"), -1);
+    ck_assert_int_eq(qn(url, "SET ROLE warren_worker; SELECT warren.wp_wait_until(now())"), -1);
     ck_q(url, "succeeded", "SELECT state FROM warren.runs");
     ck_q(url, "f", "SELECT rolcanlogin FROM pg_roles WHERE rolname = 'warren_worker'");
     free(url);

@@ -493,6 +493,32 @@ START_TEST(test_release_lead_releases_runs_that_long_before_due)
 }
 END_TEST
 
+/* A planner on a database without migration 009 (whose claims do not wait
+ * for the due time) releases runs at their due time whatever release_lead
+ * says: early runs would start early. */
+START_TEST(test_release_lead_needs_migration_009)
+{
+    env e = env_new();
+    warren_config c = test_config();
+    char q[64];
+
+    testenv_psql(e.db, "DELETE FROM warren.schema_migrations WHERE version = 9", NULL);
+    c.planner.release_lead_ms = 1500;
+    warren_planner *p = planner_new(&e, &c);
+    testenv_psql(e.db,
+                 "INSERT INTO warren.runs (job, scheduled_at, due_at) VALUES ('j', "
+                 "'2026-01-01T00:00:00Z', date_trunc('second', clock_timestamp()) + interval "
+                 "'5 s')",
+                 NULL);
+    tick(p);
+    snprintf(q, sizeof(q), "warren.delay.%ld",
+             sql_long(&e, "SELECT floor(extract(epoch FROM due_at))::bigint FROM warren.runs"));
+    ck_assert_int_eq(testenv_queue_depth(e.amqp, q), 1);
+    warren_planner_free(p);
+    env_free(&e);
+}
+END_TEST
+
 /* `warren topology` with a config naming job queues q and r and the planner
  * group `planner`; returns the exit status, output in out. */
 static int topology_cli(const env *e, const char *planner, char *out, size_t len)
@@ -641,6 +667,7 @@ static Suite *relay_suite(void)
     tcase_add_test(tc, test_delay_ring_releases_at_due);
     tcase_add_test(tc, test_classic_delay_ring_releases_no_run_early_and_routes);
     tcase_add_test(tc, test_release_lead_releases_runs_that_long_before_due);
+    tcase_add_test(tc, test_release_lead_needs_migration_009);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
 

@@ -769,6 +769,22 @@ char *testenv_vhost(void)
     return url;
 }
 
+long testenv_queue_unacked(const char *amqp_url, const char *queue)
+{
+    char *vh = testenv_vhost_path(amqp_url), *resp = NULL;
+    char *path = testenv_fmt("/api/queues/%s/%s", vh, queue);
+    long n = -1;
+    if (testenv_http("GET", path, NULL, &resp) == 200 && resp != NULL) {
+        const char *f = strstr(resp, "\"messages_unacknowledged\":");
+        if (f != NULL)
+            n = atol(f + strlen("\"messages_unacknowledged\":"));
+    }
+    free(resp);
+    free(path);
+    free(vh);
+    return n;
+}
+
 long testenv_queue_depth(const char *amqp_url, const char *queue)
 {
     char *buf = xstrdup(amqp_url);

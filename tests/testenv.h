@@ -71,6 +71,10 @@ int testenv_http(const char *method, const char *path, const char *body, char **
  * connection error, with a message on stderr). */
 long testenv_queue_depth(const char *amqp_url, const char *queue);
 
+/* Messages delivered and not yet acknowledged in a queue, from the
+ * management API (lags up to 500 ms); -1 if it cannot be read. */
+long testenv_queue_unacked(const char *amqp_url, const char *queue);
+
 /* Runs sql (one or more statements, no parameters) on db_url.
  * Returns -1 on error (the server's message printed to stderr), otherwise
  * the number of rows the last statement returned, or affected for

@@ -54,6 +54,9 @@ int warren_store_reconnect(warren_store *st, warren_error *err);
  * directory or no migrations), WARREN_EDB naming FILE:LINE of the failing
  * statement (the file's changes are rolled back, earlier files stay). */
 int warren_store_migrate(warren_store *st, const char *sql_dir, int *applied, warren_error *err);
+/* 1 if migration version is recorded in warren.schema_migrations, 0 if not
+ * (or the table is missing), <0 on a database error. */
+int warren_store_has_migration(warren_store *st, int version, warren_error *err);
 
 /* The advisory lock keys (bigint) held by migrate (session lock) and sync
  * (transaction lock); other tools changing the schema or the jobs may take

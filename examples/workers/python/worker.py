@@ -6,7 +6,8 @@ It speaks only warren's public contracts, so it shows what any language
 needs (docs/worker-protocol.md):
 
   1. consume the ready queue  warren.ready.<queue>  (prefetch 1, manual ack);
-  2. warren.claim(run_key, worker)        -> attempt (the fencing token) or no row;
+  2. warren.claim(run_key, worker)        -> attempt (the fencing token) or no row
+     (it waits until the run is due: messages arrive planner.release_lead early);
   3. run the handler, calling warren.heartbeat(run_key, attempt) every lease/3
      and stopping if it returns false;
   4. warren.complete(run_key, attempt, outcome, error) -> recorded?
