@@ -2,7 +2,7 @@
 -- until the run is due, and time the claim from then. Never edit this file
 -- once landed: add 00N_*.sql instead.
 --
--- Why: the relay releases a run planner.release_lead (default 2 s) before its
+-- Why: the relay releases a run planner.release_lead (default 3 s) before its
 -- due time, so that the broker's dead-letter hop from the delay queue into
 -- the ready queue is done before the run is due instead of after (a burst of
 -- 50,000 runs due at one instant spent its first 2-3 s in that hop). The

@@ -20,7 +20,7 @@
  *   build/tests/bench_worker [--burst N] [--rate R] [--seconds S] [--concurrency C]
  *                            [--lead DURATION]
  *
- * --lead sets planner.release_lead (default 2s; "0s": released at the due
+ * --lead sets planner.release_lead (default 3s; "0s": released at the due
  * time). min_start_lateness_ms < 0 would mean a run started before its due
  * time (it must not).
  *

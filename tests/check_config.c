@@ -147,7 +147,7 @@ START_TEST(test_config_minimal_file_gets_documented_defaults)
     ck_assert_int_eq(cfg->planner.delay_ring_type, WARREN_DELAY_RING_QUORUM);
     ck_assert_int_eq(cfg->planner.delay_queue_expires_ms, 600000);
     ck_assert_int_eq(cfg->planner.event_defer_ms, 10000);
-    ck_assert_int_eq(cfg->planner.release_lead_ms, 2000);
+    ck_assert_int_eq(cfg->planner.release_lead_ms, 3000);
     ck_assert_int_eq(cfg->worker.concurrency, 4);
     ck_assert_int_eq(cfg->worker.shutdown_grace_ms, 30000);
     ck_assert_int_eq(cfg->worker.heartbeat_margin_ms, 5000);

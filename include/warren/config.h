@@ -82,7 +82,7 @@ typedef struct warren_planner_config {
                                        (0, default) or WARREN_DELAY_RING_CLASSIC */
     int64_t event_defer_ms;         /* planner.event_defer, default 10s; 0: never hold
                                        events back (see warren_relay_outbox) */
-    int64_t release_lead_ms;        /* planner.release_lead, default 2s, at most 10s: runs
+    int64_t release_lead_ms;        /* planner.release_lead, default 3s, at most 10s: runs
                                        reach their ready queue this long before due; the
                                        worker and warren.claim wait for the due time */
 } warren_planner_config;
