@@ -665,13 +665,22 @@ START_TEST(test_worker_holds_an_early_delivery_and_starts_it_when_due)
     char *secs = testenv_sql1f(e.db, "SELECT string_agg(DISTINCT floor(extract(epoch FROM due_at "
                                      "- interval '2 s'))::bigint::text, ' ') FROM warren.runs");
     ck_assert_ptr_nonnull(secs);
-    for (char *sv = secs, *tok; (tok = strtok_r(sv, " ", &sv)) != NULL;) {
-        char q[64];
-        snprintf(q, sizeof(q), "warren.delay.%s", tok);
-        ck_assert_msg(testenv_queue_depth(e.amqp, q) == 0, "%s not empty", q);
+    /* (a loaded broker may expire them a little late: up to 0.8 s more) */
+    long left = -1;
+    for (int i = 0; i < 16 && left != 0; i++) {
+        char *copy = strdup(secs);
+        left = testenv_queue_depth(e.amqp, "warren.ready.qe");
+        for (char *sv = copy, *tok; (tok = strtok_r(sv, " ", &sv)) != NULL;) {
+            char q[64];
+            snprintf(q, sizeof(q), "warren.delay.%s", tok);
+            left += testenv_queue_depth(e.amqp, q);
+        }
+        free(copy);
+        if (left != 0)
+            sleep_ms(50);
     }
+    ck_assert_msg(left == 0, "%ld runs still in the delay or ready queue", left);
     free(secs);
-    ck_assert_int_eq(testenv_queue_depth(e.amqp, "warren.ready.qe"), 0);
     char *held = testenv_sql1f(
         e.db, "SELECT count(*) FILTER (WHERE state = 'published') || '|' || (SELECT count(*) FROM "
               "pg_stat_activity WHERE wait_event = 'PgSleep' AND datname = current_database()) "
