@@ -19,11 +19,16 @@
 -- per-key path never sleeps (it holds locks by then).
 --
 -- Besides that, the bodies are those of 006 (claim, now warren.wp_claim) and
--- 004 (claim_many), with now() replaced by the claim's time, and claim_many's
--- fast path takes a planned, published or retrying run only when it is due
--- (retrying ones had a second of slack before). Not changed: warren.wp_after_failure (007), called
--- when a claim reaps an expired lease, still times the reaped run's retry
--- from now(), the call's start (at most 15 s earlier after a wait).
+-- 004 (claim_many), with now() replaced by the claim's time, and:
+-- - a planned, published or retrying run is claimed only when it is due,
+--   by claim_many's fast path and by the full claim after taking the run's
+--   lock (retrying ones had a second of slack before);
+-- - claim_many finds what its fast path claimed by key (004 looked for the
+--   rows' old ctids, found nothing, and sent every key through the per-key
+--   claim again).
+-- Not changed: warren.wp_after_failure (007), called when a claim reaps an
+-- expired lease, still times the reaped run's retry from now(), the call's
+-- start (at most 15 s earlier after a wait).
 
 CREATE OR REPLACE FUNCTION warren.wp_max_wait()
 RETURNS interval LANGUAGE sql IMMUTABLE AS $$ SELECT interval '15 seconds' $$;
@@ -116,14 +121,13 @@ BEGIN
             RETURN;
         END IF;
         PERFORM warren.wp_event(r, 'lease_lost', NULL, r.lease_owner);
-    ELSIF r.state = 'retrying' THEN
-        -- A stale message for a run waiting for its retry time: the relay
-        -- publishes it again when due (a second of slack for clock rounding).
-        IF r.due_at > t0 + interval '1 second' THEN
-            RETURN;
-        END IF;
-    ELSIF r.state NOT IN ('planned', 'published') THEN
+    ELSIF r.state NOT IN ('planned', 'published', 'retrying') THEN
         RETURN; -- finished (succeeded, dead, skipped, cancelled)
+    ELSIF r.due_at > t0 THEN
+        -- Not due: a stale message for a run waiting for its retry time (the
+        -- relay publishes it again when due), or a due time that moved
+        -- after the wait above was decided. Never early.
+        RETURN;
     END IF;
 
     IF pol <> 'allow' THEN
@@ -288,9 +292,14 @@ BEGIN
     IF nfast >= (SELECT count(*) FROM (SELECT DISTINCT x FROM unnest(keys) x) d) THEN
         RETURN;
     END IF;
+    -- What the fast path claimed, by key: its UPDATE gave those rows new
+    -- ctids, so 004's lookup by the old ones found nothing and sent every
+    -- key through the per-key claim again (harmless while that compared
+    -- leases with the same now(); with the claim's clock_timestamp() a
+    -- short lease could look expired and be taken over by its own batch).
     SELECT array_agg(rr.run_key) INTO done_
       FROM warren.runs rr
-     WHERE rr.ctid = ANY (tids) AND rr.state || '' = 'running' AND rr.lease_owner = w
+     WHERE rr.run_key = ANY (keys) AND rr.state || '' = 'running' AND rr.lease_owner = w
        AND rr.started_at = t0;
     RETURN QUERY
     SELECT t.k, cl.attempt, cl.job, cl.scheduled_at, cl.payload, cl.lease_seconds

@@ -2044,6 +2044,10 @@ static void claim_pending(warren_worker *w)
         n = w->pq_len;
     if (n == 0 || !store_ready(w))
         return;
+    /* every delivery is held and the first is not due yet: nothing to scan */
+    if (w->pq_len == w->pq_held && w->next_due != 0 && w->clock_at_ms != 0 &&
+        warren__mono_us() + w->clock_off < w->next_due - CLAIM_AHEAD_US)
+        return;
     batch = calloc(n, sizeof(*batch));
     keys = calloc(n, sizeof(*keys));
     cl = calloc(n, sizeof(*cl));

@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "testenv.h"
 
@@ -633,6 +635,52 @@ START_TEST(test_claim_many_claims_fresh_runs_and_applies_the_rules_to_the_rest)
 }
 END_TEST
 
+/* claim_many's per-key path must not see the runs its fast path just
+ * claimed: here the per-key claim of RK (job j1, overlap skip) waits 1.5 s
+ * for j1's overlap lock, longer than the 1 s lease of the fast path's j2
+ * runs. Looked up by their old row versions (004), those runs went through
+ * the per-key claim again after it, found their own leases expired and were
+ * taken over by their own batch (attempt 2, the first lease_lost). */
+START_TEST(test_claim_many_does_not_claim_its_own_runs_twice)
+{
+    char *url = setup("skip", 5, 1000, 60000, 30000);
+    ck_assert_int_eq(qn(url, "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, "
+                             "overlap, lease_ms) VALUES ('j2', 'every', '60s', 'q1', 'allow', "
+                             "1000); INSERT INTO warren.runs (job, scheduled_at, due_at) SELECT "
+                             "'j2', '2026-01-01'::timestamptz + make_interval(secs => g), now() "
+                             "FROM generate_series(1, 2) g"),
+                     2);
+    pid_t holder = fork();
+    ck_assert_int_ge(holder, 0);
+    if (holder == 0)
+        _exit(qn(url, "SELECT pg_advisory_lock(hashtextextended('warren.overlap:j1', 0)); "
+                      "SELECT pg_sleep(1.5)") < 0);
+    /* the holder has the lock before the batch needs it */
+    char *got = NULL;
+    for (int i = 0; i < 100; i++) {
+        free(got);
+        got = testenv_sql1f(url, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND "
+                                 "granted AND database = (SELECT oid FROM pg_database WHERE "
+                                 "datname = current_database())");
+        if (got != NULL && strcmp(got, "1") == 0)
+            break;
+        usleep(20000);
+    }
+    ck_assert_str_eq(got, "1");
+    free(got);
+    ck_q(url, "j1@2026-01-01T00:00:00Z:1,j2@2026-01-01T00:00:01Z:1,j2@2026-01-01T00:00:02Z:1",
+         "SELECT string_agg(run_key || ':' || attempt, ',' ORDER BY run_key) FROM "
+         "warren.claim_many(ARRAY['" RK "', 'j2@2026-01-01T00:00:01Z', "
+         "'j2@2026-01-01T00:00:02Z'], 'w1')");
+    int status = 0;
+    ck_assert_int_eq(waitpid(holder, &status, 0), holder);
+    ck_assert_int_eq(WEXITSTATUS(status), 0);
+    ck_q(url, "0", "SELECT count(*) FROM warren.attempts WHERE outcome = 'lease_lost'");
+    ck_q(url, "3", "SELECT count(*) FROM warren.attempts WHERE attempt = 1");
+    free(url);
+}
+END_TEST
+
 /* A claim whose answer was lost: the same worker takes the run again with a
  * new attempt at once; the lost attempt is lease_lost (with its event) and is
  * not counted against max_attempts (here 1: the reaper would have made it
@@ -781,6 +829,7 @@ static Suite *protocol_suite(void)
     tc = tcase_create("batch");
     tcase_add_test(tc, test_claim_many_claims_fresh_runs_and_applies_the_rules_to_the_rest);
     tcase_add_test(tc, test_reclaim_many_takes_back_a_claim_whose_answer_was_lost);
+    tcase_add_test(tc, test_claim_many_does_not_claim_its_own_runs_twice);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("security");
