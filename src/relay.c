@@ -183,6 +183,14 @@ static void on_confirm(void *ud, uint64_t seq, warren_publish_status status)
         bs->status[lo] = (int)status;
 }
 
+/* When a run goes to its ready queue: planner.release_lead before it is due
+ * (the worker, and warren.claim on the database's clock, wait for the due
+ * time; the broker's hop into the ready queue is done by then). */
+static warren_us release_at(const warren_relay *r, warren_us due_at)
+{
+    return due_at - r->pc.release_lead_ms * 1000;
+}
+
 /* Builds and publishes one run. */
 static int publish_run(warren_relay *r, const warren_relay_row *row, warren_us now_est,
                        uint64_t *seq, warren_error *err)
@@ -222,10 +230,7 @@ static int publish_run(warren_relay *r, const warren_relay_row *row, warren_us n
                           .body_len = body_len,
                           .mandatory = 1};
 
-    /* Released planner.release_lead before due: the worker (and
-     * warren.claim, on the database's clock) waits for the due time, and
-     * the broker's hop into the ready queue is done by then. */
-    warren_us rel = row->due_at - r->pc.release_lead_ms * 1000;
+    warren_us rel = release_at(r, row->due_at);
     if (rel > now_est) {
         /* Not released yet: the delay queue of its release second. Round up
          * so the broker never releases it before rel. */
@@ -287,7 +292,7 @@ static int relay_batch(warren_relay *r, int64_t lead_ms, size_t *got, int *publi
     for (size_t i = 0; i < n; i++) {
         int ok = 1;
         /* a delay queue's dead letters would go nowhere: checked first */
-        if (rows[i].due_at - r->pc.release_lead_ms * 1000 > db_now + (warren__mono_us() - t_sel)) {
+        if (release_at(r, rows[i].due_at) > db_now + (warren__mono_us() - t_sel)) {
             ok = ready_exists(r, rows[i].queue, err);
             if (ok < 0) {
                 rc = ok;

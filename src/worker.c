@@ -1959,6 +1959,12 @@ out:
     return rc;
 }
 
+/* The database's now from the last reading of its clock (0: none yet). */
+static warren_us db_now_cached(const warren_worker *w)
+{
+    return w->clock_at_ms != 0 ? warren__mono_us() + w->clock_off : 0;
+}
+
 /* The database's now estimated from the monotonic clock (read again every
  * CLOCK_RESAMPLE_MS, from the midpoint of a round trip). Only
  * for when to claim an early delivery: warren.claim itself waits on the
@@ -1980,7 +1986,7 @@ static warren_us db_now_est(warren_worker *w)
         w->clock_off = db - (m0 + (m1 - m0) / 2);
         w->clock_at_ms = now;
     }
-    return warren__mono_us() + w->clock_off;
+    return db_now_cached(w);
 }
 
 /* Marks up to n deliveries of the FIFO that are due (in arrival order) and
@@ -2046,7 +2052,7 @@ static void claim_pending(warren_worker *w)
         return;
     /* every delivery is held and the first is not due yet: nothing to scan */
     if (w->pq_len == w->pq_held && w->next_due != 0 && w->clock_at_ms != 0 &&
-        warren__mono_us() + w->clock_off < w->next_due - CLAIM_AHEAD_US)
+        db_now_cached(w) < w->next_due - CLAIM_AHEAD_US)
         return;
     batch = calloc(n, sizeof(*batch));
     keys = calloc(n, sizeof(*keys));
@@ -2273,8 +2279,7 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
             free_slots(w) > 0) {
             /* an early delivery falls due: wake up for it (not while the
              * database is backing off: nothing could be claimed) */
-            int64_t until =
-                (w->next_due - CLAIM_AHEAD_US - (warren__mono_us() + w->clock_off) + 999) / 1000;
+            int64_t until = (w->next_due - CLAIM_AHEAD_US - db_now_cached(w) + 999) / 1000;
             if (until < wait)
                 wait = until < 0 ? 0 : (int)until;
         }

@@ -715,6 +715,28 @@ static void publish_and_take(warren_broker *b, int npub, int n, warren_delivery 
     }
 }
 
+/* After a test's connection closed: reopens url, waits until back messages
+ * are ready again in warren.ready.default and takes the first ones, which
+ * must be ids[0..k) in that order, each marked redelivered. Returns the
+ * connection (consuming; the caller frees it). */
+static warren_broker *reopen_expect(const char *url, uint32_t back, const char *const *ids,
+                                    size_t k)
+{
+    warren_error err = {0};
+    warren_broker *b = NULL;
+    warren_delivery d;
+    ck_assert_int_eq(warren_broker_open(url, NULL, &b, &err), 0);
+    ck_assert_uint_eq(depth_reaching(b, "warren.ready.default", back), back);
+    ck_assert_int_eq(warren_broker_consume(b, "warren.ready.default", &err), 0);
+    for (size_t i = 0; i < k; i++) {
+        next_or_fail(b, 5000, &d);
+        ck_assert_str_eq(d.message_id, ids[i]);
+        ck_assert_int_eq(d.redelivered, 1);
+        warren_delivery_clear(&d);
+    }
+    return b;
+}
+
 /* ack_later + ack_flush: a multiple-ack never covers a delivery still open
  * (nor one rejected meanwhile); what was left open returns to the queue when
  * the connection closes, and nothing acknowledged does. */
@@ -745,18 +767,9 @@ START_TEST(test_ack_later_flush_never_covers_an_open_delivery)
         warren_delivery_clear(&d[i]);
     warren_broker_free(b); /* m9 and m11 were never acknowledged */
 
-    b = NULL;
-    ck_assert_int_eq(warren_broker_open(url, NULL, &b, &err), 0);
-    ck_assert_uint_eq(depth_reaching(b, "warren.ready.default", 2), 2);
+    static const char *const back[] = {"m9", "m11"};
+    b = reopen_expect(url, 2, back, 2);
     ck_assert_uint_eq(depth_reaching(b, WARREN_DEAD_QUEUE, 1), 1);
-    ck_assert_int_eq(warren_broker_consume(b, "warren.ready.default", &err), 0);
-    next_or_fail(b, 5000, &d[0]);
-    next_or_fail(b, 5000, &d[1]);
-    ck_assert_str_eq(d[0].message_id, "m9");
-    ck_assert_str_eq(d[1].message_id, "m11");
-    ck_assert_int_eq(d[0].redelivered, 1);
-    warren_delivery_clear(&d[0]);
-    warren_delivery_clear(&d[1]);
     warren_broker_free(b);
     free(url);
 }
@@ -790,17 +803,8 @@ START_TEST(test_ack_flush_held_waits_for_the_open_delivery_ahead)
         warren_delivery_clear(&d[i]);
     warren_broker_free(b); /* m2 open, m4's acknowledgement still held */
 
-    b = NULL;
-    ck_assert_int_eq(warren_broker_open(url, NULL, &b, &err), 0);
-    ck_assert_uint_eq(depth_reaching(b, "warren.ready.default", 2), 2);
-    ck_assert_int_eq(warren_broker_consume(b, "warren.ready.default", &err), 0);
-    next_or_fail(b, 5000, &d[0]);
-    next_or_fail(b, 5000, &d[1]);
-    ck_assert_str_eq(d[0].message_id, "m2");
-    ck_assert_str_eq(d[1].message_id, "m4");
-    warren_delivery_clear(&d[0]);
-    warren_delivery_clear(&d[1]);
-    warren_broker_free(b);
+    static const char *const back[] = {"m2", "m4"};
+    warren_broker_free(reopen_expect(url, 2, back, 2));
     free(url);
 }
 END_TEST
@@ -839,14 +843,8 @@ START_TEST(test_ack_flush_held_keeps_held_acks_and_skips_a_long_open_one)
     warren_delivery_clear(&d[1]);
     warren_broker_free(b); /* 282 acknowledged; m0 and m283..m301 return */
 
-    b = NULL;
-    ck_assert_int_eq(warren_broker_open(url, NULL, &b, &err), 0);
-    ck_assert_uint_eq(depth_reaching(b, "warren.ready.default", 20), 20);
-    ck_assert_int_eq(warren_broker_consume(b, "warren.ready.default", &err), 0);
-    next_or_fail(b, 5000, &x);
-    ck_assert_str_eq(x.message_id, "m0");
-    warren_delivery_clear(&x);
-    warren_broker_free(b);
+    static const char *const back[] = {"m0"};
+    warren_broker_free(reopen_expect(url, 20, back, 1));
     free(url);
 }
 END_TEST
