@@ -96,7 +96,10 @@ int main(int argc, char **argv)
 
     /* Memory per cached zone, over every zone and link in tzdata.zi. */
     warren_tzdb *all = warren_tzdb_new(NULL);
-    FILE *f = fopen("/usr/share/zoneinfo/tzdata.zi", "r");
+    char zi[1024];
+    const char *zdir = getenv("TZDIR"); /* the directory warren_tzdb_new(NULL) reads */
+    snprintf(zi, sizeof zi, "%s/tzdata.zi", zdir && *zdir ? zdir : "/usr/share/zoneinfo");
+    FILE *f = fopen(zi, "r");
     char line[1024];
     size_t count = 0, total = 0, max = 0;
     const char *maxname = "";

@@ -13,6 +13,8 @@
 #include <warren/timefmt.h>
 #include <warren/tz.h>
 
+#include "tzpin.h"
+
 static warren_tzdb *db;
 
 static void setup(void)
@@ -774,6 +776,7 @@ static Suite *cron_suite(void)
 
 int main(void)
 {
+    tzpin_require(); /* every expected instant here is a fact of the pinned release */
     SRunner *sr = srunner_create(cron_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

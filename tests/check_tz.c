@@ -12,6 +12,8 @@
 #include <warren/timefmt.h>
 #include <warren/tz.h>
 
+#include "tzpin.h"
+
 static warren_us at(const char *text)
 {
     warren_us t;
@@ -195,10 +197,10 @@ static unsigned char *read_all(const char *path, size_t *len)
 START_TEST(test_tz_directory_without_tzdata_zi_checks_magic)
 {
     char dir[] = "/tmp/warren-tz-XXXXXX";
-    char path[512];
+    char path[512], zpath[1024];
     size_t len;
     ck_assert_ptr_nonnull(mkdtemp(dir));
-    unsigned char *berlin = read_all("/usr/share/zoneinfo/Europe/Berlin", &len);
+    unsigned char *berlin = read_all(tzpin_path(zpath, sizeof zpath, "Europe/Berlin"), &len);
     snprintf(path, sizeof path, "%s/Europe", dir);
     ck_assert_int_eq(mkdir(path, 0700), 0);
     snprintf(path, sizeof path, "%s/Europe/Berlin", dir);
@@ -352,8 +354,9 @@ END_TEST
 
 START_TEST(test_tz_version1_file_and_every_truncation)
 {
+    char zpath[1024];
     size_t len;
-    unsigned char *b = read_all("/usr/share/zoneinfo/America/New_York", &len);
+    unsigned char *b = read_all(tzpin_path(zpath, sizeof zpath, "America/New_York"), &len);
     warren_tz *tz = NULL;
     ck_assert_int_eq(warren_tz_parse_tzif("ny", b, len, &tz, NULL), 0);
     int32_t full_off;
@@ -418,8 +421,9 @@ END_TEST
 
 START_TEST(test_tz_rejects_leap_second_zones)
 {
+    char zpath[1024];
     size_t len;
-    unsigned char *b = read_all("/usr/share/zoneinfo/right/UTC", &len);
+    unsigned char *b = read_all(tzpin_path(zpath, sizeof zpath, "right/UTC"), &len);
     warren_tz *tz = NULL;
     warren_error err = {0};
     ck_assert_int_eq(warren_tz_parse_tzif("right/UTC", b, len, &tz, &err), WARREN_ETZ);
@@ -466,8 +470,9 @@ START_TEST(test_tz_spans_agree_with_lookups_in_every_zone)
 {
     /* Walk every zone's spans 1900-2200: the offsets at and around each edge,
      * and sampled instants inside, are those the lookup gives. */
+    char zpath[1024];
     warren_tzdb *db = warren_tzdb_new(NULL);
-    FILE *f = fopen("/usr/share/zoneinfo/tzdata.zi", "r");
+    FILE *f = fopen(tzpin_path(zpath, sizeof zpath, "tzdata.zi"), "r");
     char line[1024];
     long spans = 0;
     uint64_t r = 12345;
@@ -524,6 +529,36 @@ START_TEST(test_tz_spans_agree_with_lookups_in_every_zone)
 }
 END_TEST
 
+/* ---- the system's tz database ------------------------------------------------ */
+
+START_TEST(test_tz_system_zoneinfo_is_the_default_and_has_settled_rules)
+{
+    /* Every other test reads the pinned release; this one reads what warren
+     * reads by default in production, and checks only facts that every tz
+     * release since 2022 agrees on (rules in force since 2007 or earlier). */
+    unsetenv("TZDIR");
+    warren_tzdb *db = warren_tzdb_new(NULL);
+    const warren_tz *tz;
+    warren_error err = {0};
+    ck_assert_msg(warren_tzdb_get(db, "Europe/Berlin", &tz, &err) == 0, "%s", err.message);
+    expect_zone(tz, "2026-03-29T00:59:59Z", 3600, "CET");
+    expect_zone(tz, "2026-03-29T01:00:00Z", 7200, "CEST");
+    expect_zone(tz, "2026-10-25T00:59:59Z", 7200, "CEST");
+    expect_zone(tz, "2026-10-25T01:00:00Z", 3600, "CET");
+    ck_assert_msg(warren_tzdb_get(db, "America/New_York", &tz, &err) == 0, "%s", err.message);
+    expect_zone(tz, "2026-03-08T06:59:59Z", -18000, "EST");
+    expect_zone(tz, "2026-03-08T07:00:00Z", -14400, "EDT");
+    expect_zone(tz, "2026-11-01T05:59:59Z", -14400, "EDT");
+    expect_zone(tz, "2026-11-01T06:00:00Z", -18000, "EST");
+    ck_assert_msg(warren_tzdb_get(db, "Asia/Tokyo", &tz, &err) == 0, "%s", err.message);
+    expect_zone(tz, "2026-07-01T00:00:00Z", 32400, "JST");
+    ck_assert_msg(warren_tzdb_get(db, "UTC", &tz, &err) == 0, "%s", err.message);
+    expect_zone(tz, "2026-07-01T00:00:00Z", 0, "UTC");
+    expect_bad_name(db, "Mars/Olympus_Mons", "unknown time zone");
+    warren_tzdb_free(db);
+}
+END_TEST
+
 static Suite *tz_suite(void)
 {
     Suite *s = suite_create("tz");
@@ -544,11 +579,15 @@ static Suite *tz_suite(void)
     tcase_add_test(tc, test_tz_rejects_leap_second_zones);
     tcase_add_test(tc, test_tz_fuzz_regressions);
     suite_add_tcase(s, tc);
+    tc = tcase_create("system");
+    tcase_add_test(tc, test_tz_system_zoneinfo_is_the_default_and_has_settled_rules);
+    suite_add_tcase(s, tc);
     return s;
 }
 
 int main(void)
 {
+    tzpin_require();
     SRunner *sr = srunner_create(tz_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

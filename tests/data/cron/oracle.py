@@ -6,6 +6,9 @@ the DST contract of docs/cron.md; it shares no code with src/cron.c.
 
     tests/data/cron/oracle.py cases.txt > valid.txt   # cases: expr<TAB>zone<TAB>from<TAB>count[<TAB>job]
     tests/data/cron/oracle.py --check valid.txt        # recompute and compare
+
+Run it over the suite's pinned tz release, as the C tests are:
+PYTHONTZPATH=build-ci/tzdata-2026f (tests/CMakeLists.txt compiles it).
 """
 import calendar
 import datetime as dt
