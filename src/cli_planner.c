@@ -1,5 +1,5 @@
 /* cli_planner.c: `warren planner`, `trigger`, `pause`, `resume`, `backfill`:
- * parse arguments, load the config, call the planner and store_plan APIs. */
+ * parse arguments, load the config, call the planner and ops APIs, print. */
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -7,14 +7,11 @@
 #include <string.h>
 
 #include <warren/codec.h>
+#include <warren/ops.h>
 #include <warren/planner.h>
 #include <warren/store.h>
-#include <warren/store_plan.h>
 
 #include "cli.h"
-
-/* Most fire times one backfill may write. */
-#define BACKFILL_MAX 100000
 
 static volatile sig_atomic_t stop_flag;
 
@@ -180,10 +177,11 @@ int cli_trigger(int argc, char **argv)
     warren_config *cfg = NULL;
     warren_store *st = NULL;
     warren_error err = {0};
-    char key[128] = "", when[WARREN_TIME_BUF];
-    char *payload = NULL, *state = NULL;
+    warren_ops_trigger_result r;
+    char when[WARREN_TIME_BUF];
+    char *payload = NULL;
     warren_us at = 0;
-    int created = 0, rc;
+    int rc;
     opts o;
 
     if (cli_wants_help(argc, argv)) {
@@ -210,23 +208,16 @@ int cli_trigger(int argc, char **argv)
         free(payload);
         return rc;
     }
-    if (o.at == NULL) {
-        if ((rc = warren_store_now(st, &at, &err)) != 0)
-            goto out;
-        at = warren_us_to_s(at) * WARREN_US_PER_S;
-    }
-    rc = warren_plan_trigger(st, o.job, at, payload, &created, &state, key, sizeof(key), &err);
+    rc = warren_ops_trigger(st, o.job, o.at != NULL ? &at : NULL, payload, &r, &err);
     if (rc == 0) {
-        warren_time_format(at, when, sizeof(when));
-        if (created)
-            printf("created run %s (due %s)\n", key, when);
+        warren_time_format(r.at, when, sizeof(when));
+        if (r.created)
+            printf("created run %s (due %s)\n", r.run_key, when);
         else
-            printf("run %s already exists (state %s): not created again\n", key,
-                   state ? state : "unknown");
+            printf("run %s already exists (state %s): not created again\n", r.run_key,
+                   r.state[0] ? r.state : "unknown");
     }
-out:
     free(payload);
-    free(state);
     warren_store_free(st);
     warren_config_free(cfg);
     return rc == 0 ? WARREN_EXIT_OK : fail(argv[0], rc, &err);
@@ -240,7 +231,8 @@ int cli_pause(int argc, char **argv)
     warren_config *cfg = NULL;
     warren_store *st = NULL;
     warren_error err = {0};
-    int was = 0, cancelled = 0, rc;
+    warren_ops_pause_result r;
+    int rc;
     opts o;
 
     if (cli_wants_help(argc, argv)) {
@@ -254,13 +246,13 @@ int cli_pause(int argc, char **argv)
         return rc;
     if ((rc = open_store(argv[0], &o, &cfg, &st)) >= 0)
         return rc;
-    rc = warren_plan_pause(st, o.job, &was, &cancelled, &err);
+    rc = warren_ops_pause(st, o.job, &r, &err);
     if (rc == 0) {
-        if (was)
+        if (r.was_paused)
             printf("job %s was already paused", o.job);
         else
             printf("paused job %s", o.job);
-        printf(" (%d planned run(s) cancelled)\n", cancelled);
+        printf(" (%d planned run(s) cancelled)\n", r.cancelled);
     }
     warren_store_free(st);
     warren_config_free(cfg);
@@ -273,8 +265,8 @@ int cli_resume(int argc, char **argv)
     warren_config *cfg = NULL;
     warren_store *st = NULL;
     warren_error err = {0};
-    warren_plan_job j = {0};
-    int was = 0, replanned = 0, rc;
+    warren_ops_resume_result r;
+    int rc;
     opts o;
 
     if (cli_wants_help(argc, argv)) {
@@ -289,17 +281,16 @@ int cli_resume(int argc, char **argv)
         return rc;
     if ((rc = open_store(argv[0], &o, &cfg, &st)) >= 0)
         return rc;
-    rc = warren_plan_resume(st, o.job, &was, &replanned, &err);
-    if (rc == 0 && warren_plan_job_get(st, o.job, &j, &err) == 0) {
-        if (!was)
+    rc = warren_ops_resume(st, o.job, &r, &err);
+    if (rc == 0) {
+        if (!r.was_paused)
             printf("job %s was not paused\n", o.job);
         else
-            printf("resumed job %s (missed fire times: misfire policy %s)\n", o.job, j.misfire);
-        if (j.removed)
+            printf("resumed job %s (missed fire times: misfire policy %s)\n", o.job, r.misfire);
+        if (r.removed)
             printf("note: job %s is no longer in the config (removed); sync keeps it paused\n",
                    o.job);
     }
-    warren_plan_job_clear(&j);
     warren_store_free(st);
     warren_config_free(cfg);
     return rc == 0 ? WARREN_EXIT_OK : fail(argv[0], rc, &err);
@@ -312,17 +303,10 @@ int cli_backfill(int argc, char **argv)
     static const char usage[] = "JOB --from TIME --to TIME [--dry-run] [-c FILE]";
     warren_config *cfg = NULL;
     warren_store *st = NULL;
-    warren_tzdb *tzdb = NULL;
-    warren_schedule *s = NULL;
     warren_error err = {0};
-    warren_plan_job j = {0};
-    warren_us from = 0, to = 0, now = 0;
-    warren_us *times = NULL;
-    int *exists = NULL;
-    warren_plan_run *runs = NULL;
-    size_t n = 0, cap = 0, nexist = 0;
-    int rc, inserted = 0;
-    int64_t t, jit;
+    warren_ops_backfill_result r;
+    warren_us from = 0, to = 0;
+    int rc;
     opts o;
 
     if (cli_wants_help(argc, argv)) {
@@ -345,95 +329,21 @@ int cli_backfill(int argc, char **argv)
         return usage_error(argv[0], usage, "--to \"%s\" is before --from", o.to);
     if ((rc = open_store(argv[0], &o, &cfg, &st)) >= 0)
         return rc;
-    if ((rc = warren_plan_job_get(st, o.job, &j, &err)) != 0)
-        goto out;
-    if ((tzdb = warren_tzdb_new(NULL)) == NULL) {
-        rc = warren_error_set(&err, WARREN_ENOMEM, "out of memory");
-        goto out;
-    }
-    if ((rc = warren_schedule_new(tzdb, j.name, j.kind, j.expression, j.timezone, &s, &err)) != 0)
-        goto out;
-    rc = warren_schedule_next(s, from - 1, &t, NULL, &err);
-    while (rc == 0 && t * WARREN_US_PER_S <= to) {
-        if (n == BACKFILL_MAX) {
-            rc = warren_error_set(&err, WARREN_ERANGE,
-                                  "the range holds more than %d fire times; narrow it",
-                                  BACKFILL_MAX);
-            goto out;
-        }
-        if (n == cap) {
-            cap = cap ? cap * 2 : 64;
-            warren_us *nt = realloc(times, cap * sizeof(*nt));
-            if (nt == NULL) {
-                rc = warren_error_set(&err, WARREN_ENOMEM, "out of memory");
-                goto out;
-            }
-            times = nt;
-        }
-        times[n++] = t * WARREN_US_PER_S;
-        rc = warren_schedule_next(s, t * WARREN_US_PER_S, &t, NULL, &err);
-    }
-    if (rc == WARREN_ENEVER) {
-        rc = 0;
-        warren_error_clear(&err);
-    }
-    if (rc != 0)
-        goto out;
-    if (n > 0 && (exists = calloc(n, sizeof(*exists))) == NULL) {
-        rc = warren_error_set(&err, WARREN_ENOMEM, "out of memory");
-        goto out;
-    }
-    if ((rc = warren_plan_runs_exist(st, j.name, times, n, exists, &err)) != 0)
-        goto out;
-    for (size_t i = 0; i < n; i++)
-        nexist += exists[i] != 0;
-    jit = warren_jitter_offset_s(j.name, j.jitter_ms);
-    if (o.dry_run) {
-        for (size_t i = 0; i < n; i++) {
+    rc = warren_ops_backfill(st, o.job, from, to, o.dry_run, &r, &err);
+    if (rc == 0 && o.dry_run) {
+        for (size_t i = 0; i < r.n; i++) {
             char key[WARREN_RUN_KEY_MAX];
-            warren_run_key_build(j.name, times[i], key, sizeof(key), NULL);
-            printf("%s\t%s\n", key, exists[i] ? "exists" : "new");
+            warren_run_key_build(r.job, r.times[i], key, sizeof(key), NULL);
+            printf("%s\t%s\n", key, r.exists[i] ? "exists" : "new");
         }
         printf("dry run: %zu fire time(s) of %s in range, %zu new, %zu already have a run; "
                "nothing written\n",
-               n, j.name, n - nexist, nexist);
-        goto out;
+               r.n, r.job, r.n - r.existing, r.existing);
+    } else if (rc == 0) {
+        printf("backfilled %d run(s) of %s; %zu fire time(s) already had a run\n", r.inserted,
+               r.job, r.n - (size_t)r.inserted);
     }
-    if ((rc = warren_store_now(st, &now, &err)) != 0)
-        goto out;
-    if (n > 0 && (runs = calloc(n, sizeof(*runs))) == NULL) {
-        rc = warren_error_set(&err, WARREN_ENOMEM, "out of memory");
-        goto out;
-    }
-    {
-        char note[96], nb[WARREN_TIME_BUF];
-        snprintf(note, sizeof(note), "backfill at %s", warren_time_format(now, nb, sizeof(nb)));
-        for (size_t i = 0; i < n; i++) {
-            runs[i].job = j.name;
-            runs[i].scheduled_at = times[i];
-            runs[i].due_at = times[i] + jit * WARREN_US_PER_S;
-            runs[i].state = "planned";
-            runs[i].origin = "backfill";
-            runs[i].note = note;
-        }
-        for (size_t off = 0; off < n && rc == 0; off += 5000) {
-            int k = 0;
-            rc = warren_plan_insert_runs(st, runs + off, n - off < 5000 ? n - off : 5000, &k, &err);
-            inserted += k;
-        }
-    }
-    if (rc == 0 && inserted > 0)
-        rc = warren_store_notify(st, j.name, &err);
-    if (rc == 0)
-        printf("backfilled %d run(s) of %s; %zu fire time(s) already had a run\n", inserted, j.name,
-               n - (size_t)inserted);
-out:
-    free(runs);
-    free(times);
-    free(exists);
-    warren_schedule_free(s);
-    warren_tzdb_free(tzdb);
-    warren_plan_job_clear(&j);
+    warren_ops_backfill_result_clear(&r);
     warren_store_free(st);
     warren_config_free(cfg);
     return rc == 0 ? WARREN_EXIT_OK : fail(argv[0], rc, &err);

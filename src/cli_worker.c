@@ -1,6 +1,7 @@
 /* cli_worker.c: `warren worker`, `warren run` (planner and workers in one
  * process), `warren replay`, `warren runs` and `warren show`. Thin: parse
- * arguments, load the config, wire the modules, print. */
+ * arguments, load the config, wire the modules (the operator's commands call
+ * ops.h), print. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -8,9 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <warren/ops.h>
 #include <warren/planner.h>
 #include <warren/store.h>
-#include <warren/store_work.h>
 #include <warren/timefmt.h>
 #include <warren/worker.h>
 
@@ -347,7 +348,7 @@ int cli_replay(int argc, char **argv)
     snprintf(who, sizeof(who), "warren replay (pid %ld)", (long)getpid());
     if (key != NULL) {
         int replayed = 0;
-        int rc = warren_store_replay(st, key, who, &replayed, &err);
+        int rc = warren_ops_replay(st, key, who, &replayed, &err);
         if (rc != 0) {
             fprintf(stderr, "warren replay: %s\n", err.message);
             code = cli_exit_code(rc);
@@ -359,7 +360,7 @@ int cli_replay(int argc, char **argv)
         }
     } else {
         int64_t n = 0;
-        int rc = warren_store_replay_dead(st, job, who, &n, &err);
+        int rc = warren_ops_replay_dead(st, job, who, &n, &err);
         if (rc != 0) {
             fprintf(stderr, "warren replay: %s\n", err.message);
             code = cli_exit_code(rc);
@@ -386,16 +387,6 @@ static const char *utc(warren_us t, char *buf, size_t len)
     return warren_time_format_ms(t, buf, len);
 }
 
-static int valid_state(const char *s)
-{
-    static const char *const states[] = {"planned",   "published", "running", "retrying",
-                                         "succeeded", "dead",      "skipped", "cancelled"};
-    for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++)
-        if (strcmp(s, states[i]) == 0)
-            return 1;
-    return 0;
-}
-
 int cli_runs(int argc, char **argv)
 {
     const char *given = NULL, *job = NULL, *state = NULL;
@@ -404,7 +395,7 @@ int cli_runs(int argc, char **argv)
     warren_store *st = NULL;
     warren_error err = {0};
     warren_logger lg = cli_logger();
-    warren_run_row *rows = NULL;
+    warren_ops_run *rows = NULL;
     size_t n = 0;
 
     for (int i = 1; i < argc; i++) {
@@ -416,7 +407,7 @@ int cli_runs(int argc, char **argv)
             job = argv[++i];
         } else if (strcmp(argv[i], "--state") == 0 && i + 1 < argc) {
             state = argv[++i];
-            if (!valid_state(state)) {
+            if (!warren_ops_state_valid(state)) {
                 fprintf(stderr,
                         "warren runs: --state takes planned, published, running, retrying, "
                         "succeeded, dead, skipped or cancelled, not \"%s\"\n",
@@ -437,7 +428,7 @@ int cli_runs(int argc, char **argv)
     }
     if ((code = open_store(given, &cfg, &st, &lg)) != WARREN_EXIT_OK)
         return code;
-    rc = warren_store_runs(st, job, state, limit, &rows, &n, &err);
+    rc = warren_ops_runs(st, job, state, limit, &rows, &n, &err);
     if (rc != 0) {
         fprintf(stderr, "warren runs: %s\n", err.message);
         code = cli_exit_code(rc);
@@ -446,16 +437,14 @@ int cli_runs(int argc, char **argv)
                "ERROR / NOTE");
         for (size_t i = 0; i < n; i++) {
             char a[WARREN_TIME_BUF], b[WARREN_TIME_BUF];
-            const warren_run_row *r = &rows[i];
+            const warren_ops_run *r = &rows[i];
             const char *extra = r->last_error ? r->last_error : r->note ? r->note : "";
             const char *nl = strchr(extra, '\n');
             printf("%-44s %-10s %7d %-24s %-24s %.*s\n", r->run_key, r->state, r->attempt,
                    utc(r->due_at, a, sizeof(a)), utc(r->finished_at, b, sizeof(b)),
                    nl ? (int)(nl - extra) : (int)strlen(extra), extra);
         }
-        for (size_t i = 0; i < n; i++)
-            warren_run_row_clear(&rows[i]);
-        free(rows);
+        warren_ops_runs_free(rows, n);
     }
     warren_store_free(st);
     warren_config_free(cfg);
@@ -477,7 +466,7 @@ int cli_show(int argc, char **argv)
     warren_store *st = NULL;
     warren_error err = {0};
     warren_logger lg = cli_logger();
-    warren_run_detail d;
+    warren_ops_run_detail d;
 
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
@@ -498,13 +487,13 @@ int cli_show(int argc, char **argv)
     }
     if ((code = open_store(given, &cfg, &st, &lg)) != WARREN_EXIT_OK)
         return code;
-    rc = warren_store_show(st, key, &d, &err);
+    rc = warren_ops_show(st, key, &d, &err);
     if (rc != 0) {
         fprintf(stderr, "warren show: %s\n", err.message);
         code = rc == WARREN_ENOENT ? WARREN_EXIT_FAIL : cli_exit_code(rc);
     } else {
         char t[WARREN_TIME_BUF];
-        const warren_run_row *r = &d.run;
+        const warren_ops_run *r = &d.run;
         printf("run          %s\n", r->run_key);
         printf("job          %s\n", r->job);
         printf("state        %s\n", r->state);
@@ -537,13 +526,13 @@ int cli_show(int argc, char **argv)
             printf("  (none)\n");
         for (size_t i = 0; i < d.nattempts; i++) {
             char a[WARREN_TIME_BUF], b[WARREN_TIME_BUF];
-            const warren_attempt_row *at = &d.attempts[i];
+            const warren_ops_attempt *at = &d.attempts[i];
             printf("  #%d %s  %s -> %s  %s%s%s\n", at->attempt, at->worker,
                    utc(at->started_at, a, sizeof(a)), utc(at->finished_at, b, sizeof(b)),
                    at->outcome ? at->outcome : "running", at->error ? ": " : "",
                    at->error ? at->error : "");
         }
-        warren_run_detail_clear(&d);
+        warren_ops_run_detail_clear(&d);
     }
     warren_store_free(st);
     warren_config_free(cfg);

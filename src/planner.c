@@ -14,11 +14,11 @@
 #include <warren/cron.h>
 #include <warren/duration.h>
 #include <warren/planner.h>
-#include <warren/relay.h>
 #include <warren/store.h>
-#include <warren/store_plan.h>
 
 #include "internal.h"
+#include "relay.h"
+#include "store_plan.h"
 
 /* Jobs locked per materialise transaction. */
 #define JOB_BATCH 500

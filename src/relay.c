@@ -8,10 +8,10 @@
 
 #include <warren/codec.h>
 #include <warren/duration.h>
-#include <warren/relay.h>
-#include <warren/store_plan.h>
 
 #include "internal.h"
+#include "relay.h"
+#include "store_plan.h"
 
 /* How long to wait for a batch's confirms before giving up on the connection. */
 #define CONFIRM_TIMEOUT_MS 15000

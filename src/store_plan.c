@@ -1,15 +1,14 @@
 /* store_plan.c: the planner's SQL: leases, materialising, the relay and the
- * outbox, the reconciler, trigger/pause/resume/backfill. Arrays go to the
- * server as text array literals built here (elements always quoted and
+ * outbox, the reconciler (the operator's commands are in ops.c). Arrays go to
+ * the server as text array literals built here (elements always quoted and
  * escaped), so a batch is one statement. */
 #include <stdio.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <warren/store_plan.h>
-
 #include "store_int.h"
+#include "store_plan.h"
 
 /* Instants come back as integer microseconds (extract(epoch) is exact numeric). */
 #define US(x) "(extract(epoch FROM " x ") * 1000000)::bigint"
@@ -158,44 +157,6 @@ static const char SQL_RECONCILE[] =
 static const char SQL_REAP_EXISTS[] =
     "SELECT to_regprocedure('warren.reap_expired_leases(integer)') IS NOT NULL";
 static const char SQL_REAP[] = "SELECT warren.reap_expired_leases($1::int)";
-
-static const char SQL_TRIGGER[] =
-    "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, payload, note) "
-    "VALUES ($1, $2::timestamptz, $2::timestamptz, 'trigger', $3::jsonb, "
-    "format('triggered at %s', warren.plan_utc(now()))) "
-    "ON CONFLICT DO NOTHING RETURNING run_key";
-
-static const char SQL_RUN_STATE[] =
-    "SELECT run_key, state FROM warren.runs WHERE job = $1 AND scheduled_at = $2::timestamptz";
-
-static const char SQL_NOTIFY[] = "SELECT pg_notify('" WARREN_NOTIFY_CHANNEL "', $1)";
-
-static const char SQL_PAUSE_JOB[] =
-    "UPDATE warren.jobs SET paused = true, paused_at = now(), updated_at = now() "
-    "WHERE name = $1 RETURNING (SELECT paused FROM warren.jobs WHERE name = $1)";
-
-/* Scheduled runs not yet due and not yet claimed: cancelled, so a published
- * message finds nothing to claim; resume deletes them and re-plans. */
-static const char SQL_PAUSE_RUNS[] =
-    "UPDATE warren.runs SET state = 'cancelled', finished_at = now(), "
-    "note = warren.plan_note(note, format('cancelled: job paused at %s', warren.plan_utc(now()))) "
-    "WHERE job = $1 AND origin IN ('schedule', 'misfire') AND state IN ('planned', 'published') "
-    "AND due_at > now()";
-
-static const char SQL_RESUME_JOB[] =
-    "UPDATE warren.jobs SET paused = false, paused_at = NULL, updated_at = now() "
-    "WHERE name = $1 RETURNING (SELECT paused FROM warren.jobs WHERE name = $1)";
-
-static const char SQL_RESUME_RUNS[] =
-    "WITH c AS (DELETE FROM warren.runs WHERE job = $1 AND state = 'cancelled' "
-    "           AND origin IN ('schedule', 'misfire') AND attempt = 0 "
-    "           AND note LIKE '%cancelled: job paused at %' RETURNING scheduled_at) "
-    "UPDATE warren.jobs SET next_fire_at = LEAST(next_fire_at, (SELECT min(scheduled_at) FROM c)) "
-    "WHERE name = $1 RETURNING (SELECT count(*) FROM c)";
-
-static const char SQL_RUNS_EXIST[] =
-    "SELECT " US("scheduled_at") " FROM warren.runs WHERE job = $1 "
-                                 "AND scheduled_at = ANY($2::timestamptz[]) ORDER BY scheduled_at";
 
 /* --------------------------------------------------------------- helpers */
 
@@ -945,181 +906,6 @@ int warren_plan_reap(warren_store *st, int max, int *n, warren_error *err)
         return rc;
     if (PQntuples(res) == 1)
         (void)warren__store_get_int(res, 0, 0, n);
-    PQclear(res);
-    return 0;
-}
-
-/* ---------------------------------------------------------------- commands */
-
-static int notify(warren_store *st, const char *payload, warren_error *err)
-{
-    const char *p[] = {payload};
-    return warren__store_exec_prepared(st, "plan_notify", SQL_NOTIFY, 1, p, NULL,
-                                       "notifying planners", err);
-}
-
-int warren_plan_trigger(warren_store *st, const char *job, warren_us at, const char *payload,
-                        int *created, char **state, char *run_key, size_t run_key_len,
-                        warren_error *err)
-{
-    char tb[WARREN_TIME_BUF];
-    const char *p[] = {job, warren__store_us_param(at, tb, sizeof(tb)), payload};
-    PGresult *res = NULL;
-    warren_plan_job j;
-    int rc;
-
-    *created = 0;
-    if (state)
-        *state = NULL;
-    if ((rc = warren_plan_job_get(st, job, &j, err)) != 0)
-        return rc;
-    warren_plan_job_clear(&j);
-    if ((rc = warren__store_begin(st, err)) != 0)
-        return rc;
-    rc = warren__store_exec_prepared(st, "plan_trigger", SQL_TRIGGER, 3, p, &res,
-                                     "inserting a triggered run", err);
-    if (rc != 0)
-        goto fail;
-    if (PQntuples(res) == 1) {
-        *created = 1;
-        snprintf(run_key, run_key_len, "%s", warren__store_get_text(res, 0, 0));
-    }
-    PQclear(res);
-    res = NULL;
-    if (!*created) {
-        const char *q[] = {job, p[1]};
-        rc = warren__store_exec_prepared(st, "plan_run_state", SQL_RUN_STATE, 2, q, &res,
-                                         "reading an existing run", err);
-        if (rc != 0)
-            goto fail;
-        if (PQntuples(res) == 1) {
-            snprintf(run_key, run_key_len, "%s", warren__store_get_text(res, 0, 0));
-            if (state)
-                *state = dup_or_null(warren__store_get_text(res, 0, 1));
-        }
-        PQclear(res);
-        res = NULL;
-    } else if ((rc = notify(st, job, err)) != 0) {
-        goto fail;
-    }
-    return warren__store_commit(st, err);
-fail:
-    warren__store_rollback(st);
-    return rc;
-}
-
-/* UPDATE ... RETURNING the old paused flag: the subquery sees the snapshot
- * before the update. */
-static int set_paused(warren_store *st, const char *name, const char *sql, const char *job,
-                      int *was_paused, const char *what, warren_error *err)
-{
-    const char *p[] = {job};
-    PGresult *res = NULL;
-    int rc = warren__store_exec_prepared(st, name, sql, 1, p, &res, what, err);
-    if (rc != 0)
-        return rc;
-    if (PQntuples(res) != 1) {
-        PQclear(res);
-        return warren_error_set(err, WARREN_ENOENT,
-                                "job \"%s\" is not in the database (is it in the config? run "
-                                "`warren sync`)",
-                                job);
-    }
-    if (warren__store_get_bool(res, 0, 0, was_paused) != 0)
-        *was_paused = 0;
-    PQclear(res);
-    return 0;
-}
-
-int warren_plan_pause(warren_store *st, const char *job, int *was_paused, int *cancelled,
-                      warren_error *err)
-{
-    const char *p[] = {job};
-    PGresult *res = NULL;
-    int rc;
-
-    *cancelled = 0;
-    if ((rc = warren__store_begin(st, err)) != 0)
-        return rc;
-    if ((rc = set_paused(st, "plan_pause_job", SQL_PAUSE_JOB, job, was_paused, "pausing a job",
-                         err)) != 0)
-        goto fail;
-    if ((rc = warren__store_exec_prepared(st, "plan_pause_runs", SQL_PAUSE_RUNS, 1, p, &res,
-                                          "cancelling planned runs of a paused job", err)) != 0)
-        goto fail;
-    *cancelled = cmd_tuples(res);
-    PQclear(res);
-    if ((rc = notify(st, job, err)) != 0)
-        goto fail;
-    return warren__store_commit(st, err);
-fail:
-    warren__store_rollback(st);
-    return rc;
-}
-
-int warren_plan_resume(warren_store *st, const char *job, int *was_paused, int *replanned,
-                       warren_error *err)
-{
-    const char *p[] = {job};
-    PGresult *res = NULL;
-    int rc;
-
-    *replanned = 0;
-    if ((rc = warren__store_begin(st, err)) != 0)
-        return rc;
-    if ((rc = set_paused(st, "plan_resume_job", SQL_RESUME_JOB, job, was_paused, "resuming a job",
-                         err)) != 0)
-        goto fail;
-    if ((rc = warren__store_exec_prepared(st, "plan_resume_runs", SQL_RESUME_RUNS, 1, p, &res,
-                                          "re-planning runs cancelled by the pause", err)) != 0)
-        goto fail;
-    if (PQntuples(res) == 1)
-        (void)warren__store_get_int(res, 0, 0, replanned);
-    PQclear(res);
-    if ((rc = notify(st, job, err)) != 0)
-        goto fail;
-    return warren__store_commit(st, err);
-fail:
-    warren__store_rollback(st);
-    return rc;
-}
-
-int warren_plan_runs_exist(warren_store *st, const char *job, const warren_us *scheduled, size_t n,
-                           int *exists, warren_error *err)
-{
-    buf a = {0};
-    PGresult *res = NULL;
-    int rc;
-
-    for (size_t i = 0; i < n; i++)
-        exists[i] = 0;
-    if (n == 0)
-        return 0;
-    arr_open(&a);
-    for (size_t i = 0; i < n; i++)
-        arr_us(&a, scheduled[i]);
-    arr_close(&a);
-    if (a.oom) {
-        free(a.p);
-        return oom(err);
-    }
-    {
-        const char *p[] = {job, a.p};
-        rc = warren__store_exec_prepared(st, "plan_runs_exist", SQL_RUNS_EXIST, 2, p, &res,
-                                         "looking up existing runs", err);
-    }
-    free(a.p);
-    if (rc != 0)
-        return rc;
-    for (int r = 0, i = 0; r < PQntuples(res); r++) {
-        warren_us t;
-        if (warren__store_get_us(res, r, 0, &t) != 0)
-            continue;
-        while ((size_t)i < n && scheduled[i] < t)
-            i++;
-        if ((size_t)i < n && scheduled[i] == t)
-            exists[i] = 1;
-    }
     PQclear(res);
     return 0;
 }

@@ -1,14 +1,13 @@
 /* store_work.c: the worker's SQL: warren.claim / heartbeat / complete from
  * sql/002_worker_protocol.sql (batched: one round trip for many runs), the sql
- * handler's statement inside the completion transaction, and the operator's
- * replay, runs and show queries. */
+ * handler's statement inside the completion transaction and the run's times
+ * for the report line (the operator's replay, runs and show are in ops.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <warren/store_work.h>
-
 #include "store_int.h"
+#include "store_work.h"
 
 /* Type OIDs (pg_type.dat; stable across releases). */
 #define OID_TEXT 25
@@ -42,26 +41,6 @@
 #define SQL_RUN_TIMES                                                                              \
     "SELECT state, scheduled_at, due_at, published_at, started_at, finished_at "                   \
     "FROM warren.runs WHERE run_key = $1"
-
-#define SQL_REPLAY "SELECT warren.replay($1::text, $2::text)"
-#define SQL_REPLAY_DEAD                                                                            \
-    "SELECT count(*) FILTER (WHERE warren.replay(run_key, $2::text)) FROM "                        \
-    "(SELECT run_key FROM warren.runs WHERE job = $1 AND state = 'dead' "                          \
-    "ORDER BY scheduled_at FOR UPDATE) d"
-
-#define RUN_COLUMNS                                                                                \
-    "run_key, job, state, origin, lease_owner, last_error, note, attempt, publish_count, "         \
-    "scheduled_at, due_at, lease_until, published_at, started_at, finished_at, created_at"
-
-#define SQL_RUNS                                                                                   \
-    "SELECT " RUN_COLUMNS " FROM warren.runs "                                                     \
-    "WHERE ($1::text IS NULL OR job = $1) AND ($2::text IS NULL OR state = $2) "                   \
-    "ORDER BY scheduled_at DESC, job LIMIT $3::int"
-
-#define SQL_SHOW "SELECT " RUN_COLUMNS " FROM warren.runs WHERE run_key = $1"
-#define SQL_ATTEMPTS                                                                               \
-    "SELECT attempt, worker, outcome, error, started_at, finished_at FROM warren.attempts "        \
-    "WHERE run_key = $1 ORDER BY attempt"
 
 /* ------------------------------------------------------------ arrays */
 
@@ -613,7 +592,7 @@ int warren_store_cancel_tagged(warren_store *st, const char *tag, int *cancelled
     return 0;
 }
 
-/* ------------------------------------------------------------ run times, replay */
+/* ------------------------------------------------------------ run times */
 
 static warren_us get_us0(const PGresult *res, int row, int col)
 {
@@ -645,183 +624,6 @@ int warren_store_run_times(warren_store *st, const char *run_key, warren_run_tim
     out->published_at = get_us0(res, 0, 3);
     out->started_at = get_us0(res, 0, 4);
     out->finished_at = get_us0(res, 0, 5);
-    PQclear(res);
-    return 0;
-}
-
-int warren_store_replay(warren_store *st, const char *run_key, const char *who, int *replayed,
-                        warren_error *err)
-{
-    PGresult *res = NULL;
-    const char *params[2] = {run_key, who};
-    int rc, b = 0;
-
-    *replayed = 0;
-    rc = warren__store_exec(st, SQL_REPLAY, 2, params, &res, "replay run", err);
-    if (rc != 0)
-        return rc;
-    warren__store_get_bool(res, 0, 0, &b);
-    PQclear(res);
-    *replayed = b;
-    return 0;
-}
-
-int warren_store_replay_dead(warren_store *st, const char *job, const char *who, int64_t *count,
-                             warren_error *err)
-{
-    PGresult *res = NULL;
-    const char *params[2] = {job, who};
-    int rc;
-
-    *count = 0;
-    rc = warren__store_exec(st, SQL_REPLAY_DEAD, 2, params, &res, "replay dead runs", err);
-    if (rc != 0)
-        return rc;
-    warren__store_get_int64(res, 0, 0, count);
-    PQclear(res);
-    return 0;
-}
-
-/* ------------------------------------------------------------ runs, show */
-
-static char *dup_or_null(const char *s)
-{
-    return s ? strdup(s) : NULL;
-}
-
-void warren_run_row_clear(warren_run_row *r)
-{
-    if (r == NULL)
-        return;
-    free(r->run_key);
-    free(r->job);
-    free(r->state);
-    free(r->origin);
-    free(r->lease_owner);
-    free(r->last_error);
-    free(r->note);
-    memset(r, 0, sizeof(*r));
-}
-
-static int read_run_row(const PGresult *res, int row, warren_run_row *r, warren_error *err)
-{
-    memset(r, 0, sizeof(*r));
-    r->run_key = dup_or_null(warren__store_get_text(res, row, 0));
-    r->job = dup_or_null(warren__store_get_text(res, row, 1));
-    r->state = dup_or_null(warren__store_get_text(res, row, 2));
-    r->origin = dup_or_null(warren__store_get_text(res, row, 3));
-    r->lease_owner = dup_or_null(warren__store_get_text(res, row, 4));
-    r->last_error = dup_or_null(warren__store_get_text(res, row, 5));
-    r->note = dup_or_null(warren__store_get_text(res, row, 6));
-    warren__store_get_int(res, row, 7, &r->attempt);
-    warren__store_get_int(res, row, 8, &r->publish_count);
-    r->scheduled_at = get_us0(res, row, 9);
-    r->due_at = get_us0(res, row, 10);
-    r->lease_until = get_us0(res, row, 11);
-    r->published_at = get_us0(res, row, 12);
-    r->started_at = get_us0(res, row, 13);
-    r->finished_at = get_us0(res, row, 14);
-    r->created_at = get_us0(res, row, 15);
-    if (r->run_key == NULL || r->job == NULL || r->state == NULL || r->origin == NULL) {
-        warren_run_row_clear(r);
-        return warren_error_set(err, WARREN_ENOMEM, "out of memory reading runs");
-    }
-    return 0;
-}
-
-int warren_store_runs(warren_store *st, const char *job, const char *state, int limit,
-                      warren_run_row **rows, size_t *n, warren_error *err)
-{
-    PGresult *res = NULL;
-    char lbuf[24];
-    const char *params[3] = {job, state,
-                             warren__store_int_param(limit > 0 ? limit : 50, lbuf, sizeof(lbuf))};
-    int rc;
-
-    *rows = NULL;
-    *n = 0;
-    rc = warren__store_exec(st, SQL_RUNS, 3, params, &res, "list runs", err);
-    if (rc != 0)
-        return rc;
-    int nt = PQntuples(res);
-    if (nt > 0) {
-        *rows = calloc((size_t)nt, sizeof(**rows));
-        if (*rows == NULL) {
-            PQclear(res);
-            return warren_error_set(err, WARREN_ENOMEM, "out of memory");
-        }
-    }
-    for (int i = 0; i < nt; i++) {
-        if ((rc = read_run_row(res, i, &(*rows)[i], err)) != 0) {
-            for (size_t j = 0; j < *n; j++)
-                warren_run_row_clear(&(*rows)[j]);
-            free(*rows);
-            *rows = NULL;
-            *n = 0;
-            PQclear(res);
-            return rc;
-        }
-        (*n)++;
-    }
-    PQclear(res);
-    return 0;
-}
-
-void warren_run_detail_clear(warren_run_detail *d)
-{
-    if (d == NULL)
-        return;
-    warren_run_row_clear(&d->run);
-    for (size_t i = 0; i < d->nattempts; i++) {
-        free(d->attempts[i].worker);
-        free(d->attempts[i].outcome);
-        free(d->attempts[i].error);
-    }
-    free(d->attempts);
-    memset(d, 0, sizeof(*d));
-}
-
-int warren_store_show(warren_store *st, const char *run_key, warren_run_detail *out,
-                      warren_error *err)
-{
-    PGresult *res = NULL;
-    const char *params[1] = {run_key};
-    int rc;
-
-    memset(out, 0, sizeof(*out));
-    rc = warren__store_exec(st, SQL_SHOW, 1, params, &res, "show run", err);
-    if (rc != 0)
-        return rc;
-    if (PQntuples(res) == 0) {
-        PQclear(res);
-        return warren_error_set(err, WARREN_ENOENT, "no run %s (run keys look like JOB@%s)",
-                                run_key, "2026-11-30T14:00:00Z");
-    }
-    rc = read_run_row(res, 0, &out->run, err);
-    PQclear(res);
-    if (rc != 0)
-        return rc;
-    rc = warren__store_exec(st, SQL_ATTEMPTS, 1, params, &res, "read attempts", err);
-    if (rc != 0) {
-        warren_run_detail_clear(out);
-        return rc;
-    }
-    int nt = PQntuples(res);
-    if (nt > 0 && (out->attempts = calloc((size_t)nt, sizeof(*out->attempts))) == NULL) {
-        PQclear(res);
-        warren_run_detail_clear(out);
-        return warren_error_set(err, WARREN_ENOMEM, "out of memory");
-    }
-    for (int i = 0; i < nt; i++) {
-        warren_attempt_row *a = &out->attempts[i];
-        warren__store_get_int(res, i, 0, &a->attempt);
-        a->worker = dup_or_null(warren__store_get_text(res, i, 1));
-        a->outcome = dup_or_null(warren__store_get_text(res, i, 2));
-        a->error = dup_or_null(warren__store_get_text(res, i, 3));
-        a->started_at = get_us0(res, i, 4);
-        a->finished_at = get_us0(res, i, 5);
-        out->nattempts++;
-    }
     PQclear(res);
     return 0;
 }

@@ -26,7 +26,7 @@
 #include <warren/broker.h>
 #include <warren/codec.h>
 #include <warren/store.h>
-#include <warren/store_work.h>
+#include "store_work.h"
 #include <warren/worker.h>
 
 #include "internal.h"

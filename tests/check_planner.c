@@ -13,9 +13,9 @@
 
 #include <warren/broker.h>
 #include <warren/codec.h>
+#include <warren/ops.h>
 #include <warren/planner.h>
 #include <warren/store.h>
-#include <warren/store_plan.h>
 
 #include "planner_fixture.h"
 #include "testenv.h"
@@ -675,7 +675,8 @@ START_TEST(test_pause_stops_planning_resume_applies_misfire)
     warren_store *st = NULL;
     warren_error err = {0};
     warren_planner *p;
-    int was = -1, cancelled = 0, replanned = 0;
+    warren_ops_pause_result pr = {.was_paused = -1};
+    warren_ops_resume_result rr = {.was_paused = -1};
 
     c.planner.misfire_threshold_ms = 2000;
     c.planner.horizon_ms = 5000;
@@ -683,9 +684,9 @@ START_TEST(test_pause_stops_planning_resume_applies_misfire)
     p = planner_new(&e, &c);
     tick(p);
     ck_assert(warren_store_open(e.db, NULL, &st, &err) == 0);
-    ck_assert_msg(warren_plan_pause(st, "pr", &was, &cancelled, &err) == 0, "%s", err.message);
-    ck_assert_int_eq(was, 0);
-    ck_assert_int_ge(cancelled, 3);
+    ck_assert_msg(warren_ops_pause(st, "pr", &pr, &err) == 0, "%s", err.message);
+    ck_assert_int_eq(pr.was_paused, 0);
+    ck_assert_int_ge(pr.cancelled, 3);
     ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state IN ('planned', "
                                   "'published') AND due_at > now()"),
                      0);
@@ -693,11 +694,12 @@ START_TEST(test_pause_stops_planning_resume_applies_misfire)
     sleep_ms(1500);
     tick(p);
     ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs"), before);
-    ck_assert(warren_plan_pause(st, "pr", &was, &cancelled, &err) == 0);
-    ck_assert_int_eq(was, 1);
+    ck_assert(warren_ops_pause(st, "pr", &pr, &err) == 0);
+    ck_assert_int_eq(pr.was_paused, 1);
     sleep_ms(5000); /* paused across several fire times, beyond the 2 s threshold */
-    ck_assert_msg(warren_plan_resume(st, "pr", &was, &replanned, &err) == 0, "%s", err.message);
-    ck_assert_int_eq(was, 1);
+    ck_assert_msg(warren_ops_resume(st, "pr", &rr, &err) == 0, "%s", err.message);
+    ck_assert_int_eq(rr.was_paused, 1);
+    ck_assert_int_ge(rr.replanned, 3); /* the runs the first pause cancelled */
     tick(p);
     /* the cancelled runs are gone; the missed ones coalesced into one run */
     ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'cancelled'"), 0);
@@ -707,7 +709,7 @@ START_TEST(test_pause_stops_planning_resume_applies_misfire)
     ck_assert_int_ge(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE origin = 'schedule' AND "
                                   "state IN ('planned', 'published') AND scheduled_at > now()"),
                      3);
-    ck_assert_int_eq(warren_plan_pause(st, "nosuch", &was, &cancelled, &err), WARREN_ENOENT);
+    ck_assert_int_eq(warren_ops_pause(st, "nosuch", &pr, &err), WARREN_ENOENT);
     warren_store_free(st);
     warren_planner_free(p);
     env_free(&e);

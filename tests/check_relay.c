@@ -14,10 +14,10 @@
 #include <warren/broker.h>
 #include <warren/codec.h>
 #include <warren/planner.h>
-#include <warren/relay.h>
 #include <warren/store.h>
 
 #include "planner_fixture.h"
+#include "relay.h"
 #include "testenv.h"
 
 static warren_config test_config(void)

@@ -9,7 +9,10 @@
  * due - now in ms, rounded up (never released early); a run already due goes straight to
  * warren.ready. Publishes are mandatory: a returned message is recorded on
  * the run (last_error) and retried later, never counted as published.
- * Outbox rows: in id order, with confirms, deleted after their ack. */
+ * Outbox rows: in id order, with confirms, deleted after their ack.
+ *
+ * Private to the library (planner.c drives it) and its tests: no program
+ * needs it (a program runs a planner through <warren/planner.h>). */
 #ifndef WARREN_RELAY_H
 #define WARREN_RELAY_H
 

@@ -1,7 +1,11 @@
 /* store_work.h: the worker's PostgreSQL calls (src/store_work.c): the
  * protocol functions of sql/002_worker_protocol.sql (claim, heartbeat,
  * complete), batched for throughput, the sql handler's statement inside the
- * completion transaction, and the operator's replay, runs listing and show. */
+ * completion transaction, and a run's times for the report line.
+ *
+ * Private to the library (worker.c) and its tests: plumbing under the worker,
+ * not an API. No program needs it: the operator's replay, runs and show are
+ * in <warren/ops.h>. */
 #ifndef WARREN_STORE_WORK_H
 #define WARREN_STORE_WORK_H
 
@@ -101,47 +105,5 @@ typedef struct warren_run_times {
 } warren_run_times;
 int warren_store_run_times(warren_store *st, const char *run_key, warren_run_times *out,
                            warren_error *err);
-
-/* Replay (warren.replay): a dead run back to planned, due now, same key.
- * *replayed = 0 when the run is not dead (or unknown). who (may be NULL) is
- * recorded in the note. */
-int warren_store_replay(warren_store *st, const char *run_key, const char *who, int *replayed,
-                        warren_error *err);
-/* Replays every dead run of job; *count gets how many. */
-int warren_store_replay_dead(warren_store *st, const char *job, const char *who, int64_t *count,
-                             warren_error *err);
-
-/* One row of `warren runs` / `warren show`. Strings are new. */
-typedef struct warren_run_row {
-    char *run_key, *job, *state, *origin, *lease_owner, *last_error, *note;
-    int attempt;
-    int publish_count;
-    warren_us scheduled_at, due_at, lease_until, published_at, started_at, finished_at,
-        created_at; /* 0: NULL */
-} warren_run_row;
-void warren_run_row_clear(warren_run_row *r);
-
-/* Runs, newest scheduled first; job and state may be NULL (any); limit > 0.
- * *rows is new: free each with warren_run_row_clear, then free(*rows). */
-int warren_store_runs(warren_store *st, const char *job, const char *state, int limit,
-                      warren_run_row **rows, size_t *n, warren_error *err);
-
-/* One attempt of a run (warren.attempts). Strings are new. */
-typedef struct warren_attempt_row {
-    int attempt;
-    char *worker, *outcome, *error; /* outcome NULL while running */
-    warren_us started_at, finished_at;
-} warren_attempt_row;
-
-/* A run and its attempts in order. WARREN_ENOENT if the key is unknown.
- * Free with warren_run_detail_clear. */
-typedef struct warren_run_detail {
-    warren_run_row run;
-    warren_attempt_row *attempts;
-    size_t nattempts;
-} warren_run_detail;
-void warren_run_detail_clear(warren_run_detail *d);
-int warren_store_show(warren_store *st, const char *run_key, warren_run_detail *out,
-                      warren_error *err);
 
 #endif

@@ -1,8 +1,12 @@
 /* store_plan.h: the planner's SQL (src/store_plan.c): partition leases,
  * locking due jobs, inserting runs, advancing cursors, the relay's and the
- * outbox's queries, the reconciler, and trigger/pause/resume/backfill.
- * Every statement is a named constant with $n parameters; instants cross the
- * boundary as warren_us (microseconds since the epoch, database clock). */
+ * outbox's queries, the reconciler. Every statement is a named constant with
+ * $n parameters; instants cross the boundary as warren_us (microseconds since
+ * the epoch, database clock).
+ *
+ * Private to the library (planner.c, relay.c, ops.c) and its tests: plumbing
+ * under the planner, not an API. No program needs it: the warren executable's
+ * commands go through <warren/ops.h> and <warren/planner.h>. */
 #ifndef WARREN_STORE_PLAN_H
 #define WARREN_STORE_PLAN_H
 
@@ -167,33 +171,5 @@ int warren_plan_reconcile_published(warren_store *st, int64_t grace_ms, int limi
 /* SELECT warren.reap_expired_leases(max) (sql/002); *n gets its result.
  * WARREN_ENOENT if the function does not exist (worker protocol not migrated). */
 int warren_plan_reap(warren_store *st, int max, int *n, warren_error *err);
-
-/* ---------------------------------------------------------------- commands */
-
-/* Inserts a trigger run of job at `at` (whole seconds; due_at = at) with an
- * optional payload override and NOTIFYs planners. *created = 1 if new, 0 if
- * the key existed (then state, if not NULL, gets its state: new string).
- * run_key (>= 96 bytes) gets the key. Errors: WARREN_ENOENT (no such job). */
-int warren_plan_trigger(warren_store *st, const char *job, warren_us at, const char *payload,
-                        int *created, char **state, char *run_key, size_t run_key_len,
-                        warren_error *err);
-
-/* Pauses a job: paused = true, its scheduled runs not yet due and not yet
- * started are cancelled (noted), planners notified. *cancelled gets how many.
- * *was_paused = 1 if it already was. WARREN_ENOENT if no such job. */
-int warren_plan_pause(warren_store *st, const char *job, int *was_paused, int *cancelled,
-                      warren_error *err);
-
-/* Resumes: paused = false; runs the pause cancelled are deleted and the
- * cursor moved back to the earliest of them, so the planner re-plans them
- * (fire times missed by more than the misfire threshold go through the job's
- * misfire policy). Planners notified. *was_paused = 0 if it was not paused. */
-int warren_plan_resume(warren_store *st, const char *job, int *was_paused, int *replanned,
-                       warren_error *err);
-
-/* Which of the instants [from, to] already have a run of job: fills
- * exists[i] for each of the n sorted scheduled instants. */
-int warren_plan_runs_exist(warren_store *st, const char *job, const warren_us *scheduled, size_t n,
-                           int *exists, warren_error *err);
 
 #endif

@@ -1,0 +1,166 @@
+/* ops.h: operator operations (src/ops.c): trigger, pause, resume, backfill,
+ * replay, and the runs listing and one run's history. The admin commands
+ * (src/cli_*.c) and any other front end (a web page) share them: each works
+ * on an open warren_store (warren_store_open) and hands its result back as a
+ * struct for the caller to print; none prints or logs. Instants are warren_us
+ * (microseconds since the epoch, UTC), "now" is always the database's clock. */
+#ifndef WARREN_OPS_H
+#define WARREN_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <warren/codec.h>
+#include <warren/error.h>
+#include <warren/store.h>
+#include <warren/timefmt.h>
+
+/* Room for a run's state name ("succeeded", "cancelled", ...) and for a
+ * job's misfire policy ("run_once", "catch_up"). */
+#define WARREN_OPS_NAME_MAX 16
+
+/* ---------------------------------------------------------------- trigger */
+
+typedef struct warren_ops_trigger_result {
+    int created;                      /* 1: a new run; 0: the key already had one */
+    char run_key[WARREN_RUN_KEY_MAX]; /* the run's key */
+    char state[WARREN_OPS_NAME_MAX];  /* created == 0: the existing run's state ("": unknown) */
+    warren_us at;                     /* the run's scheduled (and due) instant */
+} warren_ops_trigger_result;
+
+/* Creates a one-shot run of job (origin "trigger", noted "triggered at ..."),
+ * keyed JOB@at and due at `at`, and notifies the planners. at may be NULL:
+ * now by the database's clock, cut to the second. payload (JSON object text,
+ * e.g. from warren_json_object_check; NULL: the job's payload) is borrowed.
+ * Triggering a key that already has a run creates nothing: created = 0 and
+ * state says what the run is doing. *out is filled in (zeroed first).
+ * Errors: WARREN_EINVAL (at has fractional seconds), WARREN_ENOENT (no such
+ * job in the database), WARREN_EDB, WARREN_EDBCONN. */
+int warren_ops_trigger(warren_store *st, const char *job, const warren_us *at, const char *payload,
+                       warren_ops_trigger_result *out, warren_error *err);
+
+/* ---------------------------------------------------------- pause, resume */
+
+typedef struct warren_ops_pause_result {
+    int was_paused; /* 1: the job already was paused */
+    int cancelled;  /* its scheduled runs, not yet due nor started, now cancelled */
+} warren_ops_pause_result;
+
+/* Pauses job in one transaction: no more runs are planned, its scheduled runs
+ * not yet due and not yet claimed are cancelled (noted; a message already in
+ * a delay queue finds nothing to claim), planners notified. Pausing a paused
+ * job is not an error (was_paused = 1). Errors: WARREN_ENOENT (no such job),
+ * WARREN_EDB, WARREN_EDBCONN. */
+int warren_ops_pause(warren_store *st, const char *job, warren_ops_pause_result *out,
+                     warren_error *err);
+
+typedef struct warren_ops_resume_result {
+    int was_paused;                    /* 0: the job was not paused */
+    int replanned;                     /* cancelled runs deleted to be planned again */
+    char misfire[WARREN_OPS_NAME_MAX]; /* the job's misfire policy (run_once, skip, catch_up) */
+    int removed;                       /* 1: the job is no longer in the config (sync keeps it
+                                          paused) */
+} warren_ops_resume_result;
+
+/* Resumes job in one transaction: paused = false; the runs the pause
+ * cancelled are deleted and the job's cursor moved back to the earliest of
+ * them, so the planner plans them again (fire times missed by more than the
+ * misfire threshold go through the job's misfire policy); planners notified.
+ * Resuming a job that is not paused is not an error (was_paused = 0).
+ * Errors: WARREN_ENOENT (no such job), WARREN_EDB, WARREN_EDBCONN. */
+int warren_ops_resume(warren_store *st, const char *job, warren_ops_resume_result *out,
+                      warren_error *err);
+
+/* --------------------------------------------------------------- backfill */
+
+/* Most fire times one backfill may cover. */
+#define WARREN_OPS_BACKFILL_MAX 100000
+
+typedef struct warren_ops_backfill_result {
+    char job[WARREN_JOB_NAME_MAX + 1]; /* the job's name */
+    warren_us *times;                  /* new: the n fire times in range, ascending */
+    int *exists;                       /* new: exists[i] = 1 if times[i] had a run beforehand */
+    size_t n;                          /* fire times in range */
+    size_t existing;                   /* how many of them had a run beforehand */
+    int inserted; /* runs written (0 on a dry run); the other n - inserted had one when written */
+} warren_ops_backfill_result;
+/* Frees times and exists and zeroes r; NULL allowed. */
+void warren_ops_backfill_result_clear(warren_ops_backfill_result *r);
+
+/* Creates a run (state planned, origin "backfill", noted "backfill at ...")
+ * for every fire time of job in [from, to], keyed and due as the planner
+ * would key it (the job's jitter applies); fire times that already have a run
+ * are left alone. Planners are notified when a run was written. dry_run != 0:
+ * only finds the fire times and which of them have a run, writes nothing.
+ * The job's schedule is read from the database. *out is filled in (zeroed
+ * first; clear it with warren_ops_backfill_result_clear, also after an
+ * error). Errors: WARREN_EINVAL (to < from), WARREN_ENOENT (no such job),
+ * WARREN_ERANGE (more than WARREN_OPS_BACKFILL_MAX fire times), the
+ * schedule's errors (WARREN_ECRON, WARREN_ETZ, ...), WARREN_ENOMEM,
+ * WARREN_EDB, WARREN_EDBCONN. */
+int warren_ops_backfill(warren_store *st, const char *job, warren_us from, warren_us to,
+                        int dry_run, warren_ops_backfill_result *out, warren_error *err);
+
+/* ----------------------------------------------------------------- replay */
+
+/* Sends a dead run back to planned, due now, under the same run key
+ * (warren.replay): its attempts and notes are kept, its retry budget starts
+ * again. who (may be NULL) is written into the note ("... by WHO").
+ * *replayed = 0 when the run is not dead (or unknown). Errors: WARREN_EDB,
+ * WARREN_EDBCONN. */
+int warren_ops_replay(warren_store *st, const char *run_key, const char *who, int *replayed,
+                      warren_error *err);
+/* Replays every dead run of job, oldest first; *count gets how many. */
+int warren_ops_replay_dead(warren_store *st, const char *job, const char *who, int64_t *count,
+                           warren_error *err);
+
+/* -------------------------------------------------------------- runs, show */
+
+/* One run (a row of warren.runs). Strings are new; lease_owner, last_error
+ * and note may be NULL. Instants are 0 for SQL NULL. */
+typedef struct warren_ops_run {
+    char *run_key, *job, *state, *origin, *lease_owner, *last_error, *note;
+    int attempt;
+    int publish_count;
+    warren_us scheduled_at, due_at, lease_until, published_at, started_at, finished_at, created_at;
+} warren_ops_run;
+/* Frees r's strings and zeroes it; NULL allowed. */
+void warren_ops_run_clear(warren_ops_run *r);
+/* Clears each of the n rows, then frees the array; NULL allowed. */
+void warren_ops_runs_free(warren_ops_run *rows, size_t n);
+
+/* 1 if state names a run state (planned, published, running, retrying,
+ * succeeded, dead, skipped, cancelled). */
+int warren_ops_state_valid(const char *state);
+
+/* Runs, newest scheduled first (then by job); job and state may be NULL
+ * (any); limit <= 0 means 50. *rows is new (warren_ops_runs_free(*rows, *n));
+ * NULL when *n is 0. Errors: WARREN_ENOMEM, WARREN_EDB, WARREN_EDBCONN. */
+int warren_ops_runs(warren_store *st, const char *job, const char *state, int limit,
+                    warren_ops_run **rows, size_t *n, warren_error *err);
+
+/* One attempt of a run (a row of warren.attempts). Strings are new; outcome
+ * and error are NULL while it runs. */
+typedef struct warren_ops_attempt {
+    int attempt;
+    char *worker, *outcome, *error;
+    warren_us started_at, finished_at; /* 0: NULL */
+} warren_ops_attempt;
+
+/* A run and its attempts in attempt order. */
+typedef struct warren_ops_run_detail {
+    warren_ops_run run;
+    warren_ops_attempt *attempts;
+    size_t nattempts;
+} warren_ops_run_detail;
+/* Frees everything d holds and zeroes it; NULL allowed. */
+void warren_ops_run_detail_clear(warren_ops_run_detail *d);
+
+/* Reads one run and its attempts into *out (zeroed first; on success clear it
+ * with warren_ops_run_detail_clear; on error nothing is left to free).
+ * Errors: WARREN_ENOENT (no run with that key), WARREN_ENOMEM, WARREN_EDB,
+ * WARREN_EDBCONN. */
+int warren_ops_show(warren_store *st, const char *run_key, warren_ops_run_detail *out,
+                    warren_error *err);
+
+#endif

@@ -1,0 +1,635 @@
+/* ops.c: the operator's operations behind the admin commands: trigger, pause,
+ * resume, backfill, replay, runs, show (contracts in include/warren/ops.h).
+ * Its SQL is here as named constants; like the store_*.c files it reaches
+ * libpq only through store_int.h's helpers, so libpq errors are still
+ * translated in store.c alone. The planner's job read and run insert are
+ * shared through store_plan.h. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <warren/ops.h>
+#include <warren/planner.h>
+#include <warren/tz.h>
+
+#include "store_int.h"
+#include "store_plan.h"
+
+/* Instants come back as integer microseconds (extract(epoch) is exact numeric). */
+#define US(x) "(extract(epoch FROM " x ") * 1000000)::bigint"
+
+/* Runs one backfill writes per INSERT statement. */
+#define BACKFILL_BATCH 5000
+
+/* ------------------------------------------------------------------- SQL */
+
+static const char SQL_NOTIFY[] = "SELECT pg_notify('" WARREN_NOTIFY_CHANNEL "', $1)";
+
+static const char SQL_TRIGGER[] =
+    "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, payload, note) "
+    "VALUES ($1, $2::timestamptz, $2::timestamptz, 'trigger', $3::jsonb, "
+    "format('triggered at %s', warren.plan_utc(now()))) "
+    "ON CONFLICT DO NOTHING RETURNING run_key";
+
+static const char SQL_RUN_STATE[] =
+    "SELECT run_key, state FROM warren.runs WHERE job = $1 AND scheduled_at = $2::timestamptz";
+
+static const char SQL_PAUSE_JOB[] =
+    "UPDATE warren.jobs SET paused = true, paused_at = now(), updated_at = now() "
+    "WHERE name = $1 RETURNING (SELECT paused FROM warren.jobs WHERE name = $1)";
+
+/* Scheduled runs not yet due and not yet claimed: cancelled, so a published
+ * message finds nothing to claim; resume deletes them and re-plans. */
+static const char SQL_PAUSE_RUNS[] =
+    "UPDATE warren.runs SET state = 'cancelled', finished_at = now(), "
+    "note = warren.plan_note(note, format('cancelled: job paused at %s', warren.plan_utc(now()))) "
+    "WHERE job = $1 AND origin IN ('schedule', 'misfire') AND state IN ('planned', 'published') "
+    "AND due_at > now()";
+
+static const char SQL_RESUME_JOB[] =
+    "UPDATE warren.jobs SET paused = false, paused_at = NULL, updated_at = now() "
+    "WHERE name = $1 RETURNING (SELECT paused FROM warren.jobs WHERE name = $1)";
+
+static const char SQL_RESUME_RUNS[] =
+    "WITH c AS (DELETE FROM warren.runs WHERE job = $1 AND state = 'cancelled' "
+    "           AND origin IN ('schedule', 'misfire') AND attempt = 0 "
+    "           AND note LIKE '%cancelled: job paused at %' RETURNING scheduled_at) "
+    "UPDATE warren.jobs SET next_fire_at = LEAST(next_fire_at, (SELECT min(scheduled_at) FROM c)) "
+    "WHERE name = $1 RETURNING (SELECT count(*) FROM c)";
+
+static const char SQL_RUNS_EXIST[] =
+    "SELECT " US("scheduled_at") " FROM warren.runs WHERE job = $1 "
+                                 "AND scheduled_at = ANY($2::timestamptz[]) ORDER BY scheduled_at";
+
+static const char SQL_REPLAY[] = "SELECT warren.replay($1::text, $2::text)";
+
+static const char SQL_REPLAY_DEAD[] =
+    "SELECT count(*) FILTER (WHERE warren.replay(run_key, $2::text)) FROM "
+    "(SELECT run_key FROM warren.runs WHERE job = $1 AND state = 'dead' "
+    "ORDER BY scheduled_at FOR UPDATE) d";
+
+#define RUN_COLUMNS                                                                                \
+    "run_key, job, state, origin, lease_owner, last_error, note, attempt, publish_count, "         \
+    "scheduled_at, due_at, lease_until, published_at, started_at, finished_at, created_at"
+
+static const char SQL_RUNS[] = "SELECT " RUN_COLUMNS " FROM warren.runs "
+                               "WHERE ($1::text IS NULL OR job = $1) AND ($2::text IS NULL OR "
+                               "state = $2) ORDER BY scheduled_at DESC, job LIMIT $3::int";
+
+static const char SQL_SHOW[] = "SELECT " RUN_COLUMNS " FROM warren.runs WHERE run_key = $1";
+
+static const char SQL_ATTEMPTS[] =
+    "SELECT attempt, worker, outcome, error, started_at, finished_at FROM warren.attempts "
+    "WHERE run_key = $1 ORDER BY attempt";
+
+/* --------------------------------------------------------------- helpers */
+
+static char *dup_or_null(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+static int oom(warren_error *err)
+{
+    return warren_error_set(err, WARREN_ENOMEM, "out of memory");
+}
+
+static int no_job(warren_error *err, const char *job)
+{
+    return warren_error_set(err, WARREN_ENOENT,
+                            "job \"%s\" is not in the database (is it in the config? run "
+                            "`warren sync`)",
+                            job);
+}
+
+/* The row count of an UPDATE/DELETE result. */
+static int cmd_tuples(PGresult *res)
+{
+    const char *s = PQcmdTuples(res);
+    char *end = NULL;
+    long n;
+
+    if (s == NULL || *s == '\0')
+        return 0;
+    n = strtol(s, &end, 10);
+    return *end == '\0' && n >= 0 && n <= INT_MAX ? (int)n : 0;
+}
+
+/* An instant column, 0 for SQL NULL. */
+static warren_us get_us0(const PGresult *res, int row, int col)
+{
+    warren_us t = 0;
+    if (!PQgetisnull(res, row, col))
+        warren__store_get_us(res, row, col, &t);
+    return t;
+}
+
+/* NOTIFY the planners (delivered at commit when inside a transaction). */
+static int notify(warren_store *st, const char *payload, warren_error *err)
+{
+    const char *p[] = {payload};
+    return warren__store_exec_prepared(st, "ops_notify", SQL_NOTIFY, 1, p, NULL,
+                                       "notifying planners", err);
+}
+
+/* A timestamptz[] literal of n instants: "{"t1","t2",...}" (new; NULL when
+ * out of memory). */
+static char *us_array(const warren_us *t, size_t n)
+{
+    size_t cap = 3 + n * (WARREN_TIME_BUF + 3), len = 0;
+    char *p = malloc(cap);
+
+    if (p == NULL)
+        return NULL;
+    p[len++] = '{';
+    for (size_t i = 0; i < n; i++) {
+        char tb[WARREN_TIME_BUF];
+        len += (size_t)snprintf(p + len, cap - len, "%s\"%s\"", i ? "," : "",
+                                warren__store_us_param(t[i], tb, sizeof(tb)));
+    }
+    p[len++] = '}';
+    p[len] = '\0';
+    return p;
+}
+
+/* ---------------------------------------------------------------- trigger */
+
+int warren_ops_trigger(warren_store *st, const char *job, const warren_us *at, const char *payload,
+                       warren_ops_trigger_result *out, warren_error *err)
+{
+    char tb[WARREN_TIME_BUF];
+    const char *p[3];
+    PGresult *res = NULL;
+    warren_plan_job j;
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    if (at != NULL) {
+        if (*at % WARREN_US_PER_S != 0)
+            return warren_error_set(err, WARREN_EINVAL,
+                                    "a trigger time has whole seconds (run keys do)");
+        out->at = *at;
+    } else {
+        if ((rc = warren_store_now(st, &out->at, err)) != 0)
+            return rc;
+        out->at = warren_us_to_s(out->at) * WARREN_US_PER_S;
+    }
+    if ((rc = warren_plan_job_get(st, job, &j, err)) != 0)
+        return rc;
+    warren_plan_job_clear(&j);
+    p[0] = job;
+    p[1] = warren__store_us_param(out->at, tb, sizeof(tb));
+    p[2] = payload;
+    if ((rc = warren__store_begin(st, err)) != 0)
+        return rc;
+    rc = warren__store_exec_prepared(st, "ops_trigger", SQL_TRIGGER, 3, p, &res,
+                                     "inserting a triggered run", err);
+    if (rc != 0)
+        goto fail;
+    if (PQntuples(res) == 1) {
+        out->created = 1;
+        snprintf(out->run_key, sizeof(out->run_key), "%s", warren__store_get_text(res, 0, 0));
+    }
+    PQclear(res);
+    res = NULL;
+    if (!out->created) {
+        rc = warren__store_exec_prepared(st, "ops_run_state", SQL_RUN_STATE, 2, p, &res,
+                                         "reading an existing run", err);
+        if (rc != 0)
+            goto fail;
+        if (PQntuples(res) == 1) {
+            const char *state = warren__store_get_text(res, 0, 1);
+            snprintf(out->run_key, sizeof(out->run_key), "%s", warren__store_get_text(res, 0, 0));
+            snprintf(out->state, sizeof(out->state), "%s", state ? state : "");
+        }
+        PQclear(res);
+        res = NULL;
+    } else if ((rc = notify(st, job, err)) != 0) {
+        goto fail;
+    }
+    return warren__store_commit(st, err);
+fail:
+    warren__store_rollback(st);
+    return rc;
+}
+
+/* ---------------------------------------------------------- pause, resume */
+
+/* UPDATE ... RETURNING the old paused flag: the subquery sees the snapshot
+ * before the update. */
+static int set_paused(warren_store *st, const char *name, const char *sql, const char *job,
+                      int *was_paused, const char *what, warren_error *err)
+{
+    const char *p[] = {job};
+    PGresult *res = NULL;
+    int rc = warren__store_exec_prepared(st, name, sql, 1, p, &res, what, err);
+    if (rc != 0)
+        return rc;
+    if (PQntuples(res) != 1) {
+        PQclear(res);
+        return no_job(err, job);
+    }
+    if (warren__store_get_bool(res, 0, 0, was_paused) != 0)
+        *was_paused = 0;
+    PQclear(res);
+    return 0;
+}
+
+int warren_ops_pause(warren_store *st, const char *job, warren_ops_pause_result *out,
+                     warren_error *err)
+{
+    const char *p[] = {job};
+    PGresult *res = NULL;
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    if ((rc = warren__store_begin(st, err)) != 0)
+        return rc;
+    if ((rc = set_paused(st, "ops_pause_job", SQL_PAUSE_JOB, job, &out->was_paused, "pausing a job",
+                         err)) != 0)
+        goto fail;
+    if ((rc = warren__store_exec_prepared(st, "ops_pause_runs", SQL_PAUSE_RUNS, 1, p, &res,
+                                          "cancelling planned runs of a paused job", err)) != 0)
+        goto fail;
+    out->cancelled = cmd_tuples(res);
+    PQclear(res);
+    if ((rc = notify(st, job, err)) != 0)
+        goto fail;
+    return warren__store_commit(st, err);
+fail:
+    warren__store_rollback(st);
+    return rc;
+}
+
+int warren_ops_resume(warren_store *st, const char *job, warren_ops_resume_result *out,
+                      warren_error *err)
+{
+    const char *p[] = {job};
+    PGresult *res = NULL;
+    warren_plan_job j;
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    if ((rc = warren__store_begin(st, err)) != 0)
+        return rc;
+    if ((rc = set_paused(st, "ops_resume_job", SQL_RESUME_JOB, job, &out->was_paused,
+                         "resuming a job", err)) != 0)
+        goto fail;
+    if ((rc = warren__store_exec_prepared(st, "ops_resume_runs", SQL_RESUME_RUNS, 1, p, &res,
+                                          "re-planning runs cancelled by the pause", err)) != 0)
+        goto fail;
+    if (PQntuples(res) == 1)
+        (void)warren__store_get_int(res, 0, 0, &out->replanned);
+    PQclear(res);
+    /* What the caller tells the operator: the policy the missed fire times
+     * meet, and whether sync will pause the job again. */
+    if ((rc = warren_plan_job_get(st, job, &j, err)) != 0)
+        goto fail;
+    snprintf(out->misfire, sizeof(out->misfire), "%s", j.misfire);
+    out->removed = j.removed;
+    warren_plan_job_clear(&j);
+    if ((rc = notify(st, job, err)) != 0)
+        goto fail;
+    return warren__store_commit(st, err);
+fail:
+    warren__store_rollback(st);
+    return rc;
+}
+
+/* --------------------------------------------------------------- backfill */
+
+void warren_ops_backfill_result_clear(warren_ops_backfill_result *r)
+{
+    if (r == NULL)
+        return;
+    free(r->times);
+    free(r->exists);
+    memset(r, 0, sizeof(*r));
+}
+
+/* The fire times of s in [from, to] into r->times / r->n. */
+static int fire_times(const warren_schedule *s, warren_us from, warren_us to,
+                      warren_ops_backfill_result *r, warren_error *err)
+{
+    size_t cap = 0;
+    int64_t t;
+    int rc = warren_schedule_next(s, from - 1, &t, NULL, err);
+
+    while (rc == 0 && t * WARREN_US_PER_S <= to) {
+        if (r->n == WARREN_OPS_BACKFILL_MAX)
+            return warren_error_set(err, WARREN_ERANGE,
+                                    "the range holds more than %d fire times; narrow it",
+                                    WARREN_OPS_BACKFILL_MAX);
+        if (r->n == cap) {
+            cap = cap ? cap * 2 : 64;
+            warren_us *nt = realloc(r->times, cap * sizeof(*nt));
+            if (nt == NULL)
+                return oom(err);
+            r->times = nt;
+        }
+        r->times[r->n++] = t * WARREN_US_PER_S;
+        rc = warren_schedule_next(s, t * WARREN_US_PER_S, &t, NULL, err);
+    }
+    if (rc == WARREN_ENEVER) {
+        rc = 0;
+        warren_error_clear(err);
+    }
+    return rc;
+}
+
+/* Which of the r->n sorted fire times already have a run: r->exists, r->existing. */
+static int runs_exist(warren_store *st, warren_ops_backfill_result *r, warren_error *err)
+{
+    PGresult *res = NULL;
+    char *arr;
+    int rc;
+
+    if (r->n == 0)
+        return 0;
+    if ((r->exists = calloc(r->n, sizeof(*r->exists))) == NULL)
+        return oom(err);
+    if ((arr = us_array(r->times, r->n)) == NULL)
+        return warren_error_set(err, WARREN_ENOMEM, "out of memory building a planner query");
+    {
+        const char *p[] = {r->job, arr};
+        rc = warren__store_exec_prepared(st, "ops_runs_exist", SQL_RUNS_EXIST, 2, p, &res,
+                                         "looking up existing runs", err);
+    }
+    free(arr);
+    if (rc != 0)
+        return rc;
+    for (int row = 0, i = 0; row < PQntuples(res); row++) {
+        warren_us t;
+        if (warren__store_get_us(res, row, 0, &t) != 0)
+            continue;
+        while ((size_t)i < r->n && r->times[i] < t)
+            i++;
+        if ((size_t)i < r->n && r->times[i] == t)
+            r->exists[i] = 1;
+    }
+    PQclear(res);
+    for (size_t i = 0; i < r->n; i++)
+        r->existing += r->exists[i] != 0;
+    return 0;
+}
+
+/* Inserts a planned run for each fire time (the existing ones are skipped by
+ * ON CONFLICT DO NOTHING): r->inserted. */
+static int write_runs(warren_store *st, const warren_plan_job *j, warren_ops_backfill_result *r,
+                      warren_error *err)
+{
+    char note[96], nb[WARREN_TIME_BUF];
+    warren_plan_run *runs;
+    int64_t jit = warren_jitter_offset_s(j->name, j->jitter_ms);
+    warren_us now = 0;
+    int rc;
+
+    if ((rc = warren_store_now(st, &now, err)) != 0)
+        return rc;
+    if (r->n == 0)
+        return 0;
+    if ((runs = calloc(r->n, sizeof(*runs))) == NULL)
+        return oom(err);
+    snprintf(note, sizeof(note), "backfill at %s", warren_time_format(now, nb, sizeof(nb)));
+    for (size_t i = 0; i < r->n; i++) {
+        runs[i].job = j->name;
+        runs[i].scheduled_at = r->times[i];
+        runs[i].due_at = r->times[i] + jit * WARREN_US_PER_S;
+        runs[i].state = "planned";
+        runs[i].origin = "backfill";
+        runs[i].note = note;
+    }
+    for (size_t off = 0; off < r->n && rc == 0; off += BACKFILL_BATCH) {
+        size_t len = r->n - off < BACKFILL_BATCH ? r->n - off : BACKFILL_BATCH;
+        int k = 0;
+        rc = warren_plan_insert_runs(st, runs + off, len, &k, err);
+        r->inserted += k;
+    }
+    free(runs);
+    if (rc == 0 && r->inserted > 0)
+        rc = warren_store_notify(st, j->name, err);
+    return rc;
+}
+
+int warren_ops_backfill(warren_store *st, const char *job, warren_us from, warren_us to,
+                        int dry_run, warren_ops_backfill_result *out, warren_error *err)
+{
+    warren_tzdb *tzdb = NULL;
+    warren_schedule *s = NULL;
+    warren_plan_job j = {0};
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    if (to < from)
+        return warren_error_set(err, WARREN_EINVAL, "the end of the range is before its start");
+    if ((rc = warren_plan_job_get(st, job, &j, err)) != 0)
+        goto out;
+    snprintf(out->job, sizeof(out->job), "%s", j.name);
+    if ((tzdb = warren_tzdb_new(NULL)) == NULL) {
+        rc = oom(err);
+        goto out;
+    }
+    if ((rc = warren_schedule_new(tzdb, j.name, j.kind, j.expression, j.timezone, &s, err)) != 0)
+        goto out;
+    if ((rc = fire_times(s, from, to, out, err)) != 0)
+        goto out;
+    if ((rc = runs_exist(st, out, err)) != 0)
+        goto out;
+    if (!dry_run)
+        rc = write_runs(st, &j, out, err);
+out:
+    warren_schedule_free(s);
+    warren_tzdb_free(tzdb);
+    warren_plan_job_clear(&j);
+    return rc;
+}
+
+/* ----------------------------------------------------------------- replay */
+
+int warren_ops_replay(warren_store *st, const char *run_key, const char *who, int *replayed,
+                      warren_error *err)
+{
+    PGresult *res = NULL;
+    const char *params[2] = {run_key, who};
+    int rc, b = 0;
+
+    *replayed = 0;
+    rc = warren__store_exec(st, SQL_REPLAY, 2, params, &res, "replay run", err);
+    if (rc != 0)
+        return rc;
+    warren__store_get_bool(res, 0, 0, &b);
+    PQclear(res);
+    *replayed = b;
+    return 0;
+}
+
+int warren_ops_replay_dead(warren_store *st, const char *job, const char *who, int64_t *count,
+                           warren_error *err)
+{
+    PGresult *res = NULL;
+    const char *params[2] = {job, who};
+    int rc;
+
+    *count = 0;
+    rc = warren__store_exec(st, SQL_REPLAY_DEAD, 2, params, &res, "replay dead runs", err);
+    if (rc != 0)
+        return rc;
+    warren__store_get_int64(res, 0, 0, count);
+    PQclear(res);
+    return 0;
+}
+
+/* -------------------------------------------------------------- runs, show */
+
+void warren_ops_run_clear(warren_ops_run *r)
+{
+    if (r == NULL)
+        return;
+    free(r->run_key);
+    free(r->job);
+    free(r->state);
+    free(r->origin);
+    free(r->lease_owner);
+    free(r->last_error);
+    free(r->note);
+    memset(r, 0, sizeof(*r));
+}
+
+void warren_ops_runs_free(warren_ops_run *rows, size_t n)
+{
+    if (rows == NULL)
+        return;
+    for (size_t i = 0; i < n; i++)
+        warren_ops_run_clear(&rows[i]);
+    free(rows);
+}
+
+int warren_ops_state_valid(const char *state)
+{
+    static const char *const states[] = {"planned",   "published", "running", "retrying",
+                                         "succeeded", "dead",      "skipped", "cancelled"};
+    for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++)
+        if (strcmp(state, states[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* Reads RUN_COLUMNS at row into r. */
+static int read_run(const PGresult *res, int row, warren_ops_run *r, warren_error *err)
+{
+    memset(r, 0, sizeof(*r));
+    r->run_key = dup_or_null(warren__store_get_text(res, row, 0));
+    r->job = dup_or_null(warren__store_get_text(res, row, 1));
+    r->state = dup_or_null(warren__store_get_text(res, row, 2));
+    r->origin = dup_or_null(warren__store_get_text(res, row, 3));
+    r->lease_owner = dup_or_null(warren__store_get_text(res, row, 4));
+    r->last_error = dup_or_null(warren__store_get_text(res, row, 5));
+    r->note = dup_or_null(warren__store_get_text(res, row, 6));
+    warren__store_get_int(res, row, 7, &r->attempt);
+    warren__store_get_int(res, row, 8, &r->publish_count);
+    r->scheduled_at = get_us0(res, row, 9);
+    r->due_at = get_us0(res, row, 10);
+    r->lease_until = get_us0(res, row, 11);
+    r->published_at = get_us0(res, row, 12);
+    r->started_at = get_us0(res, row, 13);
+    r->finished_at = get_us0(res, row, 14);
+    r->created_at = get_us0(res, row, 15);
+    if (r->run_key == NULL || r->job == NULL || r->state == NULL || r->origin == NULL) {
+        warren_ops_run_clear(r);
+        return warren_error_set(err, WARREN_ENOMEM, "out of memory reading runs");
+    }
+    return 0;
+}
+
+int warren_ops_runs(warren_store *st, const char *job, const char *state, int limit,
+                    warren_ops_run **rows, size_t *n, warren_error *err)
+{
+    PGresult *res = NULL;
+    char lbuf[24];
+    const char *params[3] = {job, state,
+                             warren__store_int_param(limit > 0 ? limit : 50, lbuf, sizeof(lbuf))};
+    int rc, nt;
+
+    *rows = NULL;
+    *n = 0;
+    rc = warren__store_exec(st, SQL_RUNS, 3, params, &res, "list runs", err);
+    if (rc != 0)
+        return rc;
+    nt = PQntuples(res);
+    if (nt > 0 && (*rows = calloc((size_t)nt, sizeof(**rows))) == NULL) {
+        PQclear(res);
+        return oom(err);
+    }
+    for (int i = 0; i < nt; i++) {
+        if ((rc = read_run(res, i, &(*rows)[i], err)) != 0) {
+            warren_ops_runs_free(*rows, *n);
+            *rows = NULL;
+            *n = 0;
+            PQclear(res);
+            return rc;
+        }
+        (*n)++;
+    }
+    PQclear(res);
+    return 0;
+}
+
+void warren_ops_run_detail_clear(warren_ops_run_detail *d)
+{
+    if (d == NULL)
+        return;
+    warren_ops_run_clear(&d->run);
+    for (size_t i = 0; i < d->nattempts; i++) {
+        free(d->attempts[i].worker);
+        free(d->attempts[i].outcome);
+        free(d->attempts[i].error);
+    }
+    free(d->attempts);
+    memset(d, 0, sizeof(*d));
+}
+
+int warren_ops_show(warren_store *st, const char *run_key, warren_ops_run_detail *out,
+                    warren_error *err)
+{
+    PGresult *res = NULL;
+    const char *params[1] = {run_key};
+    int rc, nt;
+
+    memset(out, 0, sizeof(*out));
+    rc = warren__store_exec(st, SQL_SHOW, 1, params, &res, "show run", err);
+    if (rc != 0)
+        return rc;
+    if (PQntuples(res) == 0) {
+        PQclear(res);
+        return warren_error_set(err, WARREN_ENOENT, "no run %s (run keys look like JOB@%s)",
+                                run_key, "2026-11-30T14:00:00Z");
+    }
+    rc = read_run(res, 0, &out->run, err);
+    PQclear(res);
+    if (rc != 0)
+        return rc;
+    rc = warren__store_exec(st, SQL_ATTEMPTS, 1, params, &res, "read attempts", err);
+    if (rc != 0) {
+        warren_ops_run_detail_clear(out);
+        return rc;
+    }
+    nt = PQntuples(res);
+    if (nt > 0 && (out->attempts = calloc((size_t)nt, sizeof(*out->attempts))) == NULL) {
+        PQclear(res);
+        warren_ops_run_detail_clear(out);
+        return oom(err);
+    }
+    for (int i = 0; i < nt; i++) {
+        warren_ops_attempt *a = &out->attempts[i];
+        warren__store_get_int(res, i, 0, &a->attempt);
+        a->worker = dup_or_null(warren__store_get_text(res, i, 1));
+        a->outcome = dup_or_null(warren__store_get_text(res, i, 2));
+        a->error = dup_or_null(warren__store_get_text(res, i, 3));
+        a->started_at = get_us0(res, i, 4);
+        a->finished_at = get_us0(res, i, 5);
+        out->nattempts++;
+    }
+    PQclear(res);
+    return 0;
+}
