@@ -1,6 +1,9 @@
 /* config.c: loads the libconfig file (DESIGN §8) into warren_config and
  * validates all of it, collecting every error as "FILE:LINE: job "NAME":
- * setting "retry.base": ..." rather than stopping at the first. */
+ * setting "retry.base": ..." rather than stopping at the first. Each section's
+ * settings are declared once, in a table (config_int.h) that drives parsing,
+ * defaults, bounds and "did you mean"; structured settings (schedules,
+ * payload, handler) have dedicated code the table points to. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -22,8 +25,8 @@
 
 #include "config_int.h"
 
-/* Bounds that are not a setting's own (defaults and ranges are in the tables below). */
-#define MAX_RELEASE_LEAD_MS 10000 /* below warren.wp_max_wait() (sql/009) */
+/* Every setting's default and bounds are in the tables below; these two have reasons. */
+#define MAX_RELEASE_LEAD_MS 10000 /* planner.release_lead: below warren.wp_max_wait() (sql/009) */
 
 /* A payload's JSON is capped so one job cannot bloat every message. */
 #define PAYLOAD_MAX_BYTES (64 * 1024)
@@ -538,7 +541,7 @@ static char *dup_or_oom(loader *L, const char *s)
 
 /* ---- the settings tables' engine -------------------------------------------------------- */
 
-/* Sets every setting of sec (and of its groups) in base to its default. */
+/* Sets every setting of sec (and of its groups) in base, a zeroed struct, to its default. */
 static void apply_defaults(loader *L, const warren__section *sec, void *base)
 {
     for (size_t i = 0; i < sec->count; i++) {
@@ -1141,49 +1144,34 @@ static void check_lease(loader *L, const config_setting_t *job, const scope *sc,
 
 /* ---- the jobs' tables ----------------------------------------------------------------------- */
 
-/* One line per setting: name, type, where it goes, default, bounds, check. */
-#define SET_STRING(nm, ty, fld, dflt, check)                                                       \
-    {                                                                                              \
-        .name = nm, .type = WARREN__SET_STRING, .offset = offsetof(ty, fld), .def_str = dflt,      \
-        .fn = check                                                                                \
-    }
-#define SET_INT(nm, ty, fld, dflt, lo, hi)                                                         \
-    {                                                                                              \
-        .name = nm, .type = WARREN__SET_INT, .offset = offsetof(ty, fld), .def = dflt, .min = lo,  \
-        .max = hi                                                                                  \
-    }
-#define SET_INT_CHECKED(nm, ty, fld, dflt, lo, hi, check)                                          \
-    {                                                                                              \
-        .name = nm, .type = WARREN__SET_INT, .offset = offsetof(ty, fld), .def = dflt, .min = lo,  \
-        .max = hi, .fn = check                                                                     \
-    }
-#define SET_BOOL(nm, ty, fld, dflt)                                                                \
-    {                                                                                              \
-        .name = nm, .type = WARREN__SET_BOOL, .offset = offsetof(ty, fld), .def = dflt             \
-    }
+/* One line per setting: name, type, where it goes, default, bounds, check.
+ * (Not clang-formatted: it would spread each initializer over a block.) */
+/* clang-format off */
+#define SET_STRING(nm, ty, fld, dflt, check) \
+    {.name = nm, .type = WARREN__SET_STRING, .offset = offsetof(ty, fld), .def_str = dflt, \
+     .fn = check}
+#define SET_INT(nm, ty, fld, dflt, lo, hi) \
+    {.name = nm, .type = WARREN__SET_INT, .offset = offsetof(ty, fld), .def = dflt, .min = lo, \
+     .max = hi}
+#define SET_INT_CHECKED(nm, ty, fld, dflt, lo, hi, check) \
+    {.name = nm, .type = WARREN__SET_INT, .offset = offsetof(ty, fld), .def = dflt, .min = lo, \
+     .max = hi, .fn = check}
+#define SET_BOOL(nm, ty, fld, dflt) \
+    {.name = nm, .type = WARREN__SET_BOOL, .offset = offsetof(ty, fld), .def = dflt}
 /* hi 0: at most 100 years; otherwise why says why hi. */
-#define SET_DURATION(nm, ty, fld, dflt, lo, hi, why, flg, check)                                   \
-    {                                                                                              \
-        .name = nm, .type = WARREN__SET_DURATION, .offset = offsetof(ty, fld), .def = dflt,        \
-        .min = lo, .max = hi, .what = why, .flags = flg, .fn = check                               \
-    }
-#define SET_ENUM(nm, ty, fld, dflt, nms, wht, check)                                               \
-    {                                                                                              \
-        .name = nm, .type = WARREN__SET_ENUM, .offset = offsetof(ty, fld), .def = dflt,            \
-        .names = nms, .what = wht, .fn = check                                                     \
-    }
-#define SET_GROUP(nm, off, grp)                                                                    \
-    {                                                                                              \
-        .name = nm, .type = WARREN__SET_GROUP, .offset = off, .group = grp                         \
-    }
+#define SET_DURATION(nm, ty, fld, dflt, lo, hi, why, flg, check) \
+    {.name = nm, .type = WARREN__SET_DURATION, .offset = offsetof(ty, fld), .def = dflt, \
+     .min = lo, .max = hi, .what = why, .flags = flg, .fn = check}
+#define SET_ENUM(nm, ty, fld, dflt, nms, wht, check) \
+    {.name = nm, .type = WARREN__SET_ENUM, .offset = offsetof(ty, fld), .def = dflt, \
+     .names = nms, .what = wht, .fn = check}
+#define SET_GROUP(nm, off, grp) {.name = nm, .type = WARREN__SET_GROUP, .offset = off, .group = grp}
 /* parse NULL: parsed by an earlier setting's code (or by the group's finish). */
-#define SET_CUSTOM(nm, parse)                                                                      \
-    {                                                                                              \
-        .name = nm, .type = WARREN__SET_CUSTOM, .fn = parse                                        \
-    }
+#define SET_CUSTOM(nm, parse) {.name = nm, .type = WARREN__SET_CUSTOM, .fn = parse}
 
-#define SECONDS(n) ((int64_t)(n)*1000)
-#define MINUTES(n) ((int64_t)(n)*60000)
+#define SECONDS(n) ((int64_t)(n) * 1000)
+#define MINUTES(n) ((int64_t)(n) * 60000)
+/* clang-format on */
 
 static const warren__setting retry_settings[] = {
     SET_INT("max_attempts", warren_job, retry_max_attempts, 5, 1, 1000),
