@@ -16,7 +16,7 @@ void warren__buf_init(warren__buf *b, size_t max)
 {
     b->p = NULL;
     b->len = b->cap = 0;
-    b->max = max < SIZE_MAX - 1 ? max : SIZE_MAX - 1; /* len + NUL never overflows */
+    b->max = max;
     b->err = 0;
 }
 
@@ -38,9 +38,12 @@ void warren__buf_reset(warren__buf *b)
 /* Room for n more bytes and the NUL. */
 static int grow(warren__buf *b, size_t n)
 {
+    size_t max = b->max == 0 ? WARREN__BUF_PG_VALUE_MAX : b->max;
+    if (max > SIZE_MAX - 1)
+        max = SIZE_MAX - 1; /* len + NUL never overflows */
     if (b->err != 0)
         return b->err;
-    if (n > b->max - b->len || b->len > b->max)
+    if (n > max - b->len || b->len > max)
         return b->err = WARREN_ERANGE;
     if (b->len + n + 1 <= b->cap)
         return 0;

@@ -13,12 +13,14 @@ typedef struct warren__buf {
     char *p;    /* the text, NUL-terminated; NULL until something is added */
     size_t len; /* bytes of text, without the NUL */
     size_t cap; /* bytes allocated */
-    size_t max; /* the cap: len never exceeds it */
+    size_t max; /* the cap: len never exceeds it (0, as in a zeroed buffer:
+                   WARREN__BUF_PG_VALUE_MAX) */
     int err;    /* 0, or WARREN_ENOMEM or WARREN_ERANGE (an add would pass max): once set,
                    every later add is dropped, so callers check once at the end */
 } warren__buf;
 
-/* An empty buffer holding at most max bytes; nothing is allocated yet. */
+/* An empty buffer holding at most max bytes (0: WARREN__BUF_PG_VALUE_MAX);
+ * nothing is allocated yet. A zeroed warren__buf is the same as max 0. */
 void warren__buf_init(warren__buf *b, size_t max);
 /* Frees the text; the buffer is empty (and usable) again. Accepts NULL. */
 void warren__buf_close(warren__buf *b);

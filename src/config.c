@@ -105,6 +105,15 @@ int warren_overlap_from_name(const char *s, warren_overlap *out)
     return 0;
 }
 
+int warren_sched_kind_from_name(const char *s, warren_sched_kind *out)
+{
+    int i = index_of(sched_names, s);
+    if (i < 0)
+        return WARREN_EINVAL;
+    *out = (warren_sched_kind)i;
+    return 0;
+}
+
 /* ---- diagnostics ---------------------------------------------------------------------------- */
 
 typedef struct diag {

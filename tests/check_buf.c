@@ -71,6 +71,12 @@ START_TEST(test_buf_steal_hands_over_the_text)
     warren__buf_init(&b, SIZE_MAX); /* no overflow of len + NUL */
     ck_assert_int_eq(warren__buf_add(&b, "x", 1), 0);
     warren__buf_close(&b);
+    /* a zeroed buffer is usable, with PostgreSQL's value limit as its cap */
+    warren__buf z = {0};
+    ck_assert_int_eq(warren__buf_puts(&z, "ok"), 0);
+    ck_assert_int_eq(warren__buf_add(&z, "x", WARREN__BUF_PG_VALUE_MAX), WARREN_ERANGE);
+    ck_assert_str_eq(z.p, "ok");
+    warren__buf_close(&z);
 }
 END_TEST
 

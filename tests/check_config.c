@@ -652,6 +652,14 @@ START_TEST(test_config_policy_names_round_trip)
     ck_assert_str_eq(warren_sched_kind_name(WARREN_SCHED_EVERY), "every");
     ck_assert_str_eq(warren_overlap_name(WARREN_OVERLAP_CANCEL_PREVIOUS), "cancel_previous");
     ck_assert_str_eq(warren_handler_kind_name(WARREN_HANDLER_NONE), "none");
+    warren_sched_kind k;
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(
+            warren_sched_kind_from_name(warren_sched_kind_name((warren_sched_kind)i), &k), 0);
+        ck_assert_int_eq(k, i);
+    }
+    ck_assert_int_eq(warren_sched_kind_from_name("hourly", &k), WARREN_EINVAL);
+    ck_assert_str_eq(warren_misfire_name((warren_misfire)3), "unknown");
 }
 END_TEST
 
