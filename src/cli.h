@@ -3,6 +3,8 @@
 #ifndef WARREN_CLI_H
 #define WARREN_CLI_H
 
+#include <signal.h>
+
 #include <warren/config.h>
 #include <warren/error.h>
 #include <warren/log.h>
@@ -24,6 +26,12 @@ int cli_exit_code(int rc);
 warren_logger cli_logger(void);
 /* 1 if argv has -h or --help. */
 int cli_wants_help(int argc, char **argv);
+/* The long-running commands' stop signals: SIGTERM and SIGINT set *flag to 1
+ * (and do nothing else; the loop watching *flag stops), and with
+ * ignore_sigpipe SIGPIPE is ignored (writes to a closed peer fail with EPIPE
+ * instead of killing the process). flag must outlive the process's signal
+ * handling (a static); one flag per process, the last call wins. */
+void cli_stop_signals(volatile sig_atomic_t *flag, int ignore_sigpipe);
 
 /* The subcommands, by owning file. */
 int cli_check(int argc, char **argv);    /* cli_config.c */

@@ -1,5 +1,7 @@
 /* cli_common.c: conventions every subcommand shares: config path, config
- * loading with every error printed, exit codes, the stderr logger. */
+ * loading with every error printed, exit codes, the stderr logger, the stop
+ * signals. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,4 +75,29 @@ int cli_wants_help(int argc, char **argv)
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0)
             return 1;
     return 0;
+}
+
+/* Set before the handlers are installed, read only by them. */
+static volatile sig_atomic_t *stop_flag;
+
+static void on_stop_signal(int sig)
+{
+    (void)sig;
+    *stop_flag = 1;
+}
+
+void cli_stop_signals(volatile sig_atomic_t *flag, int ignore_sigpipe)
+{
+    struct sigaction sa;
+
+    stop_flag = flag;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    if (ignore_sigpipe) {
+        sa.sa_handler = SIG_IGN;
+        sigaction(SIGPIPE, &sa, NULL);
+    }
 }

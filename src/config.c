@@ -1,6 +1,9 @@
 /* config.c: loads the libconfig file (DESIGN §8) into warren_config and
  * validates all of it, collecting every error as "FILE:LINE: job "NAME":
- * setting "retry.base": ..." rather than stopping at the first. */
+ * setting "retry.base": ..." rather than stopping at the first. Each section's
+ * settings are declared once, in a table (config_int.h) that drives parsing,
+ * defaults, bounds and "did you mean"; structured settings (schedules,
+ * payload, handler) have dedicated code the table points to. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -17,32 +20,13 @@
 #include <warren/config.h>
 #include <warren/cron.h>
 #include <warren/duration.h>
+#include <warren/hash.h>
 #include <warren/tz.h>
 
-/* Defaults (documented in config.h, examples/warren.cfg and docs/config.md). */
-#define DEF_DATABASE_URL "postgresql://localhost/warren"
-#define DEF_AMQP_URL "amqp://guest:guest@localhost:5672/%2f"
-#define DEF_DELIVERY_LIMIT 5
-#define DEF_HORIZON_MS (2 * 60000)
-#define DEF_TICK_MS 1000
-#define DEF_MISFIRE_THRESHOLD_MS 60000
-#define DEF_RECONCILE_GRACE_MS 30000
-#define DEF_PARTITIONS 64
-#define DEF_PUBLISH_BATCH 200
-#define DEF_DELAY_RING 0
-#define DEF_DELAY_QUEUE_EXPIRES_MS (10 * 60000)
-#define DEF_EVENT_DEFER_MS 10000
-#define DEF_RELEASE_LEAD_MS 3000
-#define MAX_RELEASE_LEAD_MS 10000 /* below warren.wp_max_wait() (sql/009) */
-#define DEF_CONCURRENCY 4
-#define DEF_SHUTDOWN_GRACE_MS 30000
-#define DEF_HEARTBEAT_MARGIN_MS 5000
-#define DEF_TIMEZONE "UTC"
-#define DEF_RETRY_MAX_ATTEMPTS 5
-#define DEF_RETRY_BASE_MS 10000
-#define DEF_RETRY_CAP_MS (10 * 60000)
-#define DEF_LEASE_MS 30000
-#define DEF_TIMEOUT_MS (30 * 60000)
+#include "config_int.h"
+
+/* Every setting's default and bounds are in the tables below; these two have reasons. */
+#define MAX_RELEASE_LEAD_MS 10000 /* planner.release_lead: below warren.wp_max_wait() (sql/009) */
 
 /* A payload's JSON is capped so one job cannot bloat every message. */
 #define PAYLOAD_MAX_BYTES (64 * 1024)
@@ -52,49 +36,82 @@
 
 /* ---- names ---------------------------------------------------------------------------------- */
 
-static const char *const misfire_names[] = {"run_once", "skip", "catch_up"};
-static const char *const overlap_names[] = {"skip", "allow", "queue", "cancel_previous"};
-static const char *const sched_names[] = {"cron", "every", "at"};
-static const char *const handler_names[] = {"none", "exec", "sql", "c"};
+/* Each enum's names, indexed by value (NULL-terminated: the settings tables use them too). */
+static const char *const misfire_names[] = {"run_once", "skip", "catch_up", NULL};
+static const char *const overlap_names[] = {"skip", "allow", "queue", "cancel_previous", NULL};
+static const char *const sched_names[] = {"cron", "every", "at", NULL};
+static const char *const handler_names[] = {"none", "exec", "sql", "c", NULL};
+static const char *const delay_ring_type_names[] = {"quorum", "classic", NULL};
+
+_Static_assert(WARREN_MISFIRE_CATCH_UP == 2 && WARREN_OVERLAP_CANCEL_PREVIOUS == 3 &&
+                   WARREN_SCHED_AT == 2 && WARREN_HANDLER_C == 3 && WARREN_DELAY_RING_QUORUM == 0 &&
+                   WARREN_DELAY_RING_CLASSIC == 1,
+               "the name arrays are indexed by value");
+/* ENUM settings are stored through an int *. */
+_Static_assert(sizeof(warren_misfire) == sizeof(int) && sizeof(warren_overlap) == sizeof(int),
+               "enums are int-sized");
+
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+static const char *name_of(const char *const *names, size_t n, unsigned v)
+{
+    return v < n - 1 ? names[v] : "unknown";
+}
+
+/* The index of s in names, or -1. */
+static int index_of(const char *const *names, const char *s)
+{
+    for (int i = 0; s != NULL && names[i] != NULL; i++)
+        if (strcmp(s, names[i]) == 0)
+            return i;
+    return -1;
+}
 
 const char *warren_misfire_name(warren_misfire m)
 {
-    return (unsigned)m < 3 ? misfire_names[m] : "unknown";
+    return name_of(misfire_names, COUNT(misfire_names), (unsigned)m);
 }
 
 const char *warren_overlap_name(warren_overlap o)
 {
-    return (unsigned)o < 4 ? overlap_names[o] : "unknown";
+    return name_of(overlap_names, COUNT(overlap_names), (unsigned)o);
 }
 
 const char *warren_sched_kind_name(warren_sched_kind k)
 {
-    return (unsigned)k < 3 ? sched_names[k] : "unknown";
+    return name_of(sched_names, COUNT(sched_names), (unsigned)k);
 }
 
 const char *warren_handler_kind_name(warren_handler_kind k)
 {
-    return (unsigned)k < 4 ? handler_names[k] : "unknown";
+    return name_of(handler_names, COUNT(handler_names), (unsigned)k);
 }
 
 int warren_misfire_from_name(const char *s, warren_misfire *out)
 {
-    for (int i = 0; s != NULL && i < 3; i++)
-        if (strcmp(s, misfire_names[i]) == 0) {
-            *out = (warren_misfire)i;
-            return 0;
-        }
-    return WARREN_EINVAL;
+    int i = index_of(misfire_names, s);
+    if (i < 0)
+        return WARREN_EINVAL;
+    *out = (warren_misfire)i;
+    return 0;
 }
 
 int warren_overlap_from_name(const char *s, warren_overlap *out)
 {
-    for (int i = 0; s != NULL && i < 4; i++)
-        if (strcmp(s, overlap_names[i]) == 0) {
-            *out = (warren_overlap)i;
-            return 0;
-        }
-    return WARREN_EINVAL;
+    int i = index_of(overlap_names, s);
+    if (i < 0)
+        return WARREN_EINVAL;
+    *out = (warren_overlap)i;
+    return 0;
+}
+
+int warren_sched_kind_from_name(const char *s, warren_sched_kind *out)
+{
+    int i = index_of(sched_names, s);
+    if (i < 0)
+        return WARREN_EINVAL;
+    *out = (warren_sched_kind)i;
+    return 0;
 }
 
 /* ---- diagnostics ---------------------------------------------------------------------------- */
@@ -106,7 +123,7 @@ typedef struct diag {
     size_t seq;
 } diag;
 
-typedef struct loader {
+typedef struct warren__loader {
     const char *path; /* as given */
     char *dir;        /* directory of path: @include and relative exec paths */
     char *absdir;     /* the same, absolute (for exec paths) */
@@ -117,6 +134,7 @@ typedef struct loader {
     warren_tzdb *tzdb;
     size_t *names; /* open-addressing set of job index + 1, by name (duplicates) */
     size_t names_cap;
+    warren_config *cfg; /* being loaded */
     int oom;
 } loader;
 
@@ -298,7 +316,7 @@ static const char *type_name(const config_setting_t *s)
 }
 
 /* The context of a lookup: which job (or none), and the setting path prefix. */
-typedef struct scope {
+typedef struct warren__scope {
     const char *who;    /* `job "NAME"` or `job #3`, NULL for sections */
     const char *prefix; /* "planner", "retry", "" ... */
 } scope;
@@ -338,16 +356,17 @@ static int levenshtein(const char *a, const char *b)
     return row[lb];
 }
 
-/* The known name closest to s, or NULL if none is close enough to be a typo. */
-static const char *nearest(const char *s, const char *const *known)
+/* The setting of sec closest to s, or NULL if none is close enough to be a typo. */
+static const char *nearest(const char *s, const warren__section *sec)
 {
     const char *best = NULL;
     int bestd = 99;
-    for (size_t i = 0; known[i] != NULL; i++) {
-        int d = strcasecmp(s, known[i]) == 0 ? 0 : levenshtein(s, known[i]);
+    for (size_t i = 0; i < sec->count; i++) {
+        const char *known = sec->settings[i].name;
+        int d = strcasecmp(s, known) == 0 ? 0 : levenshtein(s, known);
         if (d < bestd) {
             bestd = d;
-            best = known[i];
+            best = known;
         }
     }
     size_t n = strlen(s);
@@ -355,23 +374,27 @@ static const char *nearest(const char *s, const char *const *known)
     return bestd <= limit ? best : NULL;
 }
 
+/* The index of name in sec, or -1. */
+static int setting_index(const warren__section *sec, const char *name)
+{
+    for (size_t k = 0; k < sec->count; k++)
+        if (strcmp(name, sec->settings[k].name) == 0)
+            return (int)k;
+    return -1;
+}
+
+/* Reports every member of group that is not a setting of sec. */
 static void check_known(loader *L, const config_setting_t *group, const scope *sc,
-                        const char *const *known)
+                        const warren__section *sec)
 {
     char path[256], alt[256], q[200];
     for (int i = 0; i < config_setting_length(group); i++) {
         const config_setting_t *s = config_setting_get_elem(group, (unsigned)i);
         const char *name = config_setting_name(s);
-        size_t k;
-        if (name == NULL)
-            continue;
-        for (k = 0; known[k] != NULL; k++)
-            if (strcmp(name, known[k]) == 0)
-                break;
-        if (known[k] != NULL)
+        if (name == NULL || setting_index(sec, name) >= 0)
             continue;
         path_of(path, sizeof(path), sc, name);
-        const char *near = nearest(name, known);
+        const char *near = nearest(name, sec);
         if (near != NULL) {
             char qa[200];
             path_of(alt, sizeof(alt), sc, near);
@@ -454,7 +477,7 @@ static int get_bool(loader *L, const config_setting_t *g, const scope *sc, const
     return 1;
 }
 
-#define DUR_WHOLE_SECONDS 0x1 /* the value is used in whole seconds */
+#define DUR_WHOLE_SECONDS WARREN__SET_WHOLE_SECONDS /* the value is used in whole seconds */
 
 /* The longest duration any setting takes: 100 years. Longer ones parse, but
  * the planner and worker turn durations into microseconds and add them to
@@ -525,23 +548,128 @@ static char *dup_or_oom(loader *L, const char *s)
     return d;
 }
 
-/* ---- sections ------------------------------------------------------------------------------- */
+/* ---- the settings tables' engine -------------------------------------------------------- */
 
-static const char *const top_known[] = {"database", "broker", "planner", "worker", "jobs", NULL};
-static const char *const database_known[] = {"url", NULL};
-static const char *const broker_known[] = {"url", "delivery_limit", NULL};
-static const char *const planner_known[] = {
-    "horizon",         "tick",          "misfire_threshold", "reconcile_grace",
-    "partitions",      "publish_batch", "delay_ring",        "delay_queue_expires",
-    "delay_ring_type", "event_defer",   "release_lead",      NULL};
-static const char *const worker_known[] = {"concurrency", "shutdown_grace", "heartbeat_margin",
-                                           "id", NULL};
-static const char *const job_known[] = {"name",    "cron",    "every",   "at",      "timezone",
-                                        "queue",   "payload", "handler", "misfire", "max_catch_up",
-                                        "overlap", "jitter",  "retry",   "lease",   "timeout",
-                                        "paused",  NULL};
-static const char *const handler_known[] = {"exec", "shell", "sql", "c", NULL};
-static const char *const retry_known[] = {"max_attempts", "base", "cap", NULL};
+/* Sets every setting of sec (and of its groups) in base, a zeroed struct, to its default. */
+static void apply_defaults(loader *L, const warren__section *sec, void *base)
+{
+    for (size_t i = 0; i < sec->count; i++) {
+        const warren__setting *st = &sec->settings[i];
+        void *f = (char *)base + st->offset;
+        switch (st->type) {
+        case WARREN__SET_STRING:
+            if (st->def_str != NULL)
+                *(char **)f = dup_or_oom(L, st->def_str);
+            break;
+        case WARREN__SET_INT:
+        case WARREN__SET_BOOL:
+        case WARREN__SET_ENUM:
+            *(int *)f = (int)st->def;
+            break;
+        case WARREN__SET_DURATION:
+            *(int64_t *)f = st->def;
+            break;
+        case WARREN__SET_GROUP:
+            apply_defaults(L, st->group, f);
+            break;
+        case WARREN__SET_CUSTOM:
+            break;
+        }
+    }
+}
+
+static void load_group(loader *L, const config_setting_t *g, const scope *sc,
+                       const warren__section *sec, void *base);
+
+/* Parses setting st of group g into base: 0 absent (the default stays), 1
+ * valid, -1 reported, -2 (ENUM) a string that is none of its names. */
+static int parse_setting(loader *L, const config_setting_t *g, const scope *sc,
+                         const warren__setting *st, void *base)
+{
+    void *f = (char *)base + st->offset;
+    char path[256], q[200], a[64], b[64];
+    const char *s;
+    int64_t v;
+    int r;
+
+    switch (st->type) {
+    case WARREN__SET_STRING:
+        if ((r = get_string(L, g, sc, st->name, &s)) == 1) {
+            free(*(char **)f);
+            *(char **)f = dup_or_oom(L, s);
+        }
+        return r;
+    case WARREN__SET_INT:
+        return get_int(L, g, sc, st->name, st->min, st->max, (int *)f);
+    case WARREN__SET_BOOL:
+        return get_bool(L, g, sc, st->name, (int *)f);
+    case WARREN__SET_DURATION:
+        if ((r = get_duration(L, g, sc, st->name, st->min, st->flags, &v)) != 1)
+            return r;
+        if (st->max > 0 && v > st->max) {
+            path_of(path, sizeof(path), sc, st->name);
+            report(L, member(g, st->name), sc->who, path, "%s is too long (at most %s: %s)",
+                   warren_duration_format(v, a, sizeof(a)),
+                   warren_duration_format(st->max, b, sizeof(b)), st->what);
+            return -1;
+        }
+        *(int64_t *)f = v;
+        return 1;
+    case WARREN__SET_ENUM:
+        if ((r = get_string(L, g, sc, st->name, &s)) != 1)
+            return r;
+        if ((r = index_of(st->names, s)) >= 0) {
+            *(int *)f = r;
+            return 1;
+        }
+        path_of(path, sizeof(path), sc, st->name);
+        report(L, member(g, st->name), sc->who, path, "%s is not %s", quote(q, sizeof(q), s),
+               st->what);
+        return -2;
+    case WARREN__SET_GROUP: {
+        const config_setting_t *sub = get_group(L, g, sc, st->name);
+        if (sub == NULL)
+            return member(g, st->name) != NULL ? -1 : 0;
+        path_of(path, sizeof(path), sc, st->name);
+        scope ss = {sc->who, path};
+        load_group(L, sub, &ss, st->group, f);
+        return 1;
+    }
+    case WARREN__SET_CUSTOM:
+        if (st->fn != NULL)
+            st->fn(L, g, sc, base, 0);
+        return member(g, st->name) != NULL;
+    }
+    return 0;
+}
+
+/* Loads group g by table sec into base: unknown settings, then each setting
+ * in table order (so errors on one line keep that order), then sec's checks
+ * across settings. */
+static void load_group(loader *L, const config_setting_t *g, const scope *sc,
+                       const warren__section *sec, void *base)
+{
+    int status[WARREN__SECTION_MAX];
+
+    check_known(L, g, sc, sec);
+    for (size_t i = 0; i < sec->count && i < WARREN__SECTION_MAX; i++) {
+        const warren__setting *st = &sec->settings[i];
+        status[i] = parse_setting(L, g, sc, st, base);
+        if (st->type != WARREN__SET_CUSTOM && st->fn != NULL)
+            st->fn(L, g, sc, base, status[i]);
+    }
+    if (sec->finish != NULL)
+        sec->finish(L, g, sc, base, status);
+}
+
+/* What the parse of setting name of sec found (status as load_group keeps it). */
+static int status_of(const warren__section *sec, const int *status, const char *name)
+{
+    int i = setting_index(sec, name);
+    return i >= 0 ? status[i] : 0;
+}
+
+/* ---- sections ------------------------------------------------------------------------------- */
 
 static int is_amqp_url(const char *u)
 {
@@ -566,103 +694,57 @@ static const char *quote_url(char *buf, size_t len, const char *u)
     return quote(buf, len, masked);
 }
 
-static void load_sections(loader *L, config_t *cf, warren_config *cfg)
+static void check_broker_url(loader *L, const config_setting_t *g, const scope *sc, void *base,
+                             int status)
 {
-    const config_setting_t *root = config_root_setting(cf);
-    scope top = {NULL, ""};
-    const config_setting_t *g;
-    const char *s;
-    char q[200], a[64], b[64];
+    const warren_config *cfg = base;
+    char q[200];
 
-    check_known(L, root, &top, top_known);
+    (void)sc;
+    if (status == 1 && cfg->amqp_url != NULL && !is_amqp_url(cfg->amqp_url))
+        report(L, member(g, "url"), NULL, "broker.url",
+               "%s is not an AMQP URL (use e.g. \"amqp://guest:guest@localhost:5672/%%2f\")",
+               quote_url(q, sizeof(q), cfg->amqp_url));
+}
 
-    scope db = {NULL, "database"};
-    if ((g = get_group(L, root, &top, "database")) != NULL) {
-        check_known(L, g, &db, database_known);
-        if (get_string(L, g, &db, "url", &s) == 1) {
-            free(cfg->database_url);
-            cfg->database_url = dup_or_oom(L, s);
-        }
-    }
+/* A type string (valid or not) without a ring is reported too. */
+static void check_delay_ring_type(loader *L, const config_setting_t *g, const scope *sc, void *base,
+                                  int status)
+{
+    const warren_planner_config *p = base;
 
-    scope br = {NULL, "broker"};
-    if ((g = get_group(L, root, &top, "broker")) != NULL) {
-        check_known(L, g, &br, broker_known);
-        if (get_string(L, g, &br, "url", &s) == 1) {
-            if (!is_amqp_url(s))
-                report(
-                    L, member(g, "url"), NULL, "broker.url",
-                    "%s is not an AMQP URL (use e.g. \"amqp://guest:guest@localhost:5672/%%2f\")",
-                    quote_url(q, sizeof(q), s));
-            free(cfg->amqp_url);
-            cfg->amqp_url = dup_or_oom(L, s);
-        }
-        get_int(L, g, &br, "delivery_limit", 1, 1000000, &cfg->delivery_limit);
-    }
+    (void)sc;
+    if ((status == 1 || status == -2) && p->delay_ring == 0)
+        report(L, member(g, "delay_ring_type"), NULL, "planner.delay_ring_type",
+               "has no effect without planner.delay_ring = N (the number of ring "
+               "queues; the default is a classic queue per due second)");
+}
 
-    scope pl = {NULL, "planner"};
-    warren_planner_config *p = &cfg->planner;
-    if ((g = get_group(L, root, &top, "planner")) != NULL) {
-        check_known(L, g, &pl, planner_known);
-        get_duration(L, g, &pl, "horizon", 1000, 0, &p->horizon_ms);
-        get_duration(L, g, &pl, "tick", 10, 0, &p->tick_ms);
-        get_duration(L, g, &pl, "misfire_threshold", 1000, 0, &p->misfire_threshold_ms);
-        get_duration(L, g, &pl, "reconcile_grace", 1000, 0, &p->reconcile_grace_ms);
-        get_int(L, g, &pl, "partitions", 1, 65536, &p->partitions);
-        get_int(L, g, &pl, "publish_batch", 1, 100000, &p->publish_batch);
-        get_int(L, g, &pl, "delay_ring", 0, 1024, &p->delay_ring);
-        get_duration(L, g, &pl, "delay_queue_expires", 1000, 0, &p->delay_queue_expires_ms);
-        get_duration(L, g, &pl, "event_defer", 0, 0, &p->event_defer_ms);
-        if (get_duration(L, g, &pl, "release_lead", 0, 0, &p->release_lead_ms) == 1 &&
-            p->release_lead_ms > MAX_RELEASE_LEAD_MS)
-            report(L, member(g, "release_lead"), NULL, "planner.release_lead",
-                   "%s is too long (at most %s: warren.claim waits at most 15 s for a run "
-                   "released early)",
-                   warren_duration_format(p->release_lead_ms, a, sizeof(a)),
-                   warren_duration_format(MAX_RELEASE_LEAD_MS, b, sizeof(b)));
-        if (get_string(L, g, &pl, "delay_ring_type", &s) == 1) {
-            if (strcmp(s, "quorum") == 0)
-                p->delay_ring_type = WARREN_DELAY_RING_QUORUM;
-            else if (strcmp(s, "classic") == 0)
-                p->delay_ring_type = WARREN_DELAY_RING_CLASSIC;
-            else
-                report(L, member(g, "delay_ring_type"), NULL, "planner.delay_ring_type",
-                       "%s is not a delay ring type (use \"quorum\" or \"classic\")",
-                       quote(q, sizeof(q), s));
-            if (p->delay_ring == 0)
-                report(L, member(g, "delay_ring_type"), NULL, "planner.delay_ring_type",
-                       "has no effect without planner.delay_ring = N (the number of ring "
-                       "queues; the default is a classic queue per due second)");
-        }
-        if (p->horizon_ms < p->tick_ms)
-            report(L, member(g, "horizon") ? member(g, "horizon") : member(g, "tick"), NULL,
-                   "planner.horizon",
-                   "%s is shorter than planner.tick (%s): nothing could be "
-                   "planned ahead",
-                   warren_duration_format(p->horizon_ms, a, sizeof(a)),
-                   warren_duration_format(p->tick_ms, b, sizeof(b)));
-        /* A per-second delay queue must outlive every message published into it. */
-        if (p->delay_queue_expires_ms <= p->horizon_ms)
-            report(L,
-                   member(g, "delay_queue_expires") ? member(g, "delay_queue_expires")
-                                                    : member(g, "horizon"),
-                   NULL, "planner.delay_queue_expires",
-                   "%s must be longer than planner.horizon (%s), or delayed runs would be lost "
-                   "with their queue",
-                   warren_duration_format(p->delay_queue_expires_ms, a, sizeof(a)),
-                   warren_duration_format(p->horizon_ms, b, sizeof(b)));
-    }
+static void check_planner(loader *L, const config_setting_t *g, const scope *sc, void *base,
+                          const int *status)
+{
+    const warren_planner_config *p = base;
+    char a[64], b[64];
 
-    scope wk = {NULL, "worker"};
-    warren_worker_config *w = &cfg->worker;
-    if ((g = get_group(L, root, &top, "worker")) != NULL) {
-        check_known(L, g, &wk, worker_known);
-        get_int(L, g, &wk, "concurrency", 1, 4096, &w->concurrency);
-        get_duration(L, g, &wk, "shutdown_grace", 0, 0, &w->shutdown_grace_ms);
-        get_duration(L, g, &wk, "heartbeat_margin", 0, 0, &w->heartbeat_margin_ms);
-        if (get_string(L, g, &wk, "id", &s) == 1)
-            w->id = dup_or_oom(L, s);
-    }
+    (void)sc;
+    (void)status;
+    if (p->horizon_ms < p->tick_ms)
+        report(L, member(g, "horizon") ? member(g, "horizon") : member(g, "tick"), NULL,
+               "planner.horizon",
+               "%s is shorter than planner.tick (%s): nothing could be "
+               "planned ahead",
+               warren_duration_format(p->horizon_ms, a, sizeof(a)),
+               warren_duration_format(p->tick_ms, b, sizeof(b)));
+    /* A per-second delay queue must outlive every message published into it. */
+    if (p->delay_queue_expires_ms <= p->horizon_ms)
+        report(L,
+               member(g, "delay_queue_expires") ? member(g, "delay_queue_expires")
+                                                : member(g, "horizon"),
+               NULL, "planner.delay_queue_expires",
+               "%s must be longer than planner.horizon (%s), or delayed runs would be lost "
+               "with their queue",
+               warren_duration_format(p->delay_queue_expires_ms, a, sizeof(a)),
+               warren_duration_format(p->horizon_ms, b, sizeof(b)));
 }
 
 /* ---- payload -------------------------------------------------------------------------------- */
@@ -775,33 +857,33 @@ static char *resolve_exec(loader *L, const char *cmd)
     return r;
 }
 
-static void load_handler(loader *L, const config_setting_t *job, const scope *jsc, warren_job *j)
+/* The handler group's settings depend on each other: parsed here, after the
+ * unknown ones were reported. hsc is the handler's scope. */
+static void load_handler(loader *L, const config_setting_t *h, const scope *hsc, void *base,
+                         const int *status)
 {
-    config_setting_t *h = get_group(L, job, jsc, "handler");
-    scope hs = {jsc->who, "handler"};
+    warren_job *j = base;
     const char *s;
     int shell = 0, kinds = 0;
     char q[200];
 
-    if (h == NULL)
-        return;
-    check_known(L, h, &hs, handler_known);
+    (void)status;
     const config_setting_t *ex = member(h, "exec"), *sq = member(h, "sql"), *cc = member(h, "c");
     kinds = (ex != NULL) + (sq != NULL) + (cc != NULL);
     if (kinds == 0) {
-        report(L, h, jsc->who, "handler",
+        report(L, h, hsc->who, "handler",
                "needs one of \"exec\", \"sql\" or \"c\" (or leave the handler out when workers "
                "in another language serve the queue)");
         return;
     }
     if (kinds > 1) {
-        report(L, h, jsc->who, "handler",
+        report(L, h, hsc->who, "handler",
                "has more than one of \"exec\", \"sql\" and \"c\": keep exactly one");
         return;
     }
-    int has_shell = get_bool(L, h, &hs, "shell", &shell);
+    int has_shell = get_bool(L, h, hsc, "shell", &shell);
     if (has_shell != 0 && ex == NULL)
-        report(L, member(h, "shell"), jsc->who, "handler.shell",
+        report(L, member(h, "shell"), hsc->who, "handler.shell",
                "applies only to an \"exec\" handler");
     if (ex != NULL) {
         j->handler = WARREN_HANDLER_EXEC;
@@ -809,7 +891,7 @@ static void load_handler(loader *L, const config_setting_t *job, const scope *js
         if (config_setting_type(ex) == CONFIG_TYPE_STRING) {
             s = config_setting_get_string(ex);
             if (*s == '\0') {
-                report(L, ex, jsc->who, "handler.exec", "must not be empty");
+                report(L, ex, hsc->who, "handler.exec", "must not be empty");
                 return;
             }
             j->exec_argv = calloc(2, sizeof(char *));
@@ -822,13 +904,13 @@ static void load_handler(loader *L, const config_setting_t *job, const scope *js
                    config_setting_type(ex) == CONFIG_TYPE_LIST) {
             int n = config_setting_length(ex);
             if (n == 0) {
-                report(L, ex, jsc->who, "handler.exec",
+                report(L, ex, hsc->who, "handler.exec",
                        "is empty: give the command and its arguments, e.g. [\"/usr/bin/env\", "
                        "\"python3\", \"job.py\"]");
                 return;
             }
             if (shell) {
-                report(L, ex, jsc->who, "handler.exec",
+                report(L, ex, hsc->who, "handler.exec",
                        "with shell = true must be one string (the shell command line)");
                 return;
             }
@@ -842,14 +924,14 @@ static void load_handler(loader *L, const config_setting_t *job, const scope *js
                 char path[64];
                 snprintf(path, sizeof(path), "handler.exec[%d]", i);
                 if (config_setting_type(e) != CONFIG_TYPE_STRING) {
-                    report(L, e, jsc->who, path, "expected a string, got %s", type_name(e));
+                    report(L, e, hsc->who, path, "expected a string, got %s", type_name(e));
                     free_argv(j->exec_argv);
                     j->exec_argv = NULL;
                     return;
                 }
                 s = config_setting_get_string(e);
                 if (i == 0 && *s == '\0') {
-                    report(L, e, jsc->who, path, "the command must not be empty");
+                    report(L, e, hsc->who, path, "the command must not be empty");
                     free_argv(j->exec_argv);
                     j->exec_argv = NULL;
                     return;
@@ -857,17 +939,17 @@ static void load_handler(loader *L, const config_setting_t *job, const scope *js
                 j->exec_argv[i] = i == 0 ? resolve_exec(L, s) : dup_or_oom(L, s);
             }
         } else {
-            wrong_type(L, ex, &hs, "exec", "a string or a list of strings");
+            wrong_type(L, ex, hsc, "exec", "a string or a list of strings");
         }
     } else if (sq != NULL) {
         j->handler = WARREN_HANDLER_SQL;
-        if (get_string(L, h, &hs, "sql", &s) == 1)
+        if (get_string(L, h, hsc, "sql", &s) == 1)
             j->sql = dup_or_oom(L, s);
     } else {
         j->handler = WARREN_HANDLER_C;
-        if (get_string(L, h, &hs, "c", &s) == 1) {
+        if (get_string(L, h, hsc, "c", &s) == 1) {
             if (!warren_name_valid(s))
-                report(L, cc, jsc->who, "handler.c", "%s is not a valid handler name (%s)",
+                report(L, cc, hsc->who, "handler.c", "%s is not a valid handler name (%s)",
                        quote(q, sizeof(q), s), NAME_RULE);
             else
                 j->c_handler = dup_or_oom(L, s);
@@ -875,8 +957,11 @@ static void load_handler(loader *L, const config_setting_t *job, const scope *js
     }
 }
 
-static void load_schedule(loader *L, const config_setting_t *job, const scope *jsc, warren_job *j)
+/* cron, every and at: exactly one. */
+static void load_schedule(loader *L, const config_setting_t *job, const scope *jsc, void *base,
+                          int status)
 {
+    warren_job *j = base;
     static const char *const kinds[] = {"cron", "every", "at"};
     const config_setting_t *found[3];
     int n = 0, which = -1;
@@ -884,6 +969,7 @@ static void load_schedule(loader *L, const config_setting_t *job, const scope *j
     warren_error err = {0};
     const char *s;
 
+    (void)status;
     for (int k = 0; k < 3; k++) {
         found[k] = member(job, kinds[k]);
         if (found[k] != NULL) {
@@ -951,14 +1037,6 @@ static void load_schedule(loader *L, const config_setting_t *job, const scope *j
     warren_cron_free(c);
 }
 
-static uint64_t fnv1a(const char *s)
-{
-    uint64_t h = 14695981039346656037ULL;
-    for (; *s != '\0'; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-    return h;
-}
-
 /* Adds job `index` to the name set; returns the earlier job with the same
  * name, or NULL. A hash set keeps 100,000-job files fast. */
 static const warren_job *remember_name(loader *L, const warren_config *cfg, int index)
@@ -967,7 +1045,7 @@ static const warren_job *remember_name(loader *L, const warren_config *cfg, int 
     if (L->names == NULL)
         return NULL;
     size_t mask = L->names_cap - 1;
-    for (size_t i = (size_t)fnv1a(name) & mask;; i = (i + 1) & mask) {
+    for (size_t i = (size_t)warren_hash_fnv1a64(name) & mask;; i = (i + 1) & mask) {
         if (L->names[i] == 0) {
             L->names[i] = (size_t)index + 1;
             return NULL;
@@ -978,28 +1056,201 @@ static const warren_job *remember_name(loader *L, const warren_config *cfg, int 
     }
 }
 
+static void load_payload(loader *L, const config_setting_t *job, const scope *sc, void *base,
+                         int status)
+{
+    warren_job *j = base;
+    const config_setting_t *ps = member(job, "payload");
+
+    (void)status;
+    if (ps == NULL) {
+        j->payload_json = dup_or_oom(L, "{}");
+    } else if (config_setting_type(ps) != CONFIG_TYPE_GROUP) {
+        wrong_type(L, ps, sc, "payload", "a group { key = value; ... } (it becomes a JSON object)");
+    } else {
+        json_t *v = to_json(L, ps, sc, "payload");
+        if (v != NULL) {
+            char *text = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER);
+            if (text == NULL)
+                L->oom = 1;
+            else if (strlen(text) > PAYLOAD_MAX_BYTES)
+                report(L, ps, sc->who, "payload", "is %zu bytes as JSON (limit %d)", strlen(text),
+                       PAYLOAD_MAX_BYTES);
+            j->payload_json = text;
+            json_decref(v);
+        }
+    }
+}
+
+static void check_timezone(loader *L, const config_setting_t *job, const scope *sc, void *base,
+                           int status)
+{
+    const warren_job *j = base;
+    const warren_tz *tz;
+    warren_error err = {0};
+
+    if (status != 1 || j->timezone == NULL)
+        return;
+    if (L->tzdb == NULL)
+        L->oom = 1;
+    else if (warren_tzdb_get(L->tzdb, j->timezone, &tz, &err) != 0)
+        report(L, member(job, "timezone"), sc->who, "timezone", "%s", err.message);
+}
+
+static void check_queue(loader *L, const config_setting_t *job, const scope *sc, void *base,
+                        int status)
+{
+    const warren_job *j = base;
+    char q[200];
+
+    if (status == 0)
+        report(L, job, sc->who, NULL,
+               "setting \"queue\" is missing (the ready queue is warren.ready.<queue>; e.g. "
+               "queue = \"default\")");
+    else if (status == 1 && j->queue != NULL && !warren_name_valid(j->queue))
+        report(L, member(job, "queue"), sc->who, "queue", "%s cannot be used as a queue name (%s)",
+               quote(q, sizeof(q), j->queue), NAME_RULE);
+}
+
+/* max_catch_up needs misfire = "catch_up"; a misfire already reported as
+ * invalid says nothing about it. */
+static void check_max_catch_up(loader *L, const config_setting_t *job, const scope *sc, void *base,
+                               int status)
+{
+    const warren_job *j = base;
+    const config_setting_t *m = member(job, "misfire");
+    warren_misfire any;
+
+    if (status != 1)
+        return;
+    if (m != NULL && (config_setting_type(m) != CONFIG_TYPE_STRING ||
+                      warren_misfire_from_name(config_setting_get_string(m), &any) != 0))
+        return;
+    if (j->misfire != WARREN_MISFIRE_CATCH_UP)
+        report(L, member(job, "max_catch_up"), sc->who, "max_catch_up",
+               "applies only with misfire = \"catch_up\" (this job's is \"%s\")",
+               warren_misfire_name(j->misfire));
+}
+
+static void check_retry(loader *L, const config_setting_t *g, const scope *sc, void *base,
+                        const int *status);
+
+/* The lease is compared with the worker's margin, set or default. */
+static void check_lease(loader *L, const config_setting_t *job, const scope *sc, void *base,
+                        int status)
+{
+    const warren_job *j = base;
+    int64_t margin = L->cfg->worker.heartbeat_margin_ms;
+    char a[64], b[64];
+
+    if (status >= 0 && j->lease_ms <= margin)
+        report(L, member(job, "lease") ? member(job, "lease") : job, sc->who, "lease",
+               "%s must be longer than worker.heartbeat_margin (%s): a worker would stop every "
+               "handler before its first heartbeat",
+               warren_duration_format(j->lease_ms, a, sizeof(a)),
+               warren_duration_format(margin, b, sizeof(b)));
+}
+
+/* ---- the jobs' tables ----------------------------------------------------------------------- */
+
+/* One line per setting: name, type, where it goes, default, bounds, check.
+ * (Not clang-formatted: it would spread each initializer over a block.) */
+/* clang-format off */
+#define SET_STRING(nm, ty, fld, dflt, check) \
+    {.name = nm, .type = WARREN__SET_STRING, .offset = offsetof(ty, fld), .def_str = dflt, \
+     .fn = check}
+#define SET_INT(nm, ty, fld, dflt, lo, hi) \
+    {.name = nm, .type = WARREN__SET_INT, .offset = offsetof(ty, fld), .def = dflt, .min = lo, \
+     .max = hi}
+#define SET_INT_CHECKED(nm, ty, fld, dflt, lo, hi, check) \
+    {.name = nm, .type = WARREN__SET_INT, .offset = offsetof(ty, fld), .def = dflt, .min = lo, \
+     .max = hi, .fn = check}
+#define SET_BOOL(nm, ty, fld, dflt) \
+    {.name = nm, .type = WARREN__SET_BOOL, .offset = offsetof(ty, fld), .def = dflt}
+/* hi 0: at most 100 years; otherwise why says why hi. */
+#define SET_DURATION(nm, ty, fld, dflt, lo, hi, why, flg, check) \
+    {.name = nm, .type = WARREN__SET_DURATION, .offset = offsetof(ty, fld), .def = dflt, \
+     .min = lo, .max = hi, .what = why, .flags = flg, .fn = check}
+#define SET_ENUM(nm, ty, fld, dflt, nms, wht, check) \
+    {.name = nm, .type = WARREN__SET_ENUM, .offset = offsetof(ty, fld), .def = dflt, \
+     .names = nms, .what = wht, .fn = check}
+#define SET_GROUP(nm, off, grp) {.name = nm, .type = WARREN__SET_GROUP, .offset = off, .group = grp}
+/* parse NULL: parsed by an earlier setting's code (or by the group's finish). */
+#define SET_CUSTOM(nm, parse) {.name = nm, .type = WARREN__SET_CUSTOM, .fn = parse}
+
+#define SECONDS(n) ((int64_t)(n) * 1000)
+#define MINUTES(n) ((int64_t)(n) * 60000)
+/* clang-format on */
+
+static const warren__setting retry_settings[] = {
+    SET_INT("max_attempts", warren_job, retry_max_attempts, 5, 1, 1000),
+    SET_DURATION("base", warren_job, retry_base_ms, SECONDS(10), 1, 0, NULL, 0, NULL),
+    SET_DURATION("cap", warren_job, retry_cap_ms, MINUTES(10), 1, 0, NULL, 0, NULL),
+};
+static const warren__section retry_section = {"jobs.retry", retry_settings, COUNT(retry_settings),
+                                              check_retry};
+
+static const warren__setting handler_settings[] = {
+    SET_CUSTOM("exec", NULL),
+    SET_CUSTOM("shell", NULL),
+    SET_CUSTOM("sql", NULL),
+    SET_CUSTOM("c", NULL),
+};
+static const warren__section handler_section = {"jobs.handler", handler_settings,
+                                                COUNT(handler_settings), load_handler};
+
+static const warren__setting job_settings[] = {
+    SET_CUSTOM("name", NULL), /* parsed first by load_job: it names the job in every message */
+    SET_CUSTOM("cron", load_schedule),
+    SET_CUSTOM("every", NULL),
+    SET_CUSTOM("at", NULL),
+    SET_STRING("timezone", warren_job, timezone, "UTC", check_timezone),
+    SET_STRING("queue", warren_job, queue, NULL, check_queue),
+    SET_CUSTOM("payload", load_payload),
+    SET_GROUP("handler", 0, &handler_section),
+    SET_ENUM("misfire", warren_job, misfire, WARREN_MISFIRE_RUN_ONCE, misfire_names,
+             "a misfire policy (use one of: run_once, skip, catch_up)", NULL),
+    SET_INT_CHECKED("max_catch_up", warren_job, max_catch_up, 0, 0, 1000000, check_max_catch_up),
+    SET_ENUM("overlap", warren_job, overlap, WARREN_OVERLAP_SKIP, overlap_names,
+             "an overlap policy (use one of: skip, allow, queue, cancel_previous)", NULL),
+    SET_DURATION("jitter", warren_job, jitter_ms, 0, 0, 0, NULL, DUR_WHOLE_SECONDS, NULL),
+    SET_GROUP("retry", 0, &retry_section),
+    SET_DURATION("lease", warren_job, lease_ms, SECONDS(30), 1000, LEASE_MAX_MS,
+                 "warren.claim returns lease_seconds as an int", DUR_WHOLE_SECONDS, check_lease),
+    SET_DURATION("timeout", warren_job, timeout_ms, MINUTES(30), 1, 0, NULL, 0, NULL),
+    SET_BOOL("paused", warren_job, paused, 0),
+};
+static const warren__section job_section = {"jobs", job_settings, COUNT(job_settings), NULL};
+
+static void check_retry(loader *L, const config_setting_t *g, const scope *sc, void *base,
+                        const int *status)
+{
+    const warren_job *j = base;
+    char a[64], b[64];
+
+    if (status_of(&retry_section, status, "base") >= 0 &&
+        status_of(&retry_section, status, "cap") >= 0 && j->retry_cap_ms < j->retry_base_ms)
+        report(L, member(g, "cap") ? member(g, "cap") : member(g, "base"), sc->who, "retry.cap",
+               "%s is shorter than retry.base (%s)",
+               warren_duration_format(j->retry_cap_ms, a, sizeof(a)),
+               warren_duration_format(j->retry_base_ms, b, sizeof(b)));
+}
+
+/* ---- jobs ----------------------------------------------------------------------------------- */
+
 static void load_job(loader *L, const config_setting_t *job, int index, warren_config *cfg,
                      warren_job *j)
 {
-    char who[240], q[200], a[64], b[64];
+    char who[240];
     scope sc = {who, ""};
     const char *s;
-    const config_setting_t *g;
 
     snprintf(who, sizeof(who), "job #%d", index + 1);
     j->line = (int)config_setting_source_line(job);
     const char *file;
     file_rank(L, job, &file);
     j->file = dup_or_oom(L, file);
-
-    /* defaults */
-    j->misfire = WARREN_MISFIRE_RUN_ONCE;
-    j->overlap = WARREN_OVERLAP_SKIP;
-    j->retry_max_attempts = DEF_RETRY_MAX_ATTEMPTS;
-    j->retry_base_ms = DEF_RETRY_BASE_MS;
-    j->retry_cap_ms = DEF_RETRY_CAP_MS;
-    j->lease_ms = DEF_LEASE_MS;
-    j->timeout_ms = DEF_TIMEOUT_MS;
+    apply_defaults(L, &job_section, j);
 
     /* name first: it labels every other message about this job */
     const config_setting_t *ns = member(job, "name");
@@ -1018,116 +1269,20 @@ static void load_job(loader *L, const config_setting_t *job, int index, warren_c
                    first->line);
     }
 
-    check_known(L, job, &sc, job_known);
-    load_schedule(L, job, &sc, j);
-
-    j->timezone = dup_or_oom(L, DEF_TIMEZONE);
-    if (get_string(L, job, &sc, "timezone", &s) == 1) {
-        const warren_tz *tz;
-        warren_error err = {0};
-        free(j->timezone);
-        j->timezone = dup_or_oom(L, s);
-        if (L->tzdb == NULL)
-            L->oom = 1;
-        else if (warren_tzdb_get(L->tzdb, s, &tz, &err) != 0)
-            report(L, member(job, "timezone"), who, "timezone", "%s", err.message);
-    }
-
-    const config_setting_t *qs = member(job, "queue");
-    if (qs == NULL) {
-        report(L, job, who, NULL,
-               "setting \"queue\" is missing (the ready queue is warren.ready.<queue>; e.g. "
-               "queue = \"default\")");
-    } else if (get_string(L, job, &sc, "queue", &s) == 1) {
-        if (!warren_name_valid(s))
-            report(L, qs, who, "queue", "%s cannot be used as a queue name (%s)",
-                   quote(q, sizeof(q), s), NAME_RULE);
-        j->queue = dup_or_oom(L, s);
-    }
-
-    const config_setting_t *ps = member(job, "payload");
-    if (ps == NULL) {
-        j->payload_json = dup_or_oom(L, "{}");
-    } else if (config_setting_type(ps) != CONFIG_TYPE_GROUP) {
-        wrong_type(L, ps, &sc, "payload",
-                   "a group { key = value; ... } (it becomes a JSON object)");
-    } else {
-        json_t *v = to_json(L, ps, &sc, "payload");
-        if (v != NULL) {
-            char *text = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER);
-            if (text == NULL)
-                L->oom = 1;
-            else if (strlen(text) > PAYLOAD_MAX_BYTES)
-                report(L, ps, who, "payload", "is %zu bytes as JSON (limit %d)", strlen(text),
-                       PAYLOAD_MAX_BYTES);
-            j->payload_json = text;
-            json_decref(v);
-        }
-    }
-
-    load_handler(L, job, &sc, j);
-
-    int misfire_ok = 1;
-    if ((g = member(job, "misfire")) != NULL) {
-        int r = get_string(L, job, &sc, "misfire", &s);
-        if (r == 1 && warren_misfire_from_name(s, &j->misfire) != 0)
-            report(L, g, who, "misfire",
-                   "%s is not a misfire policy (use one of: run_once, skip, catch_up)",
-                   quote(q, sizeof(q), s));
-        misfire_ok = r == 1 && warren_misfire_from_name(s, &j->misfire) == 0;
-    }
-    if (get_int(L, job, &sc, "max_catch_up", 0, 1000000, &j->max_catch_up) == 1 && misfire_ok &&
-        j->misfire != WARREN_MISFIRE_CATCH_UP)
-        report(L, member(job, "max_catch_up"), who, "max_catch_up",
-               "applies only with misfire = \"catch_up\" (this job's is \"%s\")",
-               warren_misfire_name(j->misfire));
-
-    if ((g = member(job, "overlap")) != NULL && get_string(L, job, &sc, "overlap", &s) == 1 &&
-        warren_overlap_from_name(s, &j->overlap) != 0)
-        report(L, g, who, "overlap",
-               "%s is not an overlap policy (use one of: skip, allow, queue, cancel_previous)",
-               quote(q, sizeof(q), s));
-
-    get_duration(L, job, &sc, "jitter", 0, DUR_WHOLE_SECONDS, &j->jitter_ms);
-
-    if ((g = get_group(L, job, &sc, "retry")) != NULL) {
-        scope rs = {who, "retry"};
-        check_known(L, g, &rs, retry_known);
-        get_int(L, g, &rs, "max_attempts", 1, 1000, &j->retry_max_attempts);
-        int hb = get_duration(L, g, &rs, "base", 1, 0, &j->retry_base_ms);
-        int hc = get_duration(L, g, &rs, "cap", 1, 0, &j->retry_cap_ms);
-        if (hb >= 0 && hc >= 0 && j->retry_cap_ms < j->retry_base_ms)
-            report(L, member(g, "cap") ? member(g, "cap") : member(g, "base"), who, "retry.cap",
-                   "%s is shorter than retry.base (%s)",
-                   warren_duration_format(j->retry_cap_ms, a, sizeof(a)),
-                   warren_duration_format(j->retry_base_ms, b, sizeof(b)));
-    }
-
-    if (get_duration(L, job, &sc, "lease", 1000, DUR_WHOLE_SECONDS, &j->lease_ms) >= 0 &&
-        j->lease_ms <= cfg->worker.heartbeat_margin_ms)
-        report(L, member(job, "lease") ? member(job, "lease") : job, who, "lease",
-               "%s must be longer than worker.heartbeat_margin (%s): a worker would stop every "
-               "handler before its first heartbeat",
-               warren_duration_format(j->lease_ms, a, sizeof(a)),
-               warren_duration_format(cfg->worker.heartbeat_margin_ms, b, sizeof(b)));
-    if (j->lease_ms > LEASE_MAX_MS)
-        report(L, member(job, "lease"), who, "lease",
-               "%s is too long (at most %s: warren.claim returns lease_seconds as an int)",
-               warren_duration_format(j->lease_ms, a, sizeof(a)),
-               warren_duration_format(LEASE_MAX_MS, b, sizeof(b)));
-    get_duration(L, job, &sc, "timeout", 1, 0, &j->timeout_ms);
-    get_bool(L, job, &sc, "paused", &j->paused);
+    load_group(L, job, &sc, &job_section, j);
 }
 
-static void load_jobs(loader *L, config_t *cf, warren_config *cfg)
+static void load_jobs(loader *L, const config_setting_t *root, const scope *top, void *base,
+                      int status)
 {
-    const config_setting_t *jobs = config_lookup(cf, "jobs");
-    scope top = {NULL, ""};
+    warren_config *cfg = base;
+    const config_setting_t *jobs = member(root, "jobs");
 
+    (void)status;
     if (jobs == NULL)
         return;
     if (config_setting_type(jobs) != CONFIG_TYPE_LIST) {
-        wrong_type(L, jobs, &top, "jobs", "a list ( { ... }, { ... } )");
+        wrong_type(L, jobs, top, "jobs", "a list ( { ... }, { ... } )");
         return;
     }
     int n = config_setting_length(jobs);
@@ -1153,6 +1308,77 @@ static void load_jobs(loader *L, config_t *cf, warren_config *cfg)
         }
         load_job(L, job, i, cfg, &cfg->jobs[i]);
     }
+}
+
+/* ---- the sections' tables ------------------------------------------------------------------- */
+
+static const warren__setting database_settings[] = {
+    SET_STRING("url", warren_config, database_url, "postgresql://localhost/warren", NULL),
+};
+static const warren__section database_section = {"database", database_settings,
+                                                 COUNT(database_settings), NULL};
+
+static const warren__setting broker_settings[] = {
+    SET_STRING("url", warren_config, amqp_url, "amqp://guest:guest@localhost:5672/%2f",
+               check_broker_url),
+    SET_INT("delivery_limit", warren_config, delivery_limit, 5, 1, 1000000),
+};
+static const warren__section broker_section = {"broker", broker_settings, COUNT(broker_settings),
+                                               NULL};
+
+typedef warren_planner_config planner_t;
+static const warren__setting planner_settings[] = {
+    SET_DURATION("horizon", planner_t, horizon_ms, MINUTES(2), 1000, 0, NULL, 0, NULL),
+    SET_DURATION("tick", planner_t, tick_ms, SECONDS(1), 10, 0, NULL, 0, NULL),
+    SET_DURATION("misfire_threshold", planner_t, misfire_threshold_ms, SECONDS(60), 1000, 0, NULL,
+                 0, NULL),
+    SET_DURATION("reconcile_grace", planner_t, reconcile_grace_ms, SECONDS(30), 1000, 0, NULL, 0,
+                 NULL),
+    SET_INT("partitions", planner_t, partitions, 64, 1, 65536),
+    SET_INT("publish_batch", planner_t, publish_batch, 200, 1, 100000),
+    SET_INT("delay_ring", planner_t, delay_ring, 0, 0, 1024),
+    SET_DURATION("delay_queue_expires", planner_t, delay_queue_expires_ms, MINUTES(10), 1000, 0,
+                 NULL, 0, NULL),
+    SET_DURATION("event_defer", planner_t, event_defer_ms, SECONDS(10), 0, 0, NULL, 0, NULL),
+    SET_DURATION("release_lead", planner_t, release_lead_ms, SECONDS(3), 0, MAX_RELEASE_LEAD_MS,
+                 "warren.claim waits at most 15 s for a run released early", 0, NULL),
+    SET_ENUM("delay_ring_type", planner_t, delay_ring_type, WARREN_DELAY_RING_QUORUM,
+             delay_ring_type_names, "a delay ring type (use \"quorum\" or \"classic\")",
+             check_delay_ring_type),
+};
+static const warren__section planner_section = {"planner", planner_settings,
+                                                COUNT(planner_settings), check_planner};
+
+static const warren__setting worker_settings[] = {
+    SET_INT("concurrency", warren_worker_config, concurrency, 4, 1, 4096),
+    SET_DURATION("shutdown_grace", warren_worker_config, shutdown_grace_ms, SECONDS(30), 0, 0, NULL,
+                 0, NULL),
+    SET_DURATION("heartbeat_margin", warren_worker_config, heartbeat_margin_ms, SECONDS(5), 0, 0,
+                 NULL, 0, NULL),
+    SET_STRING("id", warren_worker_config, id, NULL, NULL), /* default: hostname:pid */
+};
+static const warren__section worker_section = {"worker", worker_settings, COUNT(worker_settings),
+                                               NULL};
+
+/* database and broker settings live in warren_config itself. */
+static const warren__setting root_settings[] = {
+    SET_GROUP("database", 0, &database_section),
+    SET_GROUP("broker", 0, &broker_section),
+    SET_GROUP("planner", offsetof(warren_config, planner), &planner_section),
+    SET_GROUP("worker", offsetof(warren_config, worker), &worker_section),
+    SET_CUSTOM("jobs", load_jobs),
+};
+static const warren__section root_section = {"", root_settings, COUNT(root_settings), NULL};
+
+static const warren__section *const all_sections[] = {
+    &root_section,   &database_section, &broker_section, &planner_section,
+    &worker_section, &job_section,      &retry_section,  &handler_section,
+};
+
+const warren__section *const *warren__config_sections(size_t *n)
+{
+    *n = COUNT(all_sections);
+    return all_sections;
 }
 
 /* ---- loading -------------------------------------------------------------------------------- */
@@ -1194,27 +1420,6 @@ void warren_config_free(warren_config *cfg)
     free(cfg->amqp_url);
     free(cfg->worker.id);
     free(cfg);
-}
-
-static void set_defaults(loader *L, warren_config *cfg)
-{
-    cfg->database_url = dup_or_oom(L, DEF_DATABASE_URL);
-    cfg->amqp_url = dup_or_oom(L, DEF_AMQP_URL);
-    cfg->delivery_limit = DEF_DELIVERY_LIMIT;
-    cfg->planner.horizon_ms = DEF_HORIZON_MS;
-    cfg->planner.tick_ms = DEF_TICK_MS;
-    cfg->planner.misfire_threshold_ms = DEF_MISFIRE_THRESHOLD_MS;
-    cfg->planner.reconcile_grace_ms = DEF_RECONCILE_GRACE_MS;
-    cfg->planner.partitions = DEF_PARTITIONS;
-    cfg->planner.publish_batch = DEF_PUBLISH_BATCH;
-    cfg->planner.delay_ring = DEF_DELAY_RING;
-    cfg->planner.delay_ring_type = WARREN_DELAY_RING_QUORUM;
-    cfg->planner.delay_queue_expires_ms = DEF_DELAY_QUEUE_EXPIRES_MS;
-    cfg->planner.event_defer_ms = DEF_EVENT_DEFER_MS;
-    cfg->planner.release_lead_ms = DEF_RELEASE_LEAD_MS;
-    cfg->worker.concurrency = DEF_CONCURRENCY;
-    cfg->worker.shutdown_grace_ms = DEF_SHUTDOWN_GRACE_MS;
-    cfg->worker.heartbeat_margin_ms = DEF_HEARTBEAT_MARGIN_MS;
 }
 
 /* libconfig says "cannot open include file" without naming it: read the
@@ -1330,9 +1535,10 @@ int warren_config_load(const char *path, warren_config **out, warren_diags *diag
         goto done;
     }
     cfg->path = dup_or_oom(&L, path);
-    set_defaults(&L, cfg);
-    load_sections(&L, &cf, cfg);
-    load_jobs(&L, &cf, cfg);
+    L.cfg = cfg;
+    apply_defaults(&L, &root_section, cfg);
+    scope top = {NULL, ""};
+    load_group(&L, config_root_setting(&cf), &top, &root_section, cfg);
     apply_env(&L, cfg);
 
 done:
@@ -1386,7 +1592,8 @@ const warren_job *warren_config_job(const warren_config *cfg, const char *name)
     if (cfg == NULL || name == NULL || cfg->name_index == NULL)
         return NULL;
     size_t mask = cfg->name_index_cap - 1;
-    for (size_t i = (size_t)fnv1a(name) & mask; cfg->name_index[i] != 0; i = (i + 1) & mask) {
+    for (size_t i = (size_t)warren_hash_fnv1a64(name) & mask; cfg->name_index[i] != 0;
+         i = (i + 1) & mask) {
         const warren_job *j = &cfg->jobs[cfg->name_index[i] - 1];
         if (strcmp(j->name, name) == 0)
             return j;

@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include <warren/cron.h>
+#include <warren/hash.h>
 
 enum { F_SEC, F_MIN, F_HOUR, F_DOM, F_MON, F_DOW, F_COUNT };
 
@@ -54,14 +55,8 @@ typedef struct fctx {
 
 uint32_t warren_cron_hash(const char *job_name, int field_kind)
 {
-    uint32_t h = 2166136261u;
-    for (const unsigned char *p = (const unsigned char *)job_name; *p; p++) {
-        h ^= *p;
-        h *= 16777619u;
-    }
-    h ^= (unsigned char)field_kind;
-    h *= 16777619u;
-    return h;
+    unsigned char kind = (unsigned char)field_kind;
+    return warren_hash_fnv1a32_update(warren_hash_fnv1a32(job_name), &kind, 1);
 }
 
 __attribute__((format(printf, 2, 3))) static int ferr(fctx *f, const char *fmt, ...)

@@ -13,6 +13,7 @@
 #include <warren/broker.h>
 #include <warren/cron.h>
 #include <warren/duration.h>
+#include <warren/hash.h>
 #include <warren/planner.h>
 #include <warren/store.h>
 
@@ -129,17 +130,12 @@ int warren_schedule_next(const warren_schedule *s, warren_us from, int64_t *next
 
 int64_t warren_jitter_offset_s(const char *job, int64_t jitter_ms)
 {
-    uint64_t h = UINT64_C(14695981039346656037);
     int64_t n;
 
     if (jitter_ms <= 0 || job == NULL)
         return 0;
     n = (jitter_ms + 999) / 1000;
-    for (const unsigned char *c = (const unsigned char *)job; *c; c++) {
-        h ^= *c;
-        h *= UINT64_C(1099511628211);
-    }
-    return (int64_t)(h % (uint64_t)n);
+    return (int64_t)(warren_hash_fnv1a64(job) % (uint64_t)n);
 }
 
 /* ------------------------------------------------------------------ planner */

@@ -11,6 +11,9 @@
 #include <unistd.h>
 
 #include <warren/config.h>
+#include <warren/duration.h>
+
+#include "config_int.h"
 
 /* libconfig 1.5 leaks its string buffer when a file ends inside an unclosed
  * string (a syntax error; the process reports it and moves on). That is not
@@ -324,6 +327,223 @@ START_TEST(test_config_example_file_is_valid)
 }
 END_TEST
 
+/* ---- the settings tables ------------------------------------------------------------------- */
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
+    long n = ftell(f);
+    ck_assert_int_ge(n, 0);
+    rewind(f);
+    char *text = malloc((size_t)n + 1);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_uint_eq(fread(text, 1, (size_t)n, f), (size_t)n);
+    text[n] = '\0';
+    fclose(f);
+    return text;
+}
+
+/* Where docs/config.md documents each section: the heading that opens its
+ * part (NULL: the top level, whose settings are headings themselves) and the
+ * prefix its rows give the settings' names. */
+static const struct {
+    const char *section, *heading, *row_prefix;
+} doc_places[] = {
+    {"", NULL, ""},
+    {"database", "\n## `database`\n", ""},
+    {"broker", "\n## `broker`\n", ""},
+    {"planner", "\n## `planner`\n", ""},
+    {"worker", "\n## `worker`\n", ""},
+    {"jobs", "\n## `jobs`\n", ""},
+    {"jobs.retry", "\n## `jobs`\n", "retry."},
+    {"jobs.handler", "\n### `handler`\n", ""},
+};
+
+/* The first `code` span of a table cell (between from and the cell's end), or "". */
+static void first_code(const char *from, const char *end, char *out, size_t len)
+{
+    const char *a = memchr(from, '`', (size_t)(end - from)), *b;
+    out[0] = '\0';
+    if (a == NULL || (b = memchr(a + 1, '`', (size_t)(end - a - 1))) == NULL)
+        return;
+    snprintf(out, len, "%.*s", (int)(b - a - 1), a + 1);
+}
+
+/* The next cell border at or after p ("\\|" inside a cell is a literal bar). */
+static const char *next_bar(const char *p)
+{
+    for (; *p != '\0' && *p != '\n'; p++)
+        if (*p == '|' && p[-1] != '\\')
+            return p;
+    return NULL;
+}
+
+/* Checks the default column of a documented row against the table's default. */
+static void check_doc_default(const warren__setting *st, const char *path, const char *row,
+                              const char *table_head)
+{
+    char cell[256], want[256];
+    const char *c = row, *end;
+    /* columns: | setting | type | default | meaning | (the handler table has no default) */
+    if (strstr(table_head, "| default |") == NULL || strchr(table_head, '\n') == NULL ||
+        strstr(table_head, "| default |") > strchr(table_head, '\n'))
+        return;
+    for (int i = 0; i < 2; i++) { /* to the '|' before the default */
+        c = next_bar(c + 1);
+        ck_assert_ptr_nonnull(c);
+    }
+    end = next_bar(c + 1);
+    ck_assert_ptr_nonnull(end);
+    first_code(c + 1, end, cell, sizeof(cell));
+    switch (st->type) {
+    case WARREN__SET_STRING:
+        if (st->def_str == NULL)
+            return;
+        snprintf(want, sizeof(want), "\"%s\"", st->def_str);
+        ck_assert_msg(strcmp(cell, want) == 0, "docs/config.md: %s's default is `%s`, not %s", path,
+                      cell, want);
+        return;
+    case WARREN__SET_INT: {
+        char *e;
+        long long v = strtoll(cell, &e, 10);
+        ck_assert_msg(cell[0] != '\0' && *e == '\0' && v == st->def,
+                      "docs/config.md: %s's default is `%s`, not %lld", path, cell,
+                      (long long)st->def);
+        return;
+    }
+    case WARREN__SET_BOOL:
+        ck_assert_msg(strcmp(cell, st->def ? "true" : "false") == 0,
+                      "docs/config.md: %s's default is `%s`", path, cell);
+        return;
+    case WARREN__SET_ENUM: {
+        const char *name = st->names[st->def];
+        snprintf(want, sizeof(want), "\"%s\"", name);
+        ck_assert_msg(strcmp(cell, name) == 0 || strcmp(cell, want) == 0,
+                      "docs/config.md: %s's default is `%s`, not %s", path, cell, name);
+        return;
+    }
+    case WARREN__SET_DURATION: {
+        int64_t ms = -1;
+        size_t n = strlen(cell);
+        ck_assert_msg(n >= 2 && cell[0] == '"' && cell[n - 1] == '"',
+                      "docs/config.md: %s's default `%s` is not a quoted duration", path, cell);
+        cell[n - 1] = '\0';
+        ck_assert_msg(warren_duration_parse(cell + 1, &ms, NULL) == 0 && ms == st->def,
+                      "docs/config.md: %s's default is %s\", not %lld ms", path, cell,
+                      (long long)st->def);
+        return;
+    }
+    case WARREN__SET_GROUP:
+    case WARREN__SET_CUSTOM:
+        return;
+    }
+}
+
+/* 1 if text has `name =` as a setting (also commented out: "# name = ..."). */
+static int example_has(const char *text, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = strstr(text, name); p != NULL; p = strstr(p + 1, name)) {
+        char before = p == text ? '\n' : p[-1];
+        const char *after = p + n;
+        if (!(before == '\n' || before == ' ' || before == '{' || before == '#' || before == ';'))
+            continue;
+        while (*after == ' ')
+            after++;
+        if (*after == '=')
+            return 1;
+    }
+    return 0;
+}
+
+START_TEST(test_config_every_setting_is_documented_with_its_default)
+{
+    char *doc = slurp(WARREN_SOURCE_DIR "/docs/config.md");
+    char *example = slurp(WARREN_SOURCE_DIR "/examples/warren.cfg");
+    size_t n = 0, total = 0;
+    const warren__section *const *secs = warren__config_sections(&n);
+
+    ck_assert_uint_ge(n, 8);
+    for (size_t i = 0; i < n; i++) {
+        const warren__section *sec = secs[i];
+        size_t k;
+        ck_assert_uint_le(sec->count, WARREN__SECTION_MAX);
+        for (k = 0; k < sizeof(doc_places) / sizeof(doc_places[0]); k++)
+            if (strcmp(doc_places[k].section, sec->name) == 0)
+                break;
+        ck_assert_msg(k < sizeof(doc_places) / sizeof(doc_places[0]),
+                      "section \"%s\" has no place in docs/config.md (add it to doc_places)",
+                      sec->name);
+        const char *part = doc, *part_end = doc + strlen(doc);
+        if (doc_places[k].heading != NULL) {
+            part = strstr(doc, doc_places[k].heading);
+            ck_assert_msg(part != NULL, "docs/config.md has no heading %s", doc_places[k].heading);
+            const char *next = strstr(part + strlen(doc_places[k].heading), "\n## ");
+            if (next != NULL)
+                part_end = next;
+        }
+        for (size_t j = 0; j < sec->count; j++) {
+            const warren__setting *st = &sec->settings[j];
+            char want[256], path[256];
+            snprintf(path, sizeof(path), "%s%s%s", sec->name, sec->name[0] ? "." : "", st->name);
+            for (size_t m = 0; m < j; m++)
+                ck_assert_msg(strcmp(sec->settings[m].name, st->name) != 0, "%s is listed twice",
+                              path);
+            if (doc_places[k].heading == NULL)
+                snprintf(want, sizeof(want), "\n## `%s`\n", st->name);
+            else
+                snprintf(want, sizeof(want), "\n| `%s%s` |", doc_places[k].row_prefix, st->name);
+            const char *row = strstr(part, want);
+            ck_assert_msg(row != NULL && row < part_end, "%s is not documented in docs/config.md",
+                          path);
+            if (doc_places[k].heading != NULL) {
+                /* the header row of the table the row is in */
+                const char *head = row, *h;
+                for (h = part; (h = strstr(h, "\n| setting |")) != NULL && h < row; h++)
+                    head = h;
+                ck_assert_ptr_ne(head, row);
+                check_doc_default(st, path, row + 1, head + 1);
+            }
+            ck_assert_msg(example_has(example, st->name),
+                          "%s is not in examples/warren.cfg (a commented-out line with its "
+                          "default will do)",
+                          path);
+            total++;
+        }
+    }
+    ck_assert_uint_ge(total, 40);
+    free(doc);
+    free(example);
+}
+END_TEST
+
+START_TEST(test_config_table_defaults_are_the_loaded_defaults)
+{
+    /* Every table default reaches the loaded struct (spot checks of each type). */
+    unsetenv("WARREN_DATABASE_URL");
+    unsetenv("WARREN_AMQP_URL");
+    warren_config *cfg = load_ok(VALID "/minimal.cfg");
+    size_t n = 0;
+    const warren__section *const *secs = warren__config_sections(&n);
+    const warren__section *planner = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(secs[i]->name, "planner") == 0)
+            planner = secs[i];
+    ck_assert_ptr_nonnull(planner);
+    for (size_t j = 0; j < planner->count; j++) {
+        const warren__setting *st = &planner->settings[j];
+        const char *f = (const char *)&cfg->planner + st->offset;
+        if (st->type == WARREN__SET_DURATION)
+            ck_assert_int_eq(*(const int64_t *)f, st->def);
+        else if (st->type == WARREN__SET_INT || st->type == WARREN__SET_ENUM)
+            ck_assert_int_eq(*(const int *)f, st->def);
+    }
+    warren_config_free(cfg);
+}
+END_TEST
+
 /* ---- environment ---------------------------------------------------------------------------- */
 
 START_TEST(test_config_env_overrides_urls)
@@ -432,6 +652,14 @@ START_TEST(test_config_policy_names_round_trip)
     ck_assert_str_eq(warren_sched_kind_name(WARREN_SCHED_EVERY), "every");
     ck_assert_str_eq(warren_overlap_name(WARREN_OVERLAP_CANCEL_PREVIOUS), "cancel_previous");
     ck_assert_str_eq(warren_handler_kind_name(WARREN_HANDLER_NONE), "none");
+    warren_sched_kind k;
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(
+            warren_sched_kind_from_name(warren_sched_kind_name((warren_sched_kind)i), &k), 0);
+        ck_assert_int_eq(k, i);
+    }
+    ck_assert_int_eq(warren_sched_kind_from_name("hourly", &k), WARREN_EINVAL);
+    ck_assert_str_eq(warren_misfire_name((warren_misfire)3), "unknown");
 }
 END_TEST
 
@@ -708,6 +936,11 @@ static Suite *config_suite(void)
     tcase_add_test(tc, test_config_every_valid_file_loads);
     tcase_add_test(tc, test_config_example_file_is_valid);
     tcase_add_test(tc, test_config_policy_names_round_trip);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("tables");
+    tcase_add_test(tc, test_config_every_setting_is_documented_with_its_default);
+    tcase_add_test(tc, test_config_table_defaults_are_the_loaded_defaults);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("environment");

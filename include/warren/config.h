@@ -36,6 +36,7 @@ const char *warren_handler_kind_name(warren_handler_kind k);
 /* Parse names back; 0 on success, WARREN_EINVAL if unknown. */
 int warren_misfire_from_name(const char *s, warren_misfire *out);
 int warren_overlap_from_name(const char *s, warren_overlap *out);
+int warren_sched_kind_from_name(const char *s, warren_sched_kind *out);
 
 typedef struct warren_job {
     char *name;             /* [A-Za-z0-9][A-Za-z0-9._-]{0,62}: a queue/key component */
