@@ -15,12 +15,6 @@
 
 static volatile sig_atomic_t stop_flag;
 
-static void on_signal(int sig)
-{
-    (void)sig;
-    stop_flag = 1;
-}
-
 /* Options shared by the commands. */
 typedef struct opts {
     const char *config;
@@ -127,7 +121,6 @@ int cli_planner(int argc, char **argv)
     warren_planner *p = NULL;
     warren_logger lg = cli_logger();
     warren_error err = {0};
-    struct sigaction sa;
     const char *stall;
     opts o;
     int rc;
@@ -146,11 +139,7 @@ int cli_planner(int argc, char **argv)
     if ((cfg = cli_load_config(cli_config_path(o.config))) == NULL)
         return WARREN_EXIT_USAGE;
 
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
+    cli_stop_signals(&stop_flag, 0); /* the planner never ignored SIGPIPE */
 
     rc = warren_planner_new(cfg, cfg->database_url, cfg->amqp_url, &lg, &p, &err);
     if (rc != 0) {

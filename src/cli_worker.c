@@ -21,24 +21,6 @@
 
 static volatile sig_atomic_t stop_flag;
 
-static void on_stop_signal(int sig)
-{
-    (void)sig;
-    stop_flag = 1;
-}
-
-static void install_signals(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    sa.sa_handler = SIG_IGN;
-    sigaction(SIGPIPE, &sa, NULL);
-}
-
 /* -c FILE / --config FILE / --config=FILE at argv[*i]: 1 if consumed. */
 static int config_arg(int argc, char **argv, int *i, const char **given)
 {
@@ -126,7 +108,7 @@ int cli_worker(int argc, char **argv)
         free(queues);
         return WARREN_EXIT_USAGE;
     }
-    install_signals();
+    cli_stop_signals(&stop_flag, 1);
     rc = warren_worker_new(cfg, &lg, &w, &err);
     if (rc == 0 && nq > 0)
         rc = warren_worker_set_queues(w, queues, nq, &err);
@@ -236,7 +218,7 @@ int cli_run(int argc, char **argv)
     }
     if ((cfg = cli_load_config(cli_config_path(given))) == NULL)
         return WARREN_EXIT_USAGE;
-    install_signals();
+    cli_stop_signals(&stop_flag, 1);
     setvbuf(stdout, NULL, _IOLBF, 0);
     rc = warren_planner_new(cfg, cfg->database_url, cfg->amqp_url, &lg, &pt.p, &err);
     if (rc != 0) {

@@ -13,6 +13,7 @@
 #include <warren/broker.h>
 #include <warren/cron.h>
 #include <warren/duration.h>
+#include <warren/backoff.h>
 #include <warren/hash.h>
 #include <warren/planner.h>
 #include <warren/store.h>
@@ -672,7 +673,7 @@ int warren_planner_run(warren_planner *p, volatile sig_atomic_t *stop, warren_er
                 warren_log(p->lg, WARREN_LOG_WARN, "planner %s: %s; retrying in %lld ms", p->id,
                            e.message, (long long)mq_backoff);
                 mq_next = t0 + mq_backoff;
-                mq_backoff = mq_backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : mq_backoff * 2;
+                mq_backoff = warren_backoff_next(mq_backoff, BACKOFF_MIN_MS, BACKOFF_MAX_MS);
                 warren_error_clear(&e);
             }
         }
@@ -682,7 +683,7 @@ int warren_planner_run(warren_planner *p, volatile sig_atomic_t *stop, warren_er
                 warren_log(p->lg, WARREN_LOG_WARN, "planner %s: %s; retrying in %lld ms", p->id,
                            e.message, (long long)db_backoff);
                 sleep_unless_stopped(p, db_backoff);
-                db_backoff = db_backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : db_backoff * 2;
+                db_backoff = warren_backoff_next(db_backoff, BACKOFF_MIN_MS, BACKOFF_MAX_MS);
                 continue;
             }
             warren_log(p->lg, WARREN_LOG_INFO, "planner %s: reconnected to PostgreSQL", p->id);

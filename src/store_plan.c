@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
 #include "store_int.h"
 #include "store_plan.h"
 
@@ -160,62 +161,37 @@ static const char SQL_REAP[] = "SELECT warren.reap_expired_leases($1::int)";
 
 /* --------------------------------------------------------------- helpers */
 
-/* A growable text buffer for array literals. */
-typedef struct buf {
-    char *p;
-    size_t len, cap;
-    int oom;
-} buf;
-
-static void buf_add(buf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (b->len + n + 1 > cap)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (p == NULL) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
+/* Array literals are built in the library's capped buffer (buf.h). */
+typedef warren__buf buf;
 
 /* Array literal: "{" + elements + "}"; each element quoted, '"' and '\'
  * escaped; NULL written as the bare NULL keyword. */
 static void arr_open(buf *b)
 {
-    b->len = 0;
-    buf_add(b, "{", 1);
+    warren__buf_reset(b);
+    warren__buf_add(b, "{", 1);
 }
 
 static void arr_elem(buf *b, const char *s)
 {
     if (b->len > 1)
-        buf_add(b, ",", 1);
+        warren__buf_add(b, ",", 1);
     if (s == NULL) {
-        buf_add(b, "NULL", 4);
+        warren__buf_add(b, "NULL", 4);
         return;
     }
-    buf_add(b, "\"", 1);
+    warren__buf_add(b, "\"", 1);
     for (const char *c = s; *c; c++) {
         if (*c == '"' || *c == '\\')
-            buf_add(b, "\\", 1);
-        buf_add(b, c, 1);
+            warren__buf_add(b, "\\", 1);
+        warren__buf_add(b, c, 1);
     }
-    buf_add(b, "\"", 1);
+    warren__buf_add(b, "\"", 1);
 }
 
 static void arr_close(buf *b)
 {
-    buf_add(b, "}", 1);
+    warren__buf_add(b, "}", 1);
 }
 
 static void arr_us(buf *b, warren_us t)
@@ -535,7 +511,7 @@ int warren_plan_insert_runs(warren_store *st, const warren_plan_run *runs, size_
     }
     for (int k = 0; k < 7; k++) {
         arr_close(&a[k]);
-        if (a[k].oom)
+        if (a[k].err)
             rc = oom(err);
     }
     if (rc == 0) {
@@ -574,7 +550,7 @@ int warren_plan_advance(warren_store *st, const char *const *names, const warren
     }
     arr_close(&a);
     arr_close(&b);
-    if (a.oom || b.oom) {
+    if (a.err || b.err) {
         rc = oom(err);
     } else {
         const char *p[] = {a.p, b.p};
@@ -663,7 +639,7 @@ int warren_plan_mark_published(warren_store *st, const char *const *keys, size_t
     for (size_t i = 0; i < n; i++)
         arr_elem(&a, keys[i]);
     arr_close(&a);
-    if (a.oom) {
+    if (a.err) {
         free(a.p);
         return oom(err);
     }
@@ -786,7 +762,7 @@ int warren_plan_outbox_select(warren_store *st, int limit, warren_outbox_kind ki
     arr_close(&ids);
     PQclear(res);
     res = NULL;
-    if (ids.oom) {
+    if (ids.err) {
         warren_plan_outbox_rows_free(out, (size_t)nr);
         free(ids.p);
         return oom(err);
@@ -850,7 +826,7 @@ int warren_plan_outbox_delete(warren_store *st, const int64_t *ids, size_t n, wa
     for (size_t i = 0; i < n; i++)
         arr_elem(&a, warren__store_int_param(ids[i], nb, sizeof(nb)));
     arr_close(&a);
-    if (a.oom) {
+    if (a.err) {
         free(a.p);
         return oom(err);
     }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
 #include "store_int.h"
 #include "store_work.h"
 
@@ -44,71 +45,41 @@
 
 /* ------------------------------------------------------------ arrays */
 
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-    int oom;
-} sbuf;
-
-static void sb_add(sbuf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t ncap = b->cap ? b->cap : 256;
-        while (ncap < b->len + n + 1)
-            ncap *= 2;
-        char *np = realloc(b->p, ncap);
-        if (np == NULL) {
-            b->oom = 1;
-            return;
-        }
-        b->p = np;
-        b->cap = ncap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void sb_str(sbuf *b, const char *s)
-{
-    sb_add(b, s, strlen(s));
-}
-
 /* Appends one element of a text[] literal: NULL, or a quoted string. */
-static void sb_elem(sbuf *b, const char *s, int first)
+static void sb_elem(warren__buf *b, const char *s, int first)
 {
     if (!first)
-        sb_add(b, ",", 1);
+        warren__buf_add(b, ",", 1);
     if (s == NULL) {
-        sb_str(b, "NULL");
+        warren__buf_puts(b, "NULL");
         return;
     }
-    sb_add(b, "\"", 1);
+    warren__buf_add(b, "\"", 1);
     for (const char *p = s; *p; p++) {
         if (*p == '"' || *p == '\\')
-            sb_add(b, "\\", 1);
-        sb_add(b, p, 1);
+            warren__buf_add(b, "\\", 1);
+        warren__buf_add(b, p, 1);
     }
-    sb_add(b, "\"", 1);
+    warren__buf_add(b, "\"", 1);
 }
 
-static int sb_done(sbuf *b, warren_error *err)
+static int sb_done(warren__buf *b, warren_error *err)
 {
-    if (b->oom) {
-        free(b->p);
-        b->p = NULL;
-        return warren_error_set(err, WARREN_ENOMEM, "out of memory building a query parameter");
+    if (b->err) {
+        int rc = b->err;
+        warren__buf_close(b);
+        return warren_error_set(err, rc, "%s building a query parameter",
+                                rc == WARREN_ERANGE ? "PostgreSQL's 1 GB value limit reached"
+                                                    : "out of memory");
     }
     return 0;
 }
 
-static void sb_int(sbuf *b, int v, int first)
+static void sb_int(warren__buf *b, int v, int first)
 {
     char num[24];
     snprintf(num, sizeof(num), "%s%d", first ? "" : ",", v);
-    sb_str(b, num);
+    warren__buf_puts(b, num);
 }
 
 /* Row index (1-based ordinality in column 0) -> 0-based position, or -1. */
@@ -171,7 +142,7 @@ static int claim_rows(warren_store *st, const char *stmt, const char *sql, const
                       warren_claim *out, warren_error *err)
 {
     char wbuf[24];
-    sbuf arr = {0};
+    warren__buf arr = {0};
     PGresult *res = NULL;
     int rc;
 
@@ -181,10 +152,10 @@ static int claim_rows(warren_store *st, const char *stmt, const char *sql, const
         memset(&out[i], 0, sizeof(out[i]));
     if (n == 0)
         return 0;
-    sb_str(&arr, "{");
+    warren__buf_puts(&arr, "{");
     for (size_t i = 0; i < n; i++)
         sb_elem(&arr, keys[i], i == 0);
-    sb_str(&arr, "}");
+    warren__buf_puts(&arr, "}");
     if ((rc = sb_done(&arr, err)) != 0)
         return rc;
     if (within_ms > INT32_MAX)
@@ -271,7 +242,7 @@ int warren_store_claim(warren_store *st, const char *run_key, const char *worker
 int warren_store_heartbeat_batch(warren_store *st, const char *const *keys, const int *attempts,
                                  size_t n, int *held, warren_error *err)
 {
-    sbuf ka = {0}, aa = {0};
+    warren__buf ka = {0}, aa = {0};
     PGresult *res = NULL;
     int rc;
 
@@ -281,14 +252,14 @@ int warren_store_heartbeat_batch(warren_store *st, const char *const *keys, cons
         held[i] = 0;
     if (n == 0)
         return 0;
-    sb_str(&ka, "{");
-    sb_str(&aa, "{");
+    warren__buf_puts(&ka, "{");
+    warren__buf_puts(&aa, "{");
     for (size_t i = 0; i < n; i++) {
         sb_elem(&ka, keys[i], i == 0);
         sb_int(&aa, attempts[i], i == 0);
     }
-    sb_str(&ka, "}");
-    sb_str(&aa, "}");
+    warren__buf_puts(&ka, "}");
+    warren__buf_puts(&aa, "}");
     if (sb_done(&ka, err) != 0 || sb_done(&aa, err) != 0) {
         free(ka.p);
         free(aa.p);
@@ -323,18 +294,18 @@ int warren_store_heartbeat(warren_store *st, const char *run_key, int attempt, i
 static int complete_succeeded(warren_store *st, const warren_completion *c, const size_t *idx,
                               size_t m, int *recorded, warren_error *err)
 {
-    sbuf ka = {0}, aa = {0};
+    warren__buf ka = {0}, aa = {0};
     PGresult *res = NULL;
     int rc;
 
-    sb_str(&ka, "{");
-    sb_str(&aa, "{");
+    warren__buf_puts(&ka, "{");
+    warren__buf_puts(&aa, "{");
     for (size_t j = 0; j < m; j++) {
         sb_elem(&ka, c[idx[j]].run_key, j == 0);
         sb_int(&aa, c[idx[j]].attempt, j == 0);
     }
-    sb_str(&ka, "}");
-    sb_str(&aa, "}");
+    warren__buf_puts(&ka, "}");
+    warren__buf_puts(&aa, "}");
     if (sb_done(&ka, err) != 0 || sb_done(&aa, err) != 0) {
         free(ka.p);
         free(aa.p);
@@ -374,7 +345,7 @@ static int complete_succeeded(warren_store *st, const warren_completion *c, cons
 int warren_store_complete_batch(warren_store *st, const warren_completion *c, size_t n,
                                 int *recorded, warren_error *err)
 {
-    sbuf ka = {0}, aa = {0}, oa = {0}, ea = {0};
+    warren__buf ka = {0}, aa = {0}, oa = {0}, ea = {0};
     PGresult *res = NULL;
     size_t *idx = NULL, m = 0, others = 0;
     int rc;
@@ -402,10 +373,10 @@ int warren_store_complete_batch(warren_store *st, const warren_completion *c, si
     free(idx);
     if (others == 0)
         return 0;
-    sb_str(&ka, "{");
-    sb_str(&aa, "{");
-    sb_str(&oa, "{");
-    sb_str(&ea, "{");
+    warren__buf_puts(&ka, "{");
+    warren__buf_puts(&aa, "{");
+    warren__buf_puts(&oa, "{");
+    warren__buf_puts(&ea, "{");
     for (size_t i = 0, k = 0; i < n; i++) {
         if (c[i].outcome != NULL && strcmp(c[i].outcome, "succeeded") == 0 && c[i].error == NULL)
             continue;
@@ -415,10 +386,10 @@ int warren_store_complete_batch(warren_store *st, const warren_completion *c, si
         sb_elem(&ea, c[i].error, k == 0);
         k++;
     }
-    sb_str(&ka, "}");
-    sb_str(&aa, "}");
-    sb_str(&oa, "}");
-    sb_str(&ea, "}");
+    warren__buf_puts(&ka, "}");
+    warren__buf_puts(&aa, "}");
+    warren__buf_puts(&oa, "}");
+    warren__buf_puts(&ea, "}");
     if (sb_done(&ka, err) != 0 || sb_done(&aa, err) != 0 || sb_done(&oa, err) != 0 ||
         sb_done(&ea, err) != 0) {
         free(ka.p);

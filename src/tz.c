@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <warren/hash.h>
 #include <warren/timefmt.h>
 #include <warren/tz.h>
 
@@ -742,16 +743,6 @@ size_t warren_tzdb_count(const warren_tzdb *db)
     return db->count;
 }
 
-static uint32_t fnv1a(const char *s)
-{
-    uint32_t h = 2166136261u;
-    for (; *s; s++) {
-        h ^= (unsigned char)*s;
-        h *= 16777619u;
-    }
-    return h;
-}
-
 static int cmp_str(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
@@ -910,7 +901,7 @@ static int grow(warren_tzdb *db)
     for (size_t i = 0; i < db->cap; i++) {
         if (db->slots[i].key == NULL)
             continue;
-        size_t j = fnv1a(db->slots[i].key) & (ncap - 1);
+        size_t j = warren_hash_fnv1a32(db->slots[i].key) & (ncap - 1);
         while (ns[j].key)
             j = (j + 1) & (ncap - 1);
         ns[j] = db->slots[i];
@@ -929,7 +920,7 @@ int warren_tzdb_get(warren_tzdb *db, const char *name, const warren_tz **out, wa
 
     if (name == NULL)
         return warren_error_set(err, WARREN_ETZ, "time zone name is missing");
-    j = fnv1a(name) & (db->cap - 1);
+    j = warren_hash_fnv1a32(name) & (db->cap - 1);
     while (db->slots[j].key) {
         if (strcmp(db->slots[j].key, name) == 0) {
             *out = db->slots[j].tz;
@@ -952,7 +943,7 @@ int warren_tzdb_get(warren_tzdb *db, const char *name, const warren_tz **out, wa
         warren_tz_free(tz);
         return warren_error_set(err, WARREN_ENOMEM, "out of memory");
     }
-    j = fnv1a(name) & (db->cap - 1);
+    j = warren_hash_fnv1a32(name) & (db->cap - 1);
     while (db->slots[j].key)
         j = (j + 1) & (db->cap - 1);
     db->slots[j].key = strdup(name);
