@@ -5,6 +5,7 @@
  * reconnecting, the store_int.h helpers, and the `warren migrate`/`sync`
  * commands. Every test gets its own database (testenv_db). */
 #include <check.h>
+#include <ctype.h>
 #include <dirent.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -720,6 +721,88 @@ START_TEST(test_store_migrate_applies_the_listed_function_files_in_order_every_t
     remove_sql_dir(dir);
     free(dir);
     free(url);
+}
+END_TEST
+
+/* The text of path, upper-cased, without its -- comments (new). */
+static char *sql_code(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    char *text;
+    long len;
+    size_t o = 0;
+    int comment = 0;
+
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    text = calloc(1, (size_t)len + 1);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_uint_eq(fread(text, 1, (size_t)len, f), (size_t)len);
+    fclose(f);
+    for (long i = 0; i < len; i++) {
+        if (text[i] == '-' && text[i + 1] == '-')
+            comment = 1;
+        else if (text[i] == '\n')
+            comment = 0;
+        if (!comment)
+            text[o++] = (char)toupper((unsigned char)text[i]);
+    }
+    text[o] = '\0';
+    return text;
+}
+
+START_TEST(test_store_migrations_hold_schema_and_function_files_hold_functions)
+{
+    /* The equivalence below cannot see a function a new migration creates
+     * (both databases run it): migrations create no function (but run_key,
+     * which runs.run_key is generated from) and grant nothing; function
+     * files change no table. */
+    static const char *const not_in_migrations[] = {"FUNCTION WARREN.", "GRANT ", "REVOKE ",
+                                                    "CREATE ROLE"};
+    static const char *const not_in_functions[] = {"CREATE TABLE", "ALTER TABLE", "CREATE INDEX",
+                                                   "CREATE UNIQUE INDEX", "DROP TABLE"};
+    const char *dirs[2] = {SQL_DIR "/migrations", SQL_DIR "/functions"};
+    int nfiles[2] = {0, 0};
+
+    for (int k = 0; k < 2; k++) {
+        DIR *d = opendir(dirs[k]);
+        struct dirent *e;
+        ck_assert_ptr_nonnull(d);
+        while ((e = readdir(d)) != NULL) {
+            size_t len = strlen(e->d_name);
+            char path[600], *code;
+            if (len < 5 || strcmp(e->d_name + len - 4, ".sql") != 0)
+                continue;
+            nfiles[k]++;
+            snprintf(path, sizeof(path), "%s/%s", dirs[k], e->d_name);
+            code = sql_code(path);
+            if (k == 0) {
+                for (size_t i = 0; i < 4; i++) {
+                    const char *hit = code;
+                    while ((hit = strstr(hit, not_in_migrations[i])) != NULL) {
+                        int run_key = i == 0 && strcmp(e->d_name, "001_schema.sql") == 0 &&
+                                      strncmp(hit, "FUNCTION WARREN.RUN_KEY(", 24) == 0;
+                        int drop = i == 0 && hit >= code + 5 && strncmp(hit - 5, "DROP ", 5) == 0;
+                        ck_assert_msg(run_key || drop,
+                                      "%s: \"%.40s\": migrations hold tables, columns, indexes "
+                                      "and drops; functions and grants go in sql/functions/",
+                                      path, hit);
+                        hit++;
+                    }
+                }
+            } else {
+                for (size_t i = 0; i < 5; i++)
+                    ck_assert_msg(strstr(code, not_in_functions[i]) == NULL,
+                                  "%s: %s belongs in a migration", path, not_in_functions[i]);
+            }
+            free(code);
+        }
+        closedir(d);
+    }
+    ck_assert_int_ge(nfiles[0], 9);
+    ck_assert_int_ge(nfiles[1], 2);
 }
 END_TEST
 
@@ -1585,6 +1668,7 @@ static Suite *store_suite(void)
     tcase_add_test(mig, test_store_migrate_broken_file_names_file_and_line_and_rolls_back);
     tcase_add_test(mig, test_store_migrate_rejects_missing_dir_and_duplicate_versions);
     tcase_add_test(mig, test_store_migrate_applies_the_listed_function_files_in_order_every_time);
+    tcase_add_test(mig, test_store_migrations_hold_schema_and_function_files_hold_functions);
     tcase_add_test(mig,
                    test_store_migrate_upgraded_stepwise_fresh_and_psql_databases_are_identical);
     suite_add_tcase(s, mig);
