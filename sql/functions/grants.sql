@@ -11,7 +11,14 @@
 -- tests/check_roles.c walks every function of the schema against its
 -- expected grants: a new function must be classified there.
 
+-- The role and its comment are written only when missing or different:
+-- both need CREATEROLE, which the role that migrates may no longer have once
+-- they exist (roles belong to the cluster, not to this database).
 DO $$
+DECLARE
+    note constant text :=
+        'May execute warren.claim, warren.heartbeat and warren.complete (their batch forms, and '
+        'warren.reclaim_many after a lost claim answer) only; grant it to worker logins';
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'warren_worker') THEN
         BEGIN
@@ -20,11 +27,12 @@ BEGIN
             NULL; -- created concurrently by a migration of another database
         END;
     END IF;
+    IF shobj_description((SELECT oid FROM pg_roles WHERE rolname = 'warren_worker'),
+                         'pg_authid') IS DISTINCT FROM note THEN
+        EXECUTE format('COMMENT ON ROLE warren_worker IS %L', note);
+    END IF;
 END
 $$;
-COMMENT ON ROLE warren_worker IS
-    'May execute warren.claim, warren.heartbeat and warren.complete (their batch forms, and '
-    'warren.reclaim_many after a lost claim answer) only; grant it to worker logins';
 
 GRANT USAGE ON SCHEMA warren TO warren_worker;
 
