@@ -1,6 +1,7 @@
 /* store_int.h: private to src/store*.c: the libpq connection behind a
  * warren_store and the helpers every store_*.c uses, so libpq errors are
- * translated in one place (store.c). Not installed; not for other modules.
+ * translated in one place (store.c). Not installed; not for other modules
+ * (tests use it to reach below the public API).
  *
  * Session settings every connection gets (after each connect and reconnect):
  * TimeZone 'UTC', DateStyle 'ISO, YMD', application_name "warren" (unless the
@@ -88,5 +89,12 @@ int warren__store_get_us(const PGresult *res, int row, int col, warren_us *out);
 char *warren__store_us_param(warren_us t, char *buf, size_t len);
 /* Formats an int64 as a parameter; buf >= 24. Returns buf. */
 char *warren__store_int_param(int64_t v, char *buf, size_t len);
+
+/* warren_store_migrate, applying only the pending migrations up to version
+ * target (all when target < 0), then the function files as always (they must
+ * therefore create on any schema from migration 001 on). For tests that
+ * migrate one version at a time (store_migrate.c). */
+int warren__store_migrate_to(warren_store *st, const char *sql_dir, int target, int *applied,
+                             warren_error *err);
 
 #endif

@@ -168,8 +168,9 @@ int warren_plan_outbox_delete(warren_store *st, const int64_t *ids, size_t n, wa
  * with a note; *n gets how many. */
 int warren_plan_reconcile_published(warren_store *st, int64_t grace_ms, int limit, int *n,
                                     warren_error *err);
-/* SELECT warren.reap_expired_leases(max) (sql/002); *n gets its result.
- * WARREN_ENOENT if the function does not exist (worker protocol not migrated). */
+/* SELECT warren.reap_expired_leases(max) (sql/functions/lease.sql); *n gets
+ * its result. WARREN_ENOENT if the function does not exist (worker protocol
+ * not migrated). */
 int warren_plan_reap(warren_store *st, int max, int *n, warren_error *err);
 
 #endif

@@ -1,5 +1,5 @@
 /* store_work.h: the worker's PostgreSQL calls (src/store_work.c): the
- * protocol functions of sql/002_worker_protocol.sql (claim, heartbeat,
+ * protocol functions of sql/functions/ (claim, heartbeat,
  * complete), batched for throughput, the sql handler's statement inside the
  * completion transaction, and a run's times for the report line.
  *

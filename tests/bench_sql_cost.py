@@ -6,7 +6,8 @@ PostgreSQL per run, one connection, no broker (JSON lines on stdout).
     python3 tests/bench_sql_cost.py [--runs N] [--batch B] [--rounds R] [VARIANT.sql ...]
 
 Creates a scratch database on the server of WARREN_TEST_PG_URL, applies
-sql/0*.sql, and per round: N published runs of one `allow` job, claimed in
+sql/migrations/*.sql and the function files sql/functions.sql lists (as
+`warren migrate` does), and per round: N published runs of one `allow` job, claimed in
 batches of B keys (each batch its own transaction, as the C worker does),
 then completed as succeeded in batches of B. It prints the wall time and the
 backend's CPU time (from /proc, so the server must be on this machine) per
@@ -31,6 +32,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SQL_DIR = os.path.join(HERE, "..", "sql")
 
 
+def sql_files():
+    """The migrations in order, then the function files in functions.sql's order."""
+    files = sorted(glob.glob(os.path.join(SQL_DIR, "migrations", "[0-9][0-9][0-9]_*.sql")))
+    with open(os.path.join(SQL_DIR, "functions.sql")) as fh:
+        for line in fh:
+            line = line.strip()
+            if line.startswith("\\ir functions/"):
+                files.append(os.path.join(SQL_DIR, line[len("\\ir "):]))
+    return files
+
+
 def backend_cpu_s(pid):
     with open("/proc/%d/stat" % pid) as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -41,7 +53,7 @@ def one_round(url, label, variant, runs, batch):
     conn = psycopg2.connect(url)
     conn.autocommit = True
     cur = conn.cursor()
-    for f in sorted(glob.glob(os.path.join(SQL_DIR, "0*.sql"))):
+    for f in sql_files():
         with open(f) as fh:
             cur.execute(fh.read())
     if variant is not None:

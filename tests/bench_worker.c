@@ -30,8 +30,8 @@
  * (BENCH_TIMELINE=MS: per MS milliseconds).
  * BENCH_POLICY=JSON puts a policy with that definition on the ready queue.
  * BENCH_EXTRA_SQL=FILE applies FILE to the benchmark database after the
- * migrations (A/B experiments, e.g. an older sql/002_worker_protocol.sql in
- * the same session as the current one). */
+ * migrations (A/B experiments, e.g. an older definition of a function of
+ * sql/functions/ in the same session as the current one). */
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>

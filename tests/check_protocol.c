@@ -1,4 +1,4 @@
-/* check_protocol.c: the worker protocol in sql/002_worker_protocol.sql against
+/* check_protocol.c: the worker protocol (the functions in sql/functions/) against
  * a real PostgreSQL: claim / heartbeat / complete, fencing, overlap policies,
  * full-jitter backoff, retries to dead with a dead letter in the outbox,
  * replay, the reaper and the warren_worker role. */
@@ -778,7 +778,7 @@ START_TEST(test_migration_records_itself_and_is_safe_to_rerun)
     char *url = setup("skip", 5, 1000, 60000, 30000);
     free(claim(url, RK, "w1"));
     ck_q(url, "002_worker_protocol", "SELECT name FROM warren.schema_migrations WHERE version = 2");
-    char *sql = slurp(WARREN_SOURCE_DIR "/sql/002_worker_protocol.sql");
+    char *sql = slurp(WARREN_SOURCE_DIR "/sql/migrations/002_worker_protocol.sql");
     ck_assert_int_ge(testenv_psql(url, sql, NULL), 0);
     free(sql);
     ck_q(url, "1", "SELECT count(*) FROM warren.schema_migrations WHERE version = 2");

@@ -1,9 +1,11 @@
 /* check_store.c: the store against the real PostgreSQL of tests/servers.sh:
  * connecting (and failing clearly), migrations (twice, concurrently, broken
- * files), job sync (add, change, remove, restore), the clock, LISTEN/NOTIFY,
+ * files, function files; an upgraded, a stepwise, a psql-installed and a
+ * fresh database alike), job sync (add, change, remove, restore), the clock, LISTEN/NOTIFY,
  * reconnecting, the store_int.h helpers, and the `warren migrate`/`sync`
  * commands. Every test gets its own database (testenv_db). */
 #include <check.h>
+#include <ctype.h>
 #include <dirent.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -46,7 +48,7 @@ static warren_store *migrated_store(char **url_out)
 
 static int count_migration_files(void)
 {
-    DIR *d = opendir(SQL_DIR);
+    DIR *d = opendir(SQL_DIR "/migrations");
     struct dirent *e;
     int n = 0;
     ck_assert_ptr_nonnull(d);
@@ -469,7 +471,8 @@ START_TEST(test_store_migrate_after_psql_application_applies_nothing)
     int applied = -1;
     ck_assert_msg(warren_store_migrate(st, SQL_DIR, &applied, &err) == 0, "%s", err.message);
     ck_assert_msg(applied == 0,
-                  "%d migrations were applied again: every sql/NNN_*.sql must INSERT its own "
+                  "%d migrations were applied again: every sql/migrations/NNN_*.sql must "
+                  "INSERT its own "
                   "row into warren.schema_migrations",
                   applied);
     warren_store_free(st);
@@ -535,12 +538,19 @@ START_TEST(test_store_migrate_from_several_processes_at_once)
 }
 END_TEST
 
+/* A directory laid out as sql/: names are paths in it ("functions.sql",
+ * "migrations/001_a.sql", "functions/f.sql"); migrations/ and functions/
+ * always exist. */
 static char *make_sql_dir(const char *const *names, const char *const *texts, size_t n)
 {
     char tmpl[] = "/tmp/warren_sql_XXXXXX";
     char *dir = mkdtemp(tmpl);
     char path[512];
     ck_assert_ptr_nonnull(dir);
+    snprintf(path, sizeof(path), "%s/migrations", dir);
+    ck_assert_int_eq(mkdir(path, 0700), 0);
+    snprintf(path, sizeof(path), "%s/functions", dir);
+    ck_assert_int_eq(mkdir(path, 0700), 0);
     for (size_t i = 0; i < n; i++) {
         FILE *f;
         snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
@@ -552,38 +562,65 @@ static char *make_sql_dir(const char *const *names, const char *const *texts, si
     return strdup(dir);
 }
 
+static void put_sql_file(const char *dir, const char *name, const char *text)
+{
+    char path[512];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void remove_sql_dir(const char *dir)
+{
+    char cmd[600];
+    char out[64];
+
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    ck_assert_int_eq(testenv_run(cmd, out, sizeof(out)), 0);
+}
+
 START_TEST(test_store_migrate_broken_file_names_file_and_line_and_rolls_back)
 {
     char *url = testenv_db();
     warren_store *st = open_ok(url);
     warren_error err = {0};
     int applied = -1;
-    const char *names[] = {"001_a.sql", "002_b.sql", "003_c.sql", "README", "01_short.sql"};
+    const char *names[] = {"migrations/001_a.sql",    "migrations/002_b.sql",
+                           "migrations/003_c.sql",    "migrations/README",
+                           "migrations/01_short.sql", "functions.sql"};
     const char *texts[] = {
         "CREATE SCHEMA IF NOT EXISTS warren;\nCREATE TABLE warren.a (x int);\n",
         "CREATE TABLE warren.b (x int);\n-- comment\nSELEC 1;\n",
         "CREATE TABLE warren.c (x int);\n",
         "not sql",
         "garbage",
+        "-- no function files\n",
     };
-    char *dir = make_sql_dir(names, texts, 5);
+    char *dir = make_sql_dir(names, texts, 6);
 
     ck_assert_int_eq(warren_store_migrate(st, dir, &applied, &err), WARREN_EDB);
     ck_assert_msg(strstr(err.message, "002_b.sql:3:") != NULL, "%s", err.message);
     ck_assert_msg(strstr(err.message, "syntax error") != NULL, "%s", err.message);
     ck_assert_int_eq(applied, 0);
-    /* 001 stays applied and recorded; 002 left nothing behind; 003 not tried. */
-    sql_eq(url,
-           "SELECT string_agg(version::text, ',' ORDER BY version) FROM "
-           "warren.schema_migrations",
-           "1");
-    sql_eq(url, "SELECT to_regclass('warren.a') IS NOT NULL", "t");
+    /* One transaction: 001 is rolled back with 002; 003 not tried. */
+    sql_eq(url, "SELECT count(*) FROM warren.schema_migrations", "0");
+    sql_eq(url, "SELECT to_regclass('warren.a') IS NOT NULL", "f");
     sql_eq(url, "SELECT to_regclass('warren.b') IS NOT NULL", "f");
     sql_eq(url, "SELECT to_regclass('warren.c') IS NOT NULL", "f");
-    sql_eq(url, "SELECT name FROM warren.schema_migrations", "001_a");
     /* The store is usable afterwards (no transaction left open). */
     ck_assert_int_eq(PQtransactionStatus(warren__store_conn(st)), PQTRANS_IDLE);
+    /* Fixed, it applies all three. */
+    put_sql_file(dir, "migrations/002_b.sql", "CREATE TABLE warren.b (x int);\n");
+    ck_assert_msg(warren_store_migrate(st, dir, &applied, &err) == 0, "%s", err.message);
+    ck_assert_int_eq(applied, 3);
+    sql_eq(url, "SELECT string_agg(name, ',' ORDER BY version) FROM warren.schema_migrations",
+           "001_a,002_b,003_c");
     warren_store_free(st);
+    remove_sql_dir(dir);
     free(dir);
     free(url);
 }
@@ -594,9 +631,9 @@ START_TEST(test_store_migrate_rejects_missing_dir_and_duplicate_versions)
     char *url = testenv_db();
     warren_store *st = open_ok(url);
     warren_error err = {0};
-    const char *names[] = {"001_a.sql", "001_b.sql"};
-    const char *texts[] = {"SELECT 1;", "SELECT 2;"};
-    char *dir = make_sql_dir(names, texts, 2);
+    const char *names[] = {"migrations/001_a.sql", "migrations/001_b.sql", "functions.sql"};
+    const char *texts[] = {"SELECT 1;", "SELECT 2;", ""};
+    char *dir = make_sql_dir(names, texts, 3);
 
     ck_assert_int_eq(warren_store_migrate(st, "/nonexistent/sql", NULL, &err), WARREN_ENOENT);
     ck_assert_msg(strstr(err.message, "/nonexistent/sql") != NULL, "%s", err.message);
@@ -604,8 +641,401 @@ START_TEST(test_store_migrate_rejects_missing_dir_and_duplicate_versions)
     ck_assert_int_eq(warren_store_migrate(st, dir, NULL, &err), WARREN_EINVAL);
     ck_assert_msg(strstr(err.message, "share version 001") != NULL, "%s", err.message);
     warren_store_free(st);
+    remove_sql_dir(dir);
     free(dir);
     free(url);
+}
+END_TEST
+
+START_TEST(test_store_migrate_applies_the_listed_function_files_in_order_every_time)
+{
+    char *url = testenv_db();
+    warren_store *st = open_ok(url);
+    warren_error err = {0};
+    int applied = -1;
+    /* f2 is an SQL function calling f1: created before f1, it fails. */
+    const char *names[] = {"migrations/001_a.sql", "functions.sql", "functions/f1.sql",
+                           "functions/f2.sql"};
+    const char *texts[] = {
+        "CREATE SCHEMA IF NOT EXISTS warren;\nCREATE TABLE warren.a (x int);\n",
+        "-- f1 first\n\n\\ir functions/f1.sql\n  \\ir functions/f2.sql  \n",
+        "CREATE OR REPLACE FUNCTION warren.f1() RETURNS int LANGUAGE sql AS 'SELECT 1';\n",
+        "CREATE OR REPLACE FUNCTION warren.f2() RETURNS int LANGUAGE sql\n"
+        "AS 'SELECT warren.f1() + 1';\n",
+    };
+    char *dir = make_sql_dir(names, texts, 4);
+
+    ck_assert_msg(warren_store_migrate(st, dir, &applied, &err) == 0, "%s", err.message);
+    ck_assert_int_eq(applied, 1);
+    sql_eq(url, "SELECT warren.f2()", "2");
+    /* Re-applied by every migrate, also with no migration pending. */
+    put_sql_file(
+        dir, "functions/f1.sql",
+        "CREATE OR REPLACE FUNCTION warren.f1() RETURNS int LANGUAGE sql AS 'SELECT 10';\n");
+    ck_assert_msg(warren_store_migrate(st, dir, &applied, &err) == 0, "%s", err.message);
+    ck_assert_int_eq(applied, 0);
+    sql_eq(url, "SELECT warren.f2()", "11");
+
+    /* A broken function file names FILE:LINE and rolls back the migration
+     * applied in the same run. */
+    put_sql_file(dir, "migrations/002_b.sql", "CREATE TABLE warren.b (x int);\n");
+    put_sql_file(dir, "functions/f2.sql",
+                 "CREATE OR REPLACE FUNCTION warren.f2() RETURNS int LANGUAGE sql\n"
+                 "AS 'SELECT warren.f1() + 2';\nSELEC 1;\n");
+    ck_assert_int_eq(warren_store_migrate(st, dir, &applied, &err), WARREN_EDB);
+    ck_assert_msg(strstr(err.message, "functions/f2.sql:3:") != NULL, "%s", err.message);
+    ck_assert_int_eq(applied, 0);
+    sql_eq(url, "SELECT to_regclass('warren.b') IS NOT NULL", "f");
+    sql_eq(url, "SELECT count(*) FROM warren.schema_migrations", "1");
+    sql_eq(url, "SELECT warren.f2()", "11");
+    warren_error_clear(&err);
+
+    /* A file in functions/ that the list does not name is refused before
+     * anything is applied. */
+    put_sql_file(dir, "functions/f2.sql",
+                 "CREATE OR REPLACE FUNCTION warren.f2() RETURNS int LANGUAGE sql\n"
+                 "AS 'SELECT warren.f1() + 2';\n");
+    put_sql_file(dir, "functions/stray.sql", "SELECT 1;\n");
+    ck_assert_int_eq(warren_store_migrate(st, dir, &applied, &err), WARREN_EINVAL);
+    ck_assert_msg(strstr(err.message, "stray.sql is not listed in") != NULL, "%s", err.message);
+    sql_eq(url, "SELECT to_regclass('warren.b') IS NOT NULL", "f");
+    warren_error_clear(&err);
+
+    /* So is a line of the list that is not "\ir functions/NAME.sql". */
+    put_sql_file(dir, "functions.sql",
+                 "\\ir functions/f1.sql\n\\ir functions/f2.sql\n\\ir functions/stray.sql\n"
+                 "SELECT 1;\n");
+    ck_assert_int_eq(warren_store_migrate(st, dir, &applied, &err), WARREN_EINVAL);
+    ck_assert_msg(strstr(err.message, "functions.sql:4: expected") != NULL, "%s", err.message);
+    warren_error_clear(&err);
+
+    /* And a listed file that is missing. */
+    put_sql_file(dir, "functions.sql",
+                 "\\ir functions/f1.sql\n\\ir functions/f2.sql\n\\ir functions/stray.sql\n"
+                 "\\ir functions/gone.sql\n");
+    ck_assert_int_eq(warren_store_migrate(st, dir, &applied, &err), WARREN_ENOENT);
+    ck_assert_msg(strstr(err.message, "gone.sql") != NULL, "%s", err.message);
+    sql_eq(url, "SELECT to_regclass('warren.b') IS NOT NULL", "f");
+    ck_assert_int_eq(PQtransactionStatus(warren__store_conn(st)), PQTRANS_IDLE);
+    warren_store_free(st);
+    remove_sql_dir(dir);
+    free(dir);
+    free(url);
+}
+END_TEST
+
+/* The text of path, upper-cased, without its -- comments (new). */
+static char *sql_code(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    char *text;
+    long len;
+    size_t o = 0;
+    int comment = 0;
+
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    text = calloc(1, (size_t)len + 1);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_uint_eq(fread(text, 1, (size_t)len, f), (size_t)len);
+    fclose(f);
+    for (long i = 0; i < len; i++) {
+        if (text[i] == '-' && text[i + 1] == '-')
+            comment = 1;
+        else if (text[i] == '\n')
+            comment = 0;
+        if (!comment)
+            text[o++] = (char)toupper((unsigned char)text[i]);
+    }
+    text[o] = '\0';
+    return text;
+}
+
+START_TEST(test_store_migrations_hold_schema_and_function_files_hold_functions)
+{
+    /* The equivalence below cannot see a function a new migration creates
+     * (both databases run it): migrations create no function (but run_key,
+     * which runs.run_key is generated from) and grant nothing; function
+     * files change no table. */
+    static const char *const not_in_migrations[] = {"FUNCTION WARREN.", "GRANT ", "REVOKE ",
+                                                    "CREATE ROLE"};
+    static const char *const not_in_functions[] = {"CREATE TABLE", "ALTER TABLE", "CREATE INDEX",
+                                                   "CREATE UNIQUE INDEX", "DROP TABLE"};
+    const char *dirs[2] = {SQL_DIR "/migrations", SQL_DIR "/functions"};
+    int nfiles[2] = {0, 0};
+
+    for (int k = 0; k < 2; k++) {
+        DIR *d = opendir(dirs[k]);
+        struct dirent *e;
+        ck_assert_ptr_nonnull(d);
+        while ((e = readdir(d)) != NULL) {
+            size_t len = strlen(e->d_name);
+            char path[600], *code;
+            if (len < 5 || strcmp(e->d_name + len - 4, ".sql") != 0)
+                continue;
+            nfiles[k]++;
+            snprintf(path, sizeof(path), "%s/%s", dirs[k], e->d_name);
+            code = sql_code(path);
+            if (k == 0) {
+                for (size_t i = 0; i < 4; i++) {
+                    const char *hit = code;
+                    while ((hit = strstr(hit, not_in_migrations[i])) != NULL) {
+                        int run_key = i == 0 && strcmp(e->d_name, "001_schema.sql") == 0 &&
+                                      strncmp(hit, "FUNCTION WARREN.RUN_KEY(", 24) == 0;
+                        int drop = i == 0 && hit >= code + 5 && strncmp(hit - 5, "DROP ", 5) == 0;
+                        ck_assert_msg(run_key || drop,
+                                      "%s: \"%.40s\": migrations hold tables, columns, indexes "
+                                      "and drops; functions and grants go in sql/functions/",
+                                      path, hit);
+                        hit++;
+                    }
+                }
+            } else {
+                for (size_t i = 0; i < 5; i++)
+                    ck_assert_msg(strstr(code, not_in_functions[i]) == NULL,
+                                  "%s: %s belongs in a migration", path, not_in_functions[i]);
+            }
+            free(code);
+        }
+        closedir(d);
+    }
+    ck_assert_int_ge(nfiles[0], 9);
+    ck_assert_int_ge(nfiles[1], 2);
+}
+END_TEST
+
+/* Everything of schema warren that an upgrade and a fresh install must agree
+ * on, one sorted line (or function definition) per object: functions (their
+ * definition, owner, ACL and comment), relations (owner, ACL, comment),
+ * columns (type, nullability, default, generation, comment), indexes,
+ * constraints, triggers, the schema itself and the recorded migrations. */
+static const char FINGERPRINT_SQL[] =
+    "SELECT string_agg(x, E'\\n' ORDER BY x) FROM ("
+    " SELECT 'function ' || p.oid::regprocedure::text || E'\\n' || pg_get_functiondef(p.oid)"
+    "   || E'\\nowner ' || pg_get_userbyid(p.proowner)"
+    "   || E'\\nacl ' || coalesce(p.proacl::text, '(default)')"
+    "   || E'\\ncomment ' || coalesce(obj_description(p.oid, 'pg_proc'), '(none)') AS x"
+    "   FROM pg_proc p WHERE p.pronamespace = 'warren'::regnamespace"
+    " UNION ALL"
+    " SELECT 'relation ' || c.oid::regclass::text || ' kind ' || c.relkind::text"
+    "   || ' owner ' || pg_get_userbyid(c.relowner) || ' acl ' || coalesce(c.relacl::text, "
+    "'(default)')"
+    "   || ' comment ' || coalesce(obj_description(c.oid, 'pg_class'), '(none)')"
+    "   FROM pg_class c WHERE c.relnamespace = 'warren'::regnamespace"
+    " UNION ALL"
+    " SELECT 'column ' || c.oid::regclass::text || '.' || a.attname || ' #' || a.attnum"
+    "   || ' ' || format_type(a.atttypid, a.atttypmod)"
+    "   || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END"
+    "   || ' default ' || coalesce(pg_get_expr(d.adbin, d.adrelid), '(none)')"
+    "   || ' generated ' || a.attgenerated::text"
+    "   || ' comment ' || coalesce(col_description(c.oid, a.attnum), '(none)')"
+    "   FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid"
+    "   LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum"
+    "   WHERE c.relnamespace = 'warren'::regnamespace AND a.attnum > 0 AND NOT a.attisdropped"
+    " UNION ALL"
+    " SELECT 'index ' || i.indexname || ' ' || i.indexdef || ' comment '"
+    "   || coalesce(obj_description(to_regclass('warren.' || i.indexname), 'pg_class'), "
+    "'(none)')"
+    "   FROM pg_indexes i WHERE i.schemaname = 'warren'"
+    " UNION ALL"
+    " SELECT 'constraint ' || n.conrelid::regclass::text || '.' || n.conname || ' '"
+    "   || pg_get_constraintdef(n.oid)"
+    "   FROM pg_constraint n WHERE n.connamespace = 'warren'::regnamespace"
+    " UNION ALL"
+    " SELECT 'trigger ' || t.tgrelid::regclass::text || '.' || t.tgname || ' '"
+    "   || pg_get_triggerdef(t.oid)"
+    "   FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid"
+    "   WHERE c.relnamespace = 'warren'::regnamespace AND NOT t.tgisinternal"
+    " UNION ALL"
+    " SELECT 'schema owner ' || pg_get_userbyid(s.nspowner) || ' acl '"
+    "   || coalesce(s.nspacl::text, '(default)') || ' comment '"
+    "   || coalesce(obj_description(s.oid, 'pg_namespace'), '(none)')"
+    "   FROM pg_namespace s WHERE s.nspname = 'warren'"
+    " UNION ALL"
+    " SELECT 'migration ' || m.version || ' ' || m.name FROM warren.schema_migrations m"
+    ") f";
+
+static char *fingerprint(const char *url)
+{
+    char *fp = testenv_sql1(url, FINGERPRINT_SQL);
+    ck_assert_ptr_nonnull(fp);
+    return fp;
+}
+
+/* Fails naming the first line where the two fingerprints part. */
+static void assert_same_schema(const char *name_a, const char *a, const char *name_b, const char *b)
+{
+    size_t i = 0, line = 1, start = 0;
+    int na, nb;
+
+    while (a[i] != '\0' && a[i] == b[i]) {
+        if (a[i] == '\n') {
+            line++;
+            start = i + 1;
+        }
+        i++;
+    }
+    if (a[i] == '\0' && b[i] == '\0')
+        return;
+    na = (int)strcspn(a + start, "\n");
+    nb = (int)strcspn(b + start, "\n");
+    ck_abort_msg("schema warren differs at line %zu:\n  %s: %.*s\n  %s: %.*s", line, name_a, na,
+                 a + start, name_b, nb, b + start);
+}
+
+static int cmp_str(const void *x, const void *y)
+{
+    return strcmp(*(char *const *)x, *(char *const *)y);
+}
+
+/* Applies the frozen files of the layout before sql/functions/ existed,
+ * one by one, each in its own transaction, as `warren migrate` did then
+ * (each records its own version): a database as production has it. */
+static void apply_legacy(const char *url, const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char *names[64];
+    size_t n = 0;
+    PGconn *c = PQconnectdb(url);
+
+    ck_assert_ptr_nonnull(d);
+    ck_assert_int_eq(PQstatus(c), CONNECTION_OK);
+    while ((e = readdir(d)) != NULL)
+        if (strlen(e->d_name) > 4 && strcmp(e->d_name + strlen(e->d_name) - 4, ".sql") == 0) {
+            ck_assert_uint_lt(n, 64);
+            names[n++] = strdup(e->d_name);
+        }
+    closedir(d);
+    ck_assert_uint_eq(n, 9);
+    qsort(names, n, sizeof(names[0]), cmp_str);
+    for (size_t i = 0; i < n; i++) {
+        char path[600];
+        FILE *f;
+        long len;
+        char *text;
+        PGresult *res;
+        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+        f = fopen(path, "rb");
+        ck_assert_ptr_nonnull(f);
+        fseek(f, 0, SEEK_END);
+        len = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        text = calloc(1, (size_t)len + 1);
+        ck_assert_ptr_nonnull(text);
+        ck_assert_uint_eq(fread(text, 1, (size_t)len, f), (size_t)len);
+        fclose(f);
+        PQclear(PQexec(c, "BEGIN"));
+        res = PQexec(c, text);
+        ck_assert_msg(PQresultStatus(res) == PGRES_COMMAND_OK ||
+                          PQresultStatus(res) == PGRES_TUPLES_OK,
+                      "%s: %s", path, PQerrorMessage(c));
+        PQclear(res);
+        res = PQexec(c, "COMMIT");
+        ck_assert_str_eq(PQcmdStatus(res), "COMMIT");
+        PQclear(res);
+        free(text);
+        free(names[i]);
+    }
+    PQfinish(c);
+}
+
+/* The versions of the migrations in sql/migrations, ascending. */
+static int migration_versions(int *out, int cap)
+{
+    DIR *d = opendir(SQL_DIR "/migrations");
+    struct dirent *e;
+    int n = 0;
+
+    ck_assert_ptr_nonnull(d);
+    while ((e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        if (len > 8 && e->d_name[3] == '_' && strcmp(e->d_name + len - 4, ".sql") == 0) {
+            ck_assert_int_lt(n, cap);
+            out[n++] = atoi(e->d_name);
+        }
+    }
+    closedir(d);
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && out[j - 1] > out[j]; j--) {
+            int t = out[j];
+            out[j] = out[j - 1];
+            out[j - 1] = t;
+        }
+    return n;
+}
+
+START_TEST(test_store_migrate_upgraded_stepwise_fresh_and_psql_databases_are_identical)
+{
+    char *fresh = testenv_db(), *upgraded = testenv_db(), *stepwise = testenv_db(),
+         *psql = testenv_db();
+    warren_store *st;
+    warren_error err = {0};
+    int applied = -1, versions[256], nv = migration_versions(versions, 256);
+    char *fp_fresh, *fp, *cmd, out[8192];
+
+    ck_assert_int_ge(nv, 9);
+    /* B: fresh, the new migrate. */
+    st = open_ok(fresh);
+    ck_assert_msg(warren_store_migrate(st, SQL_DIR, &applied, &err) == 0, "%s", err.message);
+    ck_assert_int_eq(applied, nv);
+    warren_store_free(st);
+    fp_fresh = fingerprint(fresh);
+    ck_assert_msg(strstr(fp_fresh, "function warren.claim(text,text)\n") != NULL, "%s", fp_fresh);
+
+    /* A: production's version-9 database, built by the old files, then the
+     * new migrate: only the migrations after 009, then the function files. */
+    apply_legacy(upgraded, WARREN_TEST_DATA "/sql/legacy-009");
+    sql_eq(upgraded, "SELECT max(version) FROM warren.schema_migrations", "9");
+    st = open_ok(upgraded);
+    ck_assert_msg(warren_store_migrate(st, SQL_DIR, &applied, &err) == 0, "%s", err.message);
+    ck_assert_int_eq(applied, nv - 9);
+    warren_store_free(st);
+    fp = fingerprint(upgraded);
+    assert_same_schema("fresh", fp_fresh, "upgraded from legacy 009", fp);
+    free(fp);
+
+    /* C: the new layout one version at a time (the function files applied
+     * after each step, on every intermediate schema). */
+    st = open_ok(stepwise);
+    for (int i = 0; i < nv; i++) {
+        ck_assert_msg(warren__store_migrate_to(st, SQL_DIR, versions[i], &applied, &err) == 0,
+                      "to %d: %s", versions[i], err.message);
+        ck_assert_int_eq(applied, 1);
+    }
+    ck_assert_msg(warren_store_migrate(st, SQL_DIR, &applied, &err) == 0, "%s", err.message);
+    ck_assert_int_eq(applied, 0);
+    warren_store_free(st);
+    fp = fingerprint(stepwise);
+    assert_same_schema("fresh", fp_fresh, "stepwise", fp);
+    free(fp);
+
+    /* D: psql -f sql/install.sql, twice (safe to re-run), then migrate finds
+     * nothing to do. */
+    cmd = testenv_fmt("P=/usr/lib/postgresql/15/bin/psql; [ -x \"$P\" ] || P=psql; "
+                      "for i in 1 2; do \"$P\" -X -q -v ON_ERROR_STOP=1 -f '%s/install.sql' "
+                      "'%s' || exit 1; done 2>&1",
+                      SQL_DIR, psql);
+    ck_assert_msg(testenv_run(cmd, out, sizeof(out)) == 0, "%s: %s", cmd, out);
+    free(cmd);
+    fp = fingerprint(psql);
+    assert_same_schema("fresh", fp_fresh, "psql -f sql/install.sql", fp);
+    free(fp);
+    st = open_ok(psql);
+    ck_assert_msg(warren_store_migrate(st, SQL_DIR, &applied, &err) == 0, "%s", err.message);
+    ck_assert_int_eq(applied, 0);
+    warren_store_free(st);
+    fp = fingerprint(psql);
+    assert_same_schema("fresh", fp_fresh, "psql, then migrate", fp);
+    free(fp);
+
+    free(fp_fresh);
+    free(fresh);
+    free(upgraded);
+    free(stepwise);
+    free(psql);
 }
 END_TEST
 
@@ -1237,6 +1667,10 @@ static Suite *store_suite(void)
     tcase_add_test(mig, test_store_migrate_from_several_processes_at_once);
     tcase_add_test(mig, test_store_migrate_broken_file_names_file_and_line_and_rolls_back);
     tcase_add_test(mig, test_store_migrate_rejects_missing_dir_and_duplicate_versions);
+    tcase_add_test(mig, test_store_migrate_applies_the_listed_function_files_in_order_every_time);
+    tcase_add_test(mig, test_store_migrations_hold_schema_and_function_files_hold_functions);
+    tcase_add_test(mig,
+                   test_store_migrate_upgraded_stepwise_fresh_and_psql_databases_are_identical);
     suite_add_tcase(s, mig);
 
     tcase_set_timeout(sync, 120);

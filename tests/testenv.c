@@ -395,10 +395,22 @@ static char *read_file(const char *path)
     return buf;
 }
 
+static void apply_sql_file(PGconn *c, const char *path, const char *url)
+{
+    char *sql = read_file(path);
+    if (pg_run(c, sql, path, NULL) < 0) {
+        PQfinish(c);
+        fail("%s failed on %s", path, url);
+    }
+    free(sql);
+}
+
 char *testenv_db_migrated(void)
 {
     char *url = testenv_db();
-    char *dir = testenv_fmt("%s/sql", source_dir());
+    char *dir = testenv_fmt("%s/sql/migrations", source_dir());
+    char *list = testenv_fmt("%s/sql/functions.sql", source_dir());
+    char *text = read_file(list);
     struct dirent **files = NULL;
     int n = scandir(dir, &files, is_sql_file, alphasort);
     if (n < 0)
@@ -408,17 +420,26 @@ char *testenv_db_migrated(void)
     PGconn *c = pg_connect(url);
     for (int i = 0; i < n; i++) {
         char *path = testenv_fmt("%s/%s", dir, files[i]->d_name);
-        char *sql = read_file(path);
-        if (pg_run(c, sql, path, NULL) < 0) {
-            PQfinish(c);
-            fail("migration %s failed on %s", path, url);
-        }
-        free(sql);
+        apply_sql_file(c, path, url);
         free(path);
         free(files[i]);
     }
     free(files);
+    /* Then the function files, as psql runs sql/functions.sql: its
+     * "\ir functions/NAME.sql" lines in order. */
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\n", &save); line != NULL;
+         line = strtok_r(NULL, "\n", &save)) {
+        char name[256];
+        if (sscanf(line, "\\ir functions/%255s", name) == 1) {
+            char *path = testenv_fmt("%s/sql/functions/%s", source_dir(), name);
+            apply_sql_file(c, path, url);
+            free(path);
+        }
+    }
     PQfinish(c);
+    free(text);
+    free(list);
     free(dir);
     return url;
 }

@@ -41,9 +41,10 @@ const char *testenv_amqp_url(void);
 /* Creates a new empty database and returns its URL (new). */
 char *testenv_db(void);
 
-/* Like testenv_db(), then applies every .sql file in the source tree's sql
- * directory in name order, each with one PQexec (so the migrations must be
- * plain SQL). It does not depend on `warren migrate`. */
+/* Like testenv_db(), then applies every .sql file in the source tree's
+ * sql/migrations in name order, then the function files sql/functions.sql
+ * lists, in its order, each with one PQexec (so they must be plain SQL). It
+ * does not depend on `warren migrate`. */
 char *testenv_db_migrated(void);
 
 /* Creates a new vhost (through the management API), gives the AMQP URL's user

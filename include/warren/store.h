@@ -45,14 +45,21 @@ int warren_store_connected(const warren_store *st);
 const char *warren_store_where(const warren_store *st);
 int warren_store_reconnect(warren_store *st, warren_error *err);
 
-/* Applies sql/NNN_*.sql files from dir in order, each in its own transaction,
- * under a session advisory lock (two migrates at once serialise); files
- * already recorded in warren.schema_migrations are skipped. *applied (may be
- * NULL) gets the number applied now. Each file is run as one multi-statement
- * string (like psql -1 -f), then its version is recorded (files also record
- * themselves, so a psql application counts). Errors: WARREN_ENOENT (no such
- * directory or no migrations), WARREN_EDB naming FILE:LINE of the failing
- * statement (the file's changes are rolled back, earlier files stay). */
+/* Applies the migrations DIR/migrations/NNN_*.sql not yet recorded in
+ * warren.schema_migrations, in order, then every function file DIR/functions.sql
+ * lists ("\ir functions/NAME.sql" lines; every DIR/functions/ *.sql must be
+ * listed), all in one transaction under a session advisory lock (two
+ * migrates at once serialise). The function files are applied by every
+ * migrate, also when no migration is pending; not on a database with a
+ * migration newer than any in DIR (a warning: they would be older than its
+ * functions). *applied (may be NULL) gets the number of migrations applied
+ * now. Each file is run as one multi-statement string (like psql -f); a
+ * migration's version is recorded after it (files also record themselves,
+ * so a psql application counts: sql/install.sql). Errors: WARREN_ENOENT (no
+ * such directory, no migrations, a listed file missing), WARREN_EINVAL (two
+ * migrations of one version, a bad line in functions.sql, a function file
+ * not listed), WARREN_EDB naming FILE:LINE of the failing statement (then
+ * nothing of this run stays). */
 int warren_store_migrate(warren_store *st, const char *sql_dir, int *applied, warren_error *err);
 /* 1 if migration version is recorded in warren.schema_migrations, 0 if not
  * (or the table is missing), <0 on a database error. */

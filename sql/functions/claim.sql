@@ -1,0 +1,446 @@
+-- claim.sql: the claim (DESIGN §3, docs/worker-protocol.md): warren.claim for
+-- workers in any language, warren.claim_many for batches (the C worker),
+-- warren.reclaim_many after a claim whose answer was lost, and their
+-- helpers. The one current definition; `warren migrate` re-applies it.
+--
+-- Fencing: runs.attempt is bumped by every successful claim and is the token.
+-- heartbeat and complete succeed only while the run is `running` under the
+-- caller's attempt. A lease that ran out but that nobody took over (no newer
+-- claim, no reaper pass) still fences correctly: the lease only decides when
+-- others may take over, the attempt number decides who may write.
+
+-- ------------------------------------------------------------ waiting
+
+-- The claim waits until the run is due, and times the claim from then.
+--
+-- Why: the relay releases a run planner.release_lead (default 3 s) before its
+-- due time, so that the broker's dead-letter hop from the delay queue into
+-- the ready queue is done before the run is due instead of after (a burst of
+-- 50,000 runs due at one instant spent its first 2-3 s in that hop). The
+-- worker holds an early delivery until it is due; the claim makes sure of it
+-- on the database's clock, whatever the worker does: a run due at most
+-- wp_max_wait() (15 s) ahead is waited for (pg_sleep, before any lock), one
+-- further ahead gives no row (its own message is still to come). The lease,
+-- started_at and the attempt's start are clock_timestamp() after the wait:
+-- now() is the transaction's start, before it. (Since migration 009.)
+
+CREATE OR REPLACE FUNCTION warren.wp_max_wait()
+RETURNS interval LANGUAGE sql IMMUTABLE AS $$ SELECT interval '15 seconds' $$;
+COMMENT ON FUNCTION warren.wp_max_wait() IS
+    'How far ahead of its due time a run is still claimable (the claim waits for it); '
+    'more than the longest planner.release_lead (10 s)';
+
+CREATE OR REPLACE FUNCTION warren.wp_wait_until(t timestamptz)
+RETURNS void LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    -- pg_sleep may wake early on a signal: loop until the clock has passed t.
+    WHILE clock_timestamp() < t LOOP
+        PERFORM pg_sleep(greatest(0.001, extract(epoch FROM t - clock_timestamp())));
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION warren.wp_wait_until(timestamptz) IS
+    'Sleeps until clock_timestamp() >= t (the claim waiting for a run released early)';
+
+-- ------------------------------------------------------------ claim
+
+-- The claim itself; warren.claim(k, w) is wp_claim(k, w, true). claim_many's
+-- per-key path calls it with may_wait false: that transaction holds row and
+-- advisory locks already, so it never sleeps there (a run that is not due by
+-- then gives no row). A planned, published or retrying run is claimed only
+-- when it is due, checked again after taking the run's lock.
+--
+-- For a job with an overlap policy (skip, queue, cancel_previous) the claim
+-- first reaps the job's other runs whose lease ran out. Why: the overlap
+-- check counts only runs with a live lease, so a run whose holder stopped
+-- heartbeating does not hold back the job's next run (a dead worker must not
+-- block the job until the reconciler reaps it, up to 5 s later). But until
+-- then the old run was still 'running' under its old attempt: a holder that
+-- was only paused (SIGSTOP, a VM freeze) could resume, heartbeat successfully
+-- and complete it while the next run ran, so two runs of a `skip` job were
+-- recorded as overlapping. Reaping it in the claim that lets the next run
+-- start closes that: the old attempt becomes lease_lost in the same
+-- transaction, and the resumed holder's heartbeat returns false.
+CREATE OR REPLACE FUNCTION warren.wp_claim(run_key text, worker text, may_wait boolean)
+RETURNS TABLE(attempt int, job text, scheduled_at timestamptz, payload jsonb, lease_seconds int)
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    k text := wp_claim.run_key;
+    w text := wp_claim.worker;
+    r warren.runs%ROWTYPE;
+    j warren.jobs%ROWTYPE;
+    pol text;
+    both_ record;
+    b record;
+    newer_key text;
+    line text;
+    t0 timestamptz;
+    st text;
+    due timestamptz;
+BEGIN
+    IF k IS NULL OR w IS NULL OR w = '' THEN
+        RAISE EXCEPTION 'warren.claim: run_key and worker are required' USING ERRCODE = '22023';
+    END IF;
+    -- Not due yet: wait for it (a run is released up to planner.release_lead
+    -- early), before any lock is taken. Further ahead than the longest lead
+    -- (warren.wp_max_wait) it is not claimable: its own message comes later.
+    SELECT rr.state, rr.due_at INTO st, due FROM warren.runs rr WHERE rr.run_key = k;
+    IF st IN ('planned', 'published', 'retrying') AND due > clock_timestamp() THEN
+        IF NOT may_wait THEN
+            RETURN; -- not due (claim_many waited for the keys due within 1 s)
+        ELSIF due > clock_timestamp() + warren.wp_max_wait() THEN
+            RETURN;
+        END IF;
+        PERFORM warren.wp_wait_until(due);
+    END IF;
+    t0 := clock_timestamp(); -- the claim's time, after the wait (now() is the call's start)
+    -- The run (locked) and its job in one statement.
+    SELECT rr AS run, jb AS job INTO both_
+      FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job
+     WHERE rr.run_key = k
+       FOR UPDATE OF rr;
+    IF NOT FOUND THEN
+        RETURN; -- unknown run
+    END IF;
+    r := both_.run;
+    j := both_.job;
+    pol := j.overlap;
+    -- Claims of one job's runs serialise so the overlap check (a statement
+    -- after the lock, so with a fresh snapshot) sees every committed claim.
+    -- An advisory lock: the planner's FOR UPDATE SKIP LOCKED on warren.jobs
+    -- is not disturbed. Taken after the run's row lock, in every claim alike.
+    IF pol <> 'allow' THEN
+        PERFORM pg_advisory_xact_lock(hashtextextended('warren.overlap:' || j.name, 0));
+    END IF;
+
+    IF r.state = 'running' THEN
+        IF r.lease_until >= t0 THEN
+            RETURN; -- leased by a live worker (a duplicate delivery)
+        END IF;
+        -- The holder's lease ran out: it is presumed dead; take over within the budget.
+        UPDATE warren.attempts a SET finished_at = t0, outcome = 'lease_lost',
+               error = format('lease expired at %s; taken over by %s', warren.wp_utc_ms(r.lease_until), w)
+         WHERE a.run_key = k AND a.attempt = r.attempt AND a.finished_at IS NULL;
+        IF r.attempt - r.attempt_base >= j.retry_max_attempts THEN
+            PERFORM warren.wp_after_failure(k, 'lease_lost', r.last_error, w,
+                format('lease of attempt %s (worker %s) expired at %s', r.attempt,
+                       r.lease_owner, warren.wp_utc_ms(r.lease_until)));
+            RETURN;
+        END IF;
+        PERFORM warren.wp_event(r, 'lease_lost', NULL, r.lease_owner);
+    ELSIF r.state NOT IN ('planned', 'published', 'retrying') THEN
+        RETURN; -- finished (succeeded, dead, skipped, cancelled)
+    ELSIF r.due_at > t0 THEN
+        -- Not due: a stale message for a run waiting for its retry time (the
+        -- relay publishes it again when due), or a due time that moved
+        -- after the wait above was decided. Never early.
+        RETURN;
+    END IF;
+
+    IF pol <> 'allow' THEN
+        -- Another run of this job whose lease ran out is reaped here, just as
+        -- the reconciler would (attempt lease_lost; retrying with backoff or
+        -- dead): this run does not wait for it, and its holder, if only
+        -- paused, is fenced off now (its next heartbeat and its completion
+        -- return false) instead of finishing it alongside this run.
+        FOR b IN SELECT * FROM warren.runs o
+                  WHERE o.job = r.job AND o.run_key <> k AND o.state = 'running'
+                    AND o.lease_until < t0
+                  ORDER BY o.scheduled_at
+                  FOR UPDATE
+        LOOP
+            UPDATE warren.attempts a SET finished_at = t0, outcome = 'lease_lost',
+                   error = format('lease expired at %s', warren.wp_utc_ms(b.lease_until))
+             WHERE a.run_key = b.run_key AND a.attempt = b.attempt AND a.finished_at IS NULL;
+            PERFORM warren.wp_after_failure(b.run_key, 'lease_lost',
+                format('lease lost: worker %s stopped heartbeating', b.lease_owner), b.lease_owner,
+                format('lease of attempt %s (worker %s) expired at %s; reaped at %s by the '
+                       'overlap check of %s', b.attempt, b.lease_owner,
+                       warren.wp_utc_ms(b.lease_until), warren.wp_utc_ms(t0), k));
+        END LOOP;
+
+        newer_key := NULL;
+        FOR b IN SELECT * FROM warren.runs o
+                  WHERE o.job = r.job AND o.run_key <> k AND o.state = 'running'
+                    AND o.lease_until >= t0
+                  ORDER BY o.scheduled_at
+                  FOR UPDATE
+        LOOP
+            IF pol = 'cancel_previous' AND b.scheduled_at < r.scheduled_at THEN
+                UPDATE warren.runs o
+                   SET state = 'cancelled', finished_at = t0, lease_owner = NULL,
+                       lease_until = NULL,
+                       note = warren.wp_note(o.note, format(
+                           'cancelled by overlap policy cancel_previous at %s: newer run %s claimed by %s',
+                           warren.wp_utc_ms(t0), k, w))
+                 WHERE o.run_key = b.run_key;
+                UPDATE warren.attempts a SET finished_at = t0, outcome = 'cancelled',
+                       error = format('cancelled: newer run %s started', k)
+                 WHERE a.run_key = b.run_key AND a.attempt = b.attempt AND a.finished_at IS NULL;
+                PERFORM warren.wp_event(o, 'cancelled', NULL, b.lease_owner)
+                   FROM warren.runs o WHERE o.run_key = b.run_key;
+            ELSE
+                newer_key := b.run_key;
+                EXIT;
+            END IF;
+        END LOOP;
+
+        IF newer_key IS NOT NULL THEN
+            IF pol = 'queue' THEN
+                line := format('held back by overlap policy queue: %s was still running', newer_key);
+                UPDATE warren.runs rr
+                   SET state = 'retrying', due_at = t0 + interval '1 second',
+                       note = CASE WHEN rr.note LIKE '%held back by overlap policy queue%'
+                                   THEN rr.note ELSE warren.wp_note(rr.note, line) END
+                 WHERE rr.run_key = k;
+            ELSE
+                -- skip, or cancel_previous with a newer run already running
+                line := format('skipped by overlap policy %s at %s: %s was still running',
+                               pol, warren.wp_utc_ms(t0), newer_key);
+                UPDATE warren.runs rr
+                   SET state = 'skipped', finished_at = t0, note = warren.wp_note(rr.note, line)
+                 WHERE rr.run_key = k
+                RETURNING * INTO r;
+                PERFORM warren.wp_event(r, 'skipped', NULL, w);
+            END IF;
+            RETURN;
+        END IF;
+    END IF;
+
+    UPDATE warren.runs rr
+       SET state = 'running', attempt = rr.attempt + 1, lease_owner = w,
+           lease_until = t0 + make_interval(secs => j.lease_ms / 1000.0),
+           started_at = t0
+     WHERE rr.run_key = k
+    RETURNING * INTO r;
+    INSERT INTO warren.attempts (run_key, attempt, worker, started_at)
+    VALUES (k, r.attempt, w, t0)
+    ON CONFLICT ON CONSTRAINT attempts_pkey DO UPDATE
+        SET worker = EXCLUDED.worker, started_at = EXCLUDED.started_at,
+            finished_at = NULL, outcome = NULL, error = NULL;
+
+    attempt := r.attempt;
+    job := r.job;
+    scheduled_at := r.scheduled_at;
+    payload := coalesce(r.payload, j.payload);
+    lease_seconds := greatest(1, ceil(j.lease_ms / 1000.0))::int;
+    RETURN NEXT;
+END
+$fn$;
+COMMENT ON FUNCTION warren.wp_claim(text, text, boolean) IS
+    'The claim (warren.claim = may_wait true; claim_many''s per-key path: false, no sleep with '
+    'locks held)';
+
+CREATE OR REPLACE FUNCTION warren.claim(run_key text, worker text)
+RETURNS TABLE(attempt int, job text, scheduled_at timestamptz, payload jsonb, lease_seconds int)
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$ SELECT * FROM warren.wp_claim($1, $2, true) $fn$;
+COMMENT ON FUNCTION warren.claim(text, text) IS
+    'Claims a run for worker: one row (attempt = fencing token, lease from the claim) or none '
+    'when the run is finished, unknown, leased by a live worker, due more than 15 s ahead, or '
+    'held back by the job''s overlap policy (skip, queue, cancel_previous). A run due within '
+    '15 s is waited for: the claim returns when it is due';
+
+-- ------------------------------------------------------------ batch claim
+
+-- The same protocol for many runs in one call (the C worker claims and
+-- completes the messages it has in batches). Rows a set-based statement can
+-- settle are settled in one statement; everything else goes through
+-- warren.wp_claim one by one, so there is one set of rules.
+--
+-- Key lookups only (the SET enable_* = off lines): keep the planner on index
+-- probes even when the table's statistics are stale (right after a large
+-- backfill, a plan cached for a tiny table would scan the whole table once
+-- per batch).
+--
+-- Each key is looked up by a subquery of its own. Why: the first version's
+-- fast path joined the keys, warren.runs and warren.jobs in one UPDATE ...
+-- FROM. Right after a large backfill or burst (50,000 rows inserted, not
+-- analyzed yet) the planner's default selectivities put "runs of job X in
+-- state planned/published" at 3 rows and chose jobs -> runs_pkey (every run
+-- of the job) -> a nested loop over the keys: measured 175 million
+-- join-filter rows and 18.8 s for one 3,968-key batch, 1.2-1.7 s for 128-key
+-- batches (auto_explain, bench_worker burst). Now each key is looked up by an
+-- index probe on the unique run_key, which no estimate can make look worse
+-- than a scan, and the UPDATE is a TID scan over what was found, with the
+-- job's settings read per row.
+--
+-- It waits at most 1 s (for a caller's clock estimate): batch callers hold
+-- deliveries until due, and a long wait would stall a whole batch behind one
+-- stale redelivery (a run whose retry is due later). Its per-key path never
+-- sleeps (it holds locks by then). It finds what its fast path claimed by
+-- key (looking for the rows' old ctids found nothing and sent every key
+-- through the per-key claim again).
+CREATE OR REPLACE FUNCTION warren.claim_many(run_keys text[], worker text)
+RETURNS TABLE(run_key text, attempt int, job text, scheduled_at timestamptz, payload jsonb,
+              lease_seconds int)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    w text := claim_many.worker;
+    keys text[] := claim_many.run_keys;
+    tids tid[];
+    done_ text[];
+    nfast bigint;
+    t0 timestamptz;
+    due timestamptz;
+BEGIN
+    IF w IS NULL OR w = '' THEN
+        RAISE EXCEPTION 'warren.claim_many: worker is required' USING ERRCODE = '22023';
+    END IF;
+    -- The rows, one run_key index probe per key (a subquery per key: no join
+    -- order for the planner to get wrong when warren.runs has no statistics
+    -- yet, e.g. right after a large backfill).
+    tids := ARRAY(SELECT (SELECT rr.ctid FROM warren.runs rr WHERE rr.run_key = t.k)
+                    FROM (SELECT DISTINCT x AS k FROM unnest(keys) x) t);
+    -- Wait until the latest of them is due, if that is at most 1 s away:
+    -- batch callers hold deliveries until due (as the C worker does) and
+    -- send keys that are due now. Runs due later give no row. (A longer
+    -- wait would stall the caller behind a stale redelivery of a run whose
+    -- retry is due in 10 s, with every other key of the batch.)
+    SELECT max(rr.due_at) INTO due FROM warren.runs rr
+     WHERE rr.ctid = ANY (tids) AND rr.state IN ('planned', 'published', 'retrying')
+       AND rr.due_at <= clock_timestamp() + interval '1 second';
+    IF due > clock_timestamp() THEN
+        PERFORM warren.wp_wait_until(due);
+    END IF;
+    t0 := clock_timestamp(); -- the claim's time, after the wait (now() is the call's start)
+    -- Fast path: fresh runs of jobs without an overlap check. Rows are locked
+    -- in physical order (the TID scan sorts), the same order in every batch.
+    -- A row updated since its TID was read fails the recheck and goes to the
+    -- full path below.
+    RETURN QUERY
+    WITH c AS (
+        UPDATE warren.runs rr
+           SET state = 'running', attempt = rr.attempt + 1, lease_owner = w,
+               lease_until = t0 + make_interval(secs =>
+                   (SELECT jb.lease_ms FROM warren.jobs jb WHERE jb.name = rr.job) / 1000.0),
+               started_at = t0
+         WHERE rr.ctid = ANY (tids)
+           AND (SELECT jb.overlap FROM warren.jobs jb WHERE jb.name = rr.job) = 'allow'
+           AND rr.state IN ('planned', 'published', 'retrying') AND rr.due_at <= t0
+        RETURNING rr.run_key, rr.attempt, rr.job, rr.scheduled_at, rr.payload
+    ), a AS (
+        INSERT INTO warren.attempts (run_key, attempt, worker, started_at)
+        SELECT c.run_key, c.attempt, w, t0 FROM c
+        ON CONFLICT ON CONSTRAINT attempts_pkey DO UPDATE
+            SET worker = EXCLUDED.worker, started_at = EXCLUDED.started_at,
+                finished_at = NULL, outcome = NULL, error = NULL
+    )
+    SELECT c.run_key, c.attempt, c.job, c.scheduled_at, coalesce(c.payload, jb.payload),
+           greatest(1, ceil(jb.lease_ms / 1000.0))::int
+      FROM c JOIN warren.jobs jb ON jb.name = c.job;
+    GET DIAGNOSTICS nfast = ROW_COUNT;
+    IF nfast >= (SELECT count(*) FROM (SELECT DISTINCT x FROM unnest(keys) x) d) THEN
+        RETURN;
+    END IF;
+    -- What the fast path claimed, by key: its UPDATE gave those rows new
+    -- ctids, so 004's lookup by the old ones found nothing and sent every
+    -- key through the per-key claim again (harmless while that compared
+    -- leases with the same now(); with the claim's clock_timestamp() a
+    -- short lease could look expired and be taken over by its own batch).
+    SELECT array_agg(rr.run_key) INTO done_
+      FROM warren.runs rr
+     WHERE rr.run_key = ANY (keys) AND rr.state || '' = 'running' AND rr.lease_owner = w
+       AND rr.started_at = t0;
+    RETURN QUERY
+    SELECT t.k, cl.attempt, cl.job, cl.scheduled_at, cl.payload, cl.lease_seconds
+      FROM (SELECT DISTINCT x AS k FROM unnest(keys) x
+             WHERE done_ IS NULL OR NOT (x = ANY (done_)) ORDER BY 1) t
+     CROSS JOIN LATERAL warren.wp_claim(t.k, w, false) cl;
+END
+$fn$;
+COMMENT ON FUNCTION warren.claim_many(text[], text) IS
+    'warren.claim for many run keys: one row per claimed run (run_key first); the others gave '
+    'no row. Waits until the latest of them is due if that is at most 1 s away; runs due later '
+    'give no row (hold deliveries until due)';
+
+-- ------------------------------------------------------------ lost answers
+
+-- warren.reclaim_many lets a worker whose claim answer was lost take its runs
+-- again at once.
+--
+-- Why: when the connection drops after claim_many committed but before its
+-- answer arrived, the worker does not know which runs it holds. Claiming them
+-- again found them running under its own live lease and gave no row, so the
+-- worker acknowledged its deliveries as duplicates and the runs waited for
+-- their lease to run out; the reaper then counted the lost attempt as a
+-- failure (with max_attempts = 1 the run went dead without ever running).
+--
+-- reclaim_many(run_keys, worker, within_ms): each of run_keys that is running
+-- under a lease of this very worker, claimed at most within_ms milliseconds
+-- ago and never heartbeated since (lease_until is still claim time + lease),
+-- gets a new attempt, exactly as a claim would give it: the attempt number
+-- goes up (the fencing token), the lease runs from now(). The lost attempt is
+-- recorded as lease_lost with the reason, with the event
+-- run.lease_lost.<job>. It does not use up the retry budget: its handler
+-- never ran (the budget counts attempts from attempt_base, which moves up by
+-- one with it). Other keys give no row; the caller then claims them as usual.
+--
+-- The two conditions keep it to the claim whose answer was lost: a run that
+-- another process under the same worker name claimed earlier and is running
+-- has been heartbeated (every lease/3), or was claimed before that claim was
+-- sent. Worker names should still be unique per process.
+CREATE OR REPLACE FUNCTION warren.reclaim_many(run_keys text[], worker text, within_ms int)
+RETURNS TABLE(run_key text, attempt int, job text, scheduled_at timestamptz, payload jsonb,
+              lease_seconds int)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    w text := reclaim_many.worker;
+    k text;
+    r warren.runs%ROWTYPE;
+    j warren.jobs%ROWTYPE;
+BEGIN
+    IF w IS NULL OR w = '' OR within_ms IS NULL OR within_ms < 0 THEN
+        RAISE EXCEPTION 'warren.reclaim_many: worker and within_ms >= 0 are required'
+            USING ERRCODE = '22023';
+    END IF;
+    -- Rare (after a lost connection): one key at a time, in key order as claims.
+    FOR k IN SELECT DISTINCT x FROM unnest(reclaim_many.run_keys) x WHERE x IS NOT NULL ORDER BY 1
+    LOOP
+        SELECT * INTO r FROM warren.runs rr WHERE rr.run_key = k FOR UPDATE;
+        CONTINUE WHEN NOT FOUND;
+        SELECT * INTO j FROM warren.jobs jb WHERE jb.name = r.job;
+        CONTINUE WHEN r.state <> 'running' OR r.lease_owner IS DISTINCT FROM w
+                   OR r.started_at < now() - make_interval(secs => within_ms / 1000.0)
+                   OR r.lease_until IS DISTINCT FROM
+                      r.started_at + make_interval(secs => j.lease_ms / 1000.0);
+        UPDATE warren.attempts a
+           SET finished_at = now(), outcome = 'lease_lost',
+               error = format('the answer to this claim did not reach worker %s; it claimed '
+                              'the run again as attempt %s', w, r.attempt + 1)
+         WHERE a.run_key = k AND a.attempt = r.attempt AND a.finished_at IS NULL;
+        PERFORM warren.wp_event(r, 'lease_lost', NULL, w);
+        UPDATE warren.runs rr
+           SET attempt = rr.attempt + 1, attempt_base = rr.attempt_base + 1,
+               lease_until = now() + make_interval(secs => j.lease_ms / 1000.0),
+               started_at = now()
+         WHERE rr.run_key = k
+        RETURNING * INTO r;
+        INSERT INTO warren.attempts (run_key, attempt, worker, started_at)
+        VALUES (k, r.attempt, w, now())
+        ON CONFLICT ON CONSTRAINT attempts_pkey DO UPDATE
+            SET worker = EXCLUDED.worker, started_at = EXCLUDED.started_at,
+                finished_at = NULL, outcome = NULL, error = NULL;
+        run_key := k;
+        attempt := r.attempt;
+        job := r.job;
+        scheduled_at := r.scheduled_at;
+        payload := coalesce(r.payload, j.payload);
+        lease_seconds := greatest(1, ceil(j.lease_ms / 1000.0))::int;
+        RETURN NEXT;
+    END LOOP;
+END
+$fn$;
+COMMENT ON FUNCTION warren.reclaim_many(text[], text, int) IS
+    'After a claim whose answer was lost: the runs among run_keys running under this worker''s '
+    'lease, claimed at most within_ms ago and never heartbeated, get a new attempt (one row '
+    'each, as claim_many); the lost attempt is lease_lost and does not count against the retry '
+    'budget';

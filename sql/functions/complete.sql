@@ -1,0 +1,113 @@
+-- complete.sql: warren.complete records the outcome of the caller's attempt
+-- (fenced by the attempt number, see claim.sql); warren.complete_many is its
+-- batch form for successes. The one current definition; `warren migrate`
+-- re-applies it.
+
+CREATE OR REPLACE FUNCTION warren.complete(run_key text, attempt int, outcome text,
+                                           error text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    k text := complete.run_key;
+    fence int := complete.attempt;
+    o text := complete.outcome;
+    err text := left(complete.error, 4000);
+    r warren.runs%ROWTYPE;
+BEGIN
+    IF o IS NULL OR o NOT IN ('succeeded', 'retry', 'failed') THEN
+        RAISE EXCEPTION 'warren.complete: outcome must be succeeded, retry or failed, not %',
+            coalesce(o, 'NULL') USING ERRCODE = '22023';
+    END IF;
+    IF o = 'succeeded' THEN
+        UPDATE warren.runs rr
+           SET state = 'succeeded', finished_at = now(), lease_until = NULL
+         WHERE rr.run_key = k AND rr.state = 'running' AND rr.attempt = fence
+        RETURNING * INTO r;
+        IF NOT FOUND THEN
+            RETURN false; -- stale token: another attempt holds (or finished) the run
+        END IF;
+        UPDATE warren.attempts a SET finished_at = now(), outcome = o, error = err
+         WHERE a.run_key = k AND a.attempt = fence;
+        PERFORM warren.wp_event(r, 'succeeded', err, r.lease_owner);
+        RETURN true;
+    END IF;
+    SELECT * INTO r FROM warren.runs rr WHERE rr.run_key = k FOR UPDATE;
+    IF NOT FOUND OR r.state <> 'running' OR r.attempt IS DISTINCT FROM fence THEN
+        RETURN false;
+    END IF;
+    UPDATE warren.attempts a SET finished_at = now(), outcome = o, error = err
+     WHERE a.run_key = k AND a.attempt = fence;
+    PERFORM warren.wp_after_failure(k, o, coalesce(err, o), r.lease_owner, NULL);
+    RETURN true;
+END
+$fn$;
+COMMENT ON FUNCTION warren.complete(text, int, text, text) IS
+    'Records the outcome (succeeded, retry, failed) of the caller''s attempt with its retry '
+    'schedule or dead letter and events as outbox rows, in the caller''s transaction; false: stale token';
+
+-- Successes of many runs in one statement (the C worker completes in
+-- batches); failures go through warren.complete one by one. Key lookups only
+-- (the SET enable_* = off lines): keep the planner on index probes even when
+-- the table's statistics are stale (right after a large backfill, a plan
+-- cached for a tiny table would scan the whole table once per batch).
+CREATE OR REPLACE FUNCTION warren.complete_many(run_keys text[], attempts int[])
+RETURNS TABLE(run_key text, recorded boolean)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+-- Key lookups only: keep the planner on index probes even when the table's
+-- statistics are stale (right after a large backfill, a plan cached for a
+-- tiny table would scan the whole table once per batch).
+SET enable_seqscan = off SET enable_bitmapscan = off SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $fn$
+#variable_conflict use_column
+BEGIN
+    IF coalesce(array_length(complete_many.run_keys, 1), 0)
+       <> coalesce(array_length(complete_many.attempts, 1), 0) THEN
+        RAISE EXCEPTION 'warren.complete_many: run_keys and attempts differ in length'
+            USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY
+    WITH t AS (
+        SELECT * FROM unnest(complete_many.run_keys, complete_many.attempts) AS t(k, a)
+    ), u AS (
+        -- Driven by the keys, one runs_run_key probe each. `state || ''`
+        -- keeps the planner off the partial index runs_running_job: its
+        -- statistics say "a handful of rows", and scanning every running run
+        -- against every key (a nested loop: hash and merge joins are off
+        -- here) cost 5 ms per 100-run batch with 200 runs running.
+        UPDATE warren.runs rr
+           SET state = 'succeeded', finished_at = now(), lease_until = NULL
+          FROM (SELECT k, a FROM t ORDER BY k) tk
+         WHERE rr.run_key = tk.k AND rr.attempt = tk.a AND rr.state || '' = 'running'
+        RETURNING rr.run_key, rr.job, rr.attempt, rr.scheduled_at, rr.due_at, rr.lease_owner
+    ), at AS (
+        UPDATE warren.attempts x SET finished_at = now(), outcome = 'succeeded', error = NULL
+          FROM u WHERE x.run_key = u.run_key AND x.attempt = u.attempt
+    ), ev AS (
+        INSERT INTO warren.outbox (exchange, routing_key, message_id, type, headers, body)
+        SELECT 'warren.events', 'run.succeeded.' || u.job, u.run_key, u.job,
+               jsonb_build_object('x-warren-job', u.job,
+                                  'x-warren-scheduled-at', u.sched,
+                                  'x-warren-attempt', u.attempt::text,
+                                  'x-warren-event', 'succeeded',
+                                  'x-warren-state', 'succeeded'),
+               jsonb_strip_nulls(jsonb_build_object(
+                   'event', 'succeeded', 'run_key', u.run_key, 'job', u.job,
+                   'scheduled_at', u.sched,
+                   'due_at', to_char(u.due_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+                   'attempt', u.attempt, 'state', 'succeeded', 'worker', u.lease_owner,
+                   'at', to_char(clock_timestamp() AT TIME ZONE 'UTC',
+                                 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')))
+          -- the formats of wp_utc / wp_utc_ms written out: those SQL functions
+          -- are not inlined (auto_explain logged each of their 4 calls per run)
+          FROM (SELECT u.*, to_char(u.scheduled_at AT TIME ZONE 'UTC',
+                                    'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS sched FROM u) u
+         ORDER BY u.run_key
+    )
+    SELECT t.k, EXISTS (SELECT 1 FROM u WHERE u.run_key = t.k) FROM t;
+END
+$fn$;
+COMMENT ON FUNCTION warren.complete_many(text[], int[]) IS
+    'warren.complete(key, attempt, ''succeeded'') for many runs in one statement; recorded per key';

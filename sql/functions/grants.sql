@@ -1,0 +1,56 @@
+-- grants.sql: who may execute what in schema warren. Applied after every
+-- other function file (sql/functions.sql), at every `warren migrate`, so a
+-- function added to any file is covered the next time.
+--
+-- Nothing in schema warren is executable by PUBLIC (CREATE FUNCTION grants
+-- it by default): EXECUTE is revoked from PUBLIC and from warren_worker on
+-- every function of the schema, then granted to warren_worker on the worker
+-- protocol only. Every SECURITY DEFINER function sets search_path (its own
+-- file's definition does). The owner (the role that migrates) keeps EXECUTE
+-- on everything: the planner, relay and CLI connect as it.
+-- tests/check_roles.c walks every function of the schema against its
+-- expected grants: a new function must be classified there.
+
+-- The role and its comment are written only when missing or different:
+-- both need CREATEROLE, which the role that migrates may no longer have once
+-- they exist (roles belong to the cluster, not to this database).
+DO $$
+DECLARE
+    note constant text :=
+        'May execute warren.claim, warren.heartbeat and warren.complete (their batch forms, and '
+        'warren.reclaim_many after a lost claim answer) only; grant it to worker logins';
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'warren_worker') THEN
+        BEGIN
+            CREATE ROLE warren_worker NOLOGIN;
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN
+            NULL; -- created concurrently by a migration of another database
+        END;
+    END IF;
+    IF shobj_description((SELECT oid FROM pg_roles WHERE rolname = 'warren_worker'),
+                         'pg_authid') IS DISTINCT FROM note THEN
+        EXECUTE format('COMMENT ON ROLE warren_worker IS %L', note);
+    END IF;
+END
+$$;
+
+GRANT USAGE ON SCHEMA warren TO warren_worker;
+
+DO $$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
+              WHERE p.pronamespace = 'warren'::regnamespace ORDER BY p.oid
+    LOOP
+        EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC, warren_worker', f);
+    END LOOP;
+END
+$$;
+
+-- The worker protocol (docs/worker-protocol.md): claim, heartbeat, complete
+-- and their batch forms.
+GRANT EXECUTE ON FUNCTION warren.claim(text, text), warren.heartbeat(text, int),
+    warren.complete(text, int, text, text), warren.claim_many(text[], text),
+    warren.complete_many(text[], int[]), warren.reclaim_many(text[], text, int)
+    TO warren_worker;

@@ -1,0 +1,520 @@
+/* store_sync.c: `warren sync`: the config's jobs upserted into warren.jobs in
+ * one transaction, with their planned runs following pause, resume, removal
+ * and schedule changes. */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_int.h"
+
+/* Transaction-level advisory lock key (pg_advisory_xact_lock takes a bigint).
+ * Any other tool that changes warren's jobs can take the same key. */
+#define SYNC_LOCK_KEY WARREN_SYNC_LOCK_KEY
+
+int warren_job_partition(const char *name, int partitions)
+{
+    uint32_t h = 2166136261u;
+
+    if (partitions <= 1 || name == NULL)
+        return 0;
+    for (const unsigned char *p = (const unsigned char *)name; *p != '\0'; p++) {
+        h ^= *p;
+        h *= 16777619u;
+    }
+    return (int)(h % (uint32_t)partitions);
+}
+
+/* A growing buffer for the JSON document sync sends as one parameter. */
+typedef struct {
+    char *p;
+    size_t len, cap;
+    int oom;
+} dbuf;
+
+static void db_put(dbuf *b, const char *s, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        char *p;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        p = realloc(b->p, cap);
+        if (p == NULL) {
+            b->oom = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void db_puts(dbuf *b, const char *s)
+{
+    db_put(b, s, strlen(s));
+}
+
+static void db_printf(dbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void db_printf(dbuf *b, const char *fmt, ...)
+{
+    char tmp[128];
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        db_put(b, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
+}
+
+/* A JSON string literal (UTF-8 passes through; the server validates it). */
+static void db_json_str(dbuf *b, const char *s)
+{
+    db_puts(b, "\"");
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p != '\0'; p++) {
+        if (*p == '"')
+            db_puts(b, "\\\"");
+        else if (*p == '\\')
+            db_puts(b, "\\\\");
+        else if (*p < 0x20)
+            db_printf(b, "\\u%04x", *p);
+        else
+            db_put(b, (const char *)p, 1);
+    }
+    db_puts(b, "\"");
+}
+
+static void db_key_str(dbuf *b, const char *key, const char *val)
+{
+    db_printf(b, ",\"%s\":", key);
+    db_json_str(b, val);
+}
+
+static const char *kind_name(warren_sched_kind k)
+{
+    switch (k) {
+    case WARREN_SCHED_CRON:
+        return "cron";
+    case WARREN_SCHED_EVERY:
+        return "every";
+    case WARREN_SCHED_AT:
+        return "at";
+    }
+    return "?";
+}
+
+static const char *misfire_name(warren_misfire m)
+{
+    switch (m) {
+    case WARREN_MISFIRE_RUN_ONCE:
+        return "run_once";
+    case WARREN_MISFIRE_SKIP:
+        return "skip";
+    case WARREN_MISFIRE_CATCH_UP:
+        return "catch_up";
+    }
+    return "?";
+}
+
+static const char *overlap_name(warren_overlap o)
+{
+    switch (o) {
+    case WARREN_OVERLAP_SKIP:
+        return "skip";
+    case WARREN_OVERLAP_ALLOW:
+        return "allow";
+    case WARREN_OVERLAP_QUEUE:
+        return "queue";
+    case WARREN_OVERLAP_CANCEL_PREVIOUS:
+        return "cancel_previous";
+    }
+    return "?";
+}
+
+/* The handler column: {"kind":"exec","argv":[...],"shell":false},
+ * {"kind":"sql","sql":"..."}, {"kind":"c","name":"..."} or {"kind":"none"}. */
+static void db_handler(dbuf *b, const warren_job *j)
+{
+    switch (j->handler) {
+    case WARREN_HANDLER_EXEC:
+        db_puts(b, "{\"kind\":\"exec\",\"argv\":[");
+        for (size_t i = 0; j->exec_argv != NULL && j->exec_argv[i] != NULL; i++) {
+            if (i > 0)
+                db_puts(b, ",");
+            db_json_str(b, j->exec_argv[i]);
+        }
+        db_printf(b, "],\"shell\":%s}", j->exec_shell ? "true" : "false");
+        return;
+    case WARREN_HANDLER_SQL:
+        db_puts(b, "{\"kind\":\"sql\"");
+        db_key_str(b, "sql", j->sql);
+        db_puts(b, "}");
+        return;
+    case WARREN_HANDLER_C:
+        db_puts(b, "{\"kind\":\"c\"");
+        db_key_str(b, "name", j->c_handler);
+        db_puts(b, "}");
+        return;
+    case WARREN_HANDLER_NONE:
+        break;
+    }
+    db_puts(b, "{\"kind\":\"none\"}");
+}
+
+/* One JSON array of the config's jobs, keys named as warren.jobs columns. */
+static int jobs_document(const warren_config *cfg, int partitions, dbuf *b, warren_error *err)
+{
+    db_puts(b, "[");
+    for (size_t i = 0; i < cfg->njobs; i++) {
+        const warren_job *j = &cfg->jobs[i];
+        if (j->name == NULL || j->queue == NULL || j->schedule == NULL)
+            return warren_error_set(err, WARREN_EINVAL,
+                                    "sync: job %zu (\"%s\") lacks a name, queue or schedule", i,
+                                    j->name ? j->name : "");
+        db_puts(b, i > 0 ? ",{" : "{");
+        db_puts(b, "\"name\":");
+        db_json_str(b, j->name);
+        db_key_str(b, "schedule_kind", kind_name(j->kind));
+        db_key_str(b, "expression", j->schedule);
+        db_key_str(b, "timezone", j->timezone ? j->timezone : "UTC");
+        db_key_str(b, "queue", j->queue);
+        db_puts(b, ",\"payload\":");
+        db_puts(b, j->payload_json && j->payload_json[0] ? j->payload_json : "{}");
+        db_puts(b, ",\"handler\":");
+        db_handler(b, j);
+        db_key_str(b, "misfire", misfire_name(j->misfire));
+        db_printf(b, ",\"max_catch_up\":%d", j->max_catch_up);
+        db_key_str(b, "overlap", overlap_name(j->overlap));
+        db_printf(b, ",\"retry_max_attempts\":%d", j->retry_max_attempts);
+        db_printf(b, ",\"retry_base_ms\":%" PRId64, j->retry_base_ms);
+        db_printf(b, ",\"retry_cap_ms\":%" PRId64, j->retry_cap_ms);
+        db_printf(b, ",\"lease_ms\":%" PRId64, j->lease_ms);
+        db_printf(b, ",\"timeout_ms\":%" PRId64, j->timeout_ms);
+        db_printf(b, ",\"jitter_ms\":%" PRId64, j->jitter_ms);
+        db_printf(b, ",\"paused\":%s", j->paused ? "true" : "false");
+        db_printf(b, ",\"partition\":%d}", warren_job_partition(j->name, partitions));
+    }
+    db_puts(b, "]");
+    if (b->oom)
+        return warren_error_set(err, WARREN_ENOMEM, "out of memory");
+    return 0;
+}
+
+/* Sync stages the config's jobs in a temporary table (parsed once from one
+ * JSON parameter, then ANALYZEd so the joins below are hash joins: with
+ * jsonb_array_elements' default estimate of 100 rows, 100,000 jobs took
+ * nested loops for minutes). config_hash = md5 of the job's settings as
+ * canonical jsonb text (jsonb sorts keys and drops whitespace), without the
+ * partition, which follows planner.partitions rather than the job. The
+ * primary key rejects a duplicate name. */
+static const char SYNC_STAGE_SQL[] =
+    "CREATE TEMPORARY TABLE warren_sync_cfg ("
+    "  name text PRIMARY KEY, schedule_kind text, expression text, timezone text, queue text,"
+    "  payload jsonb, handler jsonb, misfire text, max_catch_up int, overlap text,"
+    "  retry_max_attempts int, retry_base_ms bigint, retry_cap_ms bigint, lease_ms bigint,"
+    "  timeout_ms bigint, jitter_ms bigint, paused boolean, partition int, config_hash text,"
+    "  existed boolean NOT NULL DEFAULT false, old_paused boolean, old_removed boolean,"
+    "  old_kind text, old_expr text, old_tz text, old_hash text,"
+    "  resched boolean NOT NULL DEFAULT false"
+    ") ON COMMIT DROP";
+
+static const char SYNC_LOAD_SQL[] =
+    "INSERT INTO warren_sync_cfg (name, schedule_kind, expression, timezone, queue, payload,"
+    "    handler, misfire, max_catch_up, overlap, retry_max_attempts, retry_base_ms,"
+    "    retry_cap_ms, lease_ms, timeout_ms, jitter_ms, paused, partition, config_hash)"
+    "  SELECT r.*, md5((e - 'partition')::text)"
+    "  FROM jsonb_array_elements($1::jsonb) AS e,"
+    "       jsonb_to_record(e) AS r(name text, schedule_kind text, expression text,"
+    "         timezone text, queue text, payload jsonb, handler jsonb, misfire text,"
+    "         max_catch_up int, overlap text, retry_max_attempts int, retry_base_ms bigint,"
+    "         retry_cap_ms bigint, lease_ms bigint, timeout_ms bigint, jitter_ms bigint,"
+    "         paused boolean, partition int)";
+
+/* What each job was before this sync (one snapshot, taken under the sync
+ * lock): decides what happens to its not-yet-run runs below. */
+static const char SYNC_SNAPSHOT_SQL[] =
+    "UPDATE warren_sync_cfg c SET existed = true, old_paused = j.paused,"
+    "  old_removed = j.removed, old_kind = j.schedule_kind, old_expr = j.expression,"
+    "  old_tz = j.timezone, old_hash = j.config_hash,"
+    "  resched = (j.schedule_kind, j.expression, j.timezone)"
+    "            IS DISTINCT FROM (c.schedule_kind, c.expression, c.timezone)"
+    " FROM warren.jobs j WHERE j.name = c.name";
+
+/* The upsert. A row is written only when its hash differs, it was removed,
+ * or its partition moved (unchanged rows are filtered before the INSERT,
+ * so they are not even locked); the config's paused value is applied with a
+ * settings change (so `warren pause` on an unchanged job survives a sync).
+ * A changed schedule, or a job coming back, restarts the planner's cursor
+ * (next_fire_at NULL = from now). `old` sees the rows as they were before
+ * the INSERT (one snapshot for the whole statement). */
+static const char SYNC_UPSERT_SQL[] =
+    "WITH up AS ("
+    "  INSERT INTO warren.jobs AS j (name, schedule_kind, expression, timezone, queue, payload,"
+    "    handler, misfire, max_catch_up, overlap, retry_max_attempts, retry_base_ms,"
+    "    retry_cap_ms, lease_ms, timeout_ms, jitter_ms, paused, paused_at, partition,"
+    "    config_hash)"
+    "  SELECT name, schedule_kind, expression, timezone, queue, payload, handler, misfire,"
+    "    max_catch_up, overlap, retry_max_attempts, retry_base_ms, retry_cap_ms, lease_ms,"
+    "    timeout_ms, jitter_ms, paused, CASE WHEN paused THEN now() END, partition, config_hash"
+    "  FROM warren_sync_cfg c"
+    "  WHERE NOT EXISTS (SELECT 1 FROM warren.jobs o WHERE o.name = c.name"
+    "                    AND NOT o.removed AND o.config_hash = c.config_hash"
+    "                    AND o.partition = c.partition)"
+    "  ON CONFLICT (name) DO UPDATE SET"
+    "    schedule_kind = EXCLUDED.schedule_kind, expression = EXCLUDED.expression,"
+    "    timezone = EXCLUDED.timezone, queue = EXCLUDED.queue, payload = EXCLUDED.payload,"
+    "    handler = EXCLUDED.handler, misfire = EXCLUDED.misfire,"
+    "    max_catch_up = EXCLUDED.max_catch_up, overlap = EXCLUDED.overlap,"
+    "    retry_max_attempts = EXCLUDED.retry_max_attempts,"
+    "    retry_base_ms = EXCLUDED.retry_base_ms, retry_cap_ms = EXCLUDED.retry_cap_ms,"
+    "    lease_ms = EXCLUDED.lease_ms, timeout_ms = EXCLUDED.timeout_ms,"
+    "    jitter_ms = EXCLUDED.jitter_ms,"
+    "    paused = CASE WHEN j.removed OR j.config_hash IS DISTINCT FROM EXCLUDED.config_hash"
+    "                  THEN EXCLUDED.paused ELSE j.paused END,"
+    "    paused_at = CASE"
+    "      WHEN NOT (j.removed OR j.config_hash IS DISTINCT FROM EXCLUDED.config_hash)"
+    "        THEN j.paused_at"
+    "      WHEN NOT EXCLUDED.paused THEN NULL"
+    "      WHEN j.paused THEN j.paused_at"
+    "      ELSE now() END,"
+    "    removed = false,"
+    "    partition = EXCLUDED.partition,"
+    "    next_fire_at = CASE"
+    "      WHEN j.removed OR (j.schedule_kind, j.expression, j.timezone) IS DISTINCT FROM"
+    "           (EXCLUDED.schedule_kind, EXCLUDED.expression, EXCLUDED.timezone)"
+    "        THEN NULL ELSE j.next_fire_at END,"
+    "    config_hash = EXCLUDED.config_hash,"
+    "    updated_at = now()"
+    "  WHERE j.removed OR j.config_hash IS DISTINCT FROM EXCLUDED.config_hash"
+    "     OR j.partition IS DISTINCT FROM EXCLUDED.partition"
+    "  RETURNING j.name"
+    ")"
+    "SELECT up.name,"
+    "  CASE WHEN NOT c.existed OR c.old_removed THEN 'added'"
+    "       WHEN c.old_hash IS DISTINCT FROM c.config_hash THEN 'changed'"
+    "       ELSE 'moved' END AS what"
+    " FROM up JOIN warren_sync_cfg c USING (name)"
+    " ORDER BY up.name";
+
+/* Runs the planner already materialised (up to its horizon ahead) follow the
+ * job, with the same rules and notes as `warren pause` / `warren resume`
+ * (store_plan.c): only scheduled runs (origin schedule or misfire) never
+ * claimed (attempt 0) are touched; triggered and backfilled runs, and
+ * anything started, stay. A published message whose run was deleted or
+ * cancelled finds nothing to claim and is dropped by the worker.
+ *
+ * Schedule changed, or job restored: its future unclaimed runs (planned,
+ * published, or cancelled by a pause) belonged to the old definition and are
+ * deleted, so the planner, starting again from now, can plan the new fire
+ * times under the same keys. */
+static const char SYNC_RUNS_REPLAN_SQL[] =
+    "DELETE FROM warren.runs r USING warren_sync_cfg c"
+    " WHERE r.job = c.name AND c.existed AND (c.resched OR c.old_removed)"
+    "   AND r.origin IN ('schedule', 'misfire') AND r.attempt = 0 AND r.due_at > now()"
+    "   AND (r.state IN ('planned', 'published')"
+    "        OR (r.state = 'cancelled' AND r.note LIKE '%cancelled: job paused at %'))";
+
+/* Unpaused by the config (as `warren resume`): the runs the pause cancelled
+ * are deleted and the cursor moves back to the first of them, so the planner
+ * plans them again under the job's misfire policy. */
+static const char SYNC_RUNS_RESUME_SQL[] =
+    "WITH c AS ("
+    "  SELECT c.name FROM warren_sync_cfg c JOIN warren.jobs j USING (name)"
+    "  WHERE c.existed AND NOT c.old_removed AND NOT c.resched AND c.old_paused AND NOT j.paused"
+    "), d AS ("
+    "  DELETE FROM warren.runs r USING c"
+    "  WHERE r.job = c.name AND r.state = 'cancelled' AND r.origin IN ('schedule', 'misfire')"
+    "    AND r.attempt = 0 AND r.note LIKE '%cancelled: job paused at %'"
+    "  RETURNING r.job, r.scheduled_at"
+    ")"
+    "UPDATE warren.jobs j SET next_fire_at = LEAST(j.next_fire_at, m.first)"
+    " FROM (SELECT job, min(scheduled_at) AS first FROM d GROUP BY job) m"
+    " WHERE j.name = m.job";
+
+/* The note line the pause writes; `warren resume` looks for it. */
+#define PAUSE_NOTE(why)                                                                            \
+    "'cancelled: job paused at ' ||"                                                               \
+    " to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') || ' (" why ")'"
+#define APPEND_NOTE(line)                                                                          \
+    "CASE WHEN r.note IS NULL OR r.note = '' THEN " line " ELSE r.note || E'\\n' || " line " END"
+
+/* Paused by the config (as `warren pause`): future unclaimed runs cancelled. */
+static const char SYNC_RUNS_PAUSE_SQL[] =
+    "UPDATE warren.runs r SET state = 'cancelled', finished_at = now(),"
+    "  note = " APPEND_NOTE(PAUSE_NOTE(
+        "paused in the config; warren sync")) ""
+                                              " FROM warren_sync_cfg c JOIN warren.jobs j USING "
+                                              "(name)"
+                                              " WHERE r.job = c.name AND c.existed AND NOT "
+                                              "c.old_paused AND NOT c.old_removed AND j.paused"
+                                              "   AND r.origin IN ('schedule', 'misfire') AND "
+                                              "r.state IN ('planned', 'published')"
+                                              "   AND r.due_at > now()";
+
+/* Jobs no longer in the config: paused and marked, never deleted; their
+ * future unclaimed runs cancelled as by a pause. */
+static const char SYNC_REMOVE_SQL[] =
+    "WITH rm AS ("
+    "  UPDATE warren.jobs j SET removed = true, paused = true,"
+    "    paused_at = CASE WHEN j.paused THEN j.paused_at ELSE now() END, updated_at = now()"
+    "  WHERE NOT j.removed"
+    "    AND NOT EXISTS (SELECT 1 FROM warren_sync_cfg c WHERE c.name = j.name)"
+    "  RETURNING j.name"
+    "), cancelled AS ("
+    "  UPDATE warren.runs r SET state = 'cancelled', finished_at = now(),"
+    "    note = " APPEND_NOTE(PAUSE_NOTE(
+        "removed from the config; warren sync")) ""
+                                                 "  FROM rm WHERE r.job = rm.name"
+                                                 "    AND r.origin IN ('schedule', 'misfire') AND "
+                                                 "r.state IN ('planned', 'published')"
+                                                 "    AND r.due_at > now()"
+                                                 ")"
+                                                 "SELECT name FROM rm ORDER BY name";
+
+static int report_add(char ***arr, size_t *n, const char *name)
+{
+    char **p = realloc(*arr, (*n + 1) * sizeof(*p));
+
+    if (p == NULL)
+        return WARREN_ENOMEM;
+    *arr = p;
+    p[*n] = strdup(name);
+    if (p[*n] == NULL)
+        return WARREN_ENOMEM;
+    (*n)++;
+    return 0;
+}
+
+static void free_names(char **a, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(a[i]);
+    free(a);
+}
+
+void warren_sync_report_free(warren_sync_report *r)
+{
+    if (r == NULL)
+        return;
+    free_names(r->added, r->nadded);
+    free_names(r->changed, r->nchanged);
+    free_names(r->removed, r->nremoved);
+    memset(r, 0, sizeof(*r));
+}
+
+int warren_store_sync(warren_store *st, const warren_config *cfg, warren_sync_report *report,
+                      warren_error *err)
+{
+    warren_sync_report rep = {0};
+    dbuf doc = {0};
+    PGresult *res = NULL;
+    const char *params[1];
+    const char *lockp[1] = {SYNC_LOCK_KEY};
+    int partitions = cfg->planner.partitions > 0 ? cfg->planner.partitions : 64;
+    int rc, moved = 0;
+
+    if (report != NULL)
+        memset(report, 0, sizeof(*report));
+    rc = jobs_document(cfg, partitions, &doc, err);
+    if (rc != 0)
+        goto fail;
+    params[0] = doc.p;
+    rc = warren__store_begin(st, err);
+    if (rc != 0)
+        goto fail;
+    /* Two syncs at once serialise instead of deadlocking or double-reporting. */
+    rc = warren__store_exec(st, "SELECT pg_advisory_xact_lock($1::bigint)", 1, lockp, NULL,
+                            "take the sync lock", err);
+    if (rc != 0)
+        goto fail;
+    rc = warren__store_exec(st, "SELECT to_regclass('warren.jobs') IS NOT NULL", 0, NULL, &res,
+                            "look for warren.jobs", err);
+    if (rc != 0)
+        goto fail;
+    if (strcmp(PQgetvalue(res, 0, 0), "t") != 0) {
+        rc = warren_error_set(err, WARREN_EDB,
+                              "the database at %s has no table warren.jobs: run `warren migrate` "
+                              "first",
+                              warren__store_where(st));
+        goto fail;
+    }
+    PQclear(res);
+    res = NULL;
+    rc = warren__store_exec_simple(st, SYNC_STAGE_SQL, "stage the config's jobs", err);
+    if (rc == 0)
+        rc = warren__store_exec(st, SYNC_LOAD_SQL, 1, params, NULL, "load the config's jobs", err);
+    if (rc == 0)
+        rc = warren__store_exec_simple(st, "ANALYZE warren_sync_cfg", "analyze the config's jobs",
+                                       err);
+    if (rc == 0)
+        rc = warren__store_exec_simple(st, SYNC_SNAPSHOT_SQL, "read the jobs as they were", err);
+    if (rc != 0)
+        goto fail;
+    rc = warren__store_exec(st, SYNC_UPSERT_SQL, 0, NULL, &res, "sync jobs into warren.jobs", err);
+    if (rc != 0)
+        goto fail;
+    for (int i = 0; i < PQntuples(res) && rc == 0; i++) {
+        const char *name = PQgetvalue(res, i, 0), *what = PQgetvalue(res, i, 1);
+        if (strcmp(what, "added") == 0)
+            rc = report_add(&rep.added, &rep.nadded, name);
+        else if (strcmp(what, "changed") == 0)
+            rc = report_add(&rep.changed, &rep.nchanged, name);
+        else
+            moved++;
+    }
+    PQclear(res);
+    res = NULL;
+    if (rc != 0) {
+        rc = warren_error_set(err, WARREN_ENOMEM, "out of memory");
+        goto fail;
+    }
+    rc = warren__store_exec_simple(st, SYNC_RUNS_REPLAN_SQL,
+                                   "delete planned runs of changed schedules", err);
+    if (rc == 0)
+        rc = warren__store_exec_simple(st, SYNC_RUNS_RESUME_SQL, "re-plan runs of unpaused jobs",
+                                       err);
+    if (rc == 0)
+        rc = warren__store_exec_simple(st, SYNC_RUNS_PAUSE_SQL, "cancel runs of paused jobs", err);
+    if (rc != 0)
+        goto fail;
+    rc = warren__store_exec(st, SYNC_REMOVE_SQL, 0, NULL, &res, "mark removed jobs", err);
+    if (rc != 0)
+        goto fail;
+    for (int i = 0; i < PQntuples(res) && rc == 0; i++)
+        rc = report_add(&rep.removed, &rep.nremoved, PQgetvalue(res, i, 0));
+    PQclear(res);
+    res = NULL;
+    if (rc != 0) {
+        rc = warren_error_set(err, WARREN_ENOMEM, "out of memory");
+        goto fail;
+    }
+    /* Delivered on commit: planners wake up and plan the new definitions. */
+    rc = warren_store_notify(st, "sync", err);
+    if (rc != 0)
+        goto fail;
+    rc = warren__store_commit(st, err);
+    if (rc != 0)
+        goto fail;
+    free(doc.p);
+    if (moved > 0)
+        warren_log(warren__store_logger(st), WARREN_LOG_INFO,
+                   "sync: %d unchanged jobs moved to a new partition", moved);
+    if (report != NULL)
+        *report = rep;
+    else
+        warren_sync_report_free(&rep);
+    return 0;
+fail:
+    PQclear(res);
+    warren__store_rollback(st);
+    free(doc.p);
+    warren_sync_report_free(&rep);
+    return rc;
+}

@@ -1,0 +1,330 @@
+/* check_roles.c: who may execute what in schema warren after `warren migrate`
+ * (sql/functions/grants.sql): every function of the schema, found in pg_proc,
+ * against a table of the roles expected to hold EXECUTE; SECURITY DEFINER
+ * functions pin search_path; a warren_worker login runs the protocol but can
+ * neither read nor change a table. */
+#include <check.h>
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <warren/store.h>
+
+#include "testenv.h"
+
+#define SQL_DIR WARREN_SOURCE_DIR "/sql"
+
+/* Every function of schema warren and the roles other than its owner that
+ * hold EXECUTE on it, by direct grant ("PUBLIC" for everyone), sorted and
+ * comma-separated; "" = the owner only. A function missing here fails the
+ * test: classify a new one before it ships. */
+static const struct {
+    const char *function, *grantees;
+} expected[] = {
+    /* The worker protocol (docs/worker-protocol.md). */
+    {"warren.claim(text,text)", "warren_worker"},
+    {"warren.claim_many(text[],text)", "warren_worker"},
+    {"warren.complete(text,integer,text,text)", "warren_worker"},
+    {"warren.complete_many(text[],integer[])", "warren_worker"},
+    {"warren.heartbeat(text,integer)", "warren_worker"},
+    {"warren.reclaim_many(text[],text,integer)", "warren_worker"},
+    /* The planner's and the operator's: their own connection (the owner). */
+    {"warren.plan_note(text,text)", ""},
+    {"warren.plan_utc(timestamp with time zone)", ""},
+    {"warren.reap_expired_leases(integer)", ""},
+    {"warren.replay(text,text)", ""},
+    {"warren.run_key(text,timestamp with time zone)", ""},
+    /* Internal helpers of the SECURITY DEFINER functions. */
+    {"warren.wp_after_failure(text,text,text,text,text)", ""},
+    {"warren.wp_backoff_ms(bigint,bigint,integer)", ""},
+    {"warren.wp_claim(text,text,boolean)", ""},
+    {"warren.wp_dead_letter(warren.runs,warren.jobs,text)", ""},
+    {"warren.wp_event(warren.runs,text,text,text)", ""},
+    {"warren.wp_max_wait()", ""},
+    {"warren.wp_note(text,text)", ""},
+    {"warren.wp_utc(timestamp with time zone)", ""},
+    {"warren.wp_utc_ms(timestamp with time zone)", ""},
+    {"warren.wp_wait_until(timestamp with time zone)", ""},
+};
+#define NEXPECTED (sizeof(expected) / sizeof(expected[0]))
+
+static char *migrated_db(void)
+{
+    char *url = testenv_db();
+    warren_store *st = NULL;
+    warren_error err = {0};
+
+    ck_assert_msg(warren_store_open(url, NULL, &st, &err) == 0, "%s", err.message);
+    ck_assert_msg(warren_store_migrate(st, SQL_DIR, NULL, &err) == 0, "%s", err.message);
+    warren_store_free(st);
+    return url;
+}
+
+static PGresult *query(PGconn *c, const char *sql)
+{
+    PGresult *res = PQexec(c, sql);
+    ck_assert_msg(PQresultStatus(res) == PGRES_TUPLES_OK, "%s: %s", sql, PQerrorMessage(c));
+    return res;
+}
+
+/* Every function and its grantees (as in expected[]); ORDER BY name. */
+static const char FUNCTION_GRANTEES_SQL[] =
+    "SELECT p.oid::regprocedure::text,"
+    "  coalesce((SELECT string_agg(DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC'"
+    "                                       ELSE pg_get_userbyid(a.grantee) END, ','"
+    "                              ORDER BY CASE WHEN a.grantee = 0 THEN 'PUBLIC'"
+    "                                       ELSE pg_get_userbyid(a.grantee) END)"
+    "             FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a"
+    "            WHERE a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner), '')"
+    " FROM pg_proc p WHERE p.pronamespace = 'warren'::regnamespace ORDER BY 1";
+
+START_TEST(test_roles_every_function_has_exactly_its_expected_grantees)
+{
+    char *url = migrated_db();
+    PGconn *c = PQconnectdb(url);
+    PGresult *res;
+    int seen[NEXPECTED] = {0};
+    char failures[8192] = "";
+
+    ck_assert_int_eq(PQstatus(c), CONNECTION_OK);
+    res = query(c, FUNCTION_GRANTEES_SQL);
+    ck_assert_int_ge(PQntuples(res), 1);
+    for (int i = 0; i < PQntuples(res); i++) {
+        const char *fn = PQgetvalue(res, i, 0), *got = PQgetvalue(res, i, 1);
+        size_t k = 0;
+        while (k < NEXPECTED && strcmp(expected[k].function, fn) != 0)
+            k++;
+        if (k == NEXPECTED) {
+            snprintf(failures + strlen(failures), sizeof(failures) - strlen(failures),
+                     "\n  %s (EXECUTE: \"%s\") is not in expected[]: classify it", fn, got);
+            continue;
+        }
+        seen[k] = 1;
+        if (strcmp(expected[k].grantees, got) != 0)
+            snprintf(failures + strlen(failures), sizeof(failures) - strlen(failures),
+                     "\n  %s: EXECUTE held by \"%s\", expected \"%s\"", fn, got,
+                     expected[k].grantees);
+    }
+    for (size_t k = 0; k < NEXPECTED; k++)
+        if (!seen[k])
+            snprintf(failures + strlen(failures), sizeof(failures) - strlen(failures),
+                     "\n  %s is in expected[] but not in schema warren", expected[k].function);
+    ck_assert_msg(failures[0] == '\0', "grants differ:%s", failures);
+    PQclear(res);
+    PQfinish(c);
+    free(url);
+}
+END_TEST
+
+START_TEST(test_roles_public_and_warren_roles_execute_only_what_is_granted)
+{
+    /* Through has_function_privilege, which also counts PUBLIC and role
+     * membership: PUBLIC executes nothing in schema warren, and every
+     * warren_* role executes exactly what expected[] grants it. */
+    char *url = migrated_db();
+    PGconn *c = PQconnectdb(url);
+    PGresult *roles, *res;
+
+    ck_assert_int_eq(PQstatus(c), CONNECTION_OK);
+    res = query(c, "SELECT count(*) FROM pg_proc p WHERE p.pronamespace = 'warren'::regnamespace"
+                   " AND has_function_privilege('public', p.oid, 'EXECUTE')");
+    ck_assert_str_eq(PQgetvalue(res, 0, 0), "0");
+    PQclear(res);
+    roles = query(c, "SELECT rolname FROM pg_roles WHERE rolname LIKE 'warren\\_%' AND NOT "
+                     "rolcanlogin ORDER BY 1");
+    ck_assert_int_ge(PQntuples(roles), 1);
+    for (int r = 0; r < PQntuples(roles); r++) {
+        const char *role = PQgetvalue(roles, r, 0);
+        const char *params[1] = {role};
+        res = PQexecParams(c,
+                           "SELECT p.oid::regprocedure::text FROM pg_proc p"
+                           " WHERE p.pronamespace = 'warren'::regnamespace"
+                           "   AND has_function_privilege($1, p.oid, 'EXECUTE') ORDER BY 1",
+                           1, NULL, params, NULL, NULL, 0);
+        ck_assert_int_eq(PQresultStatus(res), PGRES_TUPLES_OK);
+        for (size_t k = 0; k < NEXPECTED; k++) {
+            int want = strstr(expected[k].grantees, role) != NULL, got = 0;
+            for (int i = 0; i < PQntuples(res); i++)
+                got |= strcmp(PQgetvalue(res, i, 0), expected[k].function) == 0;
+            ck_assert_msg(want == got, "%s %s EXECUTE %s", role, got ? "has" : "lacks",
+                          expected[k].function);
+        }
+        PQclear(res);
+    }
+    PQclear(roles);
+    /* The schema: USAGE for warren_worker, nothing for PUBLIC. */
+    res = query(c, "SELECT has_schema_privilege('public', 'warren', 'USAGE'),"
+                   " has_schema_privilege('warren_worker', 'warren', 'USAGE'),"
+                   " has_schema_privilege('warren_worker', 'warren', 'CREATE')");
+    ck_assert_str_eq(PQgetvalue(res, 0, 0), "f");
+    ck_assert_str_eq(PQgetvalue(res, 0, 1), "t");
+    ck_assert_str_eq(PQgetvalue(res, 0, 2), "f");
+    PQclear(res);
+    PQfinish(c);
+    free(url);
+}
+END_TEST
+
+START_TEST(test_roles_security_definer_functions_pin_search_path)
+{
+    char *url = migrated_db();
+    PGconn *c = PQconnectdb(url);
+    PGresult *res;
+    int ndefiner = 0;
+
+    ck_assert_int_eq(PQstatus(c), CONNECTION_OK);
+    res = query(c, "SELECT p.oid::regprocedure::text, p.prosecdef,"
+                   " coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false)"
+                   " FROM pg_proc p WHERE p.pronamespace = 'warren'::regnamespace ORDER BY 1");
+    for (int i = 0; i < PQntuples(res); i++) {
+        if (strcmp(PQgetvalue(res, i, 1), "t") != 0)
+            continue;
+        ndefiner++;
+        ck_assert_msg(strcmp(PQgetvalue(res, i, 2), "t") == 0,
+                      "SECURITY DEFINER %s does not SET search_path = pg_catalog, pg_temp",
+                      PQgetvalue(res, i, 0));
+    }
+    /* claim, claim_many, reclaim_many, heartbeat, complete, complete_many,
+     * reap_expired_leases, replay. */
+    ck_assert_int_eq(ndefiner, 8);
+    PQclear(res);
+    PQfinish(c);
+    free(url);
+}
+END_TEST
+
+/* Runs sql on c; returns the SQLSTATE of its failure, "" if it succeeded. */
+static const char *try_sql(PGconn *c, const char *sql, char *state, size_t len)
+{
+    PGresult *res = PQexec(c, sql);
+    ExecStatusType s = PQresultStatus(res);
+    const char *e = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+    snprintf(state, len, "%s", s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK ? "" : e ? e : "?");
+    PQclear(res);
+    return state;
+}
+
+#define RK "job1@2026-01-01T00:00:00Z"
+
+START_TEST(test_roles_worker_login_runs_the_protocol_but_cannot_touch_tables)
+{
+    char *url = migrated_db();
+    char *login = testenv_unique_name("warren_login");
+    PGconn *admin = PQconnectdb(url), *w;
+    PGresult *res;
+    char state[8], *sql, *wurl;
+    const char *at = strstr(url, "://"), *userend;
+
+    ck_assert_int_eq(PQstatus(admin), CONNECTION_OK);
+    sql = testenv_fmt("CREATE ROLE %s LOGIN IN ROLE warren_worker", login);
+    ck_assert_str_eq(try_sql(admin, sql, state, sizeof(state)), "");
+    free(sql);
+    ck_assert_str_eq(try_sql(admin,
+                             "INSERT INTO warren.jobs (name, schedule_kind, expression, queue)"
+                             " VALUES ('job1', 'every', '1h', 'q');"
+                             "INSERT INTO warren.runs (job, scheduled_at, due_at, state)"
+                             " VALUES ('job1', '2026-01-01T00:00:00Z', now(), 'published')",
+                             state, sizeof(state)),
+                     "");
+    /* The same URL with the login as its user. */
+    ck_assert_ptr_nonnull(at);
+    userend = strchr(at + 3, '@');
+    ck_assert_ptr_nonnull(userend);
+    wurl = testenv_fmt("%.*s%s%s", (int)(at + 3 - url), url, login, userend);
+    w = PQconnectdb(wurl);
+    ck_assert_msg(PQstatus(w) == CONNECTION_OK, "%s: %s", wurl, PQerrorMessage(w));
+
+    /* The protocol works. */
+    res = query(w, "SELECT attempt FROM warren.claim('" RK "', 'w1')");
+    ck_assert_int_eq(PQntuples(res), 1);
+    ck_assert_str_eq(PQgetvalue(res, 0, 0), "1");
+    PQclear(res);
+    res =
+        query(w, "SELECT warren.heartbeat('" RK "', 1), warren.complete('" RK "', 1, 'succeeded')");
+    ck_assert_str_eq(PQgetvalue(res, 0, 0), "t");
+    ck_assert_str_eq(PQgetvalue(res, 0, 1), "t");
+    PQclear(res);
+    res = query(w, "SELECT (SELECT count(*) FROM warren.claim_many(ARRAY['" RK "'], 'w2')),"
+                   " (SELECT count(*) FROM warren.reclaim_many(ARRAY['" RK "'], 'w2', 1000)),"
+                   " (SELECT count(*) FROM warren.complete_many(ARRAY['" RK "'], ARRAY[1]))");
+    ck_assert_str_eq(PQgetvalue(res, 0, 0), "0");
+    ck_assert_str_eq(PQgetvalue(res, 0, 1), "0");
+    ck_assert_str_eq(PQgetvalue(res, 0, 2), "1");
+    PQclear(res);
+
+    /* Every table of the schema, walked: no SELECT, INSERT, UPDATE, DELETE. */
+    res = query(admin, "SELECT c.oid::regclass::text, (SELECT a.attname FROM pg_attribute a"
+                       "  WHERE a.attrelid = c.oid AND a.attnum = 1)"
+                       " FROM pg_class c WHERE c.relnamespace = 'warren'::regnamespace"
+                       "   AND c.relkind IN ('r', 'p') ORDER BY 1");
+    ck_assert_int_ge(PQntuples(res), 7);
+    for (int i = 0; i < PQntuples(res); i++) {
+        const char *t = PQgetvalue(res, i, 0), *col = PQgetvalue(res, i, 1);
+        char *stmts[4] = {
+            testenv_fmt("SELECT * FROM %s", t), testenv_fmt("INSERT INTO %s DEFAULT VALUES", t),
+            testenv_fmt("UPDATE %s SET %s = %s", t, col, col), testenv_fmt("DELETE FROM %s", t)};
+        for (int s = 0; s < 4; s++) {
+            ck_assert_msg(strcmp(try_sql(w, stmts[s], state, sizeof(state)), "42501") == 0,
+                          "%s as a warren_worker login: SQLSTATE \"%s\", want 42501", stmts[s],
+                          state);
+            free(stmts[s]);
+        }
+    }
+    PQclear(res);
+    /* Nor the functions kept for the owner. */
+    const char *denied[] = {
+        "SELECT warren.reap_expired_leases(10)",
+        "SELECT warren.replay('" RK "')",
+        "SELECT warren.run_key('a', now())",
+        "SELECT warren.plan_note('a', 'b')",
+        "SELECT warren.plan_utc(now())",
+        "SELECT warren.wp_note('a', 'b')",
+        "SELECT * FROM warren.wp_claim('" RK "', 'w', true)",
+        "SELECT warren.wp_wait_until(now())",
+    };
+    for (size_t i = 0; i < sizeof(denied) / sizeof(denied[0]); i++)
+        ck_assert_msg(strcmp(try_sql(w, denied[i], state, sizeof(state)), "42501") == 0,
+                      "%s as a warren_worker login: SQLSTATE \"%s\", want 42501", denied[i], state);
+    PQfinish(w);
+    res = query(admin, "SELECT state FROM warren.runs");
+    ck_assert_str_eq(PQgetvalue(res, 0, 0), "succeeded");
+    PQclear(res);
+    sql = testenv_fmt("DROP ROLE %s", login);
+    ck_assert_str_eq(try_sql(admin, sql, state, sizeof(state)), "");
+    free(sql);
+    PQfinish(admin);
+    free(wurl);
+    free(login);
+    free(url);
+}
+END_TEST
+
+static Suite *roles_suite(void)
+{
+    Suite *s = suite_create("roles");
+    TCase *tc = tcase_create("grants");
+    tcase_add_test(tc, test_roles_every_function_has_exactly_its_expected_grantees);
+    tcase_add_test(tc, test_roles_public_and_warren_roles_execute_only_what_is_granted);
+    tcase_add_test(tc, test_roles_security_definer_functions_pin_search_path);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("login");
+    tcase_add_test(tc, test_roles_worker_login_runs_the_protocol_but_cannot_touch_tables);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr;
+    int failed;
+
+    /* Fail, never skip, without servers (testenv exits 1 when unset). */
+    testenv_pg_admin_url();
+    sr = srunner_create(roles_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
