@@ -1,5 +1,5 @@
-/* cli_store.c: `warren migrate` (apply sql/NNN_*.sql) and `warren sync`
- * (upsert the config's jobs), thin wrappers over include/warren/store.h. */
+/* cli_store.c: `warren migrate` (apply sql/migrations/NNN_*.sql, then sql/functions/) and `warren
+ * sync` (upsert the config's jobs), thin wrappers over include/warren/store.h. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,9 +16,10 @@
 static const char migrate_usage[] =
     "usage: warren migrate [-c FILE] [--database URL] [--sql-dir DIR]\n"
     "\n"
-    "Applies the SQL migrations (NNN_*.sql) not yet recorded in\n"
-    "warren.schema_migrations, each in its own transaction, under an advisory\n"
-    "lock (safe to run twice, and from several processes at once).\n"
+    "Applies the SQL migrations (DIR/migrations/NNN_*.sql) not yet recorded in\n"
+    "warren.schema_migrations, then every function file DIR/functions.sql lists,\n"
+    "in one transaction under an advisory lock (safe to run twice, and from\n"
+    "several processes at once).\n"
     "\n"
     "  -c, --config FILE  config file for database.url (default $WARREN_CONFIG "
     "or\n"
@@ -27,7 +28,8 @@ static const char migrate_usage[] =
     "                     and the file does not exist)\n"
     "  --database URL     PostgreSQL URL; overrides the config and "
     "WARREN_DATABASE_URL\n"
-    "  --sql-dir DIR      migrations directory (default $WARREN_SQL_DIR, else\n"
+    "  --sql-dir DIR      the directory holding migrations/ and functions.sql\n"
+    "                     (default $WARREN_SQL_DIR, else\n"
     "                     " WARREN_SQL_DIR ")\n"
     "\n"
     "exit codes: 0 ok, 1 failure, 2 usage or config error, 69 database "
@@ -139,10 +141,11 @@ int cli_migrate(int argc, char **argv)
         rc = warren_store_migrate(st, sql_dir, &applied, &err);
     if (rc == 0) {
         if (applied == 0)
-            printf("migrate: %s is up to date (%s)\n", warren_store_where(st), sql_dir);
-        else
-            printf("migrate: applied %d migration%s to %s (%s)\n", applied, applied == 1 ? "" : "s",
+            printf("migrate: %s has every migration; functions re-applied (%s)\n",
                    warren_store_where(st), sql_dir);
+        else
+            printf("migrate: applied %d migration%s and the functions to %s (%s)\n", applied,
+                   applied == 1 ? "" : "s", warren_store_where(st), sql_dir);
     }
     warren_store_free(st);
     warren_config_free(cfg);

@@ -26,7 +26,8 @@
 #include "config_int.h"
 
 /* Every setting's default and bounds are in the tables below; these two have reasons. */
-#define MAX_RELEASE_LEAD_MS 10000 /* planner.release_lead: below warren.wp_max_wait() (sql/009) */
+#define MAX_RELEASE_LEAD_MS                                                                        \
+    10000 /* planner.release_lead: below warren.wp_max_wait() (sql/functions/claim.sql) */
 
 /* A payload's JSON is capped so one job cannot bloat every message. */
 #define PAYLOAD_MAX_BYTES (64 * 1024)

@@ -245,7 +245,7 @@ int warren_planner_new(const warren_config *cfg, const char *store_url, const ch
     if ((rc = warren_store_listen(p->st, err)) != 0)
         goto fail;
     if (p->pc.release_lead_ms > 0) {
-        /* Before sql/009 warren.claim does not wait for the due time: a run
+        /* Before migration 009 warren.claim does not wait for the due time: a run
          * released early would start early. */
         if ((rc = warren_store_has_migration(p->st, 9, err)) < 0)
             goto fail;

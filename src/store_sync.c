@@ -2,11 +2,13 @@
  * one transaction, with their planned runs following pause, resume, removal
  * and schedule changes. */
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <warren/hash.h>
+
+#include "buf.h"
 #include "store_int.h"
 
 /* Transaction-level advisory lock key (pg_advisory_xact_lock takes a bigint).
@@ -15,127 +17,36 @@
 
 int warren_job_partition(const char *name, int partitions)
 {
-    uint32_t h = 2166136261u;
-
     if (partitions <= 1 || name == NULL)
         return 0;
-    for (const unsigned char *p = (const unsigned char *)name; *p != '\0'; p++) {
-        h ^= *p;
-        h *= 16777619u;
-    }
-    return (int)(h % (uint32_t)partitions);
+    return (int)(warren_hash_fnv1a32(name) % (uint32_t)partitions);
 }
 
-/* A growing buffer for the JSON document sync sends as one parameter. */
-typedef struct {
-    char *p;
-    size_t len, cap;
-    int oom;
-} dbuf;
-
-static void db_put(dbuf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        char *p;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        p = realloc(b->p, cap);
-        if (p == NULL) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void db_puts(dbuf *b, const char *s)
-{
-    db_put(b, s, strlen(s));
-}
-
-static void db_printf(dbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void db_printf(dbuf *b, const char *fmt, ...)
-{
-    char tmp[128];
-    va_list ap;
-    int n;
-
-    va_start(ap, fmt);
-    n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        db_put(b, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
-}
+/* The JSON document sync sends as one parameter is built in the library's
+ * capped buffer (buf.h). */
+typedef warren__buf dbuf;
 
 /* A JSON string literal (UTF-8 passes through; the server validates it). */
 static void db_json_str(dbuf *b, const char *s)
 {
-    db_puts(b, "\"");
+    warren__buf_puts(b, "\"");
     for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p != '\0'; p++) {
         if (*p == '"')
-            db_puts(b, "\\\"");
+            warren__buf_puts(b, "\\\"");
         else if (*p == '\\')
-            db_puts(b, "\\\\");
+            warren__buf_puts(b, "\\\\");
         else if (*p < 0x20)
-            db_printf(b, "\\u%04x", *p);
+            warren__buf_printf(b, "\\u%04x", *p);
         else
-            db_put(b, (const char *)p, 1);
+            warren__buf_add(b, (const char *)p, 1);
     }
-    db_puts(b, "\"");
+    warren__buf_puts(b, "\"");
 }
 
 static void db_key_str(dbuf *b, const char *key, const char *val)
 {
-    db_printf(b, ",\"%s\":", key);
+    warren__buf_printf(b, ",\"%s\":", key);
     db_json_str(b, val);
-}
-
-static const char *kind_name(warren_sched_kind k)
-{
-    switch (k) {
-    case WARREN_SCHED_CRON:
-        return "cron";
-    case WARREN_SCHED_EVERY:
-        return "every";
-    case WARREN_SCHED_AT:
-        return "at";
-    }
-    return "?";
-}
-
-static const char *misfire_name(warren_misfire m)
-{
-    switch (m) {
-    case WARREN_MISFIRE_RUN_ONCE:
-        return "run_once";
-    case WARREN_MISFIRE_SKIP:
-        return "skip";
-    case WARREN_MISFIRE_CATCH_UP:
-        return "catch_up";
-    }
-    return "?";
-}
-
-static const char *overlap_name(warren_overlap o)
-{
-    switch (o) {
-    case WARREN_OVERLAP_SKIP:
-        return "skip";
-    case WARREN_OVERLAP_ALLOW:
-        return "allow";
-    case WARREN_OVERLAP_QUEUE:
-        return "queue";
-    case WARREN_OVERLAP_CANCEL_PREVIOUS:
-        return "cancel_previous";
-    }
-    return "?";
 }
 
 /* The handler column: {"kind":"exec","argv":[...],"shell":false},
@@ -144,65 +55,69 @@ static void db_handler(dbuf *b, const warren_job *j)
 {
     switch (j->handler) {
     case WARREN_HANDLER_EXEC:
-        db_puts(b, "{\"kind\":\"exec\",\"argv\":[");
+        warren__buf_puts(b, "{\"kind\":\"exec\",\"argv\":[");
         for (size_t i = 0; j->exec_argv != NULL && j->exec_argv[i] != NULL; i++) {
             if (i > 0)
-                db_puts(b, ",");
+                warren__buf_puts(b, ",");
             db_json_str(b, j->exec_argv[i]);
         }
-        db_printf(b, "],\"shell\":%s}", j->exec_shell ? "true" : "false");
+        warren__buf_printf(b, "],\"shell\":%s}", j->exec_shell ? "true" : "false");
         return;
     case WARREN_HANDLER_SQL:
-        db_puts(b, "{\"kind\":\"sql\"");
+        warren__buf_puts(b, "{\"kind\":\"sql\"");
         db_key_str(b, "sql", j->sql);
-        db_puts(b, "}");
+        warren__buf_puts(b, "}");
         return;
     case WARREN_HANDLER_C:
-        db_puts(b, "{\"kind\":\"c\"");
+        warren__buf_puts(b, "{\"kind\":\"c\"");
         db_key_str(b, "name", j->c_handler);
-        db_puts(b, "}");
+        warren__buf_puts(b, "}");
         return;
     case WARREN_HANDLER_NONE:
         break;
     }
-    db_puts(b, "{\"kind\":\"none\"}");
+    warren__buf_puts(b, "{\"kind\":\"none\"}");
 }
 
 /* One JSON array of the config's jobs, keys named as warren.jobs columns. */
 static int jobs_document(const warren_config *cfg, int partitions, dbuf *b, warren_error *err)
 {
-    db_puts(b, "[");
+    warren__buf_puts(b, "[");
     for (size_t i = 0; i < cfg->njobs; i++) {
         const warren_job *j = &cfg->jobs[i];
         if (j->name == NULL || j->queue == NULL || j->schedule == NULL)
             return warren_error_set(err, WARREN_EINVAL,
                                     "sync: job %zu (\"%s\") lacks a name, queue or schedule", i,
                                     j->name ? j->name : "");
-        db_puts(b, i > 0 ? ",{" : "{");
-        db_puts(b, "\"name\":");
+        warren__buf_puts(b, i > 0 ? ",{" : "{");
+        warren__buf_puts(b, "\"name\":");
         db_json_str(b, j->name);
-        db_key_str(b, "schedule_kind", kind_name(j->kind));
+        db_key_str(b, "schedule_kind", warren_sched_kind_name(j->kind));
         db_key_str(b, "expression", j->schedule);
         db_key_str(b, "timezone", j->timezone ? j->timezone : "UTC");
         db_key_str(b, "queue", j->queue);
-        db_puts(b, ",\"payload\":");
-        db_puts(b, j->payload_json && j->payload_json[0] ? j->payload_json : "{}");
-        db_puts(b, ",\"handler\":");
+        warren__buf_puts(b, ",\"payload\":");
+        warren__buf_puts(b, j->payload_json && j->payload_json[0] ? j->payload_json : "{}");
+        warren__buf_puts(b, ",\"handler\":");
         db_handler(b, j);
-        db_key_str(b, "misfire", misfire_name(j->misfire));
-        db_printf(b, ",\"max_catch_up\":%d", j->max_catch_up);
-        db_key_str(b, "overlap", overlap_name(j->overlap));
-        db_printf(b, ",\"retry_max_attempts\":%d", j->retry_max_attempts);
-        db_printf(b, ",\"retry_base_ms\":%" PRId64, j->retry_base_ms);
-        db_printf(b, ",\"retry_cap_ms\":%" PRId64, j->retry_cap_ms);
-        db_printf(b, ",\"lease_ms\":%" PRId64, j->lease_ms);
-        db_printf(b, ",\"timeout_ms\":%" PRId64, j->timeout_ms);
-        db_printf(b, ",\"jitter_ms\":%" PRId64, j->jitter_ms);
-        db_printf(b, ",\"paused\":%s", j->paused ? "true" : "false");
-        db_printf(b, ",\"partition\":%d}", warren_job_partition(j->name, partitions));
+        db_key_str(b, "misfire", warren_misfire_name(j->misfire));
+        warren__buf_printf(b, ",\"max_catch_up\":%d", j->max_catch_up);
+        db_key_str(b, "overlap", warren_overlap_name(j->overlap));
+        warren__buf_printf(b, ",\"retry_max_attempts\":%d", j->retry_max_attempts);
+        warren__buf_printf(b, ",\"retry_base_ms\":%" PRId64, j->retry_base_ms);
+        warren__buf_printf(b, ",\"retry_cap_ms\":%" PRId64, j->retry_cap_ms);
+        warren__buf_printf(b, ",\"lease_ms\":%" PRId64, j->lease_ms);
+        warren__buf_printf(b, ",\"timeout_ms\":%" PRId64, j->timeout_ms);
+        warren__buf_printf(b, ",\"jitter_ms\":%" PRId64, j->jitter_ms);
+        warren__buf_printf(b, ",\"paused\":%s", j->paused ? "true" : "false");
+        warren__buf_printf(b, ",\"partition\":%d}", warren_job_partition(j->name, partitions));
     }
-    db_puts(b, "]");
-    if (b->oom)
+    warren__buf_puts(b, "]");
+    if (b->err == WARREN_ERANGE)
+        return warren_error_set(err, WARREN_ERANGE,
+                                "the jobs document passes PostgreSQL's 1 GB value limit: "
+                                "sync fewer jobs at a time");
+    if (b->err)
         return warren_error_set(err, WARREN_ENOMEM, "out of memory");
     return 0;
 }

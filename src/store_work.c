@@ -1,7 +1,7 @@
 /* store_work.c: the worker's SQL: warren.claim / heartbeat / complete from
- * sql/002_worker_protocol.sql (batched: one round trip for many runs), the sql
- * handler's statement inside the completion transaction and the run's times
- * for the report line (the operator's replay, runs and show are in ops.c). */
+ * sql/functions/ (claim.sql, lease.sql, complete.sql) (batched: one round trip for many runs), the
+ * sql handler's statement inside the completion transaction and the run's times for the report line
+ * (the operator's replay, runs and show are in ops.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
