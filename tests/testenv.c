@@ -926,8 +926,18 @@ char *testenv_server_identity(const char *which)
     }
     if (strcmp(which, "rabbit") == 0) {
         char *resp = NULL, *id = NULL;
-        if (testenv_http("GET", "/api/nodes?columns=name,os_pid", NULL, &resp) == 200 &&
-            resp != NULL) {
+        /* A node that has just started lists itself before its first stats
+         * (os_pid among them): ask again for up to 30 s. */
+        for (int i = 0; i < 150 && id == NULL; i++) {
+            if (i > 0) {
+                struct timespec ts = {0, 200 * 1000000L};
+                nanosleep(&ts, NULL);
+            }
+            free(resp);
+            resp = NULL;
+            if (testenv_http("GET", "/api/nodes?columns=name,os_pid", NULL, &resp) != 200 ||
+                resp == NULL)
+                continue;
             const char *name = strstr(resp, "\"name\":\""), *pid = strstr(resp, "\"os_pid\":\"");
             if (name != NULL && pid != NULL) {
                 name += strlen("\"name\":\"");

@@ -171,8 +171,9 @@ char *testenv_executions_mismatch(const char *db_url, const char *runs_sql, cons
 
 /* An identity of the running server that a restart changes: "pg" gives
  * pg_postmaster_start_time() of the admin URL's server, "rabbit" the node
- * name and OS pid from the management API (/api/nodes). New string, or NULL
- * when the server cannot be reached (message on stderr). Fault tests compare
+ * name and OS pid from the management API (/api/nodes; a node that has just
+ * started is asked again for up to 30 s until it reports its pid). New
+ * string, or NULL when the server cannot be reached (message on stderr). Fault tests compare
  * it before and after a restart to prove the restart happened. */
 char *testenv_server_identity(const char *which);
 
