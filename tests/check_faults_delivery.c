@@ -189,7 +189,13 @@ START_TEST(test_kill9_between_publish_and_confirm_still_delivers)
         ck_assert_msg(mono_ms() < end, "not republished after the kill");
         sleep_ms(100);
     }
-    sleep_ms(7000); /* past due */
+    /* past due (database clock), then released into the ready queue */
+    end = mono_ms() + 30000;
+    while (sql_long(&e, "SELECT count(*) FROM warren.runs WHERE due_at < clock_timestamp()") != 1 ||
+           testenv_queue_depth(e.amqp, "warren.ready.q") < 1) {
+        ck_assert_msg(mono_ms() < end, "not released to the ready queue 30 s after the restart");
+        sleep_ms(100);
+    }
     term(pid);
     drain(&e, 2000, 20000);
     ck_assert_int_ge(sql_long(&e, "SELECT n FROM public.seen WHERE run_key = "
@@ -201,8 +207,32 @@ START_TEST(test_kill9_between_publish_and_confirm_still_delivers)
 }
 END_TEST
 
+/* 1 if the file at path has needle, polled up to timeout_ms. */
+static int file_wait(const char *path, const char *needle, int64_t timeout_ms)
+{
+    int64_t end = mono_ms() + timeout_ms;
+    for (;;) {
+        char line[1024];
+        int has = 0;
+        FILE *f = fopen(path, "r");
+        while (f != NULL && !has && fgets(line, sizeof(line), f) != NULL)
+            has = strstr(line, needle) != NULL;
+        if (f != NULL)
+            fclose(f);
+        if (has)
+            return 1;
+        if (mono_ms() >= end) {
+            fprintf(stderr, "%s has no line with \"%s\"\n", path, needle);
+            return 0;
+        }
+        sleep_ms(200);
+    }
+}
+
 /* Runs the planner on 20 one-second jobs, restarts a server in the middle,
- * and checks every run due before the end reached the ready queue. */
+ * and checks every run due before the end reached the ready queue. The
+ * restart is proved: the server's identity changed and the planner logged
+ * its reconnect. */
 static void restart_under_load(const char *what)
 {
     env e = env_new("horizon = \"10s\"; tick = \"500ms\"; reconcile_grace = \"5s\"; "
@@ -215,7 +245,11 @@ static void restart_under_load(const char *what)
     add_jobs(&e, 20, "1s");
     testenv_psql(e.db, "CREATE TABLE public.t0 AS SELECT now() AS t", NULL);
     pid = spawn(&e, NULL);
+    /* pacing, not waiting for a condition: 6 s of runs fall due before the restart */
     sleep_ms(6000);
+    const char *which = strcmp(what, "restart-pg") == 0 ? "pg" : "rabbit";
+    char *server = testenv_server_identity(which);
+    ck_assert_msg(server != NULL, "no identity of the %s server", which);
     snprintf(cmd, sizeof(cmd), "bash %s %s >/dev/null 2>&1", testenv_servers_script(), what);
     if (system(cmd) != 0) {
         /* servers.sh gives each server 90 s; a broker holding many test vhosts
@@ -236,6 +270,22 @@ static void restart_under_load(const char *what)
         }
         warren_broker_free(b);
     }
+    {
+        char *now = testenv_server_identity(which);
+        char log[128];
+        fprintf(stderr, "%s: before %s, after %s\n", what, server, now ? now : "?");
+        ck_assert_msg(now != NULL && strcmp(now, server) != 0, "%s did not restart the server",
+                      what);
+        free(now);
+        free(server);
+        snprintf(log, sizeof(log), "/tmp/warren-faults-planner-%d.log", (int)pid);
+        ck_assert_msg(file_wait(log,
+                                strcmp(which, "pg") == 0 ? "reconnected to PostgreSQL"
+                                                         : "reconnected to RabbitMQ",
+                                120000),
+                      "the planner did not reconnect after %s", what);
+    }
+    /* pacing: 8 s of runs fall due after the restart */
     sleep_ms(8000);
     testenv_psql(e.db, "CREATE TABLE public.t1 AS SELECT now() AS t", NULL);
     /* every run due before t1 gets published (the reconciler republishes

@@ -3,7 +3,11 @@
  * acknowledged before its completion committed; and RabbitMQ restarted
  * (restart-rabbit) while runs flow. Separate from check_worker because the
  * restarts disturb every test running at that moment. Also: PostgreSQL
- * stopped while handlers run, whose messages must then stay unacknowledged. */
+ * stopped while handlers run, whose messages must then stay unacknowledged.
+ * Every handler logs each execution (TESTENV_EXECLOG, no key: sql handlers
+ * inside their statement, exec handlers by appending to DIR/execs.log), and
+ * every extra execution must be one the fault caused; every restart is proved
+ * (a new server identity, the workers' reconnect in their logs). */
 #include <check.h>
 #include <errno.h>
 #include <pthread.h>
@@ -112,7 +116,89 @@ static void fenv_setup(fenv *fe, const char *rest, const char *queue, const char
     ck_assert_int_eq(warren_broker_topology(b, queues, 1, fe->cfg->delivery_limit, &err), 0);
     warren_broker_free(b);
     ck_assert_int_ge(testenv_psql(fe->db, tables, NULL), 0);
+    testenv_execlog_create(fe->db);
     setenv("SINK_URL", fe->db, 1);
+    setenv("MARK_DIR", fe->dir, 1);
+}
+
+/* Moves DIR/execs.log (the exec handlers' executions) into TESTENV_EXECLOG. */
+static void load_execs(const fenv *fe)
+{
+    char *log = testenv_fmt("%s/execs.log", fe->dir);
+    char *taken = testenv_fmt("%s/execs.log.loaded", fe->dir);
+    if (rename(log, taken) == 0) {
+        testenv_execlog_load(fe->db, taken);
+        unlink(taken);
+    }
+    free(taken);
+    free(log);
+}
+
+static void assert_executions(const fenv *fe, const char *runs_sql, const char *log_sql,
+                              const char *explained_sql)
+{
+    char *why = testenv_executions_mismatch(fe->db, runs_sql, log_sql, explained_sql);
+    ck_assert_msg(why == NULL, "executions: %s", why);
+}
+
+/* The server's identity (testenv_server_identity), which must exist. */
+static char *identity(const char *which)
+{
+    char *id = testenv_server_identity(which);
+    ck_assert_msg(id != NULL, "no identity of the %s server", which);
+    return id;
+}
+
+/* The restart happened: the server's identity changed. */
+static void assert_restarted(const char *which, char *before)
+{
+    char *after = identity(which);
+    fprintf(stderr, "%s: before the restart %s, after %s\n", which, before, after);
+    ck_assert_msg(strcmp(before, after) != 0, "%s did not restart: still %s", which, after);
+    free(before);
+    free(after);
+}
+
+/* 1 if a line of the file at path contains needle. */
+static int file_has(const char *path, const char *needle)
+{
+    char line[1024];
+    int has = 0;
+    FILE *f = fopen(path, "r");
+    while (f != NULL && !has && fgets(line, sizeof(line), f) != NULL)
+        has = strstr(line, needle) != NULL;
+    if (f != NULL)
+        fclose(f);
+    return has;
+}
+
+/* Lines in the file at path (0 if none). */
+static long file_lines(const char *path)
+{
+    long n = 0;
+    int c;
+    FILE *f = fopen(path, "r");
+    while (f != NULL && (c = getc(f)) != EOF)
+        n += c == '\n';
+    if (f != NULL)
+        fclose(f);
+    return n;
+}
+
+/* The worker's log DIR/log has a line with needle, within timeout_ms. */
+static int log_wait(const fenv *fe, const char *log, const char *needle, long timeout_ms)
+{
+    char *path = testenv_fmt("%s/%s", fe->dir, log);
+    int has = 0;
+    for (long waited = 0; !has && waited <= timeout_ms; waited += 100) {
+        has = file_has(path, needle);
+        if (!has)
+            sleep_ms(100);
+    }
+    if (!has)
+        fprintf(stderr, "%s has no line with \"%s\"\n", path, needle);
+    free(path);
+    return has;
 }
 
 static void fenv_teardown(fenv *fe)
@@ -177,13 +263,14 @@ static void run_restart_scenario(const char *which)
         "worker = { concurrency = 8; shutdown_grace = \"5s\"; heartbeat_margin = \"2s\"; };\n"
         "jobs = (\n"
         " { name = \"fs\"; at = \"2099-01-01T00:00:00Z\"; queue = \"f\"; overlap = \"allow\";\n"
-        "   handler = { sql = \"INSERT INTO sink (run_key, n) VALUES ($1, 1) ON CONFLICT (run_key) "
+        "   handler = { sql = \"WITH x AS (INSERT INTO public.execlog (run_key, who) VALUES ($1, "
+        "'fs')) INSERT INTO sink (run_key, n) VALUES ($1, 1) ON CONFLICT (run_key) "
         "DO UPDATE SET n = sink.n + 1\"; };\n"
         "   lease = \"10s\"; retry = { base = \"100ms\"; cap = \"500ms\"; max_attempts = 20; }; "
         "},\n"
         " { name = \"fe\"; at = \"2099-01-01T00:00:00Z\"; queue = \"f\"; overlap = \"allow\";\n"
-        "   handler = { exec = [\"/bin/sh\", \"-c\", \"sleep 1; psql \\\"$SINK_URL\\\" -qAtc "
-        "\\\"INSERT "
+        "   handler = { exec = [\"/bin/sh\", \"-c\", \"echo $WARREN_RUN_KEY $WARREN_ATTEMPT >> "
+        "$MARK_DIR/execs.log; sleep 1; psql \\\"$SINK_URL\\\" -qAtc \\\"INSERT "
         "INTO esink VALUES ('$WARREN_RUN_KEY') ON CONFLICT DO NOTHING\\\"\"]; };\n"
         "   lease = \"10s\"; retry = { base = \"100ms\"; cap = \"500ms\"; max_attempts = 20; }; }\n"
         ");\n",
@@ -204,7 +291,13 @@ static void run_restart_scenario(const char *which)
                        "SELECT count(*) > 20 FROM warren.runs WHERE state = 'succeeded'"));
     char *before = NULL;
     testenv_psql(db, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'", &before);
+    char *server = identity(which);
     ck_assert_int_eq(testenv_restart(which), 0);
+    assert_restarted(which, server);
+    /* the end of the restart on the database clock: an attempt that failed
+     * and had started by then may have been ended by the restart */
+    ck_assert_int_ge(
+        testenv_psql(db, "CREATE TABLE restarted AS SELECT clock_timestamp() AS t", NULL), 0);
     fprintf(stderr, "restart-%s done with %s runs succeeded before\n", which,
             before ? before : "?");
     ck_assert_msg(before != NULL && atoi(before) < 460, "everything finished before the restart");
@@ -235,6 +328,41 @@ static void run_restart_scenario(const char *which)
                       status);
     }
     planner_stop(&pc);
+    /* Both workers saw the restart and reconnected. */
+    for (int i = 0; i < 2; i++) {
+        char log[16], *needle = strcmp(which, "pg") == 0
+                                    ? testenv_fmt("reconnected to PostgreSQL")
+                                    : testenv_fmt("worker fw%d: reconnected to RabbitMQ", i);
+        snprintf(log, sizeof(log), "w%d.log", i);
+        ck_assert_msg(log_wait(&fe, log, needle, 0), "worker fw%d did not reconnect", i);
+        free(needle);
+    }
+    /* Executions. The sql handler's execution log commits with its effect:
+     * exactly one per run, whatever the restart interrupted. */
+    load_execs(&fe);
+    assert_executions(&fe, "SELECT run_key FROM warren.runs WHERE job = 'fs'",
+                      "SELECT run_key FROM public.execlog WHERE who = 'fs'", NULL);
+    /* The exec handler: each execution is an attempt warren recorded, no
+     * attempt executed twice, every succeeded attempt executed... */
+    assert_executions(&fe,
+                      "SELECT run_key || '#' || attempt FROM warren.attempts WHERE run_key LIKE "
+                      "'fe@%' AND (outcome = 'succeeded' OR run_key || '#' || attempt IN (SELECT "
+                      "run_key || '#' || attempt FROM public.execlog))",
+                      "SELECT run_key || '#' || attempt FROM public.execlog WHERE run_key LIKE "
+                      "'fe@%'",
+                      NULL);
+    /* ...and a run executed more than once only when an attempt of it failed
+     * (the restart is the only fault here) having started before the restart
+     * was over. */
+    assert_executions(&fe, "SELECT run_key FROM warren.runs WHERE job = 'fe'",
+                      "SELECT run_key FROM public.execlog WHERE run_key LIKE 'fe@%'",
+                      "SELECT run_key FROM warren.attempts WHERE outcome IN ('retry', "
+                      "'lease_lost') AND started_at <= (SELECT t FROM restarted)");
+    char *extra = testenv_sql1(db, "SELECT count(*) - count(DISTINCT run_key) FROM "
+                                   "public.execlog WHERE run_key LIKE 'fe@%'");
+    fprintf(stderr, "restart-%s: %s extra exec-handler executions, each after a failed attempt\n",
+            which, extra ? extra : "?");
+    free(extra);
     fenv_teardown(&fe);
 }
 
@@ -271,8 +399,10 @@ START_TEST(test_worker_keeps_messages_unacked_while_postgresql_is_down)
         "worker = { concurrency = 8; shutdown_grace = \"5s\"; heartbeat_margin = \"2s\"; };\n"
         "jobs = (\n"
         " { name = \"fd\"; at = \"2099-01-01T00:00:00Z\"; queue = \"d\"; overlap = \"allow\";\n"
-        "   handler = { exec = [\"/bin/sh\", \"-c\", \"sleep 2; psql \\\"$SINK_URL\\\" -qAtc "
-        "\\\"INSERT INTO esink VALUES ('$WARREN_RUN_KEY') ON CONFLICT DO NOTHING\\\"\"]; };\n"
+        "   handler = { exec = [\"/bin/sh\", \"-c\", \"echo $WARREN_RUN_KEY $WARREN_ATTEMPT >> "
+        "$MARK_DIR/execs.log; sleep 2; psql \\\"$SINK_URL\\\" -qAtc \\\"INSERT INTO esink "
+        "VALUES ('$WARREN_RUN_KEY') ON CONFLICT DO NOTHING\\\"; echo $WARREN_RUN_KEY >> "
+        "$MARK_DIR/ends.log\"]; };\n"
         "   lease = \"60s\"; }\n"
         ");\n",
         "d", "CREATE TABLE esink (run_key text PRIMARY KEY)");
@@ -284,11 +414,27 @@ START_TEST(test_worker_keeps_messages_unacked_while_postgresql_is_down)
     pid_t w = spawn_worker(&fe, "w.log", "fd1");
     insert_runs(db, "fd", 6, "now()");
     ck_assert(wait_for(db, "6", 20000, "SELECT count(*) FROM warren.runs WHERE state = 'running'"));
+    /* what the worker held when it was stopped and killed: these runs, and
+     * only these, may execute twice */
+    ck_assert_int_ge(testenv_psql(db,
+                                  "CREATE TABLE held AS SELECT run_key FROM warren.runs WHERE "
+                                  "state = 'running' AND lease_owner = 'fd1'",
+                                  NULL),
+                     0);
     /* The handlers sleep 2 s: stop the planner (nothing may republish), then
      * PostgreSQL, while they run; they finish with nowhere to record it. */
     planner_stop(&pc);
+    char *server = identity("pg");
     ck_assert_int_eq(testenv_servers("stop-pg"), 0);
-    sleep_ms(4000);
+    char *ends = testenv_fmt("%s/ends.log", fe.dir);
+    for (int i = 0; i < 300 && file_lines(ends) < 6; i++)
+        sleep_ms(100);
+    ck_assert_msg(file_lines(ends) == 6, "%ld of 6 handlers finished", file_lines(ends));
+    free(ends);
+    /* deliberately 2 s more: the worker tries to record the six outcomes (and
+     * would ack now if it acked before its completion committed); nothing
+     * outside it shows when it has tried */
+    sleep_ms(2000);
     ck_assert_int_eq(warren_broker_queue_count(b, "warren.ready.d", &ready, &consumers, &err), 0);
     ck_assert_uint_eq(ready, 0); /* all six are still with the worker */
     kill(w, SIGKILL);
@@ -304,6 +450,7 @@ START_TEST(test_worker_keeps_messages_unacked_while_postgresql_is_down)
     /* The handlers' own effects happened (they are idempotent): PostgreSQL
      * back, a new worker claims them after the lease and records each once. */
     ck_assert_int_eq(testenv_servers("restart-pg"), 0);
+    assert_restarted("pg", server);
     ck_assert_int_ge(testenv_psql(db, "UPDATE warren.runs SET lease_until = now()", NULL), 0);
     planner_start(&pc, &fe);
     w = spawn_worker(&fe, "w.log", "fd2");
@@ -314,23 +461,20 @@ START_TEST(test_worker_keeps_messages_unacked_while_postgresql_is_down)
     waitpid(w, &status, 0);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "worker exit %d", status);
     planner_stop(&pc);
+    /* Six runs, each executed by the killed worker and once more by the new
+     * one: a second execution only of a run the killed worker held, never a
+     * third. */
+    load_execs(&fe);
+    ck_assert(wait_for(db, "6", 0, "SELECT count(*) FROM held"));
+    assert_executions(&fe, "SELECT run_key FROM warren.runs", "SELECT run_key FROM public.execlog",
+                      "SELECT run_key FROM held");
+    ck_assert(wait_for(db, "12|2", 0,
+                       "SELECT sum(n) || '|' || max(n) FROM (SELECT count(*) AS n FROM "
+                       "public.execlog GROUP BY run_key) x"));
     warren_broker_free(b);
     fenv_teardown(&fe);
 }
 END_TEST
-
-/* 1 if a line of the file at path contains needle. */
-static int file_has(const char *path, const char *needle)
-{
-    char line[1024];
-    int has = 0;
-    FILE *f = fopen(path, "r");
-    while (f != NULL && !has && fgets(line, sizeof(line), f) != NULL)
-        has = strstr(line, needle) != NULL;
-    if (f != NULL)
-        fclose(f);
-    return has;
-}
 
 /* The number in the file at path (0 if none). */
 static long file_long(const char *path)
@@ -359,11 +503,13 @@ START_TEST(test_stopping_worker_gives_back_deliveries_it_could_not_claim)
                "worker = { concurrency = 4; shutdown_grace = \"40s\"; };\n"
                "jobs = (\n"
                " { name = \"gl\"; at = \"2099-01-01T00:00:00Z\"; queue = \"g\"; lease = \"60s\";\n"
-               "   handler = { exec = [\"/bin/sh\", \"-c\", "
-               "\"echo $$ > \\\"$MARK_DIR/long.pid\\\"; exec sleep 60\"]; }; },\n"
+               "   handler = { exec = [\"/bin/sh\", \"-c\", \"echo $WARREN_RUN_KEY "
+               "$WARREN_ATTEMPT >> $MARK_DIR/execs.log; "
+               "echo $$ > \\\"$MARK_DIR/long.pid\\\"; exec sleep 60\"]; }; },\n"
                " { name = \"gq\"; at = \"2099-01-01T00:00:00Z\"; queue = \"g\"; overlap = "
                "\"allow\";\n"
-               "   handler = { exec = [\"/bin/true\"]; }; }\n"
+               "   handler = { exec = [\"/bin/sh\", \"-c\", \"echo $WARREN_RUN_KEY "
+               "$WARREN_ATTEMPT >> $MARK_DIR/execs.log\"]; }; }\n"
                ");\n",
                "g", "SELECT 1");
     char *db = fe.db;
@@ -389,6 +535,7 @@ START_TEST(test_stopping_worker_gives_back_deliveries_it_could_not_claim)
                  "SELECT count(*) FROM warren.runs WHERE job = 'gq' AND state = 'published'"));
     planner_stop(&pc);
     char *log_path = testenv_fmt("%s/w.log", fe.dir);
+    char *server = identity("pg");
     ck_assert_int_eq(testenv_servers("stop-pg"), 0);
     /* Released and delivered to the worker, which cannot claim them: both
      * held unacknowledged (with the long run's: 3), none ready. (Its failed
@@ -416,6 +563,7 @@ START_TEST(test_stopping_worker_gives_back_deliveries_it_could_not_claim)
     int alive = testenv_pid_alive(w);
     /* PostgreSQL back before any assertion can end the test. */
     ck_assert_int_eq(testenv_servers("restart-pg"), 0);
+    assert_restarted("pg", server);
     ck_assert_msg(counted, "queue count: %s", err.message);
     ck_assert_msg(alive, "the worker exited: the test proves nothing");
     ck_assert_uint_eq(ready, 2); /* back while the worker is still in its grace */
@@ -435,6 +583,13 @@ START_TEST(test_stopping_worker_gives_back_deliveries_it_could_not_claim)
     free(log_path);
     ck_assert(wait_for(db, "retry", 5000,
                        "SELECT outcome FROM warren.attempts WHERE run_key LIKE 'gl@%'"));
+    /* the worker recorded that retry over a new connection */
+    ck_assert_msg(log_wait(&fe, "w.log", "reconnected to PostgreSQL", 0),
+                  "the worker did not reconnect after the restart");
+    /* The long run executed once; the two given back never ran here. */
+    load_execs(&fe);
+    assert_executions(&fe, "SELECT run_key FROM warren.runs WHERE job = 'gl'",
+                      "SELECT run_key FROM public.execlog", NULL);
     warren_broker_free(b);
     fenv_teardown(&fe);
 }
@@ -457,7 +612,8 @@ START_TEST(test_worker_takes_back_runs_whose_claim_answer_was_lost)
                " { name = \"la\"; at = \"2099-01-01T00:00:00Z\"; queue = \"l\"; overlap = "
                "\"allow\"; lease = \"60s\";\n"
                "   retry = { max_attempts = 1; };\n"
-               "   handler = { sql = \"INSERT INTO lsink VALUES ($1)\"; }; }\n"
+               "   handler = { sql = \"WITH x AS (INSERT INTO public.execlog (run_key, who) "
+               "VALUES ($1, 'la')) INSERT INTO lsink VALUES ($1)\"; }; }\n"
                ");\n",
                "l",
                "CREATE TABLE lsink (run_key text PRIMARY KEY);"
@@ -511,6 +667,9 @@ START_TEST(test_worker_takes_back_runs_whose_claim_answer_was_lost)
     ck_assert(
         wait_for(db, "3", 0, "SELECT count(*) FROM warren.attempts WHERE outcome = 'succeeded'"));
     ck_assert(wait_for(db, "3", 0, "SELECT count(*) FROM lsink"));
+    /* the lost claim ran nothing: one committed execution per run */
+    assert_executions(&fe, "SELECT run_key FROM warren.runs", "SELECT run_key FROM public.execlog",
+                      NULL);
     free(lost);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "worker exit %d", status);
     char *log_path = testenv_fmt("%s/w.log", fe.dir);

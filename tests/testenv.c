@@ -846,3 +846,132 @@ done:
     free(buf);
     return depth;
 }
+
+/* -------------------------------------------------------------- executions */
+
+void testenv_execlog_create(const char *db_url)
+{
+    if (testenv_psql(db_url,
+                     "CREATE TABLE IF NOT EXISTS " TESTENV_EXECLOG " (run_key text NOT NULL, "
+                     "attempt int, who text, at timestamptz NOT NULL DEFAULT clock_timestamp())",
+                     NULL) < 0)
+        fail("cannot create %s in %s", TESTENV_EXECLOG, db_url);
+}
+
+long testenv_execlog_load(const char *db_url, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    size_t cap = 4096, len = 0, n;
+    char *text = xmalloc(cap);
+    while ((n = fread(text + len, 1, cap - len - 1, f)) > 0) {
+        len += n;
+        if (cap - len - 1 == 0) {
+            char *bigger = realloc(text, cap * 2);
+            if (bigger == NULL)
+                fail("out of memory reading %s", path);
+            text = bigger;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    text[len] = '\0';
+    /* the text goes in as a parameter: nothing in it is parsed as SQL */
+    PGconn *c = pg_connect(db_url);
+    const char *params[] = {text};
+    PGresult *r = PQexecParams(
+        c,
+        "INSERT INTO " TESTENV_EXECLOG " (run_key, attempt, who) SELECT split_part(l, ' ', 1), "
+        "CASE WHEN split_part(l, ' ', 2) ~ '^[0-9]+$' THEN split_part(l, ' ', 2)::int END, l "
+        "FROM unnest(string_to_array($1, E'\\n')) l WHERE l <> ''",
+        1, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK)
+        fail("loading %s into %s: %s", path, TESTENV_EXECLOG, PQresultErrorMessage(r));
+    long loaded = atol(PQcmdTuples(r));
+    PQclear(r);
+    PQfinish(c);
+    free(text);
+    return loaded;
+}
+
+char *testenv_executions_mismatch(const char *db_url, const char *runs_sql, const char *log_sql,
+                                  const char *explained_sql)
+{
+    /* First 20 keys of each kind; the counts say how many there are. */
+    char *sql = testenv_fmt(
+        "WITH r AS (SELECT DISTINCT run_key FROM (%s) r0(run_key)), "
+        "x AS (SELECT run_key, count(*) AS n FROM (%s) x0(run_key) GROUP BY run_key), "
+        "ok AS (SELECT DISTINCT run_key FROM (%s) a0(run_key)) "
+        "SELECT concat_ws('; ', "
+        "(SELECT count(*) || ' expected run(s) never executed: ' || array_to_string((array_agg("
+        "run_key ORDER BY run_key))[1:20], ' ') FROM r WHERE NOT EXISTS (SELECT 1 FROM x WHERE "
+        "x.run_key = r.run_key) HAVING count(*) > 0), "
+        "(SELECT count(*) || ' run(s) executed more than once, not caused by the test: ' || "
+        "array_to_string((array_agg(x.run_key || ' x' || x.n ORDER BY x.run_key))[1:20], ' ') "
+        "FROM x JOIN r USING (run_key) WHERE x.n > 1 AND NOT EXISTS (SELECT 1 FROM ok WHERE "
+        "ok.run_key = x.run_key) HAVING count(*) > 0), "
+        "(SELECT count(*) || ' execution(s) of unexpected runs: ' || array_to_string((array_agg("
+        "x.run_key || ' x' || x.n ORDER BY x.run_key))[1:20], ' ') FROM x WHERE NOT EXISTS "
+        "(SELECT 1 FROM r WHERE r.run_key = x.run_key) HAVING count(*) > 0))",
+        runs_sql, log_sql != NULL ? log_sql : "SELECT run_key FROM " TESTENV_EXECLOG,
+        explained_sql != NULL ? explained_sql : "SELECT NULL::text WHERE false");
+    char *why = NULL;
+    if (testenv_psql(db_url, sql, &why) < 0)
+        fail("comparing executions with runs failed: %s", sql);
+    free(sql);
+    if (why != NULL && why[0] == '\0') {
+        free(why);
+        why = NULL;
+    }
+    return why;
+}
+
+char *testenv_server_identity(const char *which)
+{
+    if (strcmp(which, "pg") == 0) {
+        const char *keys[] = {"dbname", "connect_timeout", NULL};
+        const char *vals[] = {testenv_pg_admin_url(), "10", NULL};
+        PGconn *c = PQconnectdbParams(keys, vals, 1);
+        char *id = NULL;
+        if (c != NULL && PQstatus(c) == CONNECTION_OK) {
+            PQsetNoticeProcessor(c, quiet_notices, NULL);
+            pg_run(c, "SELECT 'postmaster started ' || pg_postmaster_start_time()", "identity",
+                   &id);
+        } else {
+            fprintf(stderr, "testenv: PostgreSQL unreachable: %s",
+                    c ? PQerrorMessage(c) : "out of memory\n");
+        }
+        PQfinish(c);
+        return id;
+    }
+    if (strcmp(which, "rabbit") == 0) {
+        char *resp = NULL, *id = NULL;
+        /* A node that has just started lists itself before its first stats
+         * (os_pid among them): ask again for up to 30 s. */
+        for (int i = 0; i < 150 && id == NULL; i++) {
+            if (i > 0) {
+                struct timespec ts = {0, 200 * 1000000L};
+                nanosleep(&ts, NULL);
+            }
+            free(resp);
+            resp = NULL;
+            if (testenv_http("GET", "/api/nodes?columns=name,os_pid", NULL, &resp) != 200 ||
+                resp == NULL)
+                continue;
+            const char *name = strstr(resp, "\"name\":\""), *pid = strstr(resp, "\"os_pid\":\"");
+            if (name != NULL && pid != NULL) {
+                name += strlen("\"name\":\"");
+                pid += strlen("\"os_pid\":\"");
+                id = testenv_fmt("node %.*s os pid %.*s", (int)strcspn(name, "\""), name,
+                                 (int)strcspn(pid, "\""), pid);
+            }
+        }
+        if (id == NULL)
+            fprintf(stderr, "testenv: no node identity from the management API: %s\n",
+                    resp ? resp : "(unreachable)");
+        free(resp);
+        return id;
+    }
+    fail("testenv_server_identity: \"%s\" is neither \"pg\" nor \"rabbit\"", which);
+}

@@ -135,4 +135,47 @@ char *testenv_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* testenv_sql1 of a printf-formatted statement. */
 char *testenv_sql1f(const char *db_url, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* ------------------------------------------------------------ executions
+ * An effect sink keyed by run key (PRIMARY KEY, ON CONFLICT DO NOTHING) holds
+ * at most one row per run by construction: it cannot show a handler that ran
+ * twice. So every handler in the suite also appends one row per execution to
+ * an execution log with no unique constraint, and the tests compare that log
+ * with the runs: in a fault-free test executions = runs exactly; in a fault
+ * test every extra execution must be one the test caused. */
+
+/* The execution log table every handler appends to: public.execlog (run_key,
+ * attempt, who, at), no key, no constraint beyond NOT NULL run_key. */
+#define TESTENV_EXECLOG "public.execlog"
+
+/* Creates TESTENV_EXECLOG in db_url (if missing). Fails the test on error. */
+void testenv_execlog_create(const char *db_url);
+
+/* Appends the lines of the file at path to TESTENV_EXECLOG: each line is
+ * "RUN_KEY ATTEMPT [anything]" (what an exec handler appends with
+ * `echo "$WARREN_RUN_KEY $WARREN_ATTEMPT ..." >> FILE`); the whole line goes
+ * to `who`. A missing file loads nothing. Returns the number of lines loaded;
+ * fails the test on error. */
+long testenv_execlog_load(const char *db_url, const char *path);
+
+/* Compares executions with runs. runs_sql selects (first column) the run keys
+ * that must each have executed; log_sql selects one row per execution, run
+ * key first (NULL: every row of TESTENV_EXECLOG); explained_sql (NULL: none)
+ * selects the run keys the test itself made execute more than once (a killed
+ * or paused holder's), which must have executed at least once. Returns NULL
+ * when every expected run executed exactly once (explained ones at least
+ * once) and nothing else executed; otherwise a new message listing the
+ * missing, the unexplained duplicates (with their counts) and the unexpected
+ * ones, for ck_assert_msg(why == NULL, "%s", why). Fails the test on an SQL
+ * error. */
+char *testenv_executions_mismatch(const char *db_url, const char *runs_sql, const char *log_sql,
+                                  const char *explained_sql);
+
+/* An identity of the running server that a restart changes: "pg" gives
+ * pg_postmaster_start_time() of the admin URL's server, "rabbit" the node
+ * name and OS pid from the management API (/api/nodes; a node that has just
+ * started is asked again for up to 30 s until it reports its pid). New
+ * string, or NULL when the server cannot be reached (message on stderr). Fault tests compare
+ * it before and after a restart to prove the restart happened. */
+char *testenv_server_identity(const char *which);
+
 #endif
