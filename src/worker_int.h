@@ -130,7 +130,7 @@ struct warren_worker {
     int nfree;
     pend *pq; /* FIFO of deliveries waiting for a slot or for their due time */
     size_t pq_head, pq_len, pq_cap;
-    size_t pq_held;      /* of those, not due at the last claim_pending */
+    size_t pq_held;      /* of those, not due at the last warren__claim_pending */
     warren_us next_due;  /* the earliest due time of those (0: none) */
     int64_t clock_off;   /* the database's clock (us) minus the monotonic one */
     int64_t clock_at_ms; /* when clock_off was measured (monotonic; 0: never) */
@@ -141,7 +141,7 @@ struct warren_worker {
     warren_worker_stats stats;
 };
 
-/* One free slot is as good as any: the loop and the claims both ask. */
+/* How many slots are free (the loop and the claims both ask). */
 static inline int free_slots(const warren_worker *w)
 {
     return w->nfree;
@@ -149,6 +149,7 @@ static inline int free_slots(const warren_worker *w)
 
 /* ------------------------------------------------------------ worker.c */
 
+/* The next backoff after cur: BACKOFF_MIN_MS doubling to BACKOFF_MAX_MS. */
 int64_t warren__worker_backoff_next(int64_t cur);
 const handler_reg *warren__worker_find_reg(const warren_worker *w, const char *name);
 /* The AMQP connection failed: drop it (and the pending deliveries whose tags
