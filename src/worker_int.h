@@ -1,0 +1,218 @@
+/* worker_int.h: the C worker's private state and the internal API between
+ * its files: worker.c (the loop, the public API, connections, slots),
+ * worker_claim.c (pending deliveries, early hold, claims), worker_settle.c
+ * (heartbeats, completions, acks, dead letters), worker_exec.c (exec handler
+ * processes) and worker_pool.c (the handler threads and their SQL
+ * connections). Everything here runs on the worker's thread unless it says
+ * otherwise. */
+#ifndef WARREN_WORKER_INT_H
+#define WARREN_WORKER_INT_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <warren/broker.h>
+#include <warren/codec.h>
+#include <warren/config.h>
+#include <warren/store.h>
+#include <warren/store_work.h>
+#include <warren/worker.h>
+
+#include "worker_exec.h"
+
+#define IDLE_WAIT_MS 10    /* loop wait when nothing is pending */
+#define BACKOFF_MIN_MS 100 /* reconnect / retry backoff: 100 ms doubling to 10 s */
+#define BACKOFF_MAX_MS 10000
+/* Runs released early (planner.release_lead) wait in the pending FIFO until due: */
+#define CLAIM_AHEAD_US 1000 /* claimed this close to due; warren.claim waits the rest */
+
+enum slot_state {
+    SLOT_FREE = 0,
+    SLOT_RUNNING, /* handler running (exec child, C thread or sql thread) */
+    SLOT_DONE,    /* handler finished: complete (or just ack), then free */
+};
+
+enum stop_reason { STOP_NONE = 0, STOP_LOST, STOP_TIMEOUT, STOP_SHUTDOWN };
+
+enum kind { KIND_EXEC, KIND_SQL, KIND_C };
+
+struct warren_handler_ctx {
+    char *run_key, *job, *payload, *sql, *db_url;
+    warren_us scheduled_at;
+    int attempt;
+    int64_t timeout_ms;
+    warren_handler_fn fn;
+    void *ud;
+    struct hpool *hp;                /* sql: its connection pool lives with the threads */
+    struct warren_handler_ctx *next; /* the handler pool's queue */
+    int kind;                        /* KIND_C or KIND_SQL */
+    atomic_int stop;
+    atomic_int done;
+    atomic_int lost;  /* sql: the lease was lost: no effect, no completion */
+    char sql_tag[40]; /* sql: its session's application_name while it runs (set once) */
+    /* results, written by the thread before done = 1 */
+    warren_outcome outcome;
+    char error[ERROR_MAX];
+    int has_error;
+    /* sql handler results */
+    int sql_rc; /* 0, or a WARREN_E* code for the protocol/connection */
+    int sql_recorded;
+    char *sql_stmt_error;
+};
+
+typedef struct handler_reg {
+    char *name;
+    warren_handler_fn fn;
+    void *ud;
+} handler_reg;
+
+typedef struct slot {
+    int state;
+    int kind;
+    uint64_t tag;
+    uint64_t gen; /* broker generation of the delivery */
+    char run_key[WARREN_RUN_KEY_MAX];
+    const warren_job *job;
+    warren_claim claim;
+    int64_t lease_ms, hb_every_ms, hb_margin_ms;
+    int64_t started_mono, last_hb_ok, next_hb;
+    int64_t received_mono; /* the delivery's arrival (for the report's "released") */
+    warren_us msg_due_at;  /* due time this attempt was released for (message header) */
+    int64_t timeout_at;
+    int stop_reason;
+    int64_t next_cancel; /* sql, lost: when to send the cancel (again) */
+    int cancels_sent;
+    int64_t kill_at; /* exec: SIGKILL after this; c: left behind after a timeout (0: not yet) */
+    warren__exec ex; /* exec: its process, output pipe and output tail */
+    /* in-process handlers (c, sql): the context is with the handler pool */
+    int has_thread;
+    warren_handler_ctx *ctx;
+    /* result */
+    warren_outcome outcome;
+    char *error;
+    int complete_sql_retry; /* sql: relaunch after a connection failure */
+    int64_t retry_at, sql_backoff;
+} slot;
+
+typedef struct pend {
+    warren_delivery d;
+    uint64_t gen;
+    int64_t received_mono; /* when the delivery reached this worker */
+    warren_run_msg msg;
+    const warren_job *job;
+    int answer_lost;          /* a claim of it failed, its fate unknown: it may be ours */
+    int64_t answer_lost_mono; /* when that claim was sent */
+    int picked;               /* in the claim batch being built */
+} pend;
+
+struct warren_worker {
+    const warren_config *cfg;
+    const warren_logger *lg;
+    char *id;
+    char *db_url, *amqp_url;
+    char **queues;
+    size_t nqueues;
+    int concurrency;
+    handler_reg *regs;
+    size_t nregs;
+    warren_run_report_fn report_fn;
+    void *report_ud;
+
+    warren_store *st;
+    warren_broker *b;
+    uint64_t gen;
+    int64_t store_retry_at, store_backoff;
+    int64_t broker_retry_at, broker_backoff;
+
+    slot *slots;
+    int *free_idx; /* stack of free slot indexes (O(1) to find a free slot) */
+    int nfree;
+    pend *pq; /* FIFO of deliveries waiting for a slot or for their due time */
+    size_t pq_head, pq_len, pq_cap;
+    size_t pq_held;      /* of those, not due at the last warren__claim_pending */
+    warren_us next_due;  /* the earliest due time of those (0: none) */
+    int64_t clock_off;   /* the database's clock (us) minus the monotonic one */
+    int64_t clock_at_ms; /* when clock_off was measured (monotonic; 0: never) */
+
+    int wake[2];      /* handler threads write a byte when done (non-blocking) */
+    struct hpool *hp; /* persistent handler threads (c and sql handlers) */
+
+    warren_worker_stats stats;
+};
+
+/* How many slots are free (the loop and the claims both ask). */
+static inline int free_slots(const warren_worker *w)
+{
+    return w->nfree;
+}
+
+/* ------------------------------------------------------------ worker.c */
+
+/* The next backoff after cur: BACKOFF_MIN_MS doubling to BACKOFF_MAX_MS. */
+int64_t warren__worker_backoff_next(int64_t cur);
+const handler_reg *warren__worker_find_reg(const warren_worker *w, const char *name);
+/* The AMQP connection failed: drop it (and the pending deliveries whose tags
+ * died with it) and reconnect after a backoff. */
+void warren__worker_broker_lost(warren_worker *w, const warren_error *e);
+/* A PostgreSQL call failed. Connection errors start the reconnect backoff. */
+void warren__worker_store_failed(warren_worker *w, int rc, const warren_error *e, const char *what);
+/* 1 if the store may be used now (reconnecting when its backoff allows). */
+int warren__worker_store_ready(warren_worker *w);
+void warren__worker_store_ok(warren_worker *w);
+/* Starts a claimed run (p, cl: cl's contents are taken) in slot s. On
+ * failure the run is completed as retry. */
+void warren__slot_start(warren_worker *w, slot *s, pend *p, warren_claim *cl, int64_t claimed_mono);
+/* A used slot becomes free again. */
+void warren__slot_release(warren_worker *w, slot *s);
+/* Stops a running handler for reason (enum stop_reason). */
+void warren__slot_stop(warren_worker *w, slot *s, int reason, int64_t now);
+/* An sql handler whose lease was lost: its transaction must not commit. */
+void warren__sql_lost(slot *s);
+/* An sql handler's thread is done: no heartbeat, its run is recorded or not. */
+int warren__sql_finished(const slot *s);
+
+/* ------------------------------------------------------------ worker_claim.c */
+
+/* Reads what the broker has (waiting up to wait_ms for the first) into the
+ * pending FIFO; dead-letters what is not a run this worker can handle, and
+ * gives back what arrives while stopping. */
+void warren__receive(warren_worker *w, int wait_ms, int stopping);
+/* Claims as many due deliveries as there are free slots, in one batch, and
+ * starts them. */
+void warren__claim_pending(warren_worker *w);
+/* The database's now from the last reading of its clock (0: none yet). */
+warren_us warren__db_now_cached(const warren_worker *w);
+/* Empties the pending FIFO (no acks: their connection is gone, or they were
+ * given back). */
+void warren__pq_clear(warren_worker *w);
+pend *warren__pq_at(warren_worker *w, size_t i);
+
+/* ------------------------------------------------------------ worker_settle.c */
+
+/* Queues the ack of a delivery (sent by warren__ack_flush); nothing if the
+ * connection it came on (gen) is gone. key is for the log (may be NULL). */
+void warren__ack(warren_worker *w, uint64_t tag, uint64_t gen, const char *key);
+void warren__ack_flush(warren_worker *w, int all);
+void warren__dead_letter(warren_worker *w, warren_delivery *d, const char *reason);
+void warren__give_back(warren_worker *w, pend *p);
+void warren__stop_consuming(warren_worker *w);
+/* Heartbeats, in one batch, the running slots whose heartbeat is due. */
+void warren__heartbeat_due(warren_worker *w, int64_t now);
+/* Completes every finished slot in one batch, then acks (lost leases: only acks). */
+void warren__complete_done(warren_worker *w, int64_t now);
+
+/* ------------------------------------------------------------ worker_pool.c */
+
+/* The handler thread pool (c and sql handlers), writing to wake_fd (its own
+ * duplicate) when a handler finishes while the loop waits. At most max threads. */
+struct hpool *warren__hpool_new(int wake_fd, int max, warren_error *err);
+/* Stops the pool; returns how many busy threads were left behind with it. */
+int warren__hpool_free(struct hpool *hp, int wait_ms);
+/* Waits up to ms for a handler thread to finish. */
+void warren__wait_wake(warren_worker *w, int ms);
+/* Hands slot s's run (c or sql) to a pool thread. */
+int warren__start_thread(warren_worker *w, slot *s, warren_error *err);
+void warren__ctx_free(warren_handler_ctx *c);
+
+#endif

@@ -1,0 +1,363 @@
+/* worker_pool.c: the C worker's handler pool (DESIGN §6): persistent threads
+ * that run in-process C handlers and sql handlers, one run per thread at a
+ * time, the sql handlers' PostgreSQL connections, and the wake pipe through
+ * which a finished handler wakes the worker's loop. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <warren/store.h>
+#include <warren/store_work.h>
+
+#include "internal.h"
+#include "worker_int.h"
+
+#define SQL_POOL_MAX 64
+
+void warren__ctx_free(warren_handler_ctx *c)
+{
+    if (c == NULL)
+        return;
+    free(c->run_key);
+    free(c->job);
+    free(c->payload);
+    free(c->sql);
+    free(c->db_url);
+    free(c->sql_stmt_error);
+    free(c);
+}
+
+/* The handler pool: threads that outlive the runs they execute (a thread
+ * per run cost more CPU than a no-op handler's whole run: creation, stack
+ * set-up, exit). Grown on demand up to the worker's concurrency, since every
+ * running handler may block; idle threads wait on a condition variable. A
+ * handler that ignores should_stop keeps its thread; at the end of
+ * warren_worker_run such threads, and the pool with them, are left behind on
+ * purpose (they only touch the pool and a duplicate of the wake pipe). */
+typedef struct hpool {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    warren_handler_ctx *head, *tail; /* queued, not yet taken */
+    int nqueued, nidle, nthreads, nbusy, max, quit;
+    int nwaking;         /* signalled or started, not yet running: at most one */
+    int wake_fd;         /* the loop's wake pipe (a duplicate of its write end) */
+    int loop_waiting;    /* the loop sleeps in warren__wait_wake: write to wake_fd */
+    uint64_t ndone;      /* handlers finished */
+    uint64_t ndone_seen; /* ... as of the loop's last warren__wait_wake */
+    /* sql handler connections, kept here rather than in the worker: a thread
+     * left behind at shutdown still returns its connection after the worker
+     * is freed. Under mu. */
+    warren_store *pool[SQL_POOL_MAX];
+    size_t npool;
+} hpool;
+
+static warren_store *pool_get(hpool *hp, const char *url, warren_error *err)
+{
+    warren_store *st = NULL;
+    pthread_mutex_lock(&hp->mu);
+    if (hp->npool > 0)
+        st = hp->pool[--hp->npool];
+    pthread_mutex_unlock(&hp->mu);
+    if (st != NULL)
+        return st;
+    if (warren_store_open(url, NULL, &st, err) != 0)
+        return NULL;
+    return st;
+}
+
+static void pool_put(hpool *hp, warren_store *st)
+{
+    if (st == NULL)
+        return;
+    if (!warren_store_connected(st)) {
+        warren_store_free(st);
+        return;
+    }
+    pthread_mutex_lock(&hp->mu);
+    if (hp->npool < SQL_POOL_MAX) {
+        hp->pool[hp->npool++] = st;
+        st = NULL;
+    }
+    pthread_mutex_unlock(&hp->mu);
+    warren_store_free(st);
+}
+
+/* Frees a pool no thread uses any more. */
+static void hpool_destroy(hpool *hp)
+{
+    for (size_t i = 0; i < hp->npool; i++)
+        warren_store_free(hp->pool[i]);
+    close(hp->wake_fd);
+    pthread_cond_destroy(&hp->cv);
+    pthread_mutex_destroy(&hp->mu);
+    free(hp);
+}
+
+/* Waits up to ms for a handler thread to finish (no free slot: the broker
+ * cannot send anything, so waiting on it would only add latency). */
+void warren__wait_wake(warren_worker *w, int ms)
+{
+    char buf[256];
+    struct pollfd p = {w->wake[0], POLLIN, 0};
+    hpool *hp = w->hp;
+    if (hp != NULL) {
+        /* Handler threads write to the pipe only while loop_waiting is set;
+         * what finished before that is seen through ndone. */
+        pthread_mutex_lock(&hp->mu);
+        if (hp->ndone != hp->ndone_seen) {
+            hp->ndone_seen = hp->ndone;
+            pthread_mutex_unlock(&hp->mu);
+            return;
+        }
+        hp->loop_waiting = 1;
+        pthread_mutex_unlock(&hp->mu);
+    }
+    if (poll(&p, 1, ms) > 0)
+        while (read(w->wake[0], buf, sizeof(buf)) > 0)
+            ;
+    if (hp != NULL) {
+        pthread_mutex_lock(&hp->mu);
+        hp->loop_waiting = 0;
+        hp->ndone_seen = hp->ndone;
+        pthread_mutex_unlock(&hp->mu);
+    }
+}
+
+static void c_run(warren_handler_ctx *c)
+{
+    c->outcome = c->fn(c, c->ud);
+}
+
+static void sql_run(warren_handler_ctx *c)
+{
+    warren_error e = {0};
+    warren_store *st = pool_get(c->hp, c->db_url, &e);
+
+    if (st == NULL) {
+        c->sql_rc = e.code ? e.code : WARREN_EDBCONN;
+        snprintf(c->error, sizeof(c->error), "%s", e.message);
+    } else {
+        c->sql_rc = warren_store_complete_sql(st, c->run_key, c->attempt, c->scheduled_at,
+                                              c->payload, c->sql, c->timeout_ms, c->sql_tag,
+                                              &c->lost, &c->sql_recorded, &c->sql_stmt_error, &e);
+        if (c->sql_rc != 0)
+            snprintf(c->error, sizeof(c->error), "%s", e.message);
+        pool_put(c->hp, st);
+    }
+}
+
+static void *hpool_main(void *arg);
+
+/* With queued work and no thread on its way: signal an idle thread, or start
+ * one. One at a time: the thread that takes an item passes the baton on if
+ * more are queued, so a burst of fast handlers is drained by the few threads
+ * it needs instead of waking one thread per run (a context switch each),
+ * while handlers that block still get a thread each, one wake-up apart.
+ * Returns pthread_create's error, or 0. Called with mu held. */
+static int hpool_wake_one(hpool *hp)
+{
+    if (hp->head == NULL || hp->nwaking > 0)
+        return 0;
+    if (hp->nidle > 0) {
+        pthread_cond_signal(&hp->cv);
+        hp->nwaking++;
+        return 0;
+    }
+    if (hp->nthreads >= hp->max)
+        return 0; /* every thread busy: the first to finish takes it */
+    pthread_t th;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    int prc = pthread_create(&th, &at, hpool_main, hp);
+    pthread_attr_destroy(&at);
+    if (prc == 0) {
+        hp->nthreads++;
+        hp->nwaking++;
+    }
+    return prc;
+}
+
+static void *hpool_main(void *arg)
+{
+    hpool *hp = arg;
+    pthread_mutex_lock(&hp->mu);
+    if (hp->nwaking > 0)
+        hp->nwaking--; /* started by hpool_wake_one */
+    for (;;) {
+        while (hp->head == NULL && !hp->quit) {
+            hp->nidle++;
+            pthread_cond_wait(&hp->cv, &hp->mu);
+            hp->nidle--;
+            if (hp->nwaking > 0)
+                hp->nwaking--;
+        }
+        if (hp->head == NULL)
+            break; /* quit */
+        warren_handler_ctx *c = hp->head;
+        hp->head = c->next;
+        if (hp->head == NULL)
+            hp->tail = NULL;
+        hp->nqueued--;
+        if (hp->quit && atomic_load_explicit(&c->done, memory_order_acquire) == 2) {
+            /* left behind before it started: the worker is gone, do not run it */
+            warren__ctx_free(c);
+            continue;
+        }
+        hp->nbusy++;
+        hpool_wake_one(hp); /* more queued: the next thread (failure: a busy one takes it) */
+        pthread_mutex_unlock(&hp->mu);
+        if (c->kind == KIND_SQL)
+            sql_run(c);
+        else
+            c_run(c);
+        /* c belongs to the loop from here on, unless the loop abandoned it
+         * (done = 2: it stopped waiting for this handler). */
+        if (atomic_exchange_explicit(&c->done, 1, memory_order_acq_rel) == 2)
+            warren__ctx_free(c);
+        pthread_mutex_lock(&hp->mu);
+        hp->ndone++;
+        if (hp->loop_waiting && hp->quit != 2) {
+            /* Only when the loop sleeps in warren__wait_wake (otherwise it polls the
+             * slots anyway). Under the lock: once the pool is abandoned
+             * (quit = 2, set under it) the loop may close the pipe's read
+             * end, and a write then would raise SIGPIPE. */
+            char x = 1;
+            ssize_t n = write(hp->wake_fd, &x, 1); /* a full pipe is as good as a byte */
+            (void)n;
+        }
+        hp->nbusy--;
+    }
+    hp->nthreads--;
+    int last = hp->nthreads == 0 && hp->quit == 2; /* abandoned: the last one out frees it */
+    pthread_mutex_unlock(&hp->mu);
+    if (last)
+        hpool_destroy(hp);
+    return NULL;
+}
+
+hpool *warren__hpool_new(int wake_fd, int max, warren_error *err)
+{
+    hpool *hp = calloc(1, sizeof(*hp));
+    if (hp == NULL) {
+        warren_error_set(err, WARREN_ENOMEM, "out of memory");
+        return NULL;
+    }
+    if ((hp->wake_fd = fcntl(wake_fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+        warren_error_set(err, WARREN_ESYS, "cannot duplicate the wake pipe: %s", strerror(errno));
+        free(hp);
+        return NULL;
+    }
+    pthread_mutex_init(&hp->mu, NULL);
+    pthread_cond_init(&hp->cv, NULL);
+    hp->max = max;
+    return hp;
+}
+
+/* Queues c for a pool thread (hpool_wake_one). Fails only when there is no
+ * thread at all and none can be started. */
+static int hpool_submit(hpool *hp, warren_handler_ctx *c, warren_error *err)
+{
+    int rc = 0;
+    pthread_mutex_lock(&hp->mu);
+    c->next = NULL;
+    if (hp->tail != NULL)
+        hp->tail->next = c;
+    else
+        hp->head = c;
+    hp->tail = c;
+    hp->nqueued++;
+    int prc = hpool_wake_one(hp);
+    if (prc != 0 && hp->nthreads == 0) {
+        /* nobody would ever take it: take it back (it is the only one queued) */
+        hp->head = hp->tail = NULL;
+        hp->nqueued = 0;
+        rc = warren_error_set(err, WARREN_ESYS,
+                              "cannot start a handler thread: %s (the run is retried; lower "
+                              "worker.concurrency or raise the limit on threads, ulimit -u)",
+                              strerror(prc));
+    }
+    pthread_mutex_unlock(&hp->mu);
+    return rc;
+}
+
+/* Stops the pool: idle threads exit; busy ones (handlers ignoring
+ * should_stop) are abandoned with the pool, which the last of them frees.
+ * Returns how many were abandoned. Waits up to wait_ms for idle ones. */
+int warren__hpool_free(hpool *hp, int wait_ms)
+{
+    int busy;
+    if (hp == NULL)
+        return 0;
+    pthread_mutex_lock(&hp->mu);
+    hp->quit = 1;
+    pthread_cond_broadcast(&hp->cv);
+    for (int i = 0; i < wait_ms && hp->nthreads > hp->nbusy; i++) {
+        pthread_mutex_unlock(&hp->mu);
+        warren__sleep_ms(1);
+        pthread_mutex_lock(&hp->mu);
+    }
+    busy = hp->nthreads;
+    if (busy > 0)
+        hp->quit = 2; /* the last thread out frees the pool */
+    pthread_mutex_unlock(&hp->mu);
+    if (busy == 0)
+        hpool_destroy(hp);
+    return busy;
+}
+
+int warren__start_thread(warren_worker *w, slot *s, warren_error *err)
+{
+    warren_handler_ctx *c = calloc(1, sizeof(*c));
+    char key[WARREN_RUN_KEY_MAX];
+    int prc;
+
+    if (c == NULL)
+        return warren_error_set(err, WARREN_ENOMEM, "out of memory");
+    snprintf(key, sizeof(key), "%s", s->run_key);
+    c->run_key = strdup(key);
+    c->job = strdup(s->job->name);
+    c->payload = strdup(s->claim.payload_json ? s->claim.payload_json : "{}");
+    c->scheduled_at = s->claim.scheduled_at;
+    c->attempt = s->claim.attempt;
+    c->timeout_ms = s->job->timeout_ms;
+    c->hp = w->hp;
+    c->kind = s->kind;
+    atomic_init(&c->stop, 0);
+    atomic_init(&c->done, 0);
+    atomic_init(&c->lost, 0);
+    if (s->kind == KIND_SQL) {
+        /* A name no other session has: the loop cancels the statement by it
+         * (warren_store_cancel_tagged) if another worker takes the run. */
+        uint64_t r = 0;
+        if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r))
+            r = (uint64_t)warren__mono_ms() * 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid() ^
+                (uint64_t)(uintptr_t)c;
+        snprintf(c->sql_tag, sizeof(c->sql_tag), "warren sql %016llx", (unsigned long long)r);
+        c->sql = strdup(s->job->sql);
+        c->db_url = strdup(w->db_url ? w->db_url : "");
+    } else {
+        const handler_reg *r = warren__worker_find_reg(w, s->job->c_handler);
+        c->fn = r->fn;
+        c->ud = r->ud;
+    }
+    if (c->run_key == NULL || c->job == NULL || c->payload == NULL ||
+        (s->kind == KIND_SQL && (c->sql == NULL || c->db_url == NULL))) {
+        warren__ctx_free(c);
+        return warren_error_set(err, WARREN_ENOMEM, "out of memory");
+    }
+    if ((prc = hpool_submit(w->hp, c, err)) != 0) {
+        warren__ctx_free(c);
+        return prc;
+    }
+    s->has_thread = 1;
+    s->ctx = c;
+    return 0;
+}

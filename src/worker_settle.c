@@ -1,0 +1,454 @@
+/* worker_settle.c: how the C worker settles its runs (DESIGN §6):
+ * heartbeats in batches while handlers run, completions in batches when they
+ * finish (warren.complete_many; sql handlers complete in their own
+ * transaction), acknowledgements only after the completion committed, dead
+ * letters for messages that are not runs it can handle, and giving back what
+ * a stopping worker will not start. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <warren/broker.h>
+#include <warren/codec.h>
+#include <warren/store.h>
+#include <warren/store_work.h>
+
+#include "internal.h"
+#include "worker_int.h"
+
+#define DEADLETTER_CONFIRM_MS 5000
+#define ACK_HOLD_MS 50 /* an ack behind an open delivery waits this long for it */
+
+/* ------------------------------------------------------------ acks, dead letters */
+
+void warren__ack(warren_worker *w, uint64_t tag, uint64_t gen, const char *key)
+{
+    warren_error e = {0};
+    int rc;
+    if (w->b == NULL || gen != w->gen)
+        return; /* the connection it came on is gone: the broker redelivers, the claim dedupes */
+    rc = warren_broker_ack_later(w->b, tag, &e); /* sent by warren__ack_flush */
+    if (rc == WARREN_EBROKERCONN)
+        warren__worker_broker_lost(w, &e);
+    else if (rc != 0)
+        warren_log(w->lg, WARREN_LOG_WARN, "worker %s: ack of %s: %s", w->id, key ? key : "?",
+                   e.message);
+}
+
+/* Sends the acknowledgements warren__ack() collected (multiple-acks where the
+ * settled deliveries are consecutive). Those behind a delivery still open
+ * wait up to ACK_HOLD_MS for it unless all is set (the end of the run). */
+void warren__ack_flush(warren_worker *w, int all)
+{
+    warren_error e = {0};
+    if (w->b != NULL &&
+        warren_broker_ack_flush_held(w->b, all ? 0 : ACK_HOLD_MS, &e) == WARREN_EBROKERCONN)
+        warren__worker_broker_lost(w, &e);
+}
+
+typedef struct confirm_state {
+    int status;
+    int seen;
+} confirm_state;
+
+static void on_confirm(void *ud, uint64_t seq, warren_publish_status status)
+{
+    confirm_state *cs = ud;
+    (void)seq;
+    cs->status = (int)status;
+    cs->seen = 1;
+}
+
+/* A message that is not a run this worker can handle: publish a copy with the
+ * reason in x-warren-error to warren.dead (confirmed), then ack; if that
+ * fails, reject without requeue (the ready queue dead-letters it there too). */
+void warren__dead_letter(warren_worker *w, warren_delivery *d, const char *reason)
+{
+    warren_header hdrs[72];
+    size_t nh = 0;
+    warren_error e = {0};
+    uint64_t seq = 0;
+    confirm_state cs = {0, 0};
+    int rc;
+
+    w->stats.dead_lettered++;
+    warren_log(w->lg, WARREN_LOG_WARN, "worker %s: dead-lettering message %s from %s: %s", w->id,
+               d->message_id ? d->message_id : "(no id)", d->queue ? d->queue : "?", reason);
+    for (size_t i = 0; i < d->nheaders && nh < 64; i++) {
+        if (strcmp(d->headers[i].key, "x-warren-error") == 0 ||
+            strncmp(d->headers[i].key, "x-death", 7) == 0 ||
+            strncmp(d->headers[i].key, "x-first-death", 13) == 0 ||
+            strncmp(d->headers[i].key, "x-last-death", 12) == 0 ||
+            strcmp(d->headers[i].key, "x-delivery-count") == 0)
+            continue;
+        hdrs[nh++] = d->headers[i];
+    }
+    hdrs[nh++] = (warren_header){"x-warren-error", reason};
+    hdrs[nh++] = (warren_header){"x-warren-dead-lettered-by", w->id};
+    if (d->queue != NULL)
+        hdrs[nh++] = (warren_header){"x-warren-source-queue", d->queue};
+    warren_message m = {
+        .exchange = WARREN_DEAD_EXCHANGE,
+        .routing_key = d->routing_key ? d->routing_key : "",
+        .message_id = d->message_id,
+        .type = d->type,
+        .timestamp = d->timestamp,
+        .expiration_ms = -1,
+        .headers = hdrs,
+        .nheaders = nh,
+        .body = d->body ? d->body : "",
+        .body_len = d->body ? d->body_len : 0,
+        .mandatory = 1,
+    };
+    rc = warren_broker_publish(w->b, &m, &seq, &e);
+    if (rc == 0)
+        rc = warren_broker_confirm_wait(w->b, seq, DEADLETTER_CONFIRM_MS, on_confirm, &cs, &e);
+    if (rc == WARREN_EBROKERCONN) {
+        warren__worker_broker_lost(w, &e);
+        return; /* redelivered later, judged again */
+    }
+    if (rc == 0 && cs.seen && cs.status == WARREN_BROKER_ACKED) {
+        warren__ack(w, d->tag, w->gen, d->message_id);
+        return;
+    }
+    warren_log(w->lg, WARREN_LOG_WARN,
+               "worker %s: could not publish the dead letter (%s); rejecting the message so "
+               "its queue dead-letters it",
+               w->id, rc != 0 ? e.message : "not confirmed");
+    memset(&e, 0, sizeof(e));
+    rc = warren_broker_reject(w->b, d->tag, 0, &e);
+    if (rc == WARREN_EBROKERCONN)
+        warren__worker_broker_lost(w, &e);
+}
+
+/* A stopping worker gives a delivery it will not start back to its queue at
+ * once (basic.reject with requeue), so another worker takes it now rather
+ * than when this one's connection closes. */
+void warren__give_back(warren_worker *w, pend *p)
+{
+    warren_error e = {0};
+    int rc;
+    if (w->b == NULL || p->gen != w->gen)
+        return; /* that connection is gone: the broker has requeued it */
+    rc = warren_broker_reject(w->b, p->d.tag, 1, &e);
+    if (rc == WARREN_EBROKERCONN)
+        warren__worker_broker_lost(w, &e);
+    else if (rc == WARREN_ESTALE)
+        return; /* its channel was reopened: the broker requeued it then */
+    else if (rc != 0)
+        warren_log(w->lg, WARREN_LOG_WARN, "worker %s: giving back %s: %s", w->id,
+                   p->d.message_id ? p->d.message_id : "?", e.message);
+    else
+        w->stats.given_back++;
+}
+
+/* Stops consuming (a stopping worker): cancels the consumers, then gives
+ * back what was received and not started. */
+void warren__stop_consuming(warren_worker *w)
+{
+    warren_error e = {0};
+    if (w->b != NULL && warren_broker_cancel_consumers(w->b, &e) != 0) {
+        if (e.code == WARREN_EBROKERCONN || !warren_broker_connected(w->b))
+            warren__worker_broker_lost(w, &e);
+        else
+            warren_log(w->lg, WARREN_LOG_WARN, "worker %s: %s", w->id, e.message);
+    }
+    /* warren__give_back may lose the connection: warren__worker_broker_lost then empties the queue
+     */
+    for (size_t i = 0; i < w->pq_len; i++)
+        warren__give_back(w, warren__pq_at(w, i));
+    warren__pq_clear(w);
+}
+
+/* ------------------------------------------------------------ completion */
+
+static const char *outcome_name(warren_outcome o)
+{
+    return o == WARREN_OUTCOME_SUCCEEDED ? "succeeded"
+           : o == WARREN_OUTCOME_FAILED  ? "failed"
+                                         : "retry";
+}
+
+static void report(warren_worker *w, slot *s)
+{
+    warren_run_times t;
+    warren_error e = {0};
+    if (w->report_fn == NULL)
+        return;
+    if (warren_store_run_times(w->st, s->run_key, &t, &e) != 0)
+        memset(&t, 0, sizeof(t));
+    warren_run_report r = {
+        .run_key = s->run_key,
+        .job = s->job->name,
+        .attempt = s->claim.attempt,
+        .outcome = outcome_name(s->outcome),
+        .state = t.state[0] ? t.state : "?",
+        .error = s->error,
+        .scheduled_at = s->claim.scheduled_at,
+        /* The due time the message was released for: after a retry the
+         * row already holds the next attempt's due time. */
+        .due_at = s->msg_due_at != 0 ? s->msg_due_at : t.due_at,
+        .published_at = t.published_at,
+        /* Arrival on the database's clock: the claim's time minus the
+         * monotonic time between receiving the delivery and sending the
+         * claim (a run released early arrived before its due time). */
+        .released_at = t.started_at != 0 && s->received_mono != 0
+                           ? t.started_at - (s->started_mono - s->received_mono) * 1000
+                           : 0,
+        .started_at = t.started_at,
+        .finished_at = t.finished_at,
+    };
+    w->report_fn(w->report_ud, &r);
+}
+
+static void count_outcome(warren_worker *w, warren_outcome o)
+{
+    if (o == WARREN_OUTCOME_SUCCEEDED)
+        w->stats.succeeded++;
+    else if (o == WARREN_OUTCOME_FAILED)
+        w->stats.failed++;
+    else
+        w->stats.retried++;
+}
+
+/* After a completion committed (recorded or stale): ack and free the slot. */
+static void slot_finish(warren_worker *w, slot *s, int recorded)
+{
+    if (recorded) {
+        count_outcome(w, s->outcome);
+        if (s->outcome == WARREN_OUTCOME_SUCCEEDED)
+            warren_log(w->lg, WARREN_LOG_DEBUG, "worker %s: %s attempt %d succeeded", w->id,
+                       s->run_key, s->claim.attempt);
+        else
+            warren_log(w->lg, WARREN_LOG_INFO, "worker %s: %s attempt %d: %s: %s", w->id,
+                       s->run_key, s->claim.attempt, outcome_name(s->outcome),
+                       s->error ? s->error : "");
+    } else {
+        w->stats.stale++;
+        warren_log(w->lg, WARREN_LOG_WARN,
+                   "worker %s: %s attempt %d: completion rejected (a newer attempt holds the "
+                   "run); acknowledging",
+                   w->id, s->run_key, s->claim.attempt);
+    }
+    warren__ack(w, s->tag, s->gen, s->run_key);
+    if (recorded)
+        report(w, s);
+    warren__slot_release(w, s);
+}
+
+/* sql handler finished its transaction. */
+static void finish_sql(warren_worker *w, slot *s, int64_t now)
+{
+    warren_handler_ctx *c = s->ctx;
+    if (s->stop_reason == STOP_LOST && !c->sql_recorded) {
+        /* rolled back (or never committed): warren__complete_done acks it, no completion */
+        warren__ctx_free(c);
+        s->ctx = NULL;
+        return;
+    }
+    if (c->sql_rc != 0) {
+        /* Connection trouble: nothing committed (or, if the commit's answer
+         * was lost, the next try finds the run finished and is told stale). */
+        warren_error e = {0};
+        warren_error_set(&e, c->sql_rc, "%s", c->error);
+        w->stats.db_errors++;
+        warren_log(w->lg, WARREN_LOG_WARN, "worker %s: sql handler of %s: %s; retrying", w->id,
+                   s->run_key, c->error);
+        warren__ctx_free(c);
+        s->ctx = NULL;
+        s->state = SLOT_RUNNING;
+        s->complete_sql_retry = 1;
+        s->sql_backoff = warren__worker_backoff_next(s->sql_backoff);
+        s->retry_at = now + s->sql_backoff;
+        return;
+    }
+    if (c->sql_stmt_error != NULL) {
+        s->outcome = WARREN_OUTCOME_RETRY;
+        s->error = c->sql_stmt_error;
+        c->sql_stmt_error = NULL;
+        warren__ctx_free(c);
+        s->ctx = NULL;
+        return; /* stays SLOT_DONE: completed as retry through the batch path */
+    }
+    s->outcome = WARREN_OUTCOME_SUCCEEDED;
+    int recorded = c->sql_recorded;
+    warren__ctx_free(c);
+    s->ctx = NULL;
+    slot_finish(w, s, recorded);
+}
+
+static int cmp_slot_key(const void *a, const void *b)
+{
+    const slot *const *x = a, *const *y = b;
+    return strcmp((*x)->run_key, (*y)->run_key);
+}
+
+/* Completes every finished slot in one batch; lost-lease slots are only acked. */
+void warren__complete_done(warren_worker *w, int64_t now)
+{
+    size_t n = 0;
+    int cap = w->concurrency;
+    warren_completion *c = NULL;
+    int *rec = NULL;
+    slot **which = NULL;
+    warren_error e = {0};
+    int rc;
+
+    for (int i = 0; i < cap; i++) {
+        slot *s = &w->slots[i];
+        if (s->state == SLOT_DONE && s->kind == KIND_SQL && s->ctx != NULL)
+            finish_sql(w, s, now);
+        if (s->state == SLOT_DONE && s->stop_reason == STOP_LOST) {
+            /* Not ours any more: no completion. The run is safe in the
+             * database (the new holder or the reaper moves it on). */
+            warren_log(w->lg, WARREN_LOG_WARN,
+                       "worker %s: %s attempt %d: handler stopped after the lease was lost; not "
+                       "completing",
+                       w->id, s->run_key, s->claim.attempt);
+            warren__ack(w, s->tag, s->gen, s->run_key);
+            warren__slot_release(w, s);
+        }
+        if (s->state == SLOT_DONE)
+            n++;
+    }
+    if (n == 0 || !warren__worker_store_ready(w))
+        return;
+    c = calloc(n, sizeof(*c));
+    rec = calloc(n, sizeof(*rec));
+    which = calloc(n, sizeof(*which));
+    if (c == NULL || rec == NULL || which == NULL)
+        goto out;
+    n = 0;
+    for (int i = 0; i < cap; i++)
+        if (w->slots[i].state == SLOT_DONE)
+            which[n++] = &w->slots[i];
+    /* Key order, as claims: no deadlock with another batch over the same rows. */
+    qsort(which, n, sizeof(*which), cmp_slot_key);
+    for (size_t i = 0; i < n; i++) {
+        slot *s = which[i];
+        if (s->error != NULL)
+            warren__utf8_clean(s->error); /* output cut anywhere, or not text at all */
+        c[i].run_key = s->run_key;
+        c[i].attempt = s->claim.attempt;
+        c[i].outcome = outcome_name(s->outcome);
+        c[i].error = s->error;
+    }
+    rc = warren_store_complete_batch(w->st, c, n, rec, &e);
+    if (rc != 0 && rc != WARREN_EDBCONN) {
+        /* One bad completion must not hold up the others: one by one. A
+         * completion PostgreSQL refuses for its error text is recorded with
+         * a note instead, or the slot would be retried forever. */
+        for (size_t i = 0; i < n; i++) {
+            warren_error e1 = {0};
+            int r1 = warren_store_complete_batch(w->st, &c[i], 1, &rec[i], &e1);
+            if (r1 != 0 && r1 != WARREN_EDBCONN && c[i].error != NULL) {
+                char *note = warren__fmt_error("(the handler's error could not be recorded: %s)",
+                                               e1.message);
+                if (note != NULL) {
+                    warren__utf8_clean(note);
+                    free(which[i]->error);
+                    which[i]->error = note;
+                    c[i].error = note;
+                    r1 = warren_store_complete_batch(w->st, &c[i], 1, &rec[i], &e1);
+                }
+            }
+            if (r1 != 0) {
+                warren__worker_store_failed(w, r1, &e1, "complete");
+                if (r1 == WARREN_EDBCONN) {
+                    /* not tried: nothing of these may be acknowledged */
+                    for (size_t j = i; j < n; j++)
+                        which[j] = NULL;
+                    break;
+                }
+                which[i] = NULL;
+            }
+        }
+        for (size_t i = 0; i < n; i++)
+            if (which[i] != NULL && which[i]->state == SLOT_DONE)
+                slot_finish(w, which[i], rec[i]);
+        goto out;
+    }
+    if (rc != 0) {
+        warren__worker_store_failed(w, rc, &e, "complete");
+        goto out; /* nothing acked: retried with backoff */
+    }
+    warren__worker_store_ok(w);
+    for (size_t i = 0; i < n; i++)
+        slot_finish(w, which[i], rec[i]);
+out:
+    free(c);
+    free(rec);
+    free(which);
+}
+
+/* ------------------------------------------------------------ heartbeats */
+
+void warren__heartbeat_due(warren_worker *w, int64_t now)
+{
+    size_t n = 0;
+    const char **keys = NULL;
+    int *att = NULL, *held = NULL;
+    slot **which = NULL;
+    warren_error e = {0};
+    int rc;
+
+    for (int i = 0; i < w->concurrency; i++) {
+        slot *s = &w->slots[i];
+        if (s->state == SLOT_RUNNING && s->stop_reason != STOP_LOST && now >= s->next_hb &&
+            !warren__sql_finished(s))
+            n++;
+    }
+    if (n == 0 || !warren__worker_store_ready(w))
+        return;
+    keys = calloc(n, sizeof(*keys));
+    att = calloc(n, sizeof(*att));
+    held = calloc(n, sizeof(*held));
+    which = calloc(n, sizeof(*which));
+    if (keys == NULL || att == NULL || held == NULL || which == NULL)
+        goto out;
+    n = 0;
+    for (int i = 0; i < w->concurrency; i++) {
+        slot *s = &w->slots[i];
+        if (s->state == SLOT_RUNNING && s->stop_reason != STOP_LOST && now >= s->next_hb &&
+            !warren__sql_finished(s))
+            which[n++] = s;
+    }
+    qsort(which, n, sizeof(*which), cmp_slot_key); /* key order, as claims */
+    for (size_t i = 0; i < n; i++) {
+        keys[i] = which[i]->run_key;
+        att[i] = which[i]->claim.attempt;
+    }
+    int64_t sent = warren__mono_ms();
+    rc = warren_store_heartbeat_batch(w->st, keys, att, n, held, &e);
+    if (rc != 0) {
+        warren__worker_store_failed(w, rc, &e, "heartbeat");
+        for (size_t i = 0; i < n; i++)
+            which[i]->next_hb = now + BACKOFF_MIN_MS * 5; /* try again soon; the deadline rules */
+        goto out;
+    }
+    warren__worker_store_ok(w);
+    for (size_t i = 0; i < n; i++) {
+        slot *s = which[i];
+        if (held[i]) {
+            s->last_hb_ok = sent;
+            s->next_hb = sent + s->hb_every_ms;
+        } else {
+            warren_log(w->lg, WARREN_LOG_WARN,
+                       "worker %s: %s attempt %d: heartbeat refused (the lease was lost): "
+                       "stopping the handler, not completing",
+                       w->id, s->run_key, s->claim.attempt);
+            if (s->stop_reason != STOP_NONE) {
+                s->stop_reason = STOP_LOST;
+                warren__sql_lost(s);
+            } else {
+                warren__slot_stop(w, s, STOP_LOST, now);
+            }
+        }
+    }
+out:
+    free(keys);
+    free(att);
+    free(held);
+    free(which);
+}
