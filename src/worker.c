@@ -18,24 +18,18 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <warren/backoff.h>
 #include <warren/broker.h>
 #include <warren/codec.h>
 #include <warren/store.h>
-#include "store_work.h"
 #include <warren/worker.h>
 
+#include "store_work.h"
 #include "internal.h"
 #include "worker_int.h"
 
 #define MAX_CONCURRENCY 4096   /* as worker.concurrency in the config */
 #define KILL_GRACE_MAX_MS 5000 /* SIGTERM -> SIGKILL */
-
-int64_t warren__worker_backoff_next(int64_t cur)
-{
-    if (cur < BACKOFF_MIN_MS)
-        return BACKOFF_MIN_MS;
-    return cur * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : cur * 2;
-}
 
 static char *xstrdup(const char *s)
 {
@@ -335,7 +329,7 @@ void warren__worker_broker_lost(warren_worker *w, const warren_error *e)
     warren_broker_free(w->b);
     w->b = NULL;
     warren__pq_clear(w); /* their tags died with the connection; the broker redelivers them */
-    w->broker_backoff = warren__worker_backoff_next(w->broker_backoff);
+    w->broker_backoff = warren_backoff_next(w->broker_backoff, BACKOFF_MIN_MS, BACKOFF_MAX_MS);
     w->broker_retry_at = warren__mono_ms() + w->broker_backoff;
 }
 
@@ -345,7 +339,7 @@ static void broker_try_reconnect(warren_worker *w)
     if (w->b != NULL || warren__mono_ms() < w->broker_retry_at)
         return;
     if (broker_setup(w, &e) != 0) {
-        w->broker_backoff = warren__worker_backoff_next(w->broker_backoff);
+        w->broker_backoff = warren_backoff_next(w->broker_backoff, BACKOFF_MIN_MS, BACKOFF_MAX_MS);
         w->broker_retry_at = warren__mono_ms() + w->broker_backoff;
         warren_log(w->lg, WARREN_LOG_WARN, "worker %s: %s (retrying in %lld ms)", w->id, e.message,
                    (long long)w->broker_backoff);
@@ -381,7 +375,8 @@ int warren__worker_store_ready(warren_worker *w)
         return 0;
     if (!warren_store_connected(w->st)) {
         if (warren_store_reconnect(w->st, &e) != 0) {
-            w->store_backoff = warren__worker_backoff_next(w->store_backoff);
+            w->store_backoff =
+                warren_backoff_next(w->store_backoff, BACKOFF_MIN_MS, BACKOFF_MAX_MS);
             w->store_retry_at = now + w->store_backoff;
             warren_log(w->lg, WARREN_LOG_DEBUG, "worker %s: %s", w->id, e.message);
             return 0;

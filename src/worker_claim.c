@@ -11,8 +11,8 @@
 #include <warren/broker.h>
 #include <warren/codec.h>
 #include <warren/store.h>
-#include <warren/store_work.h>
 
+#include "store_work.h"
 #include "internal.h"
 #include "worker_int.h"
 

@@ -16,9 +16,9 @@
 #include <warren/codec.h>
 #include <warren/config.h>
 #include <warren/store.h>
-#include <warren/store_work.h>
 #include <warren/worker.h>
 
+#include "store_work.h"
 #include "worker_exec.h"
 
 #define IDLE_WAIT_MS 10    /* loop wait when nothing is pending */
@@ -149,8 +149,6 @@ static inline int free_slots(const warren_worker *w)
 
 /* ------------------------------------------------------------ worker.c */
 
-/* The next backoff after cur: BACKOFF_MIN_MS doubling to BACKOFF_MAX_MS. */
-int64_t warren__worker_backoff_next(int64_t cur);
 const handler_reg *warren__worker_find_reg(const warren_worker *w, const char *name);
 /* The AMQP connection failed: drop it (and the pending deliveries whose tags
  * died with it) and reconnect after a backoff. */

@@ -14,8 +14,8 @@
 #include <unistd.h>
 
 #include <warren/store.h>
-#include <warren/store_work.h>
 
+#include "store_work.h"
 #include "internal.h"
 #include "worker_int.h"
 

@@ -9,11 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <warren/backoff.h>
 #include <warren/broker.h>
 #include <warren/codec.h>
 #include <warren/store.h>
-#include <warren/store_work.h>
 
+#include "store_work.h"
 #include "internal.h"
 #include "worker_int.h"
 
@@ -259,7 +260,7 @@ static void finish_sql(warren_worker *w, slot *s, int64_t now)
         s->ctx = NULL;
         s->state = SLOT_RUNNING;
         s->complete_sql_retry = 1;
-        s->sql_backoff = warren__worker_backoff_next(s->sql_backoff);
+        s->sql_backoff = warren_backoff_next(s->sql_backoff, BACKOFF_MIN_MS, BACKOFF_MAX_MS);
         s->retry_at = now + s->sql_backoff;
         return;
     }
