@@ -7,6 +7,7 @@
 -- comments and blank lines belong here.
 
 \ir functions/format.sql
+\ir functions/access.sql
 \ir functions/outbox.sql
 \ir functions/retry.sql
 \ir functions/claim.sql

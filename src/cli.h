@@ -49,5 +49,7 @@ int cli_run(int argc, char **argv);      /* cli_worker.c */
 int cli_replay(int argc, char **argv);   /* cli_worker.c */
 int cli_runs(int argc, char **argv);     /* cli_worker.c */
 int cli_show(int argc, char **argv);     /* cli_worker.c */
+int cli_grant(int argc, char **argv);    /* cli_grant.c */
+int cli_revoke(int argc, char **argv);   /* cli_grant.c */
 
 #endif

@@ -24,6 +24,8 @@ static const struct {
     {"replay", cli_replay, "send dead runs back to planned under the same run key"},
     {"runs", cli_runs, "list runs"},
     {"show", cli_show, "show one run with its history"},
+    {"grant", cli_grant, "let a worker login work on queues (or list grants)"},
+    {"revoke", cli_revoke, "take queues away from a worker login"},
 };
 
 static void usage(FILE *f)

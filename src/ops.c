@@ -633,3 +633,166 @@ int warren_ops_show(warren_store *st, const char *run_key, warren_ops_run_detail
     PQclear(res);
     return 0;
 }
+
+/* ----------------------------------------------------------------- grants */
+
+static const char SQL_GRANT_ROLE[] =
+    "SELECT coalesce(pg_has_role(r.oid, (SELECT w.oid FROM pg_roles w"
+    "                                     WHERE w.rolname = 'warren_worker'), 'MEMBER'), false),"
+    "       r.rolsuper OR pg_has_role(r.oid, (SELECT n.nspowner FROM pg_namespace n"
+    "                                         WHERE n.nspname = 'warren'), 'MEMBER')"
+    "  FROM pg_roles r WHERE r.rolname = $1";
+
+static const char SQL_GRANT[] = "INSERT INTO warren.worker_grants (login, queue) "
+                                "SELECT $1, q FROM unnest($2::text[]) q "
+                                "ON CONFLICT (login, queue) DO NOTHING";
+
+static const char SQL_REVOKE[] =
+    "DELETE FROM warren.worker_grants WHERE login = $1 AND queue = ANY ($2::text[])";
+
+static const char SQL_GRANTS[] = "SELECT login, queue, granted_by, " US(
+    "granted_at") " "
+                  "FROM warren.worker_grants "
+                  "WHERE $1::text IS NULL OR login = $1 ORDER BY login, queue";
+
+/* The queues as a text[] literal into *out (new): valid names need no
+ * quoting. WARREN_EINVAL for no queue or a bad name. */
+static int queue_array(const char *const *queues, size_t n, char **out, warren_error *err)
+{
+    size_t cap = 3, len = 0;
+    char *p;
+
+    *out = NULL;
+    if (n == 0)
+        return warren_error_set(err, WARREN_EINVAL, "give at least one queue");
+    for (size_t i = 0; i < n; i++) {
+        if (queues[i] == NULL || !warren_name_valid(queues[i]))
+            return warren_error_set(err, WARREN_EINVAL,
+                                    "queue \"%s\" is not a valid queue name "
+                                    "([A-Za-z0-9][A-Za-z0-9._-]{0,62})",
+                                    queues[i] ? queues[i] : "");
+        cap += strlen(queues[i]) + 1;
+    }
+    if ((p = malloc(cap)) == NULL)
+        return oom(err);
+    p[len++] = '{';
+    for (size_t i = 0; i < n; i++)
+        len += (size_t)snprintf(p + len, cap - len, "%s%s", i ? "," : "", queues[i]);
+    p[len++] = '}';
+    p[len] = '\0';
+    *out = p;
+    return 0;
+}
+
+/* Fills out's is_worker and privileged; *found = 0 for no such role. */
+static int read_login(warren_store *st, const char *login, warren_ops_grant_result *out, int *found,
+                      warren_error *err)
+{
+    PGresult *res = NULL;
+    const char *params[1] = {login};
+    int rc = warren__store_exec(st, SQL_GRANT_ROLE, 1, params, &res, "read the login", err);
+
+    *found = 0;
+    if (rc != 0)
+        return rc;
+    if (PQntuples(res) == 1) {
+        *found = 1;
+        warren__store_get_bool(res, 0, 0, &out->is_worker);
+        warren__store_get_bool(res, 0, 1, &out->privileged);
+    }
+    PQclear(res);
+    return 0;
+}
+
+static int change_grants(warren_store *st, const char *sql, const char *what, const char *login,
+                         const char *const *queues, size_t n, warren_ops_grant_result *out,
+                         warren_error *err)
+{
+    PGresult *res = NULL;
+    char *arr;
+    const char *params[2];
+    int rc, found = 0;
+
+    memset(out, 0, sizeof(*out));
+    if (login == NULL || login[0] == '\0' || strlen(login) > 63)
+        return warren_error_set(err, WARREN_EINVAL, "a login name has 1 to 63 characters");
+    if ((rc = queue_array(queues, n, &arr, err)) != 0)
+        return rc;
+    rc = read_login(st, login, out, &found, err);
+    if (rc == 0 && !found && sql == SQL_GRANT)
+        rc = warren_error_set(err, WARREN_ENOENT,
+                              "no role \"%s\" in this cluster: create it first (CREATE ROLE %s "
+                              "LOGIN PASSWORD '...' IN ROLE warren_worker)",
+                              login, login);
+    if (rc == 0) {
+        params[0] = login;
+        params[1] = arr;
+        rc = warren__store_exec(st, sql, 2, params, &res, what, err);
+    }
+    if (rc == 0) {
+        out->changed = cmd_tuples(res);
+        PQclear(res);
+    }
+    free(arr);
+    return rc;
+}
+
+int warren_ops_grant(warren_store *st, const char *login, const char *const *queues, size_t n,
+                     warren_ops_grant_result *out, warren_error *err)
+{
+    return change_grants(st, SQL_GRANT, "grant queues", login, queues, n, out, err);
+}
+
+int warren_ops_revoke(warren_store *st, const char *login, const char *const *queues, size_t n,
+                      warren_ops_grant_result *out, warren_error *err)
+{
+    return change_grants(st, SQL_REVOKE, "revoke queues", login, queues, n, out, err);
+}
+
+void warren_ops_grant_rows_free(warren_ops_grant_row *rows, size_t n)
+{
+    if (rows == NULL)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        free(rows[i].login);
+        free(rows[i].queue);
+        free(rows[i].granted_by);
+    }
+    free(rows);
+}
+
+int warren_ops_grants(warren_store *st, const char *login, warren_ops_grant_row **rows, size_t *n,
+                      warren_error *err)
+{
+    PGresult *res = NULL;
+    const char *params[1] = {login};
+    int rc, nt;
+
+    *rows = NULL;
+    *n = 0;
+    rc = warren__store_exec(st, SQL_GRANTS, 1, params, &res, "list grants", err);
+    if (rc != 0)
+        return rc;
+    nt = PQntuples(res);
+    if (nt > 0 && (*rows = calloc((size_t)nt, sizeof(**rows))) == NULL) {
+        PQclear(res);
+        return oom(err);
+    }
+    for (int i = 0; i < nt; i++) {
+        warren_ops_grant_row *g = &(*rows)[i];
+        g->login = dup_or_null(warren__store_get_text(res, i, 0));
+        g->queue = dup_or_null(warren__store_get_text(res, i, 1));
+        g->granted_by = dup_or_null(warren__store_get_text(res, i, 2));
+        g->granted_at = get_us0(res, i, 3);
+        (*n)++;
+        if (g->login == NULL || g->queue == NULL || g->granted_by == NULL) {
+            warren_ops_grant_rows_free(*rows, *n);
+            *rows = NULL;
+            *n = 0;
+            PQclear(res);
+            return oom(err);
+        }
+    }
+    PQclear(res);
+    return 0;
+}

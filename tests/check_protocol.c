@@ -218,6 +218,43 @@ START_TEST(test_claim_many_waits_until_its_runs_are_due)
 }
 END_TEST
 
+START_TEST(test_heartbeat_extends_by_the_lease_the_attempt_was_claimed_with)
+{
+    /* Claimed with a 30 s lease (the worker heartbeats every 10 s), then a
+     * sync shortens the job's lease to 2 s: the next heartbeat must still
+     * extend by 30 s, or the lease lapses before the heartbeat after it. */
+    char *url = setup("allow", 5, 1000, 60000, 30000);
+    ck_q(url, "1|30", "SELECT attempt || '|' || lease_seconds FROM warren.claim('" RK "', 'w1')");
+    ck_assert_int_eq(qn(url, "UPDATE warren.jobs SET lease_ms = 2000"), 1);
+    ck_q(url, "t", "SELECT warren.heartbeat('" RK "', 1)");
+    ck_q(url, "t",
+         "SELECT lease_until BETWEEN now() + interval '29 s' AND now() + interval '31 s' "
+         "FROM warren.runs WHERE run_key = '" RK "'");
+    /* A claim after the sync gets the new lease, and keeps it. */
+    add_run2(url);
+    ck_q(url, "1|2", "SELECT attempt || '|' || lease_seconds FROM warren.claim('" RK2 "', 'w1')");
+    ck_assert_int_eq(qn(url, "UPDATE warren.jobs SET lease_ms = 60000"), 1);
+    ck_q(url, "t", "SELECT warren.heartbeat('" RK2 "', 1)");
+    ck_q(url, "t",
+         "SELECT lease_until < now() + interval '3 s' FROM warren.runs WHERE run_key = '" RK2 "'");
+    free(url);
+}
+END_TEST
+
+START_TEST(test_reclaim_many_takes_back_a_lost_claim_after_the_jobs_lease_changed)
+{
+    /* The lost claim's lease is claim time + the lease it was claimed with,
+     * not the job's lease after a sync. */
+    char *url = setup("allow", 5, 1000, 60000, 30000);
+    ck_q(url, "1", "SELECT count(*) FROM warren.claim_many(ARRAY['" RK "'], 'w1')");
+    ck_assert_int_eq(qn(url, "UPDATE warren.jobs SET lease_ms = 2000"), 1);
+    ck_q(url, "2|2",
+         "SELECT attempt || '|' || lease_seconds FROM warren.reclaim_many(ARRAY['" RK "'], 'w1', "
+         "60000)");
+    free(url);
+}
+END_TEST
+
 START_TEST(test_heartbeat_extends_lease_only_for_the_holder)
 {
     char *url = setup("skip", 5, 1000, 60000, 30000);
@@ -804,6 +841,8 @@ static Suite *protocol_suite(void)
 
     tc = tcase_create("fencing");
     tcase_add_test(tc, test_heartbeat_extends_lease_only_for_the_holder);
+    tcase_add_test(tc, test_heartbeat_extends_by_the_lease_the_attempt_was_claimed_with);
+    tcase_add_test(tc, test_reclaim_many_takes_back_a_lost_claim_after_the_jobs_lease_changed);
     tcase_add_test(tc, test_complete_succeeded_writes_event_and_rejects_a_second_completion);
     tcase_add_test(tc, test_complete_rejects_unknown_outcome);
     tcase_add_test(tc, test_fencing_rejects_the_stale_attempt_after_takeover);

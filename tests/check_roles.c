@@ -38,13 +38,22 @@ static const struct {
     /* Internal helpers of the SECURITY DEFINER functions. */
     {"warren.wp_after_failure(text,text,text,text,text)", ""},
     {"warren.wp_backoff_ms(bigint,bigint,integer)", ""},
+    {"warren.wp_check_batch(text,text[])", ""},
+    {"warren.wp_check_worker(text,text)", ""},
     {"warren.wp_claim(text,text,boolean)", ""},
     {"warren.wp_dead_letter(warren.runs,warren.jobs,text)", ""},
     {"warren.wp_event(warren.runs,text,text,text)", ""},
+    {"warren.wp_max_batch()", ""},
     {"warren.wp_max_wait()", ""},
+    {"warren.wp_max_waiting()", ""},
+    {"warren.wp_max_worker_name()", ""},
     {"warren.wp_note(text,text)", ""},
+    {"warren.wp_privileged()", ""},
+    {"warren.wp_require_queue(text,text,text)", ""},
+    {"warren.wp_require_queues(text,text[])", ""},
     {"warren.wp_utc(timestamp with time zone)", ""},
     {"warren.wp_utc_ms(timestamp with time zone)", ""},
+    {"warren.wp_wait_slot(text)", ""},
     {"warren.wp_wait_until(timestamp with time zone)", ""},
 };
 #define NEXPECTED (sizeof(expected) / sizeof(expected[0]))
@@ -228,6 +237,10 @@ START_TEST(test_roles_worker_login_runs_the_protocol_but_cannot_touch_tables)
                              " VALUES ('job1', '2026-01-01T00:00:00Z', now(), 'published')",
                              state, sizeof(state)),
                      "");
+    /* A login works on the queues granted to it (sql/functions/access.sql). */
+    sql = testenv_fmt("INSERT INTO warren.worker_grants (login, queue) VALUES ('%s', 'q')", login);
+    ck_assert_str_eq(try_sql(admin, sql, state, sizeof(state)), "");
+    free(sql);
     /* The same URL with the login as its user. */
     ck_assert_ptr_nonnull(at);
     userend = strchr(at + 3, '@');
@@ -283,6 +296,9 @@ START_TEST(test_roles_worker_login_runs_the_protocol_but_cannot_touch_tables)
         "SELECT warren.wp_note('a', 'b')",
         "SELECT * FROM warren.wp_claim('" RK "', 'w', true)",
         "SELECT warren.wp_wait_until(now())",
+        "SELECT warren.wp_privileged()",
+        "SELECT warren.wp_require_queue('a', 'b', 'q')",
+        "SELECT warren.wp_wait_slot('a')",
     };
     for (size_t i = 0; i < sizeof(denied) / sizeof(denied[0]); i++)
         ck_assert_msg(strcmp(try_sql(w, denied[i], state, sizeof(state)), "42501") == 0,

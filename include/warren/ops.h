@@ -163,4 +163,45 @@ void warren_ops_run_detail_clear(warren_ops_run_detail *d);
 int warren_ops_show(warren_store *st, const char *run_key, warren_ops_run_detail *out,
                     warren_error *err);
 
+/* ----------------------------------------------------------------- grants */
+
+/* Least privilege for the worker protocol (docs/worker-protocol.md,
+ * "Privileges"): a login that is neither a superuser nor a member of the
+ * schema's owner may claim, heartbeat, complete and reclaim only runs of the
+ * queues granted to it in warren.worker_grants. */
+
+/* What warren_ops_grant / warren_ops_revoke found out about the login. */
+typedef struct warren_ops_grant_result {
+    int changed;    /* grants added (grant) or removed (revoke) */
+    int is_worker;  /* 1: the login is a member of warren_worker */
+    int privileged; /* 1: a superuser or a member of the schema owner: grants do not limit it */
+} warren_ops_grant_result;
+
+/* Grants login (a role of the cluster) the n queues (each a valid queue name,
+ * warren_name_valid); granting one it holds already changes nothing. *out is
+ * filled in (zeroed first). Errors: WARREN_EINVAL (no queue, a bad queue
+ * name, an empty login), WARREN_ENOENT (no role of that name), WARREN_EDB,
+ * WARREN_EDBCONN. */
+int warren_ops_grant(warren_store *st, const char *login, const char *const *queues, size_t n,
+                     warren_ops_grant_result *out, warren_error *err);
+/* Takes the n queues away from login (those it does not hold are ignored);
+ * its calls on runs of those queues fail from its next call on, including
+ * heartbeats and completions of runs it holds. The login need not exist any
+ * more. Errors as warren_ops_grant, but never WARREN_ENOENT. */
+int warren_ops_revoke(warren_store *st, const char *login, const char *const *queues, size_t n,
+                      warren_ops_grant_result *out, warren_error *err);
+
+/* One row of warren.worker_grants. Strings are new. */
+typedef struct warren_ops_grant_row {
+    char *login, *queue, *granted_by;
+    warren_us granted_at;
+} warren_ops_grant_row;
+/* Frees the n rows and the array; NULL allowed. */
+void warren_ops_grant_rows_free(warren_ops_grant_row *rows, size_t n);
+/* The grants of login (NULL: of every login), by login then queue. *rows is
+ * new (warren_ops_grant_rows_free); NULL when *n is 0. Errors: WARREN_ENOMEM,
+ * WARREN_EDB, WARREN_EDBCONN. */
+int warren_ops_grants(warren_store *st, const char *login, warren_ops_grant_row **rows, size_t *n,
+                      warren_error *err);
+
 #endif

@@ -79,20 +79,27 @@ DECLARE
     t0 timestamptz;
     st text;
     due timestamptz;
+    q text;
 BEGIN
-    IF k IS NULL OR w IS NULL OR w = '' THEN
+    IF k IS NULL THEN
         RAISE EXCEPTION 'warren.claim: run_key and worker are required' USING ERRCODE = '22023';
     END IF;
+    PERFORM warren.wp_check_worker('warren.claim', w);
     -- Not due yet: wait for it (a run is released up to planner.release_lead
     -- early), before any lock is taken. Further ahead than the longest lead
     -- (warren.wp_max_wait) it is not claimable: its own message comes later.
-    SELECT rr.state, rr.due_at INTO st, due FROM warren.runs rr WHERE rr.run_key = k;
+    -- The login must be granted the run's queue (access.sql), checked before
+    -- it may sleep; a sleeping claim takes one of its login's wait slots.
+    SELECT rr.state, rr.due_at, jb.queue INTO st, due, q
+      FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job WHERE rr.run_key = k;
+    PERFORM warren.wp_require_queue('warren.claim', k, q);
     IF st IN ('planned', 'published', 'retrying') AND due > clock_timestamp() THEN
         IF NOT may_wait THEN
             RETURN; -- not due (claim_many waited for the keys due within 1 s)
         ELSIF due > clock_timestamp() + warren.wp_max_wait() THEN
             RETURN;
         END IF;
+        PERFORM warren.wp_wait_slot('warren.claim');
         PERFORM warren.wp_wait_until(due);
     END IF;
     t0 := clock_timestamp(); -- the claim's time, after the wait (now() is the call's start)
@@ -211,14 +218,15 @@ BEGIN
 
     UPDATE warren.runs rr
        SET state = 'running', attempt = rr.attempt + 1, lease_owner = w,
+           lease_login = session_user, lease_ms = j.lease_ms,
            lease_until = t0 + make_interval(secs => j.lease_ms / 1000.0),
            started_at = t0
      WHERE rr.run_key = k
     RETURNING * INTO r;
-    INSERT INTO warren.attempts (run_key, attempt, worker, started_at)
-    VALUES (k, r.attempt, w, t0)
+    INSERT INTO warren.attempts (run_key, attempt, worker, login, started_at)
+    VALUES (k, r.attempt, w, session_user, t0)
     ON CONFLICT ON CONSTRAINT attempts_pkey DO UPDATE
-        SET worker = EXCLUDED.worker, started_at = EXCLUDED.started_at,
+        SET worker = EXCLUDED.worker, login = EXCLUDED.login, started_at = EXCLUDED.started_at,
             finished_at = NULL, outcome = NULL, error = NULL;
 
     attempt := r.attempt;
@@ -290,9 +298,9 @@ DECLARE
     t0 timestamptz;
     due timestamptz;
 BEGIN
-    IF w IS NULL OR w = '' THEN
-        RAISE EXCEPTION 'warren.claim_many: worker is required' USING ERRCODE = '22023';
-    END IF;
+    PERFORM warren.wp_check_worker('warren.claim_many', w);
+    PERFORM warren.wp_check_batch('warren.claim_many', keys);
+    PERFORM warren.wp_require_queues('warren.claim_many', keys);
     -- The rows, one run_key index probe per key (a subquery per key: no join
     -- order for the planner to get wrong when warren.runs has no statistics
     -- yet, e.g. right after a large backfill).
@@ -307,6 +315,7 @@ BEGIN
      WHERE rr.ctid = ANY (tids) AND rr.state IN ('planned', 'published', 'retrying')
        AND rr.due_at <= clock_timestamp() + interval '1 second';
     IF due > clock_timestamp() THEN
+        PERFORM warren.wp_wait_slot('warren.claim_many');
         PERFORM warren.wp_wait_until(due);
     END IF;
     t0 := clock_timestamp(); -- the claim's time, after the wait (now() is the call's start)
@@ -318,6 +327,8 @@ BEGIN
     WITH c AS (
         UPDATE warren.runs rr
            SET state = 'running', attempt = rr.attempt + 1, lease_owner = w,
+               lease_login = session_user,
+               lease_ms = (SELECT jb.lease_ms FROM warren.jobs jb WHERE jb.name = rr.job),
                lease_until = t0 + make_interval(secs =>
                    (SELECT jb.lease_ms FROM warren.jobs jb WHERE jb.name = rr.job) / 1000.0),
                started_at = t0
@@ -326,10 +337,11 @@ BEGIN
            AND rr.state IN ('planned', 'published', 'retrying') AND rr.due_at <= t0
         RETURNING rr.run_key, rr.attempt, rr.job, rr.scheduled_at, rr.payload
     ), a AS (
-        INSERT INTO warren.attempts (run_key, attempt, worker, started_at)
-        SELECT c.run_key, c.attempt, w, t0 FROM c
+        INSERT INTO warren.attempts (run_key, attempt, worker, login, started_at)
+        SELECT c.run_key, c.attempt, w, session_user, t0 FROM c
         ON CONFLICT ON CONSTRAINT attempts_pkey DO UPDATE
-            SET worker = EXCLUDED.worker, started_at = EXCLUDED.started_at,
+            SET worker = EXCLUDED.worker, login = EXCLUDED.login,
+                started_at = EXCLUDED.started_at,
                 finished_at = NULL, outcome = NULL, error = NULL
     )
     SELECT c.run_key, c.attempt, c.job, c.scheduled_at, coalesce(c.payload, jb.payload),
@@ -347,7 +359,7 @@ BEGIN
     SELECT array_agg(rr.run_key) INTO done_
       FROM warren.runs rr
      WHERE rr.run_key = ANY (keys) AND rr.state || '' = 'running' AND rr.lease_owner = w
-       AND rr.started_at = t0;
+       AND rr.lease_login = session_user AND rr.started_at = t0;
     RETURN QUERY
     SELECT t.k, cl.attempt, cl.job, cl.scheduled_at, cl.payload, cl.lease_seconds
       FROM (SELECT DISTINCT x AS k FROM unnest(keys) x
@@ -397,11 +409,15 @@ DECLARE
     k text;
     r warren.runs%ROWTYPE;
     j warren.jobs%ROWTYPE;
+    priv boolean := warren.wp_privileged();
 BEGIN
-    IF w IS NULL OR w = '' OR within_ms IS NULL OR within_ms < 0 THEN
+    IF within_ms IS NULL OR within_ms < 0 THEN
         RAISE EXCEPTION 'warren.reclaim_many: worker and within_ms >= 0 are required'
             USING ERRCODE = '22023';
     END IF;
+    PERFORM warren.wp_check_worker('warren.reclaim_many', w);
+    PERFORM warren.wp_check_batch('warren.reclaim_many', reclaim_many.run_keys);
+    PERFORM warren.wp_require_queues('warren.reclaim_many', reclaim_many.run_keys);
     -- Rare (after a lost connection): one key at a time, in key order as claims.
     FOR k IN SELECT DISTINCT x FROM unnest(reclaim_many.run_keys) x WHERE x IS NOT NULL ORDER BY 1
     LOOP
@@ -409,9 +425,11 @@ BEGIN
         CONTINUE WHEN NOT FOUND;
         SELECT * INTO j FROM warren.jobs jb WHERE jb.name = r.job;
         CONTINUE WHEN r.state <> 'running' OR r.lease_owner IS DISTINCT FROM w
+                   OR NOT (priv OR r.lease_login IS NULL OR r.lease_login = session_user)
                    OR r.started_at < now() - make_interval(secs => within_ms / 1000.0)
                    OR r.lease_until IS DISTINCT FROM
-                      r.started_at + make_interval(secs => j.lease_ms / 1000.0);
+                      r.started_at + make_interval(secs => coalesce(r.lease_ms, j.lease_ms)
+                                                           / 1000.0);
         UPDATE warren.attempts a
            SET finished_at = now(), outcome = 'lease_lost',
                error = format('the answer to this claim did not reach worker %s; it claimed '
@@ -420,14 +438,15 @@ BEGIN
         PERFORM warren.wp_event(r, 'lease_lost', NULL, w);
         UPDATE warren.runs rr
            SET attempt = rr.attempt + 1, attempt_base = rr.attempt_base + 1,
+               lease_login = session_user, lease_ms = j.lease_ms,
                lease_until = now() + make_interval(secs => j.lease_ms / 1000.0),
                started_at = now()
          WHERE rr.run_key = k
         RETURNING * INTO r;
-        INSERT INTO warren.attempts (run_key, attempt, worker, started_at)
-        VALUES (k, r.attempt, w, now())
+        INSERT INTO warren.attempts (run_key, attempt, worker, login, started_at)
+        VALUES (k, r.attempt, w, session_user, now())
         ON CONFLICT ON CONSTRAINT attempts_pkey DO UPDATE
-            SET worker = EXCLUDED.worker, started_at = EXCLUDED.started_at,
+            SET worker = EXCLUDED.worker, login = EXCLUDED.login, started_at = EXCLUDED.started_at,
                 finished_at = NULL, outcome = NULL, error = NULL;
         run_key := k;
         attempt := r.attempt;

@@ -15,15 +15,22 @@ DECLARE
     o text := complete.outcome;
     err text := left(complete.error, 4000);
     r warren.runs%ROWTYPE;
+    priv boolean := warren.wp_privileged();
 BEGIN
     IF o IS NULL OR o NOT IN ('succeeded', 'retry', 'failed') THEN
         RAISE EXCEPTION 'warren.complete: outcome must be succeeded, retry or failed, not %',
-            coalesce(o, 'NULL') USING ERRCODE = '22023';
+            left(coalesce(o, 'NULL'), 100) USING ERRCODE = '22023';
     END IF;
+    IF NOT priv THEN
+        PERFORM warren.wp_require_queues('warren.complete', ARRAY[k]);
+    END IF;
+    -- Only the login that claimed the attempt may complete it (access.sql):
+    -- another login's call is a stale token.
     IF o = 'succeeded' THEN
         UPDATE warren.runs rr
            SET state = 'succeeded', finished_at = now(), lease_until = NULL
          WHERE rr.run_key = k AND rr.state = 'running' AND rr.attempt = fence
+           AND (priv OR rr.lease_login IS NULL OR rr.lease_login = session_user)
         RETURNING * INTO r;
         IF NOT FOUND THEN
             RETURN false; -- stale token: another attempt holds (or finished) the run
@@ -34,7 +41,8 @@ BEGIN
         RETURN true;
     END IF;
     SELECT * INTO r FROM warren.runs rr WHERE rr.run_key = k FOR UPDATE;
-    IF NOT FOUND OR r.state <> 'running' OR r.attempt IS DISTINCT FROM fence THEN
+    IF NOT FOUND OR r.state <> 'running' OR r.attempt IS DISTINCT FROM fence
+       OR NOT (priv OR r.lease_login IS NULL OR r.lease_login = session_user) THEN
         RETURN false;
     END IF;
     UPDATE warren.attempts a SET finished_at = now(), outcome = o, error = err
@@ -62,11 +70,17 @@ SET enable_seqscan = off SET enable_bitmapscan = off SET enable_hashjoin = off
 SET enable_mergejoin = off
 AS $fn$
 #variable_conflict use_column
+DECLARE
+    priv boolean := warren.wp_privileged();
 BEGIN
     IF coalesce(array_length(complete_many.run_keys, 1), 0)
        <> coalesce(array_length(complete_many.attempts, 1), 0) THEN
         RAISE EXCEPTION 'warren.complete_many: run_keys and attempts differ in length'
             USING ERRCODE = '22023';
+    END IF;
+    PERFORM warren.wp_check_batch('warren.complete_many', complete_many.run_keys);
+    IF NOT priv THEN
+        PERFORM warren.wp_require_queues('warren.complete_many', complete_many.run_keys);
     END IF;
     RETURN QUERY
     WITH t AS (
@@ -81,6 +95,7 @@ BEGIN
            SET state = 'succeeded', finished_at = now(), lease_until = NULL
           FROM (SELECT k, a FROM t ORDER BY k) tk
          WHERE rr.run_key = tk.k AND rr.attempt = tk.a AND rr.state || '' = 'running'
+           AND (priv OR rr.lease_login IS NULL OR rr.lease_login = session_user)
         RETURNING rr.run_key, rr.job, rr.attempt, rr.scheduled_at, rr.due_at, rr.lease_owner
     ), at AS (
         UPDATE warren.attempts x SET finished_at = now(), outcome = 'succeeded', error = NULL

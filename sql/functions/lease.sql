@@ -11,16 +11,28 @@ AS $fn$
 DECLARE
     k text := heartbeat.run_key;
     fence int := heartbeat.attempt;
+    priv boolean := warren.wp_privileged();
 BEGIN
+    IF NOT priv THEN
+        PERFORM warren.wp_require_queues('warren.heartbeat', ARRAY[k]);
+    END IF;
+    -- By the lease the attempt was claimed with (runs.lease_ms), not the
+    -- job's current one: the worker paces its heartbeats (every lease/3) by
+    -- the lease_seconds its claim returned, so a sync that shortened the
+    -- job's lease mid-run would otherwise let the lease lapse between two of
+    -- them. A run claimed before migration 011 has no lease_ms: the job's.
+    -- Only the login that claimed the attempt may extend it (access.sql).
     UPDATE warren.runs rr
-       SET lease_until = now() + make_interval(secs => jb.lease_ms / 1000.0)
+       SET lease_until = now() + make_interval(secs => coalesce(rr.lease_ms, jb.lease_ms) / 1000.0)
       FROM warren.jobs jb
-     WHERE rr.run_key = k AND rr.attempt = fence AND rr.state = 'running' AND jb.name = rr.job;
+     WHERE rr.run_key = k AND rr.attempt = fence AND rr.state = 'running' AND jb.name = rr.job
+       AND (priv OR rr.lease_login IS NULL OR rr.lease_login = session_user);
     RETURN FOUND;
 END
 $fn$;
 COMMENT ON FUNCTION warren.heartbeat(text, int) IS
-    'Extends the lease of the caller''s attempt; false: the caller no longer holds the run and must stop';
+    'Extends the lease of the caller''s attempt by the lease it was claimed with; false: the '
+    'caller no longer holds the run (or another login claimed it) and must stop';
 
 CREATE OR REPLACE FUNCTION warren.reap_expired_leases(max int)
 RETURNS int
