@@ -15,7 +15,7 @@ CREATE TABLE IF NOT EXISTS warren.worker_grants (
 );
 COMMENT ON TABLE warren.worker_grants IS
     'Which queues a login that is not the schema owner or a superuser may claim, heartbeat, '
-    'complete and reclaim runs of (`warren grant LOGIN QUEUE...`, `warren revoke`)';
+    'complete and reclaim runs of (set by `warren grant`/`warren revoke`)';
 COMMENT ON COLUMN warren.worker_grants.login IS 'The login (session_user) granted the queue';
 COMMENT ON COLUMN warren.worker_grants.queue IS 'The job queue (jobs.queue)';
 COMMENT ON COLUMN warren.worker_grants.granted_at IS 'When it was granted (database clock)';
