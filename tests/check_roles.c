@@ -50,7 +50,7 @@ static const struct {
     {"warren.wp_note(text,text)", ""},
     {"warren.wp_privileged()", ""},
     {"warren.wp_require_queue(text,text,text)", ""},
-    {"warren.wp_require_queues(text,text[])", ""},
+    {"warren.wp_ungranted(text,text[])", ""},
     {"warren.wp_utc(timestamp with time zone)", ""},
     {"warren.wp_utc_ms(timestamp with time zone)", ""},
     {"warren.wp_wait_slot(text)", ""},

@@ -26,6 +26,8 @@ COMMENT ON FUNCTION warren.wp_privileged() IS
 
 -- Raises insufficient_privilege unless the session may work on queue (NULL:
 -- an unknown run, nothing to protect). fn names the protocol function.
+-- warren.claim's check: one message, one call, so an error there holds up
+-- nothing else and tells the caller what to fix.
 CREATE OR REPLACE FUNCTION warren.wp_require_queue(fn text, run_key text, queue text)
 RETURNS void LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -43,30 +45,44 @@ COMMENT ON FUNCTION warren.wp_require_queue(text, text, text) IS
     'Raises 42501 naming the login, the queue and `warren grant` unless the session may work on '
     'queue';
 
--- The same for every run among run_keys (one query; the first offender in
--- key order is named).
-CREATE OR REPLACE FUNCTION warren.wp_require_queues(fn text, run_keys text[])
-RETURNS void LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+-- The known runs among run_keys whose queue the session may not work on
+-- (empty for a privileged session), with one WARNING naming the first of
+-- them, the login and the fix. The batch functions and heartbeat/complete
+-- leave those keys out (no row, false) instead of failing: a worker sends a
+-- whole batch again when it fails (and its other calls wait meanwhile), so
+-- one foreign key, a misrouted or forged message or a queue revoked
+-- mid-run, would otherwise block every run of the batch.
+CREATE OR REPLACE FUNCTION warren.wp_ungranted(fn text, run_keys text[])
+RETURNS text[] LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    k text;
+    bad text[];
     q text;
 BEGIN
     IF warren.wp_privileged() THEN
-        RETURN;
+        RETURN '{}';
     END IF;
-    SELECT rr.run_key, jb.queue INTO k, q
+    SELECT array_agg(rr.run_key ORDER BY rr.run_key),
+           (array_agg(jb.queue ORDER BY rr.run_key))[1] INTO bad, q
       FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job
      WHERE rr.run_key = ANY (run_keys)
        AND NOT EXISTS (SELECT 1 FROM warren.worker_grants g
-                        WHERE g.login = session_user AND g.queue = jb.queue)
-     ORDER BY rr.run_key LIMIT 1;
-    IF FOUND THEN
-        PERFORM warren.wp_require_queue(fn, k, q);
+                        WHERE g.login = session_user AND g.queue = jb.queue);
+    IF bad IS NULL THEN
+        RETURN '{}';
     END IF;
+    RAISE WARNING '%: login "%" is not granted queue "%" (run %): left out; an operator '
+                  'grants it with `warren grant % %`', fn, session_user, q,
+                  bad[1] || CASE WHEN cardinality(bad) > 1
+                                 THEN format(' and %s more of ungranted queues',
+                                             cardinality(bad) - 1)
+                                 ELSE '' END,
+                  session_user, q;
+    RETURN bad;
 END
 $$;
-COMMENT ON FUNCTION warren.wp_require_queues(text, text[]) IS
-    'warren.wp_require_queue for every known run among run_keys';
+COMMENT ON FUNCTION warren.wp_ungranted(text, text[]) IS
+    'The known runs among run_keys of queues the session may not work on (a WARNING names the '
+    'first, the login and `warren grant`); empty for a privileged session';
 
 -- ------------------------------------------------------------ bounds
 

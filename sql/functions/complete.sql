@@ -21,8 +21,8 @@ BEGIN
         RAISE EXCEPTION 'warren.complete: outcome must be succeeded, retry or failed, not %',
             left(coalesce(o, 'NULL'), 100) USING ERRCODE = '22023';
     END IF;
-    IF NOT priv THEN
-        PERFORM warren.wp_require_queues('warren.complete', ARRAY[k]);
+    IF NOT priv AND cardinality(warren.wp_ungranted('warren.complete', ARRAY[k])) > 0 THEN
+        RETURN false; -- not granted (any more): a stale token (access.sql)
     END IF;
     -- Only the login that claimed the attempt may complete it (access.sql):
     -- another login's call is a stale token.
@@ -72,6 +72,7 @@ AS $fn$
 #variable_conflict use_column
 DECLARE
     priv boolean := warren.wp_privileged();
+    bad text[];
 BEGIN
     IF coalesce(array_length(complete_many.run_keys, 1), 0)
        <> coalesce(array_length(complete_many.attempts, 1), 0) THEN
@@ -79,9 +80,9 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     PERFORM warren.wp_check_batch('warren.complete_many', complete_many.run_keys);
-    IF NOT priv THEN
-        PERFORM warren.wp_require_queues('warren.complete_many', complete_many.run_keys);
-    END IF;
+    -- Keys of queues the login is not granted are not recorded (access.sql).
+    bad := CASE WHEN priv THEN '{}'
+                ELSE warren.wp_ungranted('warren.complete_many', complete_many.run_keys) END;
     RETURN QUERY
     WITH t AS (
         SELECT * FROM unnest(complete_many.run_keys, complete_many.attempts) AS t(k, a)
@@ -96,6 +97,7 @@ BEGIN
           FROM (SELECT k, a FROM t ORDER BY k) tk
          WHERE rr.run_key = tk.k AND rr.attempt = tk.a AND rr.state || '' = 'running'
            AND (priv OR rr.lease_login IS NULL OR rr.lease_login = session_user)
+           AND NOT (tk.k = ANY (bad))
         RETURNING rr.run_key, rr.job, rr.attempt, rr.scheduled_at, rr.due_at, rr.lease_owner
     ), at AS (
         UPDATE warren.attempts x SET finished_at = now(), outcome = 'succeeded', error = NULL

@@ -13,8 +13,8 @@ DECLARE
     fence int := heartbeat.attempt;
     priv boolean := warren.wp_privileged();
 BEGIN
-    IF NOT priv THEN
-        PERFORM warren.wp_require_queues('warren.heartbeat', ARRAY[k]);
+    IF NOT priv AND cardinality(warren.wp_ungranted('warren.heartbeat', ARRAY[k])) > 0 THEN
+        RETURN false; -- not granted (any more): stop (access.sql)
     END IF;
     -- By the lease the attempt was claimed with (runs.lease_ms), not the
     -- job's current one: the worker paces its heartbeats (every lease/3) by
