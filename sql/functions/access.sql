@@ -132,16 +132,22 @@ COMMENT ON FUNCTION warren.wp_check_batch(text, text[]) IS
 
 -- Takes one of the session login's wp_max_waiting() wait slots (transaction
 -- advisory locks on (hash of the login, slot), released at commit or
--- rollback) before a claim sleeps for a due time; raises
+-- rollback) before warren.claim sleeps for a due time; raises
 -- configuration_limit_exceeded when every slot is taken. Why: a claim's
--- sleep holds a backend for up to wp_max_wait(); without a bound one login
--- could keep any number of them asleep. A session holds at most one slot
--- however many claims it sends (an advisory lock is re-entrant).
+-- sleep holds a backend for up to wp_max_wait() (15 s); without a bound one
+-- login could keep any number of them asleep. A session holds at most one
+-- slot however many claims it sends (an advisory lock is re-entrant).
+-- Privileged sessions take none (they could pg_sleep anyway), nor does
+-- claim_many, whose wait is at most 1 s: a fleet of batch workers sharing
+-- one login must not fail its batches on this bound.
 CREATE OR REPLACE FUNCTION warren.wp_wait_slot(fn text)
 RETURNS void LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     key int := hashtext('warren.claim_wait:' || session_user);
 BEGIN
+    IF warren.wp_privileged() THEN
+        RETURN;
+    END IF;
     FOR i IN 0 .. warren.wp_max_waiting() - 1 LOOP
         IF pg_try_advisory_xact_lock(key, i) THEN
             RETURN;

@@ -321,8 +321,7 @@ BEGIN
      WHERE rr.ctid = ANY (tids) AND rr.state IN ('planned', 'published', 'retrying')
        AND rr.due_at <= clock_timestamp() + interval '1 second';
     IF due > clock_timestamp() THEN
-        PERFORM warren.wp_wait_slot('warren.claim_many');
-        PERFORM warren.wp_wait_until(due);
+        PERFORM warren.wp_wait_until(due); -- at most 1 s: no wait slot (access.sql)
     END IF;
     t0 := clock_timestamp(); -- the claim's time, after the wait (now() is the call's start)
     -- Fast path: fresh runs of jobs without an overlap check. Rows are locked
