@@ -36,7 +36,7 @@ e2e_init node
 start_node() { # QUEUE ID TABLE MODE
     local extra=(--fail-first 1 --concurrency 4)
     [ "$4" = slow ] && extra=(--work-ms 4000)
-    node "$NODE_DIR/worker.js" --queue "$1" --database-url "$DB" --amqp-url "$AMQP" \
+    node "$NODE_DIR/worker.js" --queue "$1" --database-url "$WDB" --amqp-url "$AMQP" \
         --worker-id "$2" --table "$3" "${extra[@]}" 2>"$WORK/$2.log" &
 }
 

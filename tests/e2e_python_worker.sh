@@ -19,7 +19,7 @@ e2e_init py
 start_python() { # QUEUE ID TABLE MODE
     local extra=(--fail-first 1)
     [ "$4" = slow ] && extra=(--work-seconds 4)
-    "$PY" "$SRC/examples/workers/python/worker.py" --queue "$1" --database-url "$DB" \
+    "$PY" "$SRC/examples/workers/python/worker.py" --queue "$1" --database-url "$WDB" \
         --amqp-url "$AMQP" --worker-id "$2" --table "$3" "${extra[@]}" 2>"$WORK/$2.log" &
 }
 

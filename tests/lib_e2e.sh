@@ -9,6 +9,11 @@
 #   e2e_warren CONFIG   writes $WORK/warren.cfg (the servers first, then
 #                       CONFIG), runs migrate, topology and sync
 #   e2e_planner         starts `warren planner` (its pid is PIDS[0])
+#   e2e_login QUEUE...  creates the login E2E_LOGIN (a member of warren_worker,
+#                       granted each QUEUE with `warren grant`, allowed the
+#                       effect tables of schema public; dropped on exit) and
+#                       sets WDB, the database URL as that login: the example
+#                       workers connect with it, as least privilege has them
 #   q SQL               one psql query on DB, unaligned
 #   e2e_malformed QUEUE publishes "not json at all" to warren.ready/QUEUE and
 #                       waits for it in warren.dead (the worker rejected it)
@@ -26,11 +31,15 @@ PIDS=()
 
 E2E_NAME=
 E2E_MGMT=
+E2E_LOGIN=
 e2e_cleanup() {
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
     wait 2>/dev/null || true
     [ -n "$E2E_NAME" ] || return 0
     psql -qX "$WARREN_TEST_PG_URL" -c "DROP DATABASE IF EXISTS $E2E_NAME WITH (FORCE)" \
+        >/dev/null 2>&1 || true
+    # After the database: its grants to the login went with it.
+    [ -z "$E2E_LOGIN" ] || psql -qX "$WARREN_TEST_PG_URL" -c "DROP ROLE IF EXISTS $E2E_LOGIN" \
         >/dev/null 2>&1 || true
     curl -sf -X DELETE "$E2E_MGMT/api/vhosts/$E2E_NAME" >/dev/null 2>&1 || true
 }
@@ -84,6 +93,21 @@ e2e_planner() {
 
 q() { psql -qXAt "$DB" -c "$1"; }
 
+e2e_login() {
+    local login="${E2E_NAME}_w" out
+    psql -qX "$WARREN_TEST_PG_URL" -c "CREATE ROLE $login LOGIN IN ROLE warren_worker" >/dev/null ||
+        fail "cannot create the worker login $login"
+    E2E_LOGIN=$login
+    out=$("$BIN" grant -c "$WORK/warren.cfg" "$login" "$@" 2>&1) || fail "warren grant: $out"
+    # The example workers create their effect table if missing (it exists:
+    # e2e_execlog made it) and write it and, through its trigger, e2e_execlog.
+    q "GRANT USAGE, CREATE ON SCHEMA public TO $login;
+       GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA public TO $login" >/dev/null ||
+        fail "cannot grant $login the effect tables"
+    WDB=$(printf '%s' "$DB" | sed -E "s#^([a-z]+://)[^@/]*@#\1$login@#")
+    [ "$WDB" != "$DB" ] || fail "cannot put the login into $DB"
+}
+
 e2e_execlog() {
     q "CREATE TABLE IF NOT EXISTS e2e_execlog (run_key text NOT NULL, attempt int, tbl text NOT NULL,
          at timestamptz NOT NULL DEFAULT clock_timestamp());
@@ -129,7 +153,9 @@ EOF
 # - a second worker runs one ${P}slow run whose work (4 s) outlasts its lease
 #   (3 s): it succeeds in one attempt only because its heartbeats extend the
 #   lease;
-# - both workers exit 0 on SIGTERM.
+# - both workers exit 0 on SIGTERM;
+# - the workers connect as a login of their own ($WDB, e2e_login), a member
+#   of warren_worker granted their two queues: every attempt records it.
 # START QUEUE ID TABLE MODE starts one worker in the background (stderr to
 # $WORK/ID.log) and prints nothing; MODE is "fail-first" (report retry for
 # attempt 1) or "slow" (work 4 s).
@@ -145,6 +171,7 @@ jobs = (
 );"
     e2e_execlog "${P}_effects"
     e2e_execlog "${P}_slow_effects"
+    e2e_login "$P" "${P}slow"
     e2e_planner
     "$start" "$P" "$P-e2e" "${P}_effects" fail-first
     worker=$!
@@ -240,5 +267,8 @@ jobs = (
     n=$(q "SELECT count(*) FROM e2e_execlog WHERE tbl = '${P}_slow_effects'")
     [ "$n" = 1 ] || fail "the slow run's effect was written $n times, not once"
     grep -q "rejecting malformed message" "$WORK/$P-e2e.log" || fail "the worker did not log the rejection"
+    # Every attempt was claimed by the workers' own login, granted its queues.
+    n=$(q "SELECT count(*) FROM warren.attempts WHERE login IS DISTINCT FROM '$E2E_LOGIN'")
+    [ "$n" = 0 ] || fail "$n attempt(s) not claimed by the worker login $E2E_LOGIN"
     E2E_SUCCEEDED=$succeeded
 }
