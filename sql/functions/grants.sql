@@ -49,7 +49,9 @@ END
 $$;
 
 -- The worker protocol (docs/worker-protocol.md): claim, heartbeat, complete
--- and their batch forms.
+-- and their batch forms. Which runs a warren_worker login may work on with
+-- them (the queues in warren.worker_grants, its own claims) is checked inside
+-- each (access.sql); the table itself is the owner's (`warren grant`).
 GRANT EXECUTE ON FUNCTION warren.claim(text, text), warren.heartbeat(text, int),
     warren.complete(text, int, text, text), warren.claim_many(text[], text),
     warren.complete_many(text[], int[]), warren.reclaim_many(text[], text, int)
