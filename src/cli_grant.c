@@ -20,7 +20,7 @@ static const char grant_usage[] =
     "complete and reclaim the runs of the jobs of each QUEUE; without a QUEUE, lists\n"
     "the grants (of LOGIN, or of every login). A superuser or a member of the schema's\n"
     "owner is not limited by grants. Create the login first:\n"
-    "  CREATE ROLE LOGIN LOGIN PASSWORD '...' IN ROLE warren_worker;\n"
+    "  CREATE ROLE report_worker LOGIN PASSWORD '...' IN ROLE warren_worker;\n"
     "\n"
     "  -c, --config FILE  config file for database.url (default $WARREN_CONFIG or\n"
     "                     warren.cfg; not needed when WARREN_DATABASE_URL is set)\n"
@@ -162,8 +162,10 @@ static int grant_or_revoke(int argc, char **argv, int grant)
         fprintf(stderr, "warren revoke: give a LOGIN and at least one QUEUE\n%s", usage);
         code = WARREN_EXIT_USAGE;
     }
-    if (code == -1 && grant && nargs == 1 && args[0][0] == '\0')
+    if (code == -1 && nargs >= 1 && args[0][0] == '\0') {
+        fprintf(stderr, "warren %s: LOGIN is empty\n%s", argv[0], usage);
         code = WARREN_EXIT_USAGE;
+    }
     if (code == -1)
         code = open_db(argv[0], cfg_path, url, &st);
     if (code != WARREN_EXIT_OK) {
