@@ -104,7 +104,17 @@ typedef struct pend {
     int answer_lost;          /* a claim of it failed, its fate unknown: it may be ours */
     int64_t answer_lost_mono; /* when that claim was sent */
     int picked;               /* in the claim batch being built */
+    char *foreign;            /* new: why this worker cannot run it (worker_claim.c) */
+    int64_t hold_until;       /* foreign: given back (or refused) from then (monotonic ms) */
 } pend;
+
+/* Runs this worker could not handle and gave back, by key (worker_claim.c). */
+#define REFUSALS 64
+typedef struct refusal {
+    char key[WARREN_RUN_KEY_MAX];
+    int count; /* times given back */
+    int64_t at_ms;
+} refusal;
 
 struct warren_worker {
     const warren_config *cfg;
@@ -134,6 +144,8 @@ struct warren_worker {
     warren_us next_due;  /* the earliest due time of those (0: none) */
     int64_t clock_off;   /* the database's clock (us) minus the monotonic one */
     int64_t clock_at_ms; /* when clock_off was measured (monotonic; 0: never) */
+    refusal refused[REFUSALS];
+    size_t refused_next; /* the entry replaced next when all are taken */
 
     int wake[2];      /* handler threads write a byte when done (non-blocking) */
     struct hpool *hp; /* persistent handler threads (c and sql handlers) */
