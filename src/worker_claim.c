@@ -31,6 +31,7 @@
  * already, before the database is told that no worker can (warren.refuse). */
 #define FOREIGN_GIVE_BACKS 3
 #define FOREIGN_HOLD_MS 1000
+#define FOREIGN_FORGET_MS 60000 /* a give-back older than this no longer counts */
 
 /* ------------------------------------------------------------ pending deliveries */
 
@@ -424,6 +425,8 @@ static void settle_foreign(warren_worker *w)
         if (p->foreign == NULL || p->picked || now < p->hold_until)
             continue;
         refusal *r = refusal_of(w, key, 1);
+        if (r->count > 0 && now - r->at_ms > FOREIGN_FORGET_MS)
+            r->count = 0; /* an old story (replayed since?): start again */
         if (r->count < FOREIGN_GIVE_BACKS) {
             if (r->count == 0) {
                 /* First sight: is it a run at all? */
