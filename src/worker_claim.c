@@ -20,7 +20,7 @@
 /* A reading of the database's clock from a slower round trip is not trusted
  * (the midpoint could be off by up to half of it): the last estimate is kept
  * and the clock read again after CLOCK_RETRY_MS. */
-#define CLOCK_RTT_MAX_US 20000
+#define CLOCK_RTT_MAX_US WARREN__CLOCK_RTT_MAX_US
 #define CLOCK_RETRY_MS 1000
 /* An early delivery is held at most planner.release_lead + this ahead of its
  * due time; one due later is not held: the database decides (see
@@ -252,6 +252,22 @@ warren_us warren__db_now_cached(const warren_worker *w)
     return w->clock_at_ms != 0 ? warren__mono_us() + w->clock_off : 0;
 }
 
+/* A reading db of the database's clock between monotonic m0 and m1 (us).
+ * Within CLOCK_RTT_MAX_US: *off = db - the midpoint, returns 1. Slower: too
+ * slow to trust the midpoint (it could be off by half the round trip), so the
+ * last estimate is kept (have), or for the first one *off is the offset's
+ * low end (the clock was read before m1), which is never ahead; returns 0. */
+int warren__clock_reading(int64_t m0, int64_t m1, warren_us db, int have, int64_t *off)
+{
+    if (m1 - m0 <= CLOCK_RTT_MAX_US) {
+        *off = db - (m0 + (m1 - m0) / 2);
+        return 1;
+    }
+    if (!have)
+        *off = db - m1;
+    return 0;
+}
+
 /* The database's now estimated from the monotonic clock (read again every
  * CLOCK_RESAMPLE_MS, from the midpoint of a round trip). Only
  * for when to claim an early delivery: warren.claim itself waits on the
@@ -270,16 +286,10 @@ static warren_us db_now_est(warren_worker *w)
             warren__worker_store_failed(w, rc, &e, "read the database clock");
             return -1;
         }
-        if (m1 - m0 <= CLOCK_RTT_MAX_US) {
-            w->clock_off = db - (m0 + (m1 - m0) / 2);
+        if (warren__clock_reading(m0, m1, db, w->clock_at_ms != 0, &w->clock_off)) {
             w->clock_at_ms = now;
         } else {
-            /* Too slow to trust the midpoint: keep the last estimate, or
-             * for the first one take the offset's low end (the clock was
-             * read before m1), which is never ahead; read again soon. */
-            if (w->clock_at_ms == 0)
-                w->clock_off = db - m1;
-            w->clock_at_ms = now - CLOCK_RESAMPLE_MS + CLOCK_RETRY_MS;
+            w->clock_at_ms = now - CLOCK_RESAMPLE_MS + CLOCK_RETRY_MS; /* read again soon */
             if (w->clock_at_ms <= 0)
                 w->clock_at_ms = 1;
             warren_log(w->lg, WARREN_LOG_DEBUG,

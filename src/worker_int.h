@@ -193,6 +193,13 @@ void warren__receive(warren_worker *w, int wait_ms, int stopping);
 void warren__claim_pending(warren_worker *w);
 /* The database's now from the last reading of its clock (0: none yet). */
 warren_us warren__db_now_cached(const warren_worker *w);
+/* Takes a reading db of the database's clock between monotonic m0 and m1 (us)
+ * into *off (database minus monotonic): 1 if used; 0 if its round trip was
+ * too slow to trust (*off unchanged when have, else set to a value that is
+ * never ahead). */
+int warren__clock_reading(int64_t m0, int64_t m1, warren_us db, int have, int64_t *off);
+/* Round trip above which a clock reading is not used (us). */
+#define WARREN__CLOCK_RTT_MAX_US 20000
 /* Empties the pending FIFO (no acks: their connection is gone, or they were
  * given back). */
 void warren__pq_clear(warren_worker *w);

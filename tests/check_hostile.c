@@ -26,6 +26,7 @@
 
 #include "testenv.h"
 #include "worker_exec.h"
+#include "worker_int.h"
 
 /* ------------------------------------------------------------ harness */
 
@@ -597,6 +598,30 @@ START_TEST(test_a_run_no_worker_knows_ends_dead_with_the_reason)
 }
 END_TEST
 
+/* ------------------------------------------------------------ the clock estimate */
+
+/* A reading of the database's clock from a slow round trip could put the
+ * estimate up to half of it ahead (a held run claimed early): it is not
+ * used. The first reading, if slow, is taken at its low end: never ahead. */
+START_TEST(test_a_clock_reading_from_a_slow_round_trip_is_not_used)
+{
+    int64_t off = 0;
+    /* the database's clock = monotonic + 1,000,000 us; read 100 us into a 200 us trip */
+    ck_assert_int_eq(warren__clock_reading(5000, 5200, 1005100, 0, &off), 1);
+    ck_assert_int_eq(off, 1000000);
+    /* a 400 ms trip, the reading taken at its very start: kept out */
+    int64_t before = off;
+    ck_assert_int_eq(warren__clock_reading(10000, 410000, 1010000, 1, &off), 0);
+    ck_assert_int_eq(off, before);
+    /* the same as the first reading: the low end, behind the truth, never ahead */
+    ck_assert_int_eq(warren__clock_reading(10000, 410000, 1010000, 0, &off), 0);
+    ck_assert_int_le(off, 1000000);
+    /* just within the bound: the midpoint */
+    ck_assert_int_eq(warren__clock_reading(0, WARREN__CLOCK_RTT_MAX_US, 1000000, 1, &off), 1);
+    ck_assert_int_eq(off, 1000000 - WARREN__CLOCK_RTT_MAX_US / 2);
+}
+END_TEST
+
 /* ------------------------------------------------------------ memory */
 
 /* docs/worker-protocol.md states a worker's worst-case memory as a formula
@@ -639,6 +664,7 @@ static Suite *hostile_suite(void)
     suite_add_tcase(s, tc);
     tc = tcase_create("memory");
     tcase_add_test(tc, test_memory_formula_in_the_docs_uses_the_code_constants);
+    tcase_add_test(tc, test_a_clock_reading_from_a_slow_round_trip_is_not_used);
     suite_add_tcase(s, tc);
     return s;
 }
