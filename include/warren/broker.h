@@ -50,10 +50,8 @@ typedef struct warren_broker warren_broker;
  * least every 15 s.
  *
  * Timeouts: every wait is bounded (connect, login, RPCs, confirm_wait, next,
- * poll, and the socket taking a publish). The one wait without its own
- * deadline is rabbitmq-c reading the content frames the broker sends right
- * after a delivery or return; the heartbeat bounds it (no data for 60 s:
- * the connection is declared dead). */
+ * poll, the socket taking a publish, and each content frame the broker sends
+ * after a delivery or return: 10 s, then the connection is declared dead). */
 int warren_broker_open(const char *url, const warren_logger *lg, warren_broker **out,
                        warren_error *err);
 void warren_broker_free(warren_broker *b);
