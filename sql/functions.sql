@@ -14,4 +14,5 @@
 \ir functions/lease.sql
 \ir functions/complete.sql
 \ir functions/replay.sql
+\ir functions/deliveries.sql
 \ir functions/grants.sql

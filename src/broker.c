@@ -37,12 +37,12 @@
 #define SHORTSTR_MAX 255 /* AMQP short strings: names, ids, header keys */
 #define FRAME_MAX 131072
 
-#define MAX_UNCONFIRMED (1u << 17)   /* publishes in flight without confirm_wait */
-#define MAX_HEADERS 64               /* per published or consumed message */
-#define MAX_HEADER_VALUE 65536       /* bytes kept of a consumed header value */
-#define MAX_BODY (16u * 1024 * 1024) /* published or kept of a consumed body */
-#define MAX_BUFFERED 65536           /* deliveries read while waiting for confirms */
-#define DELAY_CACHE 4096             /* delay seconds remembered as declared */
+#define MAX_UNCONFIRMED (1u << 17)            /* publishes in flight without confirm_wait */
+#define MAX_HEADERS WARREN_BROKER_MAX_HEADERS /* per published or consumed message */
+#define MAX_HEADER_VALUE 65536                /* bytes kept of a consumed header value */
+#define MAX_BODY WARREN_BROKER_MAX_BODY       /* published, or kept of a consumed body */
+#define MAX_BUFFERED 65536                    /* deliveries read while waiting for confirms */
+#define DELAY_CACHE 4096                      /* delay seconds remembered as declared */
 #define MAX_RING 86400
 #define MAX_CONSUMERS 64
 
@@ -94,6 +94,7 @@ struct warren_broker {
     char pend_reason[512];
 
     amqp_table_entry_t hdrs[MAX_HEADERS + 1];
+    size_t max_body; /* bytes of a consumed body kept (warren_broker_set_max_body) */
 
     delay_slot *delay; /* DELAY_CACHE slots, direct-mapped by second */
     int64_t *ring_at;  /* ring mode: declare time per slot (0 = not yet) */
@@ -477,6 +478,7 @@ int warren_broker_open(const char *url, const warren_logger *lg, warren_broker *
         goto fail;
     }
     b->lg = lg;
+    b->max_body = MAX_BODY;
     b->next_seq = 1;
     b->base = 1;
     b->dead = 1; /* until logged in: failures here are reported, not logged as losses */
@@ -1280,17 +1282,88 @@ static void uq_mark(warren_broker *b, uint64_t t, int state)
     u->state = state;
 }
 
-/* Copies everything out of rabbitmq-c's buffers into d. */
-static int make_delivery(warren_broker *b, uint64_t tag, int redelivered, amqp_bytes_t consumer,
-                         amqp_bytes_t exchange, amqp_bytes_t routing_key, const amqp_message_t *msg,
-                         warren_delivery *d, warren_error *err)
+/* Reads the content (header and body frames) that follows a basic.deliver or
+ * basic.return on channel ch, checking the body's size in the header frame
+ * before anything is allocated: a body over cap is read and thrown away frame
+ * by frame (*body NULL, *dropped its size), so what a producer sends costs at
+ * most one frame of memory beyond cap. *props points into rabbitmq-c's
+ * channel pool (valid until the next amqp_maybe_release_buffers); *body is
+ * new (NUL terminated; free()). Every frame must come within RPC_TIMEOUT_MS. */
+static int read_content(warren_broker *b, amqp_channel_t ch, size_t cap,
+                        amqp_basic_properties_t *props, char **body, size_t *len, uint64_t *dropped,
+                        warren_error *err)
 {
-    const amqp_basic_properties_t *p = &msg->properties;
+    amqp_frame_t f;
+    uint64_t size, got = 0;
+    int status;
 
+    *body = NULL;
+    *len = 0;
+    *dropped = 0;
+    memset(props, 0, sizeof(*props));
+    for (int header = 1;;) {
+        struct timeval tv = ms_tv(RPC_TIMEOUT_MS);
+        status = amqp_simple_wait_frame_noblock(b->conn, &f, &tv);
+        if (status != AMQP_STATUS_OK) {
+            lost(b, status == AMQP_STATUS_TIMEOUT ? "a message's content did not arrive"
+                                                  : amqp_error_string2(status));
+            return dead_error(b, err);
+        }
+        if (f.frame_type == AMQP_FRAME_HEARTBEAT)
+            continue;
+        if (f.channel != ch || f.frame_type != (header ? AMQP_FRAME_HEADER : AMQP_FRAME_BODY)) {
+            free(*body);
+            *body = NULL;
+            lost(b, "unexpected frame inside a message's content");
+            return dead_error(b, err);
+        }
+        if (header) {
+            header = 0;
+            *props = *(amqp_basic_properties_t *)f.payload.properties.decoded;
+            size = f.payload.properties.body_size;
+            if (size > cap) {
+                *dropped = size;
+            } else if ((*body = malloc((size_t)size + 1)) == NULL) {
+                *dropped = size; /* out of memory: as if too large, the stream stays in step */
+            }
+        } else {
+            size_t n = f.payload.body_fragment.len;
+            if (n > size - got) {
+                free(*body);
+                *body = NULL;
+                lost(b, "a message's body frames exceed its declared size");
+                return dead_error(b, err);
+            }
+            if (*body != NULL)
+                memcpy(*body + got, f.payload.body_fragment.bytes, n);
+            got += n;
+        }
+        if (!header && got == size)
+            break;
+    }
+    if (*body != NULL) {
+        (*body)[size] = '\0';
+        *len = (size_t)size;
+    }
+    return 0;
+}
+
+/* Copies everything out of rabbitmq-c's buffers into d; steals body. */
+static int make_delivery(warren_broker *b, uint64_t tag, int redelivered, amqp_bytes_t consumer,
+                         amqp_bytes_t exchange, amqp_bytes_t routing_key,
+                         const amqp_basic_properties_t *p, char *body, size_t body_len,
+                         uint64_t dropped, warren_delivery *d, warren_error *err)
+{
     memset(d, 0, sizeof(*d));
+    d->body = body;
+    d->body_len = body_len;
+    d->body_dropped = dropped;
     d->tag = (b->gen << TAG_BITS) | (tag & TAG_MASK);
-    if (uq_push(b, tag & TAG_MASK) != 0)
+    if (uq_push(b, tag & TAG_MASK) != 0) {
+        free(body);
+        d->body = NULL;
         return warren_error_set(err, WARREN_ENOMEM, "out of memory");
+    }
     d->redelivered = redelivered;
     d->queue = bytes_dup(consumer, 1024);
     d->exchange = bytes_dup(exchange, 1024);
@@ -1328,13 +1401,13 @@ static int make_delivery(warren_broker *b, uint64_t tag, int redelivered, amqp_b
             d->nheaders++;
         }
     }
-    if (msg->body.len > MAX_BODY)
-        warren_log(b->lg, WARREN_LOG_WARN, "message %s: body of %zu bytes truncated to %u",
-                   d->message_id ? d->message_id : "(no id)", msg->body.len, MAX_BODY);
-    d->body = bytes_dup(msg->body, MAX_BODY);
-    if (d->body == NULL)
+    if (dropped > 0)
+        warren_log(b->lg, WARREN_LOG_WARN,
+                   "message %s: body of %llu bytes over the %zu-byte limit; not kept",
+                   d->message_id ? d->message_id : "(no id)", (unsigned long long)dropped,
+                   b->max_body);
+    if (d->body == NULL && (d->body = strdup("")) == NULL)
         goto nomem;
-    d->body_len = msg->body.len < MAX_BODY ? msg->body.len : MAX_BODY;
     return 0;
 nomem:
     warren_delivery_clear(d);
@@ -1406,19 +1479,20 @@ static int dispatch(warren_broker *b, const amqp_frame_t *f, warren_error *err)
     }
     case AMQP_BASIC_RETURN_METHOD: {
         amqp_basic_return_t *r = f->payload.method.decoded;
-        amqp_message_t msg;
-        char text[256], rkey[256], mid[256];
+        amqp_basic_properties_t props;
+        char text[256], rkey[256], mid[256], *body;
+        size_t body_len;
+        uint64_t dropped;
         int has_mid;
         bytes_str(r->reply_text, text, sizeof(text));
         bytes_str(r->routing_key, rkey, sizeof(rkey));
-        /* the content header and body frames follow: read and discard them */
-        amqp_rpc_reply_t rr = amqp_read_message(b->conn, f->channel, &msg, 0);
-        if ((rc = reply_reason(b, f->channel, rr, reason, sizeof(reason))) != 0)
-            return fail(b, rc, "reading a returned message on", "channel 1", reason, err);
-        has_mid = (msg.properties._flags & AMQP_BASIC_MESSAGE_ID_FLAG) != 0;
+        /* the content header and body frames follow: read them, keeping no body */
+        if ((rc = read_content(b, f->channel, 0, &props, &body, &body_len, &dropped, err)) != 0)
+            return rc;
+        free(body);
+        has_mid = (props._flags & AMQP_BASIC_MESSAGE_ID_FLAG) != 0;
         if (has_mid)
-            bytes_str(msg.properties.message_id, mid, sizeof(mid));
-        amqp_destroy_message(&msg);
+            bytes_str(props.message_id, mid, sizeof(mid));
         warren_log(b->lg, WARREN_LOG_DEBUG, "message %s returned: %s (routing key %s)",
                    has_mid ? mid : "(no id)", text, rkey);
         if (f->channel == CH_MAIN)
@@ -1441,15 +1515,18 @@ static int dispatch(warren_broker *b, const amqp_frame_t *f, warren_error *err)
         return 0;
     }
     case AMQP_BASIC_DELIVER_METHOD: {
-        amqp_basic_deliver_t *dv = f->payload.method.decoded;
-        amqp_message_t msg;
+        amqp_basic_deliver_t dv = *(amqp_basic_deliver_t *)f->payload.method.decoded;
+        amqp_basic_properties_t props;
         warren_delivery d;
-        amqp_rpc_reply_t rr = amqp_read_message(b->conn, f->channel, &msg, 0);
-        if ((rc = reply_reason(b, f->channel, rr, reason, sizeof(reason))) != 0)
-            return fail(b, rc, "reading a delivery on", "channel 1", reason, err);
-        rc = make_delivery(b, dv->delivery_tag, dv->redelivered, dv->consumer_tag, dv->exchange,
-                           dv->routing_key, &msg, &d, err);
-        amqp_destroy_message(&msg);
+        char *body;
+        size_t body_len;
+        uint64_t dropped;
+        /* dv's strings stay valid: the channel pool is released only by the next pump */
+        if ((rc = read_content(b, f->channel, b->max_body, &props, &body, &body_len, &dropped,
+                               err)) != 0)
+            return rc;
+        rc = make_delivery(b, dv.delivery_tag, dv.redelivered, dv.consumer_tag, dv.exchange,
+                           dv.routing_key, &props, body, body_len, dropped, &d, err);
         if (rc != 0)
             return rc;
         return dq_push(b, &d, err);
@@ -1611,6 +1688,15 @@ int warren_broker_confirm_wait(warren_broker *b, uint64_t seq, int timeout_ms, w
 
 /* ---- consuming ---------------------------------------------------------------- */
 
+int warren_broker_set_max_body(warren_broker *b, size_t bytes, warren_error *err)
+{
+    if (b == NULL || bytes > MAX_BODY)
+        return warren_error_set(err, WARREN_EINVAL, "a consumed body may be kept up to %u bytes",
+                                MAX_BODY);
+    b->max_body = bytes;
+    return 0;
+}
+
 int warren_broker_qos(warren_broker *b, int prefetch, warren_error *err)
 {
     char reason[512];
@@ -1694,9 +1780,7 @@ int warren_broker_next(warren_broker *b, int timeout_ms, warren_delivery *d, int
     memset(d, 0, sizeof(*d));
     deadline = warren__mono_ms() + (timeout_ms > 0 ? timeout_ms : 0);
     for (;;) {
-        amqp_envelope_t env;
-        amqp_rpc_reply_t r;
-        struct timeval tv;
+        int64_t left;
         int rc;
 
         if (b->dq_len > 0) {
@@ -1708,38 +1792,17 @@ int warren_broker_next(warren_broker *b, int timeout_ms, warren_delivery *d, int
         }
         if (b->dead)
             return dead_error(b, err);
-        amqp_maybe_release_buffers(b->conn);
-        tv = ms_tv(deadline - warren__mono_ms());
-        r = amqp_consume_message(b->conn, &env, &tv, 0);
-        if (r.reply_type == AMQP_RESPONSE_NORMAL) {
-            rc = make_delivery(b, env.delivery_tag, env.redelivered, env.consumer_tag, env.exchange,
-                               env.routing_key, &env.message, d, err);
-            amqp_destroy_envelope(&env);
-            if (rc != 0)
-                return rc;
-            *got = 1;
+        /* One frame at a time through the dispatcher, deliveries included:
+         * read_content checks a body's size before anything is allocated
+         * (amqp_consume_message would allocate whatever the header says). */
+        left = deadline - warren__mono_ms();
+        rc = pump(b, left > 0 ? left : 0, err);
+        if (rc == WARREN_ETIMEOUT)
             return 0;
-        }
-        if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
-            r.library_error == AMQP_STATUS_TIMEOUT)
+        if (rc != 0)
+            return rc;
+        if (b->dq_len == 0 && warren__mono_ms() >= deadline)
             return 0;
-        if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
-            r.library_error == AMQP_STATUS_UNEXPECTED_STATE) {
-            /* not a basic.deliver (a confirm, a return, a close): read it */
-            rc = pump(b, 0, err);
-            if (rc != 0 && rc != WARREN_ETIMEOUT)
-                return rc;
-            if (warren__mono_ms() >= deadline && b->dq_len == 0)
-                return 0;
-            continue;
-        }
-        {
-            char reason[512];
-            rc = reply_reason(b, CH_MAIN, r, reason, sizeof(reason));
-            if (b->dead)
-                return dead_error(b, err);
-            return fail(b, rc, "consuming on", "channel 1", reason, err);
-        }
     }
 }
 

@@ -39,6 +39,10 @@
 
 #define SQL_COMPLETE_ONE "SELECT warren.complete($1::text, $2::int, 'succeeded')"
 
+#define SQL_RUN_STATES "SELECT run_key, state, due_at, db_now FROM warren.run_states($1::text[])"
+
+#define SQL_REFUSE "SELECT warren.refuse($1::text, $2::text, $3::text)"
+
 #define SQL_RUN_TIMES                                                                              \
     "SELECT state, scheduled_at, due_at, published_at, started_at, finished_at "                   \
     "FROM warren.runs WHERE run_key = $1"
@@ -595,6 +599,77 @@ int warren_store_run_times(warren_store *st, const char *run_key, warren_run_tim
     out->published_at = get_us0(res, 0, 3);
     out->started_at = get_us0(res, 0, 4);
     out->finished_at = get_us0(res, 0, 5);
+    PQclear(res);
+    return 0;
+}
+
+/* ------------------------------------------------------------ deliveries not claimed */
+
+int warren_store_run_states(warren_store *st, const char *const *keys, size_t n,
+                            warren_run_state *out, warren_us *db_now, warren_error *err)
+{
+    warren__buf arr = {0};
+    PGresult *res = NULL;
+    int rc;
+
+    if (db_now != NULL)
+        *db_now = 0;
+    if (st == NULL || (n > 0 && (keys == NULL || out == NULL)))
+        return warren_error_set(err, WARREN_EINVAL, "run_states: bad arguments");
+    for (size_t i = 0; i < n; i++)
+        memset(&out[i], 0, sizeof(out[i]));
+    if (n == 0)
+        return 0;
+    warren__buf_puts(&arr, "{");
+    for (size_t i = 0; i < n; i++)
+        sb_elem(&arr, keys[i], i == 0);
+    warren__buf_puts(&arr, "}");
+    if ((rc = sb_done(&arr, err)) != 0)
+        return rc;
+    const char *params[1] = {arr.p};
+    rc = warren__store_exec_prepared(st, "work_run_states", SQL_RUN_STATES, 1, params, &res,
+                                     "read run states", err);
+    free(arr.p);
+    if (rc != 0)
+        return rc;
+    for (int r = 0; r < PQntuples(res); r++) {
+        const char *key = warren__store_get_text(res, r, 0);
+        const char *state = warren__store_get_text(res, r, 1);
+        warren_us due = 0, now = 0;
+        if (key == NULL || state == NULL || warren__store_get_us(res, r, 2, &due) != 0 ||
+            warren__store_get_us(res, r, 3, &now) != 0) {
+            PQclear(res);
+            return warren_error_set(err, WARREN_EDB, "unexpected row from warren.run_states");
+        }
+        if (db_now != NULL)
+            *db_now = now;
+        for (size_t i = 0; i < n; i++)
+            if (strcmp(keys[i], key) == 0) {
+                out[i].found = 1;
+                snprintf(out[i].state, sizeof(out[i].state), "%s", state);
+                out[i].due_at = due;
+            }
+    }
+    PQclear(res);
+    return 0;
+}
+
+int warren_store_refuse(warren_store *st, const char *run_key, const char *worker,
+                        const char *reason, char *state, size_t len, warren_error *err)
+{
+    PGresult *res = NULL;
+    const char *params[3] = {run_key, worker, reason};
+    int rc;
+
+    if (st == NULL || run_key == NULL || worker == NULL || state == NULL || len == 0)
+        return warren_error_set(err, WARREN_EINVAL, "refuse: bad arguments");
+    state[0] = '\0';
+    rc = warren__store_exec_prepared(st, "work_refuse", SQL_REFUSE, 3, params, &res, "refuse run",
+                                     err);
+    if (rc != 0)
+        return rc;
+    if (PQntuples(res) == 1 && !PQgetisnull(res, 0, 0))
+        snprintf(state, len, "%s", PQgetvalue(res, 0, 0));
     PQclear(res);
     return 0;
 }

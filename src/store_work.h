@@ -106,4 +106,20 @@ typedef struct warren_run_times {
 int warren_store_run_times(warren_store *st, const char *run_key, warren_run_times *out,
                            warren_error *err);
 
+/* What the database says of one run key (warren.run_states). */
+typedef struct warren_run_state {
+    int found;      /* 0: no such run */
+    char state[16]; /* planned, published, running, ... */
+    warren_us due_at;
+} warren_run_state;
+/* warren.run_states for n keys (at most 4096) in one round trip: out[i] (zeroed first) for
+ * keys[i]; *db_now (may be NULL) the database's clock when it answered. */
+int warren_store_run_states(warren_store *st, const char *const *keys, size_t n,
+                            warren_run_state *out, warren_us *db_now, warren_error *err);
+/* warren.refuse: a published run no worker could handle becomes dead with reason. state
+ * (>= 16 bytes) gets "dead" (made dead now), the state of a run that was not published, or ""
+ * when there is no such run. */
+int warren_store_refuse(warren_store *st, const char *run_key, const char *worker,
+                        const char *reason, char *state, size_t len, warren_error *err);
+
 #endif

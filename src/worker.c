@@ -306,6 +306,7 @@ static int broker_setup(warren_worker *w, warren_error *err)
     if ((rc = warren_broker_open(w->amqp_url, w->lg, &b, err)) != 0)
         return rc;
     if ((rc = warren_broker_confirm_select(b, err)) != 0 ||
+        (rc = warren_broker_set_max_body(b, WARREN_MSG_MAX_BODY, err)) != 0 ||
         (rc = warren_broker_qos(b, w->concurrency, err)) != 0)
         goto fail;
     for (size_t i = 0; i < w->nqueues; i++) {

@@ -17,6 +17,21 @@
 #include "worker_int.h"
 
 #define CLOCK_RESAMPLE_MS 10000 /* how often the database's clock is read again */
+/* A reading of the database's clock from a slower round trip is not trusted
+ * (the midpoint could be off by up to half of it): the last estimate is kept
+ * and the clock read again after CLOCK_RETRY_MS. */
+#define CLOCK_RTT_MAX_US WARREN__CLOCK_RTT_MAX_US
+#define CLOCK_RETRY_MS 1000
+/* An early delivery is held at most planner.release_lead + this ahead of its
+ * due time; one due later is not held: the database decides (see
+ * settle_unclaimed). */
+#define HOLD_MARGIN_US 5000000
+/* A run this worker cannot handle (foreign) is given back to its queue this
+ * many times, each after holding it FOREIGN_HOLD_MS x the times it came back
+ * already, before the database is told that no worker can (warren.refuse). */
+#define FOREIGN_GIVE_BACKS 3
+#define FOREIGN_HOLD_MS 1000
+#define FOREIGN_FORGET_MS 60000 /* a give-back older than this no longer counts */
 
 /* ------------------------------------------------------------ pending deliveries */
 
@@ -24,6 +39,17 @@ static void pend_clear(pend *p)
 {
     warren_delivery_clear(&p->d);
     warren_run_msg_clear(&p->msg);
+    free(p->foreign);
+    p->foreign = NULL;
+}
+
+/* Moves *p out of the FIFO into *to (the FIFO's entry is left empty and
+ * picked, for pq_drop_picked). */
+static void pend_take(pend *p, pend *to)
+{
+    *to = *p;
+    memset(p, 0, sizeof(*p));
+    p->picked = 1;
 }
 
 void warren__pq_clear(warren_worker *w)
@@ -61,40 +87,62 @@ pend *warren__pq_at(warren_worker *w, size_t i)
     return &w->pq[(w->pq_head + i) % w->pq_cap];
 }
 
-/* Checks a delivery. Returns NULL if it is a run this worker can handle
- * (filling p), else the reason (written into why). */
-static const char *judge(warren_worker *w, pend *p, char *why, size_t len)
+enum { JUDGED_OK = 0, JUDGED_BAD, JUDGED_FOREIGN };
+
+/* Checks a delivery. Returns JUDGED_OK if it is a run this worker can handle
+ * (filling p); JUDGED_BAD for what is not a run of this queue (dead-lettered
+ * at once); JUDGED_FOREIGN for a run this worker cannot handle but another
+ * worker might (a job or in-process handler not in this worker's config: a
+ * rolling deploy), which is given back (settle_foreign). The reason goes into
+ * why. */
+static int judge(warren_worker *w, pend *p, char *why, size_t len)
 {
     warren_error e = {0};
     const warren_job *j;
+    const char *q = p->d.queue;
 
+    if (p->d.body_dropped > 0) {
+        snprintf(why, len,
+                 "malformed run message: body of %llu bytes exceeds the %d-byte limit (not kept)",
+                 (unsigned long long)p->d.body_dropped, WARREN_MSG_MAX_BODY);
+        return JUDGED_BAD;
+    }
     if (warren_run_msg_decode(p->d.body ? p->d.body : "", p->d.body ? p->d.body_len : 0, &p->msg,
                               &e) != 0) {
         snprintf(why, len, "%s", e.message);
-        return why;
+        return JUDGED_BAD;
     }
     if (p->d.message_id != NULL && strcmp(p->d.message_id, p->msg.run_key) != 0) {
         snprintf(why, len, "malformed run message: message_id \"%s\" differs from run_key \"%s\"",
                  p->d.message_id, p->msg.run_key);
-        return why;
+        return JUDGED_BAD;
     }
     j = warren_config_job(w->cfg, p->msg.job);
     if (j == NULL) {
         snprintf(why, len, "unknown job \"%s\": not in this worker's config (%s)", p->msg.job,
                  w->cfg->path ? w->cfg->path : "config");
-        return why;
+        return JUDGED_FOREIGN;
+    }
+    /* The consumer's queue is warren.ready.<job queue>: a run of another
+     * queue was routed here by hand, or this worker's config differs from the
+     * one synced (the job moved queues): foreign, like an unknown job. */
+    if (q != NULL && (strncmp(q, WARREN_READY_PREFIX, strlen(WARREN_READY_PREFIX)) != 0 ||
+                      strcmp(q + strlen(WARREN_READY_PREFIX), j->queue) != 0)) {
+        snprintf(why, len, "job \"%s\" belongs to queue \"%s\" in this worker's config, not to %s",
+                 j->name, j->queue, q);
+        return JUDGED_FOREIGN;
     }
     switch (j->handler) {
     case WARREN_HANDLER_EXEC:
         if (j->exec_argv == NULL || j->exec_argv[0] == NULL) {
             snprintf(why, len, "job \"%s\" has an empty exec handler", j->name);
-            return why;
+            return JUDGED_BAD;
         }
         break;
     case WARREN_HANDLER_SQL:
         if (j->sql == NULL || j->sql[0] == '\0') {
             snprintf(why, len, "job \"%s\" has an empty sql handler", j->name);
-            return why;
+            return JUDGED_BAD;
         }
         break;
     case WARREN_HANDLER_C:
@@ -102,15 +150,15 @@ static const char *judge(warren_worker *w, pend *p, char *why, size_t len)
             snprintf(why, len,
                      "job \"%s\": in-process handler \"%s\" is not registered in this worker",
                      j->name, j->c_handler ? j->c_handler : "");
-            return why;
+            return JUDGED_FOREIGN;
         }
         break;
     default:
         snprintf(why, len, "job \"%s\" has no handler in this worker's config", j->name);
-        return why;
+        return JUDGED_BAD;
     }
     p->job = j;
-    return NULL;
+    return JUDGED_OK;
 }
 
 /* ------------------------------------------------------------ claims */
@@ -204,6 +252,22 @@ warren_us warren__db_now_cached(const warren_worker *w)
     return w->clock_at_ms != 0 ? warren__mono_us() + w->clock_off : 0;
 }
 
+/* A reading db of the database's clock between monotonic m0 and m1 (us).
+ * Within CLOCK_RTT_MAX_US: *off = db - the midpoint, returns 1. Slower: too
+ * slow to trust the midpoint (it could be off by half the round trip), so the
+ * last estimate is kept (have), or for the first one *off is the offset's
+ * low end (the clock was read before m1), which is never ahead; returns 0. */
+int warren__clock_reading(int64_t m0, int64_t m1, warren_us db, int have, int64_t *off)
+{
+    if (m1 - m0 <= CLOCK_RTT_MAX_US) {
+        *off = db - (m0 + (m1 - m0) / 2);
+        return 1;
+    }
+    if (!have)
+        *off = db - m1;
+    return 0;
+}
+
 /* The database's now estimated from the monotonic clock (read again every
  * CLOCK_RESAMPLE_MS, from the midpoint of a round trip). Only
  * for when to claim an early delivery: warren.claim itself waits on the
@@ -222,10 +286,24 @@ static warren_us db_now_est(warren_worker *w)
             warren__worker_store_failed(w, rc, &e, "read the database clock");
             return -1;
         }
-        w->clock_off = db - (m0 + (m1 - m0) / 2);
-        w->clock_at_ms = now;
+        if (warren__clock_reading(m0, m1, db, w->clock_at_ms != 0, &w->clock_off)) {
+            w->clock_at_ms = now;
+        } else {
+            w->clock_at_ms = now - CLOCK_RESAMPLE_MS + CLOCK_RETRY_MS; /* read again soon */
+            if (w->clock_at_ms <= 0)
+                w->clock_at_ms = 1;
+            warren_log(w->lg, WARREN_LOG_DEBUG,
+                       "worker %s: database clock read in %lld us (over %d): not used", w->id,
+                       (long long)(m1 - m0), CLOCK_RTT_MAX_US);
+        }
     }
     return warren__db_now_cached(w);
+}
+
+/* How far ahead of its due time a delivery is held at most. */
+static int64_t hold_max_us(const warren_worker *w)
+{
+    return w->cfg->planner.release_lead_ms * 1000 + HOLD_MARGIN_US;
 }
 
 /* Marks up to n deliveries of the FIFO that are due (in arrival order) and
@@ -242,6 +320,19 @@ static size_t pick_due(warren_worker *w, size_t n, pend **batch)
     w->next_due = 0;
     for (size_t i = 0; i < w->pq_len; i++) {
         pend *p = warren__pq_at(w, i);
+        if (p->foreign != NULL) {
+            w->pq_held++; /* settle_foreign's */
+            continue;
+        }
+        /* Due further ahead than any early release: its body is wrong (or a
+         * clock is); picked now, so that the database decides. */
+        if (p->msg.due_at > now + hold_max_us(w) && !p->picked) {
+            if (got < n) {
+                p->picked = 1;
+                batch[got++] = p;
+            }
+            continue;
+        }
         if (p->msg.due_at > now + CLAIM_AHEAD_US) {
             if (w->next_due == 0 || p->msg.due_at < w->next_due)
                 w->next_due = p->msg.due_at;
@@ -271,20 +362,218 @@ static void pq_drop_picked(warren_worker *w)
     w->pq_len = keep;
 }
 
+/* ------------------------------------------------------------ deliveries not claimed */
+
+/* What becomes of a delivery taken out of the FIFO. */
+enum { FATE_ACK = 0, FATE_DEAD_LETTER, FATE_GIVE_BACK };
+
+typedef struct fate {
+    int what;
+    pend p;    /* taken out of the FIFO (pend_take) */
+    char *why; /* FATE_DEAD_LETTER: new */
+} fate;
+
+/* Settles fates[0..n) (after the FIFO was updated: an ack or dead letter that
+ * finds the connection lost empties the FIFO) and frees them. */
+static void settle_fates(warren_worker *w, fate *f, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (f[i].what == FATE_DEAD_LETTER && w->b != NULL && f[i].p.gen == w->gen)
+            warren__dead_letter(w, &f[i].p.d, f[i].why ? f[i].why : "not a run");
+        else if (f[i].what == FATE_GIVE_BACK)
+            warren__give_back(w, &f[i].p);
+        else if (f[i].what == FATE_ACK)
+            warren__ack(w, f[i].p.d.tag, f[i].p.gen, NULL);
+        free(f[i].why);
+        pend_clear(&f[i].p);
+    }
+}
+
+static refusal *refusal_of(warren_worker *w, const char *key, int add)
+{
+    for (size_t i = 0; i < REFUSALS; i++)
+        if (w->refused[i].key[0] != '\0' && strcmp(w->refused[i].key, key) == 0)
+            return &w->refused[i];
+    if (!add)
+        return NULL;
+    for (size_t i = 0; i < REFUSALS; i++)
+        if (w->refused[i].key[0] == '\0') {
+            snprintf(w->refused[i].key, sizeof(w->refused[i].key), "%s", key);
+            return &w->refused[i];
+        }
+    refusal *r = &w->refused[w->refused_next];
+    w->refused_next = (w->refused_next + 1) % REFUSALS;
+    memset(r, 0, sizeof(*r));
+    snprintf(r->key, sizeof(r->key), "%s", key);
+    return r;
+}
+
+/* Runs this worker cannot handle (judge: JUDGED_FOREIGN). A run that does not
+ * exist is dead-lettered at once, a stale copy (the run is not published)
+ * acknowledged; a published run is given back to its queue, so that a
+ * worker that knows its job takes it, FOREIGN_GIVE_BACKS times, each time
+ * held a little longer first (a run that comes straight back to this worker
+ * does not spin); then warren.refuse makes it dead with the reason, and its
+ * delivery is acknowledged: the run stops coming back (the reconciler
+ * republishes published runs only). */
+static void settle_foreign(warren_worker *w)
+{
+    int64_t now = warren__mono_ms();
+    fate *f = NULL;
+    size_t nf = 0, nforeign = 0;
+
+    for (size_t i = 0; i < w->pq_len; i++)
+        nforeign += warren__pq_at(w, i)->foreign != NULL;
+    if (nforeign == 0 || !warren__worker_store_ready(w))
+        return;
+    if ((f = calloc(nforeign, sizeof(*f))) == NULL)
+        return;
+    for (size_t i = 0; i < w->pq_len; i++) {
+        pend *p = warren__pq_at(w, i);
+        warren_error e = {0};
+        const char *key = p->msg.run_key;
+        if (p->foreign == NULL || p->picked || now < p->hold_until)
+            continue;
+        refusal *r = refusal_of(w, key, 1);
+        if (r->count > 0 && now - r->at_ms > FOREIGN_FORGET_MS)
+            r->count = 0; /* an old story (replayed since?): start again */
+        if (r->count < FOREIGN_GIVE_BACKS) {
+            if (r->count == 0) {
+                /* First sight: is it a run at all? */
+                warren_run_state rs;
+                int rc = warren_store_run_states(w->st, &key, 1, &rs, NULL, &e);
+                if (rc != 0) {
+                    warren__worker_store_failed(w, rc, &e, "read a run's state");
+                    break;
+                }
+                if (!rs.found || strcmp(rs.state, "published") != 0) {
+                    f[nf].what = rs.found ? FATE_ACK : FATE_DEAD_LETTER;
+                    f[nf].why = rs.found ? NULL : strdup(p->foreign);
+                    if (rs.found)
+                        w->stats.duplicates++;
+                    memset(r, 0, sizeof(*r));
+                    pend_take(p, &f[nf++].p);
+                    continue;
+                }
+            }
+            r->count++;
+            r->at_ms = now;
+            warren_log(w->lg, WARREN_LOG_WARN,
+                       "worker %s: giving %s back to its queue (%d of %d): %s", w->id, key,
+                       r->count, FOREIGN_GIVE_BACKS, p->foreign);
+            f[nf].what = FATE_GIVE_BACK;
+            pend_take(p, &f[nf++].p);
+            continue;
+        }
+        char state[16];
+        char *why = warren__fmt_error("%s; no worker of its queue took it after %d give-backs",
+                                      p->foreign, FOREIGN_GIVE_BACKS);
+        int rc = warren_store_refuse(w->st, key, w->id, why ? why : p->foreign, state,
+                                     sizeof(state), &e);
+        if (rc != 0) {
+            free(why);
+            warren__worker_store_failed(w, rc, &e, "refuse a run");
+            break;
+        }
+        warren_log(w->lg, WARREN_LOG_WARN, "worker %s: %s: %s (run %s)", w->id, key,
+                   why ? why : p->foreign,
+                   state[0] == '\0'             ? "does not exist"
+                   : strcmp(state, "dead") == 0 ? "now dead"
+                                                : state);
+        memset(r, 0, sizeof(*r));
+        if (state[0] == '\0') {
+            f[nf].what = FATE_DEAD_LETTER; /* not a run: its only trace is the dead letter */
+            f[nf].why = why;
+        } else {
+            f[nf].what = FATE_ACK; /* dead (its dead letter is in the outbox), or stale */
+            free(why);
+        }
+        pend_take(p, &f[nf++].p);
+    }
+    if (nf > 0)
+        pq_drop_picked(w);
+    settle_fates(w, f, nf);
+    free(f);
+}
+
+/* Deliveries claim_many gave no row for (un[0..n)): the database decides. A
+ * published run that is not due yet on the database's clock is held until
+ * its due time there (the estimate, or the message's due_at, was early); a
+ * run that does not exist is dead-lettered (a forged or corrupted message);
+ * everything else (finished, leased elsewhere, held back by its overlap
+ * policy, a stale copy of a retry or a run due beyond any early release) is
+ * acknowledged as a duplicate. Those to settle go into f (nf). Returns 0, or
+ * the store's error (then the deliveries stay in the FIFO, unpicked). */
+static int settle_unclaimed(warren_worker *w, pend **un, size_t n, fate *f, size_t *nf)
+{
+    const char **keys = calloc(n, sizeof(*keys));
+    warren_run_state *rs = calloc(n, sizeof(*rs));
+    warren_error e = {0};
+    warren_us db_now = 0;
+    int rc;
+
+    if (keys == NULL || rs == NULL) {
+        free(keys);
+        free(rs);
+        return WARREN_ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++)
+        keys[i] = un[i]->msg.run_key;
+    rc = warren_store_run_states(w->st, keys, n, rs, &db_now, &e);
+    if (rc != 0) {
+        for (size_t i = 0; i < n; i++)
+            un[i]->picked = 0;
+        warren__worker_store_failed(w, rc, &e, "read run states");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        pend *p = un[i];
+        if (rs[i].found && strcmp(rs[i].state, "published") == 0 && rs[i].due_at > db_now &&
+            rs[i].due_at <= db_now + hold_max_us(w)) {
+            warren_log(w->lg, WARREN_LOG_DEBUG,
+                       "worker %s: %s is due in %lld ms on the database's clock: held", w->id,
+                       p->msg.run_key, (long long)((rs[i].due_at - db_now) / 1000));
+            p->msg.due_at = rs[i].due_at; /* the database's word, not the body's */
+            p->picked = 0;
+            w->clock_at_ms = 1; /* the estimate was early: read the clock again */
+            continue;
+        }
+        if (!rs[i].found) {
+            f[*nf].what = FATE_DEAD_LETTER;
+            f[*nf].why = warren__fmt_error("no run %s in the database: not a run warren "
+                                           "published (a forged or corrupted message, or a "
+                                           "deleted run)",
+                                           p->msg.run_key);
+        } else {
+            w->stats.duplicates++;
+            warren_log(w->lg, WARREN_LOG_DEBUG,
+                       "worker %s: %s not claimable (%s: finished, leased elsewhere, held back or "
+                       "a stale copy); dropped",
+                       w->id, p->msg.run_key, rs[i].state);
+            f[*nf].what = FATE_ACK;
+        }
+        pend_take(p, &f[(*nf)++].p);
+    }
+out:
+    free(keys);
+    free(rs);
+    return rc;
+}
+
 /* Claims as many due deliveries as there are free slots, in one batch. */
 void warren__claim_pending(warren_worker *w)
 {
-    size_t n = (size_t)free_slots(w);
-    pend **batch = NULL;
+    size_t n;
+    pend **batch = NULL, **un = NULL;
     const char **keys = NULL;
     warren_claim *cl = NULL;
-    struct {
-        uint64_t tag, gen;
-    } *dups = NULL;
-    size_t ndups = 0;
+    fate *f = NULL;
+    size_t nf = 0, nun = 0;
     warren_error e = {0};
     int rc;
 
+    settle_foreign(w);
+    n = (size_t)free_slots(w);
     if (n > w->pq_len)
         n = w->pq_len;
     if (n == 0 || !warren__worker_store_ready(w))
@@ -296,7 +585,9 @@ void warren__claim_pending(warren_worker *w)
     batch = calloc(n, sizeof(*batch));
     keys = calloc(n, sizeof(*keys));
     cl = calloc(n, sizeof(*cl));
-    if (batch == NULL || keys == NULL || cl == NULL)
+    un = calloc(n, sizeof(*un));
+    f = calloc(n, sizeof(*f));
+    if (batch == NULL || keys == NULL || cl == NULL || un == NULL || f == NULL)
         goto out;
     if ((n = pick_due(w, n, batch)) == 0)
         goto out;
@@ -323,40 +614,26 @@ void warren__claim_pending(warren_worker *w)
         goto out; /* the deliveries stay unacknowledged and are claimed later */
     }
     warren__worker_store_ok(w);
-    /* Duplicates are acked after the FIFO is updated: an ack that finds the
-     * connection lost clears the FIFO (warren__worker_broker_lost), which must not happen
-     * while batch still points into it. */
-    dups = calloc(n, sizeof(*dups));
     for (size_t i = 0; i < n; i++) {
-        pend *p = batch[i];
-        if (cl[i].claimed) {
-            warren__slot_start(w, a_free_slot(w), p, &cl[i], sent);
-            continue;
-        }
-        w->stats.duplicates++;
-        warren_log(w->lg, WARREN_LOG_DEBUG,
-                   "worker %s: %s not claimable (finished, leased elsewhere or held back); "
-                   "dropped",
-                   w->id, p->msg.run_key);
-        if (dups != NULL) {
-            dups[ndups].tag = p->d.tag;
-            dups[ndups].gen = p->gen;
-            ndups++;
-        } else if (w->b != NULL) {
-            warren__ack(w, p->d.tag, p->gen, p->msg.run_key); /* out of memory: as before */
-        }
+        if (cl[i].claimed)
+            warren__slot_start(w, a_free_slot(w), batch[i], &cl[i], sent);
+        else
+            un[nun++] = batch[i];
     }
+    /* Never acknowledged as a duplicate on the strength of an estimate: ask. */
+    if (nun > 0)
+        settle_unclaimed(w, un, nun, f, &nf);
     pq_drop_picked(w);
-    for (size_t i = 0; i < ndups; i++)
-        warren__ack(w, dups[i].tag, dups[i].gen, NULL);
+    settle_fates(w, f, nf);
 out:
-    free(dups);
     if (cl != NULL)
         for (size_t i = 0; i < n; i++)
             warren_claim_clear(&cl[i]);
     free(batch);
     free(keys);
     free(cl);
+    free(un);
+    free(f);
 }
 
 /* Reads what the broker has (waiting up to wait_ms for the first). */
@@ -391,10 +668,21 @@ void warren__receive(warren_worker *w, int wait_ms, int stopping)
             pend_clear(&p);
             continue;
         }
-        if (judge(w, &p, why, sizeof(why)) != NULL) {
+        int verdict = judge(w, &p, why, sizeof(why));
+        if (verdict == JUDGED_BAD) {
             warren__dead_letter(w, &p.d, why);
             pend_clear(&p);
             continue;
+        }
+        if (verdict == JUDGED_FOREIGN) {
+            /* settle_foreign decides; one that came back is held first */
+            refusal *r = refusal_of(w, p.msg.run_key, 0);
+            p.hold_until = p.received_mono + (r != NULL ? r->count * FOREIGN_HOLD_MS : 0);
+            if ((p.foreign = strdup(why)) == NULL) {
+                warren__dead_letter(w, &p.d, why);
+                pend_clear(&p);
+                continue;
+            }
         }
         if (pq_push(w, &p) != 0) {
             warren_log(w->lg, WARREN_LOG_ERROR, "worker %s: out of memory queueing a delivery",

@@ -104,7 +104,17 @@ typedef struct pend {
     int answer_lost;          /* a claim of it failed, its fate unknown: it may be ours */
     int64_t answer_lost_mono; /* when that claim was sent */
     int picked;               /* in the claim batch being built */
+    char *foreign;            /* new: why this worker cannot run it (worker_claim.c) */
+    int64_t hold_until;       /* foreign: given back (or refused) from then (monotonic ms) */
 } pend;
+
+/* Runs this worker could not handle and gave back, by key (worker_claim.c). */
+#define REFUSALS 64
+typedef struct refusal {
+    char key[WARREN_RUN_KEY_MAX];
+    int count; /* times given back */
+    int64_t at_ms;
+} refusal;
 
 struct warren_worker {
     const warren_config *cfg;
@@ -134,6 +144,8 @@ struct warren_worker {
     warren_us next_due;  /* the earliest due time of those (0: none) */
     int64_t clock_off;   /* the database's clock (us) minus the monotonic one */
     int64_t clock_at_ms; /* when clock_off was measured (monotonic; 0: never) */
+    refusal refused[REFUSALS];
+    size_t refused_next; /* the entry replaced next when all are taken */
 
     int wake[2];      /* handler threads write a byte when done (non-blocking) */
     struct hpool *hp; /* persistent handler threads (c and sql handlers) */
@@ -181,6 +193,13 @@ void warren__receive(warren_worker *w, int wait_ms, int stopping);
 void warren__claim_pending(warren_worker *w);
 /* The database's now from the last reading of its clock (0: none yet). */
 warren_us warren__db_now_cached(const warren_worker *w);
+/* Takes a reading db of the database's clock between monotonic m0 and m1 (us)
+ * into *off (database minus monotonic): 1 if used; 0 if its round trip was
+ * too slow to trust (*off unchanged when have, else set to a value that is
+ * never ahead). */
+int warren__clock_reading(int64_t m0, int64_t m1, warren_us db, int have, int64_t *off);
+/* Round trip above which a clock reading is not used (us). */
+#define WARREN__CLOCK_RTT_MAX_US 20000
 /* Empties the pending FIFO (no acks: their connection is gone, or they were
  * given back). */
 void warren__pq_clear(warren_worker *w);

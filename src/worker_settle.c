@@ -19,7 +19,9 @@
 #include "worker_int.h"
 
 #define DEADLETTER_CONFIRM_MS 5000
-#define ACK_HOLD_MS 50 /* an ack behind an open delivery waits this long for it */
+#define DEADLETTER_OWN_HEADERS 4      /* error, dead-lettered-by, source queue, headers-dropped */
+#define DEADLETTER_HEADER_BYTES 65536 /* of the original's headers kept (frames are 128 KiB) */
+#define ACK_HOLD_MS 50                /* an ack behind an open delivery waits this long for it */
 
 /* ------------------------------------------------------------ acks, dead letters */
 
@@ -66,8 +68,14 @@ static void on_confirm(void *ud, uint64_t seq, warren_publish_status status)
  * fails, reject without requeue (the ready queue dead-letters it there too). */
 void warren__dead_letter(warren_worker *w, warren_delivery *d, const char *reason)
 {
-    warren_header hdrs[72];
-    size_t nh = 0;
+    /* The copy adds DEADLETTER_OWN_HEADERS to the original's: those are kept
+     * only while they leave room for ours within the broker's header count
+     * and DEADLETTER_HEADER_BYTES (a content header must fit in one frame),
+     * so the reason always goes out; what is dropped is counted in
+     * x-warren-headers-dropped. */
+    warren_header hdrs[WARREN_BROKER_MAX_HEADERS];
+    char ndropped[24];
+    size_t nh = 0, bytes = 0, dropped = 0;
     warren_error e = {0};
     uint64_t seq = 0;
     confirm_state cs = {0, 0};
@@ -76,16 +84,28 @@ void warren__dead_letter(warren_worker *w, warren_delivery *d, const char *reaso
     w->stats.dead_lettered++;
     warren_log(w->lg, WARREN_LOG_WARN, "worker %s: dead-lettering message %s from %s: %s", w->id,
                d->message_id ? d->message_id : "(no id)", d->queue ? d->queue : "?", reason);
-    for (size_t i = 0; i < d->nheaders && nh < 64; i++) {
+    for (size_t i = 0; i < d->nheaders; i++) {
+        size_t len = strlen(d->headers[i].key) + strlen(d->headers[i].value);
         if (strcmp(d->headers[i].key, "x-warren-error") == 0 ||
+            strcmp(d->headers[i].key, "x-warren-headers-dropped") == 0 ||
             strncmp(d->headers[i].key, "x-death", 7) == 0 ||
             strncmp(d->headers[i].key, "x-first-death", 13) == 0 ||
             strncmp(d->headers[i].key, "x-last-death", 12) == 0 ||
             strcmp(d->headers[i].key, "x-delivery-count") == 0)
             continue;
+        if (nh + DEADLETTER_OWN_HEADERS >= WARREN_BROKER_MAX_HEADERS ||
+            bytes + len > DEADLETTER_HEADER_BYTES) {
+            dropped++;
+            continue;
+        }
+        bytes += len;
         hdrs[nh++] = d->headers[i];
     }
     hdrs[nh++] = (warren_header){"x-warren-error", reason};
+    if (dropped > 0) {
+        snprintf(ndropped, sizeof(ndropped), "%zu", dropped);
+        hdrs[nh++] = (warren_header){"x-warren-headers-dropped", ndropped};
+    }
     hdrs[nh++] = (warren_header){"x-warren-dead-lettered-by", w->id};
     if (d->queue != NULL)
         hdrs[nh++] = (warren_header){"x-warren-source-queue", d->queue};

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <warren/broker.h>
+#include <warren/codec.h>
 
 #include "testenv.h"
 
@@ -935,6 +936,63 @@ START_TEST(test_delivery_with_out_of_range_timestamp_is_kept)
 }
 END_TEST
 
+/* A body over the consumer's limit is checked in the content header and
+ * never kept: the delivery comes with an empty body and its size, the
+ * connection stays in step (the next messages arrive whole). */
+START_TEST(test_body_over_the_limit_is_dropped_before_it_is_kept)
+{
+    warren_error err = {0};
+    char *url = NULL;
+    warren_broker *b = open_fresh(&url, 5);
+    warren_delivery d = {0};
+    size_t big = 2u * 1024 * 1024;
+    char *body = malloc(big);
+    warren_header h[1] = {{WARREN_QUEUE_HEADER, "default"}};
+    warren_message m = {.exchange = WARREN_READY_EXCHANGE,
+                        .routing_key = "default",
+                        .message_id = "big",
+                        .expiration_ms = -1,
+                        .headers = h,
+                        .nheaders = 1,
+                        .body = body,
+                        .body_len = big};
+    uint64_t seq = 0;
+    confirms c = {0};
+
+    ck_assert_ptr_nonnull(body);
+    memset(body, 'x', big);
+    ck_assert_int_eq(warren_broker_confirm_select(b, &err), 0);
+    ck_assert_int_eq(warren_broker_publish(b, &m, &seq, &err), 0);
+    publish_run(b, WARREN_READY_EXCHANGE, "default", "default", "small", -1, 0);
+    seq = publish_run(b, WARREN_READY_EXCHANGE, "default", "default", "after", -1, 0);
+    wait_all(b, seq, &c);
+    ck_assert_int_eq(warren_broker_set_max_body(b, WARREN_BROKER_MAX_BODY + 1, &err),
+                     WARREN_EINVAL);
+    ck_assert_int_eq(warren_broker_set_max_body(b, WARREN_MSG_MAX_BODY, &err), 0);
+    ck_assert_int_eq(warren_broker_consume(b, "warren.ready.default", &err), 0);
+    next_or_fail(b, 10000, &d);
+    ck_assert_str_eq(d.message_id, "big");
+    ck_assert_uint_eq(d.body_dropped, big);
+    ck_assert_uint_eq(d.body_len, 0);
+    ck_assert_ptr_nonnull(d.body);
+    ck_assert_str_eq(d.body, "");
+    ck_assert_str_eq(warren_delivery_header(&d, WARREN_QUEUE_HEADER), "default");
+    ck_assert_int_eq(warren_broker_ack(b, d.tag, &err), 0);
+    warren_delivery_clear(&d);
+    next_or_fail(b, 5000, &d);
+    ck_assert_str_eq(d.message_id, "small");
+    ck_assert_uint_eq(d.body_dropped, 0);
+    ck_assert_str_eq(d.body, "{\"run_key\":\"small\"}");
+    warren_delivery_clear(&d);
+    next_or_fail(b, 5000, &d);
+    ck_assert_str_eq(d.message_id, "after");
+    warren_delivery_clear(&d);
+    free(body);
+    free(url);
+    warren_broker_free(b);
+}
+END_TEST
+
 START_TEST(test_queue_count_missing_queue_is_enoent_and_consumers_survive)
 {
     warren_error err = {0};
@@ -1206,6 +1264,7 @@ static Suite *broker_suite(void)
     tcase_add_test(tc, test_queue_count_missing_queue_is_enoent_and_consumers_survive);
     tcase_add_test(tc, test_poll_reads_confirms_and_keeps_deliveries);
     tcase_add_test(tc, test_delivery_with_out_of_range_timestamp_is_kept);
+    tcase_add_test(tc, test_body_over_the_limit_is_dropped_before_it_is_kept);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("errors");

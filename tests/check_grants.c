@@ -447,6 +447,32 @@ START_TEST(test_grants_claims_asleep_until_due_are_bounded_per_login)
 }
 END_TEST
 
+START_TEST(test_grants_run_states_and_refuse_see_and_end_only_granted_queues)
+{
+    world w;
+    world_init(&w);
+    grant(&w, 0, "qa");
+    grant(&w, 1, "qb");
+    PGconn *c1 = connect_as(&w, 0), *c2 = connect_as(&w, 1);
+
+    /* Another team's run is as invisible as one that does not exist. */
+    ck_ask(c1, KA "|published",
+           "SELECT string_agg(run_key || '|' || state, ',' ORDER BY run_key) FROM "
+           "warren.run_states(ARRAY['" KA "', '" KB "'])");
+    ck_warned("run_states", "\"qb\"", KB, NULL);
+    ck_fails(c1, "SELECT warren.refuse('" KB "', 'w1', 'not mine')", "42501", w.login[0], "\"qb\"",
+             NULL);
+    ck_db(&w, "published", "SELECT state FROM warren.runs WHERE run_key = '" KB "'");
+    /* The login granted the queue can end it. */
+    ck_ask(c2, "dead", "SELECT warren.refuse('" KB "', 'w2', 'no handler here')");
+    ck_db(&w, "dead|no handler here",
+          "SELECT state || '|' || last_error FROM warren.runs WHERE run_key = '" KB "'");
+    PQfinish(c1);
+    PQfinish(c2);
+    world_close(&w);
+}
+END_TEST
+
 static Suite *grants_suite(void)
 {
     Suite *s = suite_create("grants");
@@ -455,6 +481,7 @@ static Suite *grants_suite(void)
     tcase_add_test(tc, test_grants_a_login_granted_queue_a_cannot_touch_queue_b);
     tcase_add_test(tc, test_grants_a_login_cannot_touch_another_logins_claim_of_its_own_queue);
     tcase_add_test(tc, test_grants_revoke_takes_effect_at_the_next_call);
+    tcase_add_test(tc, test_grants_run_states_and_refuse_see_and_end_only_granted_queues);
     suite_add_tcase(s, tc);
     tc = tcase_create("bounds");
     tcase_add_test(tc, test_grants_batch_sizes_and_worker_names_are_bounded_with_clear_errors);

@@ -29,6 +29,8 @@ static const struct {
     {"warren.complete_many(text[],integer[])", "warren_worker"},
     {"warren.heartbeat(text,integer)", "warren_worker"},
     {"warren.reclaim_many(text[],text,integer)", "warren_worker"},
+    {"warren.refuse(text,text,text)", "warren_worker"},
+    {"warren.run_states(text[])", "warren_worker"},
     /* The planner's and the operator's: their own connection (the owner). */
     {"warren.plan_note(text,text)", ""},
     {"warren.plan_utc(timestamp with time zone)", ""},
@@ -195,8 +197,8 @@ START_TEST(test_roles_security_definer_functions_pin_search_path)
                       PQgetvalue(res, i, 0));
     }
     /* claim, claim_many, reclaim_many, heartbeat, complete, complete_many,
-     * reap_expired_leases, replay. */
-    ck_assert_int_eq(ndefiner, 8);
+     * reap_expired_leases, replay, run_states, refuse. */
+    ck_assert_int_eq(ndefiner, 10);
     PQclear(res);
     PQfinish(c);
     free(url);

@@ -50,10 +50,8 @@ typedef struct warren_broker warren_broker;
  * least every 15 s.
  *
  * Timeouts: every wait is bounded (connect, login, RPCs, confirm_wait, next,
- * poll, and the socket taking a publish). The one wait without its own
- * deadline is rabbitmq-c reading the content frames the broker sends right
- * after a delivery or return; the heartbeat bounds it (no data for 60 s:
- * the connection is declared dead). */
+ * poll, the socket taking a publish, and each content frame the broker sends
+ * after a delivery or return: 10 s, then the connection is declared dead). */
 int warren_broker_open(const char *url, const warren_logger *lg, warren_broker **out,
                        warren_error *err);
 void warren_broker_free(warren_broker *b);
@@ -180,13 +178,22 @@ int warren_broker_delay_ring_queue(warren_broker *b, int64_t second, int ring, c
 int warren_broker_delay_ring_queue_typed(warren_broker *b, int64_t second, int ring, int type,
                                          char *name, size_t len, warren_error *err);
 
+/* Most headers a published message may carry, and kept of a consumed one. */
+#define WARREN_BROKER_MAX_HEADERS 64
+/* Longest body published, and the most of a consumed body kept (the default
+ * of warren_broker_set_max_body). */
+#define WARREN_BROKER_MAX_BODY (16u * 1024 * 1024)
+
 /* A consumed message. All strings and body are owned by the delivery (copied
  * out of rabbitmq-c's buffers); free with warren_delivery_clear. Header
  * values are their string form: strings as is (at most 64 KiB kept),
  * integers and timestamps decimal, booleans true/false; x-death (an array
  * of tables) summarised as "REASON QUEUE COUNT" entries joined by "; ";
- * tables and decimals are left out. At most 64 headers and 16 MiB of body
- * are kept. */
+ * tables and decimals are left out. At most WARREN_BROKER_MAX_HEADERS headers
+ * are kept. A body over the broker's limit (warren_broker_set_max_body) is
+ * not kept at all: its size is checked in the content header before anything
+ * is allocated, its frames are read and thrown away, and the delivery comes
+ * with an empty body and body_dropped = its size. */
 typedef struct warren_delivery {
     uint64_t tag; /* opaque: for warren_broker_ack/reject on this broker */
     int redelivered;
@@ -198,13 +205,20 @@ typedef struct warren_delivery {
     warren_us timestamp;
     warren_header *headers; /* owned copies */
     size_t nheaders;
-    char *body; /* NUL-terminated copy */
+    char *body; /* NUL-terminated copy ("" when dropped) */
     size_t body_len;
+    uint64_t body_dropped; /* > 0: a body of this many bytes arrived and was not kept */
 } warren_delivery;
 void warren_delivery_clear(warren_delivery *d);
 /* Value of header key in d, or NULL. */
 const char *warren_delivery_header(const warren_delivery *d, const char *key);
 
+/* The most bytes of a consumed body kept (default and at most
+ * WARREN_BROKER_MAX_BODY); a longer body is dropped (warren_delivery.body_dropped).
+ * The worker sets WARREN_MSG_MAX_BODY: a run message is never longer. A
+ * consumer's memory for bodies is then at most prefetch x bytes per consumer.
+ * Errors: WARREN_EINVAL (over WARREN_BROKER_MAX_BODY). */
+int warren_broker_set_max_body(warren_broker *b, size_t bytes, warren_error *err);
 /* Sets basic.qos prefetch for the channel. */
 int warren_broker_qos(warren_broker *b, int prefetch, warren_error *err);
 /* Starts consuming queue (full name; no-ack off; consumer tag = queue name).

@@ -48,11 +48,13 @@ BEGIN
 END
 $$;
 
--- The worker protocol (docs/worker-protocol.md): claim, heartbeat, complete
--- and their batch forms. Which runs a warren_worker login may work on with
+-- The worker protocol (docs/worker-protocol.md): claim, heartbeat, complete,
+-- their batch forms, and what a worker asks about deliveries it does not claim
+-- (run_states, refuse). Which runs a warren_worker login may work on with
 -- them (the queues in warren.worker_grants, its own claims) is checked inside
 -- each (access.sql); the table itself is the owner's (`warren grant`).
 GRANT EXECUTE ON FUNCTION warren.claim(text, text), warren.heartbeat(text, int),
     warren.complete(text, int, text, text), warren.claim_many(text[], text),
-    warren.complete_many(text[], int[]), warren.reclaim_many(text[], text, int)
+    warren.complete_many(text[], int[]), warren.reclaim_many(text[], text, int),
+    warren.run_states(text[]), warren.refuse(text, text, text)
     TO warren_worker;
