@@ -49,5 +49,6 @@ int cli_run(int argc, char **argv);      /* cli_worker.c */
 int cli_replay(int argc, char **argv);   /* cli_worker.c */
 int cli_runs(int argc, char **argv);     /* cli_worker.c */
 int cli_show(int argc, char **argv);     /* cli_worker.c */
+int cli_jobs(int argc, char **argv);     /* cli_jobs.c */
 
 #endif

@@ -24,6 +24,7 @@ static const struct {
     {"replay", cli_replay, "send dead runs back to planned under the same run key"},
     {"runs", cli_runs, "list runs"},
     {"show", cli_show, "show one run with its history"},
+    {"jobs", cli_jobs, "list jobs: schedule, next fire time, paused, broken"},
 };
 
 static void usage(FILE *f)
