@@ -293,6 +293,17 @@ static int relay_batch(warren_relay *r, int64_t lead_ms, size_t *got, int *publi
      * channel, which must not happen while this batch's confirms are pending. */
     for (size_t i = 0; i < n; i++) {
         int ok = 1;
+        if (rows[i].invalid) {
+            const char *e = "its scheduled_at or due_at is not a finite instant";
+            warren_log(r->lg, WARREN_LOG_ERROR,
+                       "run %s cannot be published: %s; recorded dead with a dead letter",
+                       rows[i].run_key, e);
+            (*unpublishable)++;
+            status[i] = 1;
+            if ((rc = warren_plan_mark_unpublishable(r->st, rows[i].run_key, e, err)) != 0)
+                goto done;
+            continue;
+        }
         /* a delay queue's dead letters would go nowhere: checked first */
         if (release_at(r, rows[i].due_at) > db_now + (warren__mono_us() - t_sel)) {
             ok = ready_exists(r, rows[i].queue, err);

@@ -126,10 +126,16 @@ static const char SQL_MARK_BROKEN[] =
     "'broken_since', warren.plan_utc(b.since), 'at', warren.plan_utc(now())) "
     "FROM b WHERE b.was IS DISTINCT FROM b.reason";
 
+/* A time that is not a finite instant ('-infinity' written into the table)
+ * comes back NULL: the row is recorded as unpublishable (relay.c) instead of
+ * failing the select, and with it the relay, on every pass. */
 static const char SQL_RELAY_SELECT[] =
     "SELECT r.run_key, r.job, j.queue, COALESCE(r.payload, j.payload)::text, "
-    "(extract(epoch FROM r.scheduled_at) * 1000000)::bigint, "
-    "(extract(epoch FROM r.due_at) * 1000000)::bigint, r.attempt, "
+    "CASE WHEN isfinite(r.scheduled_at) THEN (extract(epoch FROM r.scheduled_at) * "
+    "1000000)::bigint "
+    "END, "
+    "CASE WHEN isfinite(r.due_at) THEN (extract(epoch FROM r.due_at) * 1000000)::bigint END, "
+    "r.attempt, "
     "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint "
     "FROM warren.runs r JOIN warren.jobs j ON j.name = r.job "
     "WHERE r.state IN ('planned', 'retrying') "
@@ -703,9 +709,11 @@ int warren_plan_relay_select(warren_store *st, int64_t lead_ms, int limit, warre
         r->job = dup_or_null(warren__store_get_text(res, i, 1));
         r->queue = dup_or_null(warren__store_get_text(res, i, 2));
         r->payload = dup_or_null(warren__store_get_text(res, i, 3));
+        if (PQgetisnull(res, i, 4) || PQgetisnull(res, i, 5))
+            r->invalid = 1;
         if (!r->run_key || !r->job || !r->queue || !r->payload ||
-            warren__store_get_us(res, i, 4, &r->scheduled_at) != 0 ||
-            warren__store_get_us(res, i, 5, &r->due_at) != 0 ||
+            (!r->invalid && (warren__store_get_us(res, i, 4, &r->scheduled_at) != 0 ||
+                             warren__store_get_us(res, i, 5, &r->due_at) != 0)) ||
             warren__store_get_int(res, i, 6, &r->attempt) != 0 ||
             (i == 0 && warren__store_get_us(res, i, 7, now) != 0)) {
             warren_plan_relay_rows_free(out, (size_t)nr);

@@ -120,6 +120,7 @@ typedef struct warren_relay_row {
     warren_us scheduled_at;
     warren_us due_at;
     int attempt;
+    int invalid; /* scheduled_at or due_at is not a finite instant (both then 0) */
 } warren_relay_row;
 void warren_plan_relay_rows_free(warren_relay_row *rows, size_t n);
 

@@ -288,6 +288,39 @@ START_TEST(test_unpublishable_run_is_dead_lettered_and_the_batch_goes_on)
 }
 END_TEST
 
+/* A run whose due time is not an instant ('-infinity', written straight into
+ * the table) sorts first and used to fail every relay select: now it is
+ * recorded dead with the reason and the runs behind it go out. */
+START_TEST(test_run_due_at_minus_infinity_does_not_block_the_relay)
+{
+    env e = env_new();
+    warren_config c = test_config();
+    warren_planner *p = planner_new(&e, &c);
+    warren_broker *b = consumer(&e, "warren.ready.q");
+    warren_delivery d = {0};
+    warren_error err = {0};
+
+    testenv_psql(e.db,
+                 "INSERT INTO warren.runs (job, scheduled_at, due_at) VALUES "
+                 "('j', '2026-01-02T03:04:01Z', '-infinity'), "
+                 "('j', '2026-01-02T03:04:02Z', '2026-01-02T03:04:02Z')",
+                 NULL);
+    ck_assert_msg(warren_planner_tick(p, &err) == 0, "tick: %s", err.message);
+    ck_assert(next_msg(b, &d, 5000));
+    ck_assert_str_eq(d.message_id, "j@2026-01-02T03:04:02Z");
+    warren_broker_ack(b, d.tag, NULL);
+    warren_delivery_clear(&d);
+    char *why = testenv_sql1(e.db, "SELECT state || ': ' || last_error FROM warren.runs WHERE "
+                                   "scheduled_at = '2026-01-02T03:04:01Z'");
+    ck_assert_msg(why != NULL && strstr(why, "dead: ") && strstr(why, "not a finite instant"),
+                  "run: %s", why ? why : "(null)");
+    free(why);
+    warren_broker_free(b);
+    warren_planner_free(p);
+    env_free(&e);
+}
+END_TEST
+
 /* Outbox rows that cannot be published as written (70 headers, more than
  * an AMQP message may carry here; a header whose value is JSON null) do not
  * stop the rows behind them: the first goes to warren.dead in a form that
@@ -779,6 +812,7 @@ static Suite *relay_suite(void)
     tcase_add_test(tc, test_release_lead_releases_runs_that_long_before_due);
     tcase_add_test(tc, test_release_lead_needs_migration_009);
     tcase_add_test(tc, test_unpublishable_run_is_dead_lettered_and_the_batch_goes_on);
+    tcase_add_test(tc, test_run_due_at_minus_infinity_does_not_block_the_relay);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
 
