@@ -431,6 +431,23 @@ static int plan_job(warren_planner *p, const warren_plan_job *j, warren_us now, 
     char a[WARREN_TIME_BUF], b[WARREN_TIME_BUF], thr[32], note[1024], brk[600] = "";
 
     memset(jp, 0, sizeof(*jp));
+    if (j->cursor_invalid) {
+        set_broken(j, now,
+                   "its cursor next_fire_at is -infinity, not an instant: set it to the first "
+                   "fire time to plan, or to NULL (from now)",
+                   jp);
+        jp->has_cursor = 0;
+        return 0;
+    }
+    if (strcmp(j->misfire, "run_once") != 0 && strcmp(j->misfire, "skip") != 0 &&
+        strcmp(j->misfire, "catch_up") != 0) {
+        snprintf(note, sizeof(note),
+                 "unknown misfire policy \"%.100s\" (written by a newer warren? upgrade this "
+                 "planner)",
+                 j->misfire);
+        set_broken(j, now, note, jp);
+        return 0;
+    }
     if ((rc = warren_schedule_new(p->tzdb, j->name, j->kind, j->expression, j->timezone, &s, &e)) !=
         0) {
         if (rc == WARREN_ENOMEM)

@@ -58,11 +58,16 @@ static const char SQL_LEASE_RELEASE[] =
 
 static const char SQL_MEMBER_DELETE[] = "DELETE FROM warren.planners WHERE owner = $1";
 
+/* A cursor of '-infinity' is no instant: column 14 says so (the planner marks
+ * the job broken) instead of failing the whole select. */
 #define JOB_COLS                                                                                   \
     "j.name, j.schedule_kind, j.expression, j.timezone, j.queue, j.misfire, j.max_catch_up, "      \
-    "j.jitter_ms, CASE WHEN j.next_fire_at IS NULL OR j.next_fire_at = 'infinity' THEN NULL "      \
-    "ELSE " US("j.next_fire_at") " END, j.paused, j.removed, j.next_fire_at = 'infinity', "        \
-                                 "j.broken_reason, " US("j.broken_since")
+    "j.jitter_ms, CASE WHEN j.next_fire_at IS NULL OR NOT isfinite(j.next_fire_at) THEN NULL "     \
+    "ELSE " US(                                                                                    \
+        "j.next_fire_at") " END, j.paused, j.removed, j.next_fire_at = 'infinity', "               \
+                          "j.broken_reason, CASE WHEN isfinite(j.broken_since) THEN " US(          \
+                              "j.broken_since") " END, "                                           \
+                                                "coalesce(j.next_fire_at = '-infinity', false)"
 
 static const char SQL_LOCK_LEASES[] =
     "SELECT coalesce(array_agg(partition), '{}') FROM (SELECT partition FROM warren.planner_leases "
@@ -470,6 +475,8 @@ static int read_job(const PGresult *res, int i, warren_plan_job *j)
         return -1;
     if (warren__store_get_us(res, i, 13, &j->broken_since) != 0)
         j->broken_since = 0;
+    if (warren__store_get_bool(res, i, 14, &j->cursor_invalid) != 0)
+        return -1;
     return 0;
 }
 
@@ -508,7 +515,7 @@ int warren_plan_lock_due_jobs(warren_store *st, const char *owner, int64_t horiz
         PQclear(res);
         return oom(err);
     }
-    if (warren__store_get_us(res, 0, 14, now) != 0 && rows > 0)
+    if (warren__store_get_us(res, 0, 15, now) != 0 && rows > 0)
         goto bad;
     for (int i = 0; i < rows; i++) {
         if (read_job(res, i, &out[i]) != 0) {

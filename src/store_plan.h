@@ -59,6 +59,7 @@ typedef struct warren_plan_job {
     int removed;
     char *broken_reason;    /* NULL: not broken (see warren_plan_mark_broken) */
     warren_us broken_since; /* 0 when not broken */
+    int cursor_invalid;     /* next_fire_at is '-infinity' (has_next is 0) */
 } warren_plan_job;
 void warren_plan_job_clear(warren_plan_job *j);
 void warren_plan_jobs_free(warren_plan_job *jobs, size_t n);

@@ -1068,6 +1068,35 @@ START_TEST(test_broken_expression_from_a_newer_version_is_kept_and_replanned)
 }
 END_TEST
 
+/* A job row this planner cannot act on (its cursor is '-infinity', its
+ * misfire policy one a newer warren added) is marked broken with the reason;
+ * the other jobs of the batch are planned as usual. */
+START_TEST(test_unusable_job_row_is_marked_broken_and_the_batch_goes_on)
+{
+    env e = env_new();
+    warren_config c = test_config(4);
+    warren_planner *p;
+
+    testenv_psql(e.db, "ALTER TABLE warren.jobs DROP CONSTRAINT jobs_misfire_check", NULL);
+    add_job(&e, "inf", "every", "10s", ", next_fire_at", ", '-infinity'", 4);
+    add_job(&e, "newer", "every", "10s", ", misfire", ", 'latest_only'", 4);
+    add_job(&e, "fine", "every", "10s", NULL, NULL, 4);
+    p = planner_new(&e, &c);
+    tick(p);
+    ck_assert_int_ge(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'fine'"), 1);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job <> 'fine'"), 0);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE name = 'inf' AND "
+                                  "next_fire_at = '-infinity' AND broken_reason LIKE "
+                                  "'%-infinity%'"),
+                     1);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE name = 'newer' AND "
+                                  "broken_reason LIKE '%misfire policy \"latest_only\"%'"),
+                     1);
+    warren_planner_free(p);
+    env_free(&e);
+}
+END_TEST
+
 static Suite *planner_suite(void)
 {
     Suite *s = suite_create("planner");
@@ -1116,6 +1145,7 @@ static Suite *planner_suite(void)
     tc = tcase_create("broken");
     tcase_add_test(tc, test_broken_zone_keeps_cursor_marks_job_and_misfire_plans_after_repair);
     tcase_add_test(tc, test_broken_expression_from_a_newer_version_is_kept_and_replanned);
+    tcase_add_test(tc, test_unusable_job_row_is_marked_broken_and_the_batch_goes_on);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
     return s;
