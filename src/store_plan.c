@@ -80,7 +80,8 @@ static const char SQL_LOCK_DUE_JOBS[] =
                      "WHERE j.partition = ANY($1::int[]) AND NOT j.paused AND NOT j.removed "
                      "AND (j.next_fire_at IS NULL OR j.next_fire_at <= now() + $2::bigint * "
                      "interval '1 millisecond') "
-                     "AND (j.broken_retry_at IS NULL OR j.broken_retry_at <= now()) "
+                     "AND (j.broken_retry_at IS NULL OR j.broken_retry_at <= now() "
+                     "OR j.updated_at > j.broken_since) "
                      "ORDER BY j.next_fire_at NULLS FIRST, j.name LIMIT $3::int "
                      "FOR UPDATE OF j SKIP LOCKED";
 
@@ -110,15 +111,18 @@ static const char SQL_ADVANCE[] =
     "warren.plan_utc(a.since), 'error', a.was, 'at', warren.plan_utc(now())) "
     "FROM a WHERE a.was IS NOT NULL";
 
-/* Broken jobs (docs/delivery.md, "Broken jobs"): the reason, since when, the
+/* Broken jobs (docs/delivery.md, "Broken jobs"): the reason, since when (a
+ * job changed since it broke, by sync, pause or resume, breaks anew), the
  * next try after a backoff of the time broken so far (5 s doubling to 60 s);
  * the cursor stays (a NULL u.cursor) or is set where planning stopped. A new
  * reason is an event job.broken.<job> on warren.events. */
 static const char SQL_MARK_BROKEN[] =
     "WITH b AS (UPDATE warren.jobs j SET broken_reason = u.reason, "
-    "broken_since = coalesce(o.broken_since, now()), "
+    "broken_since = CASE WHEN o.broken_since IS NULL OR o.updated_at > o.broken_since "
+    "THEN now() ELSE o.broken_since END, "
     "broken_retry_at = now() + least(interval '60 s', greatest(interval '5 s', "
-    "now() - coalesce(o.broken_since, now()))), "
+    "now() - CASE WHEN o.broken_since IS NULL OR o.updated_at > o.broken_since "
+    "THEN now() ELSE o.broken_since END)), "
     "next_fire_at = coalesce(u.cursor, o.next_fire_at) "
     "FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS u(name, reason, cursor) "
     "JOIN warren.jobs o ON o.name = u.name WHERE j.name = u.name "

@@ -66,7 +66,8 @@ void warren_plan_jobs_free(warren_plan_job *jobs, size_t n);
 
 /* Inside a transaction: locks up to limit jobs of partitions leased (and not
  * expired) by owner that are not paused/removed and have a next_fire_at NULL
- * or <= now + horizon_ms and are not broken with a retry time still ahead,
+ * or <= now + horizon_ms and are not broken with a retry time still ahead
+ * (unless changed since they broke),
  * with FOR UPDATE SKIP LOCKED (and FOR SHARE on the
  * lease rows, so the lease cannot change hands before commit). *jobs is new
  * (warren_plan_jobs_free), *now gets the transaction's now(). */
@@ -105,7 +106,9 @@ int warren_plan_advance(warren_store *st, const char *const *names, const warren
  * backoff of the time it has been broken (5 s doubling to 60 s). The cursor
  * stays, unless has_cursor[i]: then it becomes cursors[i]. A new or changed
  * reason writes the event job.broken.<job> to the outbox. Inside the
- * materialise transaction. */
+ * materialise transaction. A job changed after it broke (updated_at, set by
+ * sync, pause and resume) is locked again at once, and if it is still broken
+ * its broken_since starts again. */
 int warren_plan_mark_broken(warren_store *st, const char *const *names, const char *const *reasons,
                             const warren_us *cursors, const int *has_cursor, size_t n,
                             warren_error *err);
