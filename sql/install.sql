@@ -18,6 +18,7 @@ SELECT pg_advisory_xact_lock(8243214190722195001) AS locked \gset
 \ir migrations/007_retry_wakes_the_relay.sql
 \ir migrations/008_reclaim_lost_claims.sql
 \ir migrations/009_claim_waits_until_due.sql
+\ir migrations/010_jobs_broken.sql
 \ir migrations/011_worker_grants.sql
 
 \ir functions.sql

@@ -51,5 +51,6 @@ int cli_runs(int argc, char **argv);     /* cli_worker.c */
 int cli_show(int argc, char **argv);     /* cli_worker.c */
 int cli_grant(int argc, char **argv);    /* cli_grant.c */
 int cli_revoke(int argc, char **argv);   /* cli_grant.c */
+int cli_jobs(int argc, char **argv);     /* cli_jobs.c */
 
 #endif

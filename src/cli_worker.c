@@ -477,7 +477,11 @@ int cli_show(int argc, char **argv)
         char t[WARREN_TIME_BUF];
         const warren_ops_run *r = &d.run;
         printf("run          %s\n", r->run_key);
-        printf("job          %s\n", r->job);
+        if (d.job_broken_reason != NULL)
+            printf("job          %s (broken since %s: %s)\n", r->job,
+                   utc(d.job_broken_since, t, sizeof(t)), d.job_broken_reason);
+        else
+            printf("job          %s\n", r->job);
         printf("state        %s\n", r->state);
         printf("origin       %s\n", r->origin);
         printf("attempt      %d\n", r->attempt);

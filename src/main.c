@@ -26,6 +26,7 @@ static const struct {
     {"show", cli_show, "show one run with its history"},
     {"grant", cli_grant, "let a worker login work on queues (or list grants)"},
     {"revoke", cli_revoke, "take queues away from a worker login"},
+    {"jobs", cli_jobs, "list jobs: schedule, next fire time, paused, broken"},
 };
 
 static void usage(FILE *f)

@@ -1,5 +1,5 @@
 /* ops.c: the operator's operations behind the admin commands: trigger, pause,
- * resume, backfill, replay, runs, show (contracts in include/warren/ops.h).
+ * resume, backfill, replay, runs, show, jobs (contracts in include/warren/ops.h).
  * Its SQL is here as named constants; like the store_*.c files it reaches
  * libpq only through store_int.h's helpers, so libpq errors are still
  * translated in store.c alone. The planner's job read and run insert are
@@ -78,6 +78,21 @@ static const char SQL_RUNS[] = "SELECT " RUN_COLUMNS " FROM warren.runs "
                                "state = $2) ORDER BY scheduled_at DESC, job LIMIT $3::int";
 
 static const char SQL_SHOW[] = "SELECT " RUN_COLUMNS " FROM warren.runs WHERE run_key = $1";
+
+static const char SQL_JOB_BROKEN[] =
+    "SELECT broken_reason, " US("broken_since") " FROM warren.jobs WHERE name = $1 "
+                                                "AND broken_reason IS NOT NULL";
+
+static const char SQL_JOBS[] =
+    "SELECT name, schedule_kind, expression, timezone, queue, misfire, "
+    "CASE WHEN next_fire_at IS NULL OR NOT isfinite(next_fire_at) THEN NULL "
+    "ELSE " US("next_fire_at") " END, next_fire_at = 'infinity', paused, removed, "
+                               "broken_reason, " US("broken_since") ", " US(
+                                   "broken_retry_at") " FROM warren.jobs "
+                                                      "WHERE (NOT $1::boolean OR broken_reason IS "
+                                                      "NOT NULL) ORDER BY name "
+                                                      "LIMIT CASE WHEN $2::int > 0 THEN $2::int "
+                                                      "END";
 
 static const char SQL_ATTEMPTS[] =
     "SELECT attempt, worker, outcome, error, started_at, finished_at FROM warren.attempts "
@@ -580,6 +595,7 @@ void warren_ops_run_detail_clear(warren_ops_run_detail *d)
     if (d == NULL)
         return;
     warren_ops_run_clear(&d->run);
+    free(d->job_broken_reason);
     for (size_t i = 0; i < d->nattempts; i++) {
         free(d->attempts[i].worker);
         free(d->attempts[i].outcome);
@@ -629,6 +645,94 @@ int warren_ops_show(warren_store *st, const char *run_key, warren_ops_run_detail
         a->started_at = get_us0(res, i, 4);
         a->finished_at = get_us0(res, i, 5);
         out->nattempts++;
+    }
+    PQclear(res);
+    {
+        const char *jp[1] = {out->run.job};
+        rc = warren__store_exec(st, SQL_JOB_BROKEN, 1, jp, &res, "read the run's job", err);
+    }
+    if (rc != 0) {
+        warren_ops_run_detail_clear(out);
+        return rc;
+    }
+    if (PQntuples(res) == 1) {
+        out->job_broken_reason = dup_or_null(warren__store_get_text(res, 0, 0));
+        out->job_broken_since = get_us0(res, 0, 1);
+    }
+    PQclear(res);
+    return 0;
+}
+
+/* ------------------------------------------------------------------- jobs */
+
+static void job_clear(warren_ops_job *j)
+{
+    free(j->name);
+    free(j->kind);
+    free(j->expression);
+    free(j->timezone);
+    free(j->queue);
+    free(j->misfire);
+    free(j->broken_reason);
+    memset(j, 0, sizeof(*j));
+}
+
+void warren_ops_jobs_free(warren_ops_job *rows, size_t n)
+{
+    if (rows == NULL)
+        return;
+    for (size_t i = 0; i < n; i++)
+        job_clear(&rows[i]);
+    free(rows);
+}
+
+int warren_ops_jobs(warren_store *st, const warren_ops_jobs_query *q, warren_ops_job **rows,
+                    size_t *n, warren_error *err)
+{
+    static const warren_ops_jobs_query all = {0};
+    PGresult *res = NULL;
+    char lbuf[24];
+    const char *params[2];
+    int rc, nt;
+
+    *rows = NULL;
+    *n = 0;
+    if (q == NULL)
+        q = &all;
+    params[0] = q->broken_only ? "true" : "false";
+    params[1] = warren__store_int_param(q->limit > 0 ? q->limit : 0, lbuf, sizeof(lbuf));
+    rc = warren__store_exec(st, SQL_JOBS, 2, params, &res, "list jobs", err);
+    if (rc != 0)
+        return rc;
+    nt = PQntuples(res);
+    if (nt > 0 && (*rows = calloc((size_t)nt, sizeof(**rows))) == NULL) {
+        PQclear(res);
+        return oom(err);
+    }
+    for (int i = 0; i < nt; i++) {
+        warren_ops_job *j = &(*rows)[i];
+        j->name = dup_or_null(warren__store_get_text(res, i, 0));
+        j->kind = dup_or_null(warren__store_get_text(res, i, 1));
+        j->expression = dup_or_null(warren__store_get_text(res, i, 2));
+        j->timezone = dup_or_null(warren__store_get_text(res, i, 3));
+        j->queue = dup_or_null(warren__store_get_text(res, i, 4));
+        j->misfire = dup_or_null(warren__store_get_text(res, i, 5));
+        j->next_fire_at = get_us0(res, i, 6);
+        warren__store_get_bool(res, i, 7, &j->exhausted);
+        warren__store_get_bool(res, i, 8, &j->paused);
+        warren__store_get_bool(res, i, 9, &j->removed);
+        j->broken_reason = dup_or_null(warren__store_get_text(res, i, 10));
+        j->broken_since = get_us0(res, i, 11);
+        j->broken_retry_at = get_us0(res, i, 12);
+        (*n)++;
+        if (!j->name || !j->kind || !j->expression || !j->timezone || !j->queue || !j->misfire ||
+            (!PQgetisnull(res, i, 10) && j->broken_reason == NULL)) {
+            warren_ops_jobs_free(*rows, *n);
+            *rows = NULL;
+            *n = 0;
+            PQclear(res);
+            return oom(err);
+        }
     }
     PQclear(res);
     return 0;

@@ -30,8 +30,6 @@
 #define MAX_MISSED_SCAN 1000000
 /* Skipped rows written per job and tick (the last one's note counts the rest). */
 #define MAX_SKIPPED_ROWS 1000
-/* A job whose schedule cannot be computed is looked at again after this. */
-#define BROKEN_JOB_RETRY_US (INT64_C(600) * WARREN_US_PER_S)
 /* The reconciler runs at most this often. */
 #define RECONCILE_EVERY_MS 5000
 #define RECONCILE_LIMIT 1000
@@ -257,6 +255,15 @@ int warren_planner_new(const warren_config *cfg, const char *store_url, const ch
             p->pc.release_lead_ms = 0;
         }
     }
+    /* Broken jobs (migration 010): the planner's job queries read their mark. */
+    if ((rc = warren_store_has_migration(p->st, 10, err)) < 0)
+        goto fail;
+    if (rc == 0) {
+        rc = warren_error_set(err, WARREN_ECONFIG,
+                              "the database lacks migration 010 (broken jobs), which this planner "
+                              "needs: run `warren migrate` first");
+        goto fail;
+    }
     if ((rc = connect_broker(p, err)) != 0)
         goto fail;
     if ((rc = warren_relay_new(p->st, p->b, &p->pc, lg, &p->relay, err)) != 0)
@@ -373,30 +380,85 @@ static char *fmt_s(int64_t s, char *buf)
     return warren_time_format(s * WARREN_US_PER_S, buf, WARREN_TIME_BUF);
 }
 
+/* Drops the rows from index from on (a job's rows of this tick). */
+static void runvec_truncate(runvec *rv, size_t from)
+{
+    while (rv->n > from)
+        free(rv->notes[--rv->n]);
+}
+
+/* What plan_job decided for one job. */
+typedef struct job_plan {
+    warren_us cursor; /* the new next_fire_at */
+    int never;        /* the schedule is exhausted: 'infinity' */
+    int broken;       /* its fire times could not be computed: why */
+    int has_cursor;   /* broken: set next_fire_at to cursor (else it stays) */
+    char why[400];
+} job_plan;
+
+/* Marks jp broken: the cursor stays where it is, or, for a job never planned
+ * (NULL cursor, "from now"), becomes now, so that the fire times from here on
+ * are planned (through the misfire policy) once the cause is gone. A one-shot
+ * job's NULL cursor already means "from the beginning". */
+static void set_broken(const warren_plan_job *j, warren_us now, const char *why, job_plan *jp)
+{
+    jp->broken = 1;
+    snprintf(jp->why, sizeof(jp->why), "%s", why);
+    jp->has_cursor = !j->has_next && strcmp(j->kind, "at") != 0;
+    jp->cursor = now;
+}
+
 /* Fire times of one job from its cursor up to now + horizon, with the misfire
- * policy applied to those older than the threshold. *cursor gets the new
- * next_fire_at (*never = 1: the schedule is exhausted). */
+ * policy applied to those older than the threshold. jp gets the new cursor
+ * (never = 1: the schedule is exhausted), or broken = 1 when the schedule
+ * cannot be computed (an unreadable zone file, too many open files, an
+ * expression this version cannot parse): then no fire time is skipped over,
+ * the rows computed before the failure are kept only if they leave no gap,
+ * and the caller marks the job broken. Returns nonzero only for errors that
+ * end the batch (out of memory). */
 static int plan_job(warren_planner *p, const warren_plan_job *j, warren_us now, runvec *rv,
-                    warren_us *cursor, int *never, warren_error *err)
+                    job_plan *jp, warren_error *err)
 {
     warren_schedule *s = NULL;
     warren_error e = {0};
-    int64_t t, jit, first = 0, last = 0, nmissed = 0, made = 0;
+    int64_t t, jit, first = 0, last = 0, nmissed = 0, made = 0, last_ontime = 0;
     int64_t horizon_end = now + p->pc.horizon_ms * 1000;
     int64_t miss_before = now - p->pc.misfire_threshold_ms * 1000;
     unsigned flags = 0;
-    int rc, exhausted = 0, deferred = 0;
-    char a[WARREN_TIME_BUF], b[WARREN_TIME_BUF], thr[32], note[512];
+    int rc, exhausted = 0, deferred = 0, ontime = 0;
+    size_t rv_start = rv->n;
+    uint64_t skipped_before = p->stats.runs_skipped;
+    char a[WARREN_TIME_BUF], b[WARREN_TIME_BUF], thr[32], note[1024], brk[600] = "";
 
-    *never = 0;
-    if (warren_schedule_new(p->tzdb, j->name, j->kind, j->expression, j->timezone, &s, &e) != 0) {
-        warren_log(p->lg, WARREN_LOG_ERROR,
-                   "job %s: cannot compute its fire times: %s; not planned (looked at again in "
-                   "10 min)",
-                   j->name, e.message);
-        *cursor = now + BROKEN_JOB_RETRY_US;
+    memset(jp, 0, sizeof(*jp));
+    if (j->cursor_invalid) {
+        set_broken(j, now,
+                   "its cursor next_fire_at is -infinity, not an instant: set it to the first "
+                   "fire time to plan, or to NULL (from now)",
+                   jp);
+        jp->has_cursor = 0;
         return 0;
     }
+    if (strcmp(j->misfire, "run_once") != 0 && strcmp(j->misfire, "skip") != 0 &&
+        strcmp(j->misfire, "catch_up") != 0) {
+        snprintf(note, sizeof(note),
+                 "unknown misfire policy \"%.100s\" (written by a newer warren? upgrade this "
+                 "planner)",
+                 j->misfire);
+        set_broken(j, now, note, jp);
+        return 0;
+    }
+    if ((rc = warren_schedule_new(p->tzdb, j->name, j->kind, j->expression, j->timezone, &s, &e)) !=
+        0) {
+        if (rc == WARREN_ENOMEM)
+            return warren_error_set(err, rc, "%s", e.message);
+        set_broken(j, now, e.message, jp);
+        return 0;
+    }
+    if (j->broken_reason != NULL)
+        /* planned again after a break: the notes of what it missed say why */
+        snprintf(brk, sizeof(brk), "; the job was broken since %s: %.400s",
+                 warren_time_format(j->broken_since, a, sizeof(a)), j->broken_reason);
     jit = warren_jitter_offset_s(j->name, j->jitter_ms);
     warren_duration_format(p->pc.misfire_threshold_ms, thr, sizeof(thr));
     /* The cursor is the first fire time not yet materialised (NULL: start
@@ -427,8 +489,8 @@ static int plan_job(warren_planner *p, const warren_plan_job *j, warren_us now, 
         if (is_catch && nmissed <= cap) {
             snprintf(note, sizeof(note),
                      "misfire catch_up: fire time missed by more than %s; run late (planned at "
-                     "%s)",
-                     thr, warren_time_format(now, a, sizeof(a)));
+                     "%s)%s",
+                     thr, warren_time_format(now, a, sizeof(a)), brk);
             if ((rc = runvec_add(rv, j->name, t, jit, "planned", "misfire", note, err)) != 0)
                 goto out;
             made++;
@@ -436,13 +498,13 @@ static int plan_job(warren_planner *p, const warren_plan_job *j, warren_us now, 
             if (is_skip)
                 snprintf(note, sizeof(note),
                          "misfire skip: fire time missed by more than %s (planner behind or job "
-                         "paused); skipped",
-                         thr);
+                         "paused); skipped%s",
+                         thr, brk);
             else
                 snprintf(note, sizeof(note),
                          "misfire catch_up: over max_catch_up (%d missed runs already run late); "
-                         "skipped",
-                         j->max_catch_up);
+                         "skipped%s",
+                         j->max_catch_up, brk);
             if ((rc = runvec_add(rv, j->name, t, jit, "skipped", "misfire", note, err)) != 0)
                 goto out;
             skipped_rows++;
@@ -455,12 +517,14 @@ static int plan_job(warren_planner *p, const warren_plan_job *j, warren_us now, 
         }
         rc = warren_schedule_next(s, t * WARREN_US_PER_S, &t, &flags, &e);
     }
+    if (rc != 0 && rc != WARREN_ENEVER)
+        goto failed; /* the misfire decision is incomplete: none of it */
     if (nmissed > 0 && !is_catch && !is_skip) {
         /* run_once: one run for the latest missed fire time. */
         snprintf(note, sizeof(note),
                  "misfire run_once: %lld missed fire time(s) from %s to %s (missed by more than "
-                 "%s) coalesced into this run",
-                 (long long)nmissed, fmt_s(first, a), fmt_s(last, b), thr);
+                 "%s) coalesced into this run%s",
+                 (long long)nmissed, fmt_s(first, a), fmt_s(last, b), thr, brk);
         if ((rc = runvec_add(rv, j->name, last, jit, "planned", "misfire", note, err)) != 0)
             goto out;
         made++;
@@ -478,24 +542,42 @@ static int plan_job(warren_planner *p, const warren_plan_job *j, warren_us now, 
     /* On time (or late by less than the threshold). */
     while (rc == 0 && !deferred && t * WARREN_US_PER_S <= horizon_end && made < MAX_RUNS_PER_JOB) {
         const char *dn = dst_note(flags);
+        if (brk[0] != '\0' && t * WARREN_US_PER_S < now) {
+            snprintf(note, sizeof(note), "%s%splanned late%s", dn ? dn : "", dn ? "; " : "", brk);
+            dn = note;
+        }
         if ((rc = runvec_add(rv, j->name, t, jit, "planned", "schedule", dn, err)) != 0)
             goto out;
         made++;
+        ontime = 1;
+        last_ontime = t;
         rc = warren_schedule_next(s, t * WARREN_US_PER_S, &t, &flags, &e);
     }
     if (rc == WARREN_ENEVER) {
         exhausted = 1;
         rc = 0;
-    } else if (rc != 0 && rc != WARREN_ENOMEM) {
-        warren_log(p->lg, WARREN_LOG_ERROR, "job %s: %s", j->name, e.message);
-        *cursor = now + BROKEN_JOB_RETRY_US;
-        rc = 0;
+    } else if (rc != 0) {
+        goto failed;
+    }
+    jp->never = exhausted;
+    jp->cursor = exhausted ? 0 : t * WARREN_US_PER_S;
+    goto out;
+failed:
+    if (rc == WARREN_ENOMEM) {
+        rc = warren_error_set(err, rc, "%s", e.message);
         goto out;
     }
-    if (rc == 0) {
-        *never = exhausted;
-        *cursor = exhausted ? 0 : t * WARREN_US_PER_S;
+    set_broken(j, now, e.message, jp);
+    if (ontime) {
+        /* Everything up to the last on-time row is decided: the cursor moves
+         * just past it (the next fire time at or after a cursor is used). */
+        jp->has_cursor = 1;
+        jp->cursor = (last_ontime + 1) * WARREN_US_PER_S;
+    } else {
+        runvec_truncate(rv, rv_start);
+        p->stats.runs_skipped = skipped_before;
     }
+    rc = 0;
 out:
     warren_schedule_free(s);
     return rc;
@@ -506,13 +588,15 @@ out:
 static int materialise_batch(warren_planner *p, size_t *njobs, int *inserted, warren_error *err)
 {
     warren_plan_job *jobs = NULL;
-    size_t n = 0;
+    size_t n = 0, ngood = 0, nbroken = 0;
     warren_us now = 0;
     runvec rv = {0};
-    const char **names = NULL;
-    warren_us *next = NULL;
-    int *never = NULL;
+    job_plan *plans = NULL;
+    const char **names = NULL, **bnames = NULL, **whys = NULL;
+    warren_us *next = NULL, *bcursors = NULL;
+    int *never = NULL, *bhas = NULL;
     int rc, ins = 0;
+    char a[WARREN_TIME_BUF];
 
     *njobs = 0;
     *inserted = 0;
@@ -522,17 +606,53 @@ static int materialise_batch(warren_planner *p, size_t *njobs, int *inserted, wa
     if (rc != 0 || n == 0)
         goto done;
     *njobs = n;
+    plans = calloc(n, sizeof(*plans));
     names = calloc(n, sizeof(*names));
     next = calloc(n, sizeof(*next));
     never = calloc(n, sizeof(*never));
-    if (!names || !next || !never) {
+    bnames = calloc(n, sizeof(*bnames));
+    whys = calloc(n, sizeof(*whys));
+    bcursors = calloc(n, sizeof(*bcursors));
+    bhas = calloc(n, sizeof(*bhas));
+    if (!plans || !names || !next || !never || !bnames || !whys || !bcursors || !bhas) {
         rc = warren_error_set(err, WARREN_ENOMEM, "out of memory planning runs");
         goto done;
     }
     for (size_t i = 0; i < n; i++) {
-        names[i] = jobs[i].name;
-        if ((rc = plan_job(p, &jobs[i], now, &rv, &next[i], &never[i], err)) != 0)
+        const warren_plan_job *j = &jobs[i];
+        job_plan *jp = &plans[i];
+        if ((rc = plan_job(p, j, now, &rv, jp, err)) != 0)
             goto done;
+        if (jp->broken) {
+            /* Said once per reason at error level (and as the event
+             * job.broken.<job>); the retries after it at debug. */
+            int again = j->broken_reason != NULL && strcmp(j->broken_reason, jp->why) == 0;
+            warren_log(p->lg, again ? WARREN_LOG_DEBUG : WARREN_LOG_ERROR,
+                       "job %s: cannot compute its fire times: %s; marked broken, not planned "
+                       "(its cursor %s is kept; tried again with a backoff; `warren jobs` shows "
+                       "it)",
+                       j->name, jp->why,
+                       jp->has_cursor || j->has_next
+                           ? warren_time_format(jp->has_cursor ? jp->cursor : j->next_fire_at, a,
+                                                sizeof(a))
+                           : "(none yet)");
+            bnames[nbroken] = j->name;
+            whys[nbroken] = jp->why;
+            bcursors[nbroken] = jp->cursor;
+            bhas[nbroken] = jp->has_cursor;
+            nbroken++;
+            continue;
+        }
+        if (j->broken_reason != NULL)
+            warren_log(p->lg, WARREN_LOG_INFO,
+                       "job %s: its fire times can be computed again (broken since %s: %s); "
+                       "what it missed goes through its misfire policy (%s)",
+                       j->name, warren_time_format(j->broken_since, a, sizeof(a)), j->broken_reason,
+                       j->misfire);
+        names[ngood] = j->name;
+        next[ngood] = jp->cursor;
+        never[ngood] = jp->never;
+        ngood++;
     }
     /* Insert in chunks so one statement stays a reasonable size. */
     for (size_t off = 0; off < rv.n; off += 5000) {
@@ -542,7 +662,9 @@ static int materialise_batch(warren_planner *p, size_t *njobs, int *inserted, wa
             goto done;
         ins += k;
     }
-    if ((rc = warren_plan_advance(p->st, names, next, never, n, err)) != 0)
+    if ((rc = warren_plan_advance(p->st, names, next, never, ngood, err)) != 0)
+        goto done;
+    if ((rc = warren_plan_mark_broken(p->st, bnames, whys, bcursors, bhas, nbroken, err)) != 0)
         goto done;
     if ((rc = warren_plan_commit(p->st, err)) != 0)
         goto done;
@@ -551,9 +673,14 @@ done:
     if (rc != 0 || n == 0)
         warren_plan_rollback(p->st);
     runvec_free(&rv);
+    free(plans);
     free(names);
     free(next);
     free(never);
+    free(bnames);
+    free(whys);
+    free(bcursors);
+    free(bhas);
     warren_plan_jobs_free(jobs, n);
     return rc;
 }

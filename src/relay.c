@@ -255,9 +255,11 @@ static int publish_run(warren_relay *r, const warren_relay_row *row, warren_us n
     return rc;
 }
 
-/* One batch: select, publish, confirm, mark, commit. *got = rows selected. */
+/* One batch: select, publish, confirm, mark, commit. *got = rows selected;
+ * *unpublishable counts the runs recorded dead because they cannot be
+ * published at all. */
 static int relay_batch(warren_relay *r, int64_t lead_ms, size_t *got, int *published,
-                       int *unroutable, warren_error *err)
+                       int *unroutable, int *unpublishable, warren_error *err)
 {
     warren_relay_row *rows = NULL;
     size_t n = 0, npub = 0, nacked = 0;
@@ -291,6 +293,17 @@ static int relay_batch(warren_relay *r, int64_t lead_ms, size_t *got, int *publi
      * channel, which must not happen while this batch's confirms are pending. */
     for (size_t i = 0; i < n; i++) {
         int ok = 1;
+        if (rows[i].invalid) {
+            const char *e = "its scheduled_at or due_at is not a finite instant";
+            warren_log(r->lg, WARREN_LOG_ERROR,
+                       "run %s cannot be published: %s; recorded dead with a dead letter",
+                       rows[i].run_key, e);
+            (*unpublishable)++;
+            status[i] = 1;
+            if ((rc = warren_plan_mark_unpublishable(r->st, rows[i].run_key, e, err)) != 0)
+                goto done;
+            continue;
+        }
         /* a delay queue's dead letters would go nowhere: checked first */
         if (release_at(r, rows[i].due_at) > db_now + (warren__mono_us() - t_sel)) {
             ok = ready_exists(r, rows[i].queue, err);
@@ -320,9 +333,28 @@ static int relay_batch(warren_relay *r, int64_t lead_ms, size_t *got, int *publi
             continue;
         /* The database's now at the select plus the (monotonic) time since. */
         warren_us now_est = db_now + (warren__mono_us() - t_sel);
-        rc = publish_run(r, &rows[i], now_est, &seqs[npub], err);
-        if (rc != 0)
+        warren_error perr = {0};
+        rc = publish_run(r, &rows[i], now_est, &seqs[npub], &perr);
+        if (rc == WARREN_EINVAL) {
+            /* This run's message cannot be built or sent at all (its payload
+             * is not a JSON object, its body is too large): publishing it
+             * again cannot help, and failing the batch would put it first
+             * again next time, ahead of every other run. It is dead, with
+             * the reason and a dead letter; the batch goes on. */
+            warren_log(r->lg, WARREN_LOG_ERROR,
+                       "run %s cannot be published: %s; recorded dead with a dead letter "
+                       "(`warren show %s`; fix it, then `warren replay`)",
+                       rows[i].run_key, perr.message, rows[i].run_key);
+            (*unpublishable)++;
+            if ((rc = warren_plan_mark_unpublishable(r->st, rows[i].run_key, perr.message, err)) !=
+                0)
+                goto done;
+            continue;
+        }
+        if (rc != 0) {
+            warren_error_set(err, rc, "%s", perr.message);
             goto done;
+        }
         idx[npub] = i;
         npub++;
     }
@@ -395,11 +427,11 @@ int warren_relay_runs(warren_relay *r, int64_t lead_ms, int64_t budget_ms, int *
                       int *unroutable, warren_error *err)
 {
     int64_t start = warren__mono_ms();
-    int pub = 0, unr = 0, rc = 0;
+    int pub = 0, unr = 0, bad = 0, rc = 0;
     size_t got;
 
     do {
-        rc = relay_batch(r, lead_ms, &got, &pub, &unr, err);
+        rc = relay_batch(r, lead_ms, &got, &pub, &unr, &bad, err);
     } while (rc == 0 && got == (size_t)r->pc.publish_batch &&
              warren__mono_ms() - start < budget_ms);
     if (published)
@@ -407,6 +439,50 @@ int warren_relay_runs(warren_relay *r, int64_t lead_ms, int64_t budget_ms, int *
     if (unroutable)
         *unroutable = unr;
     return rc;
+}
+
+/* Largest original body an outbox row's stand-in dead letter carries. */
+#define STAND_IN_BODY_MAX (1024 * 1024)
+
+/* An outbox row RabbitMQ cannot take as written (more headers than a message
+ * may carry, a body over the broker module's cap, a message_id or key over
+ * 255 bytes) goes to warren.dead in a form that can be sent: the reason in
+ * x-warren-error, where it was going in x-warren-original-exchange and
+ * x-warren-original-routing-key, its message_id and type if they fit, and
+ * its body when it is at most 1 MiB (else a note of its size). The row is
+ * deleted after this copy's confirm, like any other. */
+static int publish_unpublishable(warren_relay *r, const warren_outbox_row *o, size_t body_len,
+                                 const char *why, uint64_t *seq, warren_error *err)
+{
+    char error[600], small[96], rk[256];
+    warren_header h[3];
+    const char *body = o->body;
+    size_t len = body_len;
+
+    snprintf(error, sizeof(error), "outbox row %lld not published as written: %s", (long long)o->id,
+             why);
+    snprintf(rk, sizeof(rk), "%s", o->routing_key);
+    h[0] = (warren_header){"x-warren-error", error};
+    h[1] = (warren_header){"x-warren-original-exchange", o->exchange};
+    h[2] = (warren_header){"x-warren-original-routing-key", o->routing_key};
+    if (len > STAND_IN_BODY_MAX) {
+        len = (size_t)snprintf(small, sizeof(small), "{\"body_omitted_bytes\":%zu}", body_len);
+        body = small;
+    }
+    warren_message msg = {.exchange = WARREN_DEAD_EXCHANGE,
+                          .routing_key = rk,
+                          .message_id =
+                              o->message_id && strlen(o->message_id) < 256 ? o->message_id : NULL,
+                          .type = o->type && strlen(o->type) < 256 ? o->type : NULL,
+                          .timestamp = 0,
+                          .expiration_ms = -1,
+                          .headers = h,
+                          .nheaders = 3,
+                          .body = body,
+                          .body_len = len,
+                          .mandatory = 0};
+    warren_log(r->lg, WARREN_LOG_ERROR, "%s; sent to %s instead", error, WARREN_DEAD_EXCHANGE);
+    return warren_broker_publish(r->b, &msg, seq, err);
 }
 
 /* Publishes one batch of outbox rows of kind and deletes what RabbitMQ
@@ -418,7 +494,7 @@ static int outbox_batch(warren_relay *r, warren_outbox_kind kind, int64_t ripe_m
                         int *held, int *nevents, int *published, warren_error *err)
 {
     warren_outbox_row *rows = NULL;
-    size_t n = 0, npub = 0, nack = 0;
+    size_t n = 0, npub = 0, nack = 0, nsent = 0, *sent = NULL;
     uint64_t *seqs = NULL;
     int *status = NULL;
     int64_t *ids = NULL, next;
@@ -449,13 +525,15 @@ static int outbox_batch(warren_relay *r, warren_outbox_kind kind, int64_t ripe_m
     seqs = calloc(npub, sizeof(*seqs));
     status = calloc(npub, sizeof(*status));
     ids = calloc(npub, sizeof(*ids));
-    if (!seqs || !status || !ids) {
+    sent = calloc(npub, sizeof(*sent));
+    if (!seqs || !status || !ids || !sent) {
         rc = warren_error_set(err, WARREN_ENOMEM, "out of memory relaying the outbox");
         goto done;
     }
     for (size_t i = 0; i < npub; i++) {
         warren_outbox_row *o = &rows[i];
         warren_header *h = NULL;
+        warren_error perr = {0};
         if (o->nheaders > 0 && (h = calloc(o->nheaders, sizeof(*h))) == NULL) {
             rc = warren_error_set(err, WARREN_ENOMEM, "out of memory relaying the outbox");
             goto done;
@@ -476,21 +554,36 @@ static int outbox_batch(warren_relay *r, warren_outbox_kind kind, int64_t ripe_m
                               .body = o->body,
                               .body_len = len,
                               .mandatory = 0};
-        status[i] = -1;
-        rc = warren_broker_publish(r->b, &msg, &seqs[i], err);
+        rc = warren_broker_publish(r->b, &msg, &seqs[nsent], &perr);
         free(h);
+        if (rc == WARREN_EINVAL)
+            rc = publish_unpublishable(r, o, len, perr.message, &seqs[nsent], err);
+        else if (rc != 0)
+            warren_error_set(err, rc, "%s", perr.message);
+        if (rc == WARREN_EINVAL) {
+            /* not even the stand-in could be sent: the row stays (and is
+             * logged every pass), the rest of the batch goes on */
+            warren_log(r->lg, WARREN_LOG_ERROR, "outbox row %lld cannot be published: %s",
+                       (long long)o->id, err->message);
+            warren_error_clear(err);
+            rc = 0;
+            continue;
+        }
         if (rc != 0)
             goto done;
+        status[nsent] = -1;
+        sent[nsent++] = i;
     }
-    {
-        batch_state bs = {seqs, status, npub};
-        rc = warren_broker_confirm_wait(r->b, seqs[npub - 1], CONFIRM_TIMEOUT_MS, on_confirm, &bs,
+    if (nsent > 0) {
+        batch_state bs = {seqs, status, nsent};
+        rc = warren_broker_confirm_wait(r->b, seqs[nsent - 1], CONFIRM_TIMEOUT_MS, on_confirm, &bs,
                                         err);
         if (rc != 0)
             goto done;
     }
-    for (size_t i = 0; i < npub; i++) {
-        if (status[i] == WARREN_BROKER_ACKED || status[i] == WARREN_BROKER_RETURNED) {
+    for (size_t k = 0; k < nsent; k++) {
+        size_t i = sent[k];
+        if (status[k] == WARREN_BROKER_ACKED || status[k] == WARREN_BROKER_RETURNED) {
             ids[nack++] = rows[i].id;
             *nevents += strcmp(rows[i].exchange, WARREN_EVENTS_EXCHANGE) == 0;
         } else {
@@ -512,6 +605,7 @@ done:
     free(seqs);
     free(status);
     free(ids);
+    free(sent);
     return rc;
 }
 

@@ -8,8 +8,12 @@
  * quorum or classic ring slot warren.delay.ring.<s mod N>) with expiration =
  * due - now in ms, rounded up (never released early); a run already due goes straight to
  * warren.ready. Publishes are mandatory: a returned message is recorded on
- * the run (last_error) and retried later, never counted as published.
- * Outbox rows: in id order, with confirms, deleted after their ack.
+ * the run (last_error) and retried later, never counted as published. A run
+ * that cannot be published at all (WARREN_EINVAL: a payload that is not a
+ * JSON object, a body over the cap, a time that is not finite) is recorded
+ * dead with its dead letter, and the batch goes on.
+ * Outbox rows: in id order, with confirms, deleted after their ack; a row
+ * RabbitMQ cannot take as written goes to warren.dead as a stand-in.
  *
  * Private to the library (planner.c drives it) and its tests: no program
  * needs it (a program runs a planner through <warren/planner.h>). */

@@ -58,10 +58,16 @@ static const char SQL_LEASE_RELEASE[] =
 
 static const char SQL_MEMBER_DELETE[] = "DELETE FROM warren.planners WHERE owner = $1";
 
+/* A cursor of '-infinity' is no instant: column 14 says so (the planner marks
+ * the job broken) instead of failing the whole select. */
 #define JOB_COLS                                                                                   \
     "j.name, j.schedule_kind, j.expression, j.timezone, j.queue, j.misfire, j.max_catch_up, "      \
-    "j.jitter_ms, CASE WHEN j.next_fire_at IS NULL OR j.next_fire_at = 'infinity' THEN NULL "      \
-    "ELSE " US("j.next_fire_at") " END, j.paused, j.removed, j.next_fire_at = 'infinity'"
+    "j.jitter_ms, CASE WHEN j.next_fire_at IS NULL OR NOT isfinite(j.next_fire_at) THEN NULL "     \
+    "ELSE " US(                                                                                    \
+        "j.next_fire_at") " END, j.paused, j.removed, j.next_fire_at = 'infinity', "               \
+                          "j.broken_reason, CASE WHEN isfinite(j.broken_since) THEN " US(          \
+                              "j.broken_since") " END, "                                           \
+                                                "coalesce(j.next_fire_at = '-infinity', false)"
 
 static const char SQL_LOCK_LEASES[] =
     "SELECT coalesce(array_agg(partition), '{}') FROM (SELECT partition FROM warren.planner_leases "
@@ -74,6 +80,8 @@ static const char SQL_LOCK_DUE_JOBS[] =
                      "WHERE j.partition = ANY($1::int[]) AND NOT j.paused AND NOT j.removed "
                      "AND (j.next_fire_at IS NULL OR j.next_fire_at <= now() + $2::bigint * "
                      "interval '1 millisecond') "
+                     "AND (j.broken_retry_at IS NULL OR j.broken_retry_at <= now() "
+                     "OR j.updated_at > j.broken_since) "
                      "ORDER BY j.next_fire_at NULLS FIRST, j.name LIMIT $3::int "
                      "FOR UPDATE OF j SKIP LOCKED";
 
@@ -88,14 +96,55 @@ static const char SQL_INSERT_RUNS[] =
     "$6::text[], $7::text[]) AS u(job, sched, due, state, origin, note, payload) "
     "ON CONFLICT DO NOTHING";
 
+/* A job planned again after it was broken loses its mark and says so on
+ * warren.events (job.recovered.<job>); `o` is the row before the update. */
 static const char SQL_ADVANCE[] =
-    "UPDATE warren.jobs j SET next_fire_at = u.nf "
-    "FROM unnest($1::text[], $2::timestamptz[]) AS u(name, nf) WHERE j.name = u.name";
+    "WITH a AS (UPDATE warren.jobs j SET next_fire_at = u.nf, broken_reason = NULL, "
+    "broken_since = NULL, broken_retry_at = NULL "
+    "FROM unnest($1::text[], $2::timestamptz[]) AS u(name, nf) JOIN warren.jobs o "
+    "ON o.name = u.name WHERE j.name = u.name "
+    "RETURNING j.name, o.broken_reason AS was, o.broken_since AS since) "
+    "INSERT INTO warren.outbox (exchange, routing_key, type, headers, body) "
+    "SELECT 'warren.events', 'job.recovered.' || a.name, a.name, "
+    "jsonb_build_object('x-warren-job', a.name, 'x-warren-event', 'job.recovered'), "
+    "jsonb_build_object('event', 'job.recovered', 'job', a.name, 'broken_since', "
+    "warren.plan_utc(a.since), 'error', a.was, 'at', warren.plan_utc(now())) "
+    "FROM a WHERE a.was IS NOT NULL";
 
+/* Broken jobs (docs/delivery.md, "Broken jobs"): the reason, since when (a
+ * job changed since it broke, by sync, pause or resume, breaks anew), the
+ * next try after a backoff of the time broken so far (5 s doubling to 60 s);
+ * the cursor stays (a NULL u.cursor) or is set where planning stopped. A new
+ * reason is an event job.broken.<job> on warren.events. */
+static const char SQL_MARK_BROKEN[] =
+    "WITH b AS (UPDATE warren.jobs j SET broken_reason = u.reason, "
+    "broken_since = CASE WHEN o.broken_since IS NULL OR o.updated_at > o.broken_since "
+    "THEN now() ELSE o.broken_since END, "
+    "broken_retry_at = now() + least(interval '60 s', greatest(interval '5 s', "
+    "now() - CASE WHEN o.broken_since IS NULL OR o.updated_at > o.broken_since "
+    "THEN now() ELSE o.broken_since END)), "
+    "next_fire_at = coalesce(u.cursor, o.next_fire_at) "
+    "FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS u(name, reason, cursor) "
+    "JOIN warren.jobs o ON o.name = u.name WHERE j.name = u.name "
+    "RETURNING j.name, j.queue, u.reason, o.broken_reason AS was, j.broken_since AS since) "
+    "INSERT INTO warren.outbox (exchange, routing_key, type, headers, body) "
+    "SELECT 'warren.events', 'job.broken.' || b.name, b.name, "
+    "jsonb_build_object('x-warren-job', b.name, 'x-warren-event', 'job.broken', "
+    "'x-warren-queue', b.queue), "
+    "jsonb_build_object('event', 'job.broken', 'job', b.name, 'error', b.reason, "
+    "'broken_since', warren.plan_utc(b.since), 'at', warren.plan_utc(now())) "
+    "FROM b WHERE b.was IS DISTINCT FROM b.reason";
+
+/* A time that is not a finite instant ('-infinity' written into the table)
+ * comes back NULL: the row is recorded as unpublishable (relay.c) instead of
+ * failing the select, and with it the relay, on every pass. */
 static const char SQL_RELAY_SELECT[] =
     "SELECT r.run_key, r.job, j.queue, COALESCE(r.payload, j.payload)::text, "
-    "(extract(epoch FROM r.scheduled_at) * 1000000)::bigint, "
-    "(extract(epoch FROM r.due_at) * 1000000)::bigint, r.attempt, "
+    "CASE WHEN isfinite(r.scheduled_at) THEN (extract(epoch FROM r.scheduled_at) * "
+    "1000000)::bigint "
+    "END, "
+    "CASE WHEN isfinite(r.due_at) THEN (extract(epoch FROM r.due_at) * 1000000)::bigint END, "
+    "r.attempt, "
     "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint "
     "FROM warren.runs r JOIN warren.jobs j ON j.name = r.job "
     "WHERE r.state IN ('planned', 'retrying') "
@@ -112,6 +161,20 @@ static const char SQL_MARK_PUBLISH_ERROR[] =
     "UPDATE warren.runs SET last_error = $2, "
     "relay_retry_at = now() + $3::bigint * interval '1 millisecond' "
     "WHERE run_key = $1 AND state IN ('planned', 'retrying')";
+
+/* A run the relay cannot publish (its message cannot be built or the broker
+ * refuses it as invalid: the payload is not a JSON object, the body is too
+ * large) is dead: it is never taken again in a loop, and a replay after the
+ * fix sends it back. Its dead letter and run.dead event are those of the
+ * worker protocol (sql/functions/outbox.sql). */
+static const char SQL_MARK_UNPUBLISHABLE[] =
+    "WITH d AS (UPDATE warren.runs r SET state = 'dead', finished_at = now(), last_error = "
+    "$2::text, "
+    "relay_retry_at = NULL, note = warren.plan_note(r.note, format('not published at %s: %s; "
+    "dead (fix it, then `warren replay`)', warren.plan_utc(now()), $2::text)) "
+    "WHERE r.run_key = $1 AND r.state IN ('planned', 'retrying') RETURNING r) "
+    "SELECT warren.wp_dead_letter(d.r, j, $2::text), warren.wp_event(d.r, 'dead', $2::text, NULL) "
+    "FROM d JOIN warren.jobs j ON j.name = (d.r).job";
 
 static const char SQL_OUTBOX_SELECT[] =
     "SELECT id, exchange, routing_key, message_id, type, body::text, true FROM warren.outbox "
@@ -137,9 +200,14 @@ static const char SQL_OUTBOX_EVENTS_WAITING[] =
     "row_number() OVER (ORDER BY id) = 1 AS first FROM warren.outbox "
     "WHERE exchange = 'warren.events' AND id >= $1::bigint ORDER BY id LIMIT $2::int) e";
 
+/* A header whose value is JSON null is left out (AMQP has no null string
+ * here), and headers that are not a JSON object are none: either would
+ * otherwise fail the whole batch, every pass. */
 static const char SQL_OUTBOX_HEADERS[] =
-    "SELECT o.id, h.key, h.value FROM warren.outbox o, jsonb_each_text(o.headers) h "
-    "WHERE o.id = ANY($1::bigint[]) ORDER BY o.id, h.key";
+    "SELECT o.id, h.key, h.value FROM warren.outbox o, "
+    "jsonb_each_text(CASE jsonb_typeof(o.headers) WHEN 'object' THEN o.headers "
+    "ELSE '{}'::jsonb END) h "
+    "WHERE o.id = ANY($1::bigint[]) AND h.value IS NOT NULL ORDER BY o.id, h.key";
 
 static const char SQL_OUTBOX_DELETE[] = "DELETE FROM warren.outbox WHERE id = ANY($1::bigint[])";
 
@@ -369,6 +437,7 @@ void warren_plan_job_clear(warren_plan_job *j)
     free(j->timezone);
     free(j->queue);
     free(j->misfire);
+    free(j->broken_reason);
     memset(j, 0, sizeof(*j));
 }
 
@@ -405,6 +474,13 @@ static int read_job(const PGresult *res, int i, warren_plan_job *j)
         j->has_next = 1;
         j->next_fire_at = INT64_MAX;
     }
+    if (!PQgetisnull(res, i, 12) &&
+        (j->broken_reason = dup_or_null(warren__store_get_text(res, i, 12))) == NULL)
+        return -1;
+    if (warren__store_get_us(res, i, 13, &j->broken_since) != 0)
+        j->broken_since = 0;
+    if (warren__store_get_bool(res, i, 14, &j->cursor_invalid) != 0)
+        return -1;
     return 0;
 }
 
@@ -443,7 +519,7 @@ int warren_plan_lock_due_jobs(warren_store *st, const char *owner, int64_t horiz
         PQclear(res);
         return oom(err);
     }
-    if (warren__store_get_us(res, 0, 12, now) != 0 && rows > 0)
+    if (warren__store_get_us(res, 0, 15, now) != 0 && rows > 0)
         goto bad;
     for (int i = 0; i < rows; i++) {
         if (read_job(res, i, &out[i]) != 0) {
@@ -562,6 +638,42 @@ int warren_plan_advance(warren_store *st, const char *const *names, const warren
     return rc;
 }
 
+int warren_plan_mark_broken(warren_store *st, const char *const *names, const char *const *reasons,
+                            const warren_us *cursors, const int *has_cursor, size_t n,
+                            warren_error *err)
+{
+    buf a = {0}, b = {0}, c = {0};
+    int rc = 0;
+
+    if (n == 0)
+        return 0;
+    arr_open(&a);
+    arr_open(&b);
+    arr_open(&c);
+    for (size_t i = 0; i < n; i++) {
+        arr_elem(&a, names[i]);
+        arr_elem(&b, reasons[i]);
+        if (has_cursor[i])
+            arr_us(&c, cursors[i]);
+        else
+            arr_elem(&c, NULL);
+    }
+    arr_close(&a);
+    arr_close(&b);
+    arr_close(&c);
+    if (a.err || b.err || c.err) {
+        rc = oom(err);
+    } else {
+        const char *p[] = {a.p, b.p, c.p};
+        rc = warren__store_exec_prepared(st, "plan_mark_broken", SQL_MARK_BROKEN, 3, p, NULL,
+                                         "marking jobs broken", err);
+    }
+    free(a.p);
+    free(b.p);
+    free(c.p);
+    return rc;
+}
+
 /* ------------------------------------------------------------------- relay */
 
 void warren_plan_relay_rows_free(warren_relay_row *rows, size_t n)
@@ -608,9 +720,11 @@ int warren_plan_relay_select(warren_store *st, int64_t lead_ms, int limit, warre
         r->job = dup_or_null(warren__store_get_text(res, i, 1));
         r->queue = dup_or_null(warren__store_get_text(res, i, 2));
         r->payload = dup_or_null(warren__store_get_text(res, i, 3));
+        if (PQgetisnull(res, i, 4) || PQgetisnull(res, i, 5))
+            r->invalid = 1;
         if (!r->run_key || !r->job || !r->queue || !r->payload ||
-            warren__store_get_us(res, i, 4, &r->scheduled_at) != 0 ||
-            warren__store_get_us(res, i, 5, &r->due_at) != 0 ||
+            (!r->invalid && (warren__store_get_us(res, i, 4, &r->scheduled_at) != 0 ||
+                             warren__store_get_us(res, i, 5, &r->due_at) != 0)) ||
             warren__store_get_int(res, i, 6, &r->attempt) != 0 ||
             (i == 0 && warren__store_get_us(res, i, 7, now) != 0)) {
             warren_plan_relay_rows_free(out, (size_t)nr);
@@ -664,6 +778,14 @@ int warren_plan_mark_publish_error(warren_store *st, const char *key, const char
     const char *p[] = {key, error, warren__store_int_param(retry_ms, a, sizeof(a))};
     return warren__store_exec_prepared(st, "plan_mark_publish_error", SQL_MARK_PUBLISH_ERROR, 3, p,
                                        NULL, "recording a publish error", err);
+}
+
+int warren_plan_mark_unpublishable(warren_store *st, const char *key, const char *error,
+                                   warren_error *err)
+{
+    const char *p[] = {key, error};
+    return warren__store_exec_prepared(st, "plan_mark_unpublishable", SQL_MARK_UNPUBLISHABLE, 2, p,
+                                       NULL, "recording a run that cannot be published", err);
 }
 
 /* ------------------------------------------------------------------ outbox */

@@ -57,13 +57,18 @@ typedef struct warren_plan_job {
     warren_us next_fire_at;
     int paused;
     int removed;
+    char *broken_reason;    /* NULL: not broken (see warren_plan_mark_broken) */
+    warren_us broken_since; /* 0 when not broken */
+    int cursor_invalid;     /* next_fire_at is '-infinity' (has_next is 0) */
 } warren_plan_job;
 void warren_plan_job_clear(warren_plan_job *j);
 void warren_plan_jobs_free(warren_plan_job *jobs, size_t n);
 
 /* Inside a transaction: locks up to limit jobs of partitions leased (and not
  * expired) by owner that are not paused/removed and have a next_fire_at NULL
- * or <= now + horizon_ms, with FOR UPDATE SKIP LOCKED (and FOR SHARE on the
+ * or <= now + horizon_ms and are not broken with a retry time still ahead
+ * (unless changed since they broke),
+ * with FOR UPDATE SKIP LOCKED (and FOR SHARE on the
  * lease rows, so the lease cannot change hands before commit). *jobs is new
  * (warren_plan_jobs_free), *now gets the transaction's now(). */
 int warren_plan_lock_due_jobs(warren_store *st, const char *owner, int64_t horizon_ms, int limit,
@@ -89,9 +94,24 @@ typedef struct warren_plan_run {
 int warren_plan_insert_runs(warren_store *st, const warren_plan_run *runs, size_t n, int *inserted,
                             warren_error *err);
 
-/* Sets next_fire_at of n jobs; never_again[i] != 0 stores 'infinity'. */
+/* Sets next_fire_at of n jobs; never_again[i] != 0 stores 'infinity'. A job
+ * that was broken is no longer: its mark is cleared and the event
+ * job.recovered.<job> written to the outbox. */
 int warren_plan_advance(warren_store *st, const char *const *names, const warren_us *next,
                         const int *never_again, size_t n, warren_error *err);
+
+/* Marks n jobs broken: their fire times cannot be computed (reasons[i], copied
+ * into jobs.broken_reason). broken_since keeps the first failure; the job is
+ * locked by warren_plan_lock_due_jobs again only after broken_retry_at, a
+ * backoff of the time it has been broken (5 s doubling to 60 s). The cursor
+ * stays, unless has_cursor[i]: then it becomes cursors[i]. A new or changed
+ * reason writes the event job.broken.<job> to the outbox. Inside the
+ * materialise transaction. A job changed after it broke (updated_at, set by
+ * sync, pause and resume) is locked again at once, and if it is still broken
+ * its broken_since starts again. */
+int warren_plan_mark_broken(warren_store *st, const char *const *names, const char *const *reasons,
+                            const warren_us *cursors, const int *has_cursor, size_t n,
+                            warren_error *err);
 
 /* ------------------------------------------------------------------- relay */
 
@@ -104,6 +124,7 @@ typedef struct warren_relay_row {
     warren_us scheduled_at;
     warren_us due_at;
     int attempt;
+    int invalid; /* scheduled_at or due_at is not a finite instant (both then 0) */
 } warren_relay_row;
 void warren_plan_relay_rows_free(warren_relay_row *rows, size_t n);
 
@@ -119,6 +140,13 @@ int warren_plan_mark_published(warren_store *st, const char *const *keys, size_t
  * retry_ms; the run stays planned/retrying. */
 int warren_plan_mark_publish_error(warren_store *st, const char *key, const char *error,
                                    int64_t retry_ms, warren_error *err);
+
+/* A run that cannot be published at all (its message cannot be built, or the
+ * broker refuses it as invalid): state dead, last_error = error, a note, its
+ * dead letter and run.dead event in the outbox (as the worker protocol writes
+ * them). No-op unless the run is planned or retrying. */
+int warren_plan_mark_unpublishable(warren_store *st, const char *key, const char *error,
+                                   warren_error *err);
 
 /* ------------------------------------------------------------------ outbox */
 

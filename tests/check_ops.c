@@ -394,6 +394,65 @@ START_TEST(test_state_valid_takes_exactly_the_eight_run_states)
 }
 END_TEST
 
+START_TEST(test_jobs_lists_by_name_with_cursor_pause_and_broken_mark_and_show_names_it)
+{
+    env e = env_new();
+    warren_error err = {0};
+    warren_ops_job *rows = NULL;
+    warren_ops_run_detail d;
+    warren_ops_trigger_result tr;
+    warren_ops_jobs_query broken = {.broken_only = 1};
+    warren_us at = t_of("2030-01-01T00:00:00Z");
+    size_t n = 0;
+
+    add_job(&e, "jb", "cron", "0 9 * * *",
+            "timezone = 'Europe/Berlin', next_fire_at = '2030-01-01T08:00:00Z', paused = true");
+    add_job(&e, "ja", "every", "10s",
+            "broken_reason = 'time zone \"X\": not a zone file', broken_since = "
+            "'2026-01-01T00:00:00Z', broken_retry_at = '2026-01-01T00:00:05Z'");
+    add_job(&e, "jc", "at", "2026-01-01T00:00:00Z", "next_fire_at = 'infinity'");
+    ck_assert_msg(warren_ops_jobs(e.st, NULL, &rows, &n, &err) == 0, "%s", err.message);
+    ck_assert_uint_eq(n, 3);
+    ck_assert_str_eq(rows[0].name, "ja");
+    ck_assert_str_eq(rows[0].kind, "every");
+    ck_assert_str_eq(rows[0].expression, "10s");
+    ck_assert_str_eq(rows[0].broken_reason, "time zone \"X\": not a zone file");
+    ck_assert(rows[0].broken_since == t_of("2026-01-01T00:00:00Z"));
+    ck_assert(rows[0].broken_retry_at == t_of("2026-01-01T00:00:05Z"));
+    ck_assert(rows[0].next_fire_at == 0 && !rows[0].paused && !rows[0].exhausted);
+    ck_assert_str_eq(rows[1].name, "jb");
+    ck_assert_str_eq(rows[1].timezone, "Europe/Berlin");
+    ck_assert_str_eq(rows[1].queue, "q");
+    ck_assert(rows[1].next_fire_at == t_of("2030-01-01T08:00:00Z"));
+    ck_assert(rows[1].paused && rows[1].broken_reason == NULL && rows[1].broken_since == 0);
+    ck_assert(rows[2].exhausted && rows[2].next_fire_at == 0);
+    warren_ops_jobs_free(rows, n);
+
+    ck_assert(warren_ops_jobs(e.st, &broken, &rows, &n, &err) == 0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_str_eq(rows[0].name, "ja");
+    warren_ops_jobs_free(rows, n);
+    broken.broken_only = 0;
+    broken.limit = 2;
+    ck_assert(warren_ops_jobs(e.st, &broken, &rows, &n, &err) == 0);
+    ck_assert_uint_eq(n, 2);
+    warren_ops_jobs_free(rows, n);
+
+    /* show names the broken job of a run, and only then */
+    ck_assert(warren_ops_trigger(e.st, "ja", &at, NULL, &tr, &err) == 0);
+    ck_assert(warren_ops_show(e.st, "ja@2030-01-01T00:00:00Z", &d, &err) == 0);
+    ck_assert_str_eq(d.job_broken_reason, "time zone \"X\": not a zone file");
+    ck_assert(d.job_broken_since == t_of("2026-01-01T00:00:00Z"));
+    warren_ops_run_detail_clear(&d);
+    ck_assert(warren_ops_trigger(e.st, "jb", &at, NULL, &tr, &err) == 0);
+    ck_assert(warren_ops_show(e.st, "jb@2030-01-01T00:00:00Z", &d, &err) == 0);
+    ck_assert_ptr_null(d.job_broken_reason);
+    ck_assert(d.job_broken_since == 0);
+    warren_ops_run_detail_clear(&d);
+    env_free(&e);
+}
+END_TEST
+
 static Suite *ops_suite(void)
 {
     Suite *s = suite_create("ops");
@@ -420,6 +479,10 @@ static Suite *ops_suite(void)
     tc = tcase_create("runs_show");
     tcase_add_test(tc, test_runs_lists_newest_first_filtered_and_show_gives_the_attempts);
     tcase_add_test(tc, test_state_valid_takes_exactly_the_eight_run_states);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("jobs");
+    tcase_add_test(tc, test_jobs_lists_by_name_with_cursor_pause_and_broken_mark_and_show_names_it);
     suite_add_tcase(s, tc);
     return s;
 }

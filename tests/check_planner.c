@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -836,6 +837,270 @@ START_TEST(test_pause_resume_commands)
 }
 END_TEST
 
+/* ------------------------------------------------------------ broken jobs */
+
+static void copy_file(const char *from, const char *to)
+{
+    char buf[65536];
+    size_t n;
+    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+    ck_assert_msg(in != NULL && out != NULL, "copy %s to %s", from, to);
+    while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
+        ck_assert_uint_eq(fwrite(buf, 1, n, out), n);
+    fclose(in);
+    fclose(out);
+}
+
+/* A tz directory of its own: the pinned release's tzdata.zi (the zone names)
+ * and Europe/Berlin replaced by a corrupt file. dir gets its path. */
+static void corrupt_tzdir(char *dir, size_t len)
+{
+    char path[512];
+    const char *pinned = getenv("TZDIR");
+    FILE *f;
+    ck_assert_msg(pinned != NULL, "TZDIR is not set (run through ctest)");
+    snprintf(dir, len, "/tmp/warren-tz-XXXXXX");
+    ck_assert(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof(path), "%s/tzdata.zi", pinned);
+    char to[512];
+    snprintf(to, sizeof(to), "%s/tzdata.zi", dir);
+    copy_file(path, to);
+    snprintf(path, sizeof(path), "%s/Europe", dir);
+    ck_assert_int_eq(mkdir(path, 0755), 0);
+    snprintf(path, sizeof(path), "%s/Europe/Berlin", dir);
+    f = fopen(path, "wb");
+    ck_assert(f != NULL);
+    for (int i = 0; i < 200; i++)
+        fputc('x', f); /* a torn write: no TZif magic */
+    fclose(f);
+}
+
+/* Copies Europe/Berlin from the pinned release in pinned into dir. */
+static void repair_tzdir(const char *dir, const char *pinned)
+{
+    char from[512], to[512];
+    snprintf(from, sizeof(from), "%s/Europe/Berlin", pinned);
+    snprintf(to, sizeof(to), "%s/Europe/Berlin", dir);
+    copy_file(from, to);
+}
+
+static void remove_tzdir(const char *dir)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* A queue job-events bound to warren.events for job.# (the job events). */
+static void bind_job_events(const env *e)
+{
+    char *vpath = testenv_vhost_path(e->amqp), *resp = NULL, path[512];
+    snprintf(path, sizeof(path), "/api/queues/%s/job-events", vpath);
+    ck_assert_int_lt(testenv_http("PUT", path, "{\"durable\":true}", &resp), 300);
+    free(resp);
+    snprintf(path, sizeof(path), "/api/bindings/%s/e/warren.events/q/job-events", vpath);
+    ck_assert_int_lt(testenv_http("POST", path, "{\"routing_key\":\"job.#\"}", &resp), 300);
+    free(resp);
+    free(vpath);
+}
+
+START_TEST(test_broken_zone_keeps_cursor_marks_job_and_misfire_plans_after_repair)
+{
+    env e = env_new();
+    warren_config c = test_config(4);
+    char dir[64], *old_tzdir = strdup(getenv("TZDIR") ? getenv("TZDIR") : "");
+    warren_planner *p;
+    long cursor, after;
+
+    corrupt_tzdir(dir, sizeof(dir));
+    bind_job_events(&e);
+    /* every 10 s in Berlin, last planned 5 minutes ago (the planner was away) */
+    add_job(&e, "z", "cron", "*/10 * * * * *", ", timezone, next_fire_at",
+            ", 'Europe/Berlin', to_timestamp(floor(extract(epoch FROM now()) / 10) * 10) - "
+            "interval '5 min'",
+            4);
+    cursor = sql_long(&e, "SELECT extract(epoch FROM next_fire_at)::bigint FROM warren.jobs");
+    setenv("TZDIR", dir, 1);
+    p = planner_new(&e, &c);
+    tick(p);
+    /* the cursor stays where it was: no fire time is skipped over */
+    after = sql_long(&e, "SELECT extract(epoch FROM next_fire_at)::bigint FROM warren.jobs");
+    ck_assert_msg(after == cursor, "cursor moved from %ld to %ld", cursor, after);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs"), 0);
+    /* marked broken, with the reason, and an error event */
+    char *why = testenv_sql1(e.db, "SELECT broken_reason FROM warren.jobs WHERE name = 'z'");
+    ck_assert_msg(why != NULL && strstr(why, "Europe/Berlin") && strstr(why, "zone file"),
+                  "broken_reason: %s", why ? why : "(null)");
+    free(why);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE broken_since <= now() "
+                                  "AND broken_retry_at > now()"),
+                     1);
+    ck_assert_int_eq(testenv_queue_depth(e.amqp, "job-events"), 1);
+    /* looked at again only after the backoff: a second tick changes nothing */
+    tick(p);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs"), 0);
+    ck_assert_int_eq(testenv_queue_depth(e.amqp, "job-events"), 1);
+    /* repaired, but the backoff has not passed: not looked at yet */
+    repair_tzdir(dir, old_tzdir);
+    tick(p);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs"), 0);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE broken_reason IS NOT "
+                                  "NULL"),
+                     1);
+    /* the backoff passed: planned again, the missed fire times through run_once */
+    testenv_psql(e.db, "UPDATE warren.jobs SET broken_retry_at = now()", NULL);
+    tick(p);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE broken_reason IS NULL "
+                                  "AND broken_since IS NULL AND broken_retry_at IS NULL"),
+                     1);
+    char *note = testenv_sql1(e.db, "SELECT note FROM warren.runs WHERE origin = 'misfire'");
+    ck_assert_msg(note != NULL && strstr(note, "misfire run_once") && strstr(note, "coalesced") &&
+                      strstr(note, "broken since") && strstr(note, "Europe/Berlin"),
+                  "note: %s", note ? note : "(null)");
+    ck_assert_msg(strstr(note, ": 23 missed") || strstr(note, ": 24 missed") ||
+                      strstr(note, ": 25 missed") || strstr(note, ": 26 missed"),
+                  "note: %s", note);
+    free(note);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE origin = 'misfire'"), 1);
+    ck_assert_int_ge(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE origin = 'schedule' AND "
+                                  "scheduled_at BETWEEN now() - interval '60 s' AND now()"),
+                     5);
+    /* the events: broken (with the reason), then recovered */
+    ck_assert_int_eq(testenv_queue_depth(e.amqp, "job-events"), 2);
+    {
+        warren_broker *b = NULL;
+        warren_delivery d = {0};
+        warren_error err = {0};
+        int got = 0;
+        ck_assert(warren_broker_open(e.amqp, NULL, &b, &err) == 0);
+        ck_assert(warren_broker_consume(b, "job-events", &err) == 0);
+        for (int i = 0; i < 25 && !got; i++)
+            ck_assert(warren_broker_next(b, 200, &d, &got, &err) == 0);
+        ck_assert(got);
+        ck_assert_str_eq(d.routing_key, "job.broken.z");
+        ck_assert_msg(strstr(d.body, "\"error\"") && strstr(d.body, "Europe/Berlin"), "%s", d.body);
+        warren_delivery_clear(&d);
+        got = 0;
+        for (int i = 0; i < 25 && !got; i++)
+            ck_assert(warren_broker_next(b, 200, &d, &got, &err) == 0);
+        ck_assert(got);
+        ck_assert_str_eq(d.routing_key, "job.recovered.z");
+        warren_delivery_clear(&d);
+        warren_broker_free(b);
+    }
+    warren_planner_free(p);
+    setenv("TZDIR", old_tzdir, 1);
+    free(old_tzdir);
+    remove_tzdir(dir);
+    env_free(&e);
+}
+END_TEST
+
+START_TEST(test_broken_expression_from_a_newer_version_is_kept_and_replanned)
+{
+    env e = env_new();
+    warren_config c = test_config(4);
+    warren_planner *p;
+    char *out = NULL;
+    int rc;
+
+    /* 7 fields: as if a newer warren wrote the row */
+    add_job(&e, "x", "cron", "*/10 * * * * * *", ", misfire, next_fire_at",
+            ", 'skip', to_timestamp(floor(extract(epoch FROM now()) / 10) * 10) - "
+            "interval '3 min'",
+            4);
+    add_job(&e, "y", "cron", "*/10 * * * * * *", NULL, NULL, 4); /* never planned */
+    add_job(&e, "ok", "every", "10s", ", paused", ", true", 4);
+    long cursor = sql_long(&e, "SELECT extract(epoch FROM next_fire_at)::bigint FROM warren.jobs "
+                               "WHERE name = 'x'");
+    p = planner_new(&e, &c);
+    tick(p);
+    ck_assert_int_eq(sql_long(&e, "SELECT extract(epoch FROM next_fire_at)::bigint FROM "
+                                  "warren.jobs WHERE name = 'x'"),
+                     cursor);
+    /* a job never planned gets the instant it broke as its cursor */
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE name = 'y' AND "
+                                  "next_fire_at BETWEEN now() - interval '1 min' AND now()"),
+                     1);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs"), 0);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE broken_reason LIKE "
+                                  "'%expected 5 fields%got 7%'"),
+                     2);
+    /* operators see it: warren jobs, and warren show on a run of the job */
+    testenv_psql(e.db,
+                 "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) VALUES ('x', "
+                 "'2030-01-01T00:00:00Z', '2030-01-01T00:00:00Z', 'trigger')",
+                 NULL);
+    rc = run_warren(&e, "jobs", &out);
+    ck_assert_msg(rc == 0 && strstr(out, "NAME") && strstr(out, "x ") && strstr(out, "ok ") &&
+                      strstr(out, "broken since") && strstr(out, "got 7"),
+                  "rc %d: %s", rc, out);
+    free(out);
+    rc = run_warren(&e, "jobs --broken", &out);
+    ck_assert_msg(rc == 0 && strstr(out, "got 7") && !strstr(out, "ok "), "rc %d: %s", rc, out);
+    free(out);
+    rc = run_warren(&e, "show x@2030-01-01T00:00:00Z", &out);
+    ck_assert_msg(rc == 0 && strstr(out, "job          x (broken since") && strstr(out, "got 7"),
+                  "rc %d: %s", rc, out);
+    free(out);
+    /* the expression becomes readable (as a newer planner would read it; the
+     * row changed, so the backoff does not wait): the missed fire times go
+     * through skip, none lost */
+    testenv_psql(e.db,
+                 "DELETE FROM warren.runs; UPDATE warren.jobs SET expression = '*/10 * * * * *', "
+                 "updated_at = now() WHERE name = 'x'",
+                 NULL);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE broken_retry_at > "
+                                  "now()"),
+                     2);
+    tick(p);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE name = 'x' AND "
+                                  "broken_reason IS NULL"),
+                     1);
+    long skipped = sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'x' AND state = "
+                                "'skipped' AND note LIKE 'misfire skip:%broken since%'");
+    ck_assert_msg(skipped >= 11 && skipped <= 13, "skipped %ld", skipped); /* 3 min - 60 s */
+    ck_assert_int_eq(sql_long(&e, "SELECT min(extract(epoch FROM scheduled_at))::bigint FROM "
+                                  "warren.runs WHERE job = 'x'"),
+                     cursor);
+    ck_assert_int_eq(sql_long(&e, "SELECT extract(epoch FROM max(scheduled_at) - "
+                                  "min(scheduled_at))::bigint / 10 + 1 - count(*) FROM "
+                                  "warren.runs WHERE job = 'x'"),
+                     0);
+    warren_planner_free(p);
+    env_free(&e);
+}
+END_TEST
+
+/* A job row this planner cannot act on (its cursor is '-infinity', its
+ * misfire policy one a newer warren added) is marked broken with the reason;
+ * the other jobs of the batch are planned as usual. */
+START_TEST(test_unusable_job_row_is_marked_broken_and_the_batch_goes_on)
+{
+    env e = env_new();
+    warren_config c = test_config(4);
+    warren_planner *p;
+
+    testenv_psql(e.db, "ALTER TABLE warren.jobs DROP CONSTRAINT jobs_misfire_check", NULL);
+    add_job(&e, "inf", "every", "10s", ", next_fire_at", ", '-infinity'", 4);
+    add_job(&e, "newer", "every", "10s", ", misfire", ", 'latest_only'", 4);
+    add_job(&e, "fine", "every", "10s", NULL, NULL, 4);
+    p = planner_new(&e, &c);
+    tick(p);
+    ck_assert_int_ge(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'fine'"), 1);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job <> 'fine'"), 0);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE name = 'inf' AND "
+                                  "next_fire_at = '-infinity' AND broken_reason LIKE "
+                                  "'%-infinity%'"),
+                     1);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE name = 'newer' AND "
+                                  "broken_reason LIKE '%misfire policy \"latest_only\"%'"),
+                     1);
+    warren_planner_free(p);
+    env_free(&e);
+}
+END_TEST
+
 static Suite *planner_suite(void)
 {
     Suite *s = suite_create("planner");
@@ -878,6 +1143,13 @@ static Suite *planner_suite(void)
     tcase_add_test(tc, test_trigger_twice_creates_one_run_and_says_so);
     tcase_add_test(tc, test_backfill_dry_run_lists_then_writes);
     tcase_add_test(tc, test_pause_resume_commands);
+    tcase_set_timeout(tc, 60);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("broken");
+    tcase_add_test(tc, test_broken_zone_keeps_cursor_marks_job_and_misfire_plans_after_repair);
+    tcase_add_test(tc, test_broken_expression_from_a_newer_version_is_kept_and_replanned);
+    tcase_add_test(tc, test_unusable_job_row_is_marked_broken_and_the_batch_goes_on);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
     return s;

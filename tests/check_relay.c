@@ -234,6 +234,158 @@ START_TEST(test_outbox_published_with_headers_then_deleted)
 }
 END_TEST
 
+/* One run of a batch cannot be published (its payload is a JSON array,
+ * written straight into the table): the runs around it are published, it is
+ * recorded dead with the reason and dead-lettered, and the relay does not
+ * take it again. */
+START_TEST(test_unpublishable_run_is_dead_lettered_and_the_batch_goes_on)
+{
+    env e = env_new();
+    warren_config c = test_config();
+    warren_planner *p = planner_new(&e, &c);
+    warren_broker *b = consumer(&e, "warren.ready.q"), *dead;
+    warren_delivery d = {0};
+    warren_error err = {0};
+
+    testenv_psql(e.db,
+                 "INSERT INTO warren.runs (job, scheduled_at, due_at, payload) VALUES "
+                 "('j', '2026-01-02T03:04:01Z', '2026-01-02T03:04:01Z', NULL), "
+                 "('j', '2026-01-02T03:04:02Z', '2026-01-02T03:04:02Z', '[1, 2]'), "
+                 "('j', '2026-01-02T03:04:03Z', '2026-01-02T03:04:03Z', '{\"ok\": 3}')",
+                 NULL);
+    ck_assert_msg(warren_planner_tick(p, &err) == 0, "tick: %s", err.message);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'published'"), 2);
+    char *why = testenv_sql1(e.db, "SELECT state || ': ' || last_error FROM warren.runs WHERE "
+                                   "scheduled_at = '2026-01-02T03:04:02Z' AND finished_at IS NOT "
+                                   "NULL AND note LIKE '%not published%'");
+    ck_assert_msg(why != NULL && strstr(why, "dead: ") && strstr(why, "not a JSON object"),
+                  "bad run: %s", why ? why : "(null)");
+    free(why);
+    /* the good runs arrive and run (claimed and completed through the worker
+     * protocol, as any worker would) */
+    for (int i = 0; i < 2; i++) {
+        ck_assert(next_msg(b, &d, 5000));
+        ck_assert_str_eq(d.message_id,
+                         i == 0 ? "j@2026-01-02T03:04:01Z" : "j@2026-01-02T03:04:03Z");
+        char *ok = testenv_sql1f(e.db,
+                                 "SELECT warren.complete('%s', (SELECT attempt FROM "
+                                 "warren.claim('%s', 'w1')), 'succeeded')",
+                                 d.message_id, d.message_id);
+        ck_assert_msg(ok != NULL && strcmp(ok, "t") == 0, "complete %s: %s", d.message_id,
+                      ok ? ok : "(null)");
+        free(ok);
+        warren_broker_ack(b, d.tag, NULL);
+        warren_delivery_clear(&d);
+    }
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"), 2);
+    /* the dead letter, with its reason */
+    dead = consumer(&e, WARREN_DEAD_QUEUE);
+    ck_assert(next_msg(dead, &d, 5000));
+    ck_assert_str_eq(d.message_id, "j@2026-01-02T03:04:02Z");
+    ck_assert_msg(strstr(warren_delivery_header(&d, "x-warren-error"), "not a JSON object"), "%s",
+                  warren_delivery_header(&d, "x-warren-error"));
+    warren_broker_ack(dead, d.tag, NULL);
+    warren_delivery_clear(&d);
+    /* not taken again: the next tick publishes nothing more */
+    tick(p);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'dead'"), 1);
+    ck_assert(!next_msg(b, &d, 500));
+    warren_broker_free(dead);
+    warren_broker_free(b);
+    warren_planner_free(p);
+    env_free(&e);
+}
+END_TEST
+
+/* A run whose due time is not an instant ('-infinity', written straight into
+ * the table) sorts first and used to fail every relay select: now it is
+ * recorded dead with the reason and the runs behind it go out. */
+START_TEST(test_run_due_at_minus_infinity_does_not_block_the_relay)
+{
+    env e = env_new();
+    warren_config c = test_config();
+    warren_planner *p = planner_new(&e, &c);
+    warren_broker *b = consumer(&e, "warren.ready.q");
+    warren_delivery d = {0};
+    warren_error err = {0};
+
+    testenv_psql(e.db,
+                 "INSERT INTO warren.runs (job, scheduled_at, due_at) VALUES "
+                 "('j', '2026-01-02T03:04:01Z', '-infinity'), "
+                 "('j', '2026-01-02T03:04:02Z', '2026-01-02T03:04:02Z')",
+                 NULL);
+    ck_assert_msg(warren_planner_tick(p, &err) == 0, "tick: %s", err.message);
+    ck_assert(next_msg(b, &d, 5000));
+    ck_assert_str_eq(d.message_id, "j@2026-01-02T03:04:02Z");
+    warren_broker_ack(b, d.tag, NULL);
+    warren_delivery_clear(&d);
+    char *why = testenv_sql1(e.db, "SELECT state || ': ' || last_error FROM warren.runs WHERE "
+                                   "scheduled_at = '2026-01-02T03:04:01Z'");
+    ck_assert_msg(why != NULL && strstr(why, "dead: ") && strstr(why, "not a finite instant"),
+                  "run: %s", why ? why : "(null)");
+    free(why);
+    warren_broker_free(b);
+    warren_planner_free(p);
+    env_free(&e);
+}
+END_TEST
+
+/* Outbox rows that cannot be published as written (70 headers, more than
+ * an AMQP message may carry here; a header whose value is JSON null) do not
+ * stop the rows behind them: the first goes to warren.dead in a form that
+ * can be published, naming the reason, the second without its null header. */
+START_TEST(test_unpublishable_outbox_row_does_not_block_the_outbox)
+{
+    env e = env_new();
+    warren_config c = test_config();
+    warren_planner *p = planner_new(&e, &c);
+    warren_broker *b, *dead;
+    warren_delivery d = {0};
+    warren_error err = {0};
+
+    bind_events_queue(&e);
+    testenv_psql(e.db,
+                 "INSERT INTO warren.outbox (exchange, routing_key, message_id, type, headers, "
+                 "body) VALUES ('warren.events', 'run.succeeded.j', 'j@a', 'j', '{}', '{\"n\": "
+                 "1}'); "
+                 "INSERT INTO warren.outbox (exchange, routing_key, message_id, type, headers, "
+                 "body) SELECT 'warren.events', 'run.succeeded.j', 'j@b', 'j', "
+                 "jsonb_object_agg('x-h' || g, g::text), '{\"n\": 2}' FROM "
+                 "generate_series(1, 70) g; "
+                 "INSERT INTO warren.outbox (exchange, routing_key, message_id, type, headers, "
+                 "body) VALUES ('warren.events', 'run.succeeded.j', 'j@c', 'j', "
+                 "'{\"x-warren-job\": \"j\", \"x-null\": null}', '{\"n\": 3}')",
+                 NULL);
+    ck_assert_msg(warren_planner_tick(p, &err) == 0, "tick: %s", err.message);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.outbox"), 0);
+    b = consumer(&e, "events-test");
+    ck_assert(next_msg(b, &d, 5000));
+    ck_assert_str_eq(d.message_id, "j@a");
+    warren_broker_ack(b, d.tag, NULL);
+    warren_delivery_clear(&d);
+    ck_assert(next_msg(b, &d, 5000));
+    ck_assert_str_eq(d.message_id, "j@c");
+    ck_assert_str_eq(warren_delivery_header(&d, "x-warren-job"), "j");
+    ck_assert_ptr_null(warren_delivery_header(&d, "x-null"));
+    warren_broker_ack(b, d.tag, NULL);
+    warren_delivery_clear(&d);
+    ck_assert(!next_msg(b, &d, 300));
+    dead = consumer(&e, WARREN_DEAD_QUEUE);
+    ck_assert(next_msg(dead, &d, 5000));
+    ck_assert_str_eq(d.message_id, "j@b");
+    ck_assert_msg(strstr(warren_delivery_header(&d, "x-warren-error"), "headers"), "%s",
+                  warren_delivery_header(&d, "x-warren-error"));
+    ck_assert_str_eq(warren_delivery_header(&d, "x-warren-original-exchange"), "warren.events");
+    ck_assert_msg(strstr(d.body, "\"n\":2") || strstr(d.body, "\"n\": 2"), "%s", d.body);
+    warren_broker_ack(dead, d.tag, NULL);
+    warren_delivery_clear(&d);
+    warren_broker_free(dead);
+    warren_broker_free(b);
+    warren_planner_free(p);
+    env_free(&e);
+}
+END_TEST
+
 static long outbox_events(const env *e)
 {
     return sql_long(e, "SELECT count(*) FROM warren.outbox WHERE exchange = 'warren.events'");
@@ -668,12 +820,15 @@ static Suite *relay_suite(void)
     tcase_add_test(tc, test_classic_delay_ring_releases_no_run_early_and_routes);
     tcase_add_test(tc, test_release_lead_releases_runs_that_long_before_due);
     tcase_add_test(tc, test_release_lead_needs_migration_009);
+    tcase_add_test(tc, test_unpublishable_run_is_dead_lettered_and_the_batch_goes_on);
+    tcase_add_test(tc, test_run_due_at_minus_infinity_does_not_block_the_relay);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("outbox");
     tcase_add_test(tc, test_outbox_published_with_headers_then_deleted);
     tcase_add_test(tc, test_outbox_holds_back_young_events_in_a_backlog);
+    tcase_add_test(tc, test_unpublishable_outbox_row_does_not_block_the_outbox);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
 

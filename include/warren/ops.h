@@ -1,5 +1,5 @@
 /* ops.h: operator operations (src/ops.c): trigger, pause, resume, backfill,
- * replay, and the runs listing and one run's history. The admin commands
+ * replay, the runs listing and one run's history, and the jobs listing. The admin commands
  * (src/cli_*.c) and any other front end (a web page) share them: each works
  * on an open warren_store (warren_store_open) and hands its result back as a
  * struct for the caller to print; none prints or logs. Instants are warren_us
@@ -152,11 +152,14 @@ typedef struct warren_ops_run_detail {
     warren_ops_run run;
     warren_ops_attempt *attempts;
     size_t nattempts;
+    char *job_broken_reason;    /* new; NULL unless the run's job is marked broken */
+    warren_us job_broken_since; /* 0 unless it is */
 } warren_ops_run_detail;
 /* Frees everything d holds and zeroes it; NULL allowed. */
 void warren_ops_run_detail_clear(warren_ops_run_detail *d);
 
-/* Reads one run and its attempts into *out (zeroed first; on success clear it
+/* Reads one run, its attempts and whether its job is broken (warren_ops_jobs)
+ * into *out (zeroed first; on success clear it
  * with warren_ops_run_detail_clear; on error nothing is left to free).
  * Errors: WARREN_ENOENT (no run with that key), WARREN_ENOMEM, WARREN_EDB,
  * WARREN_EDBCONN. */
@@ -203,5 +206,37 @@ void warren_ops_grant_rows_free(warren_ops_grant_row *rows, size_t n);
  * WARREN_EDB, WARREN_EDBCONN. */
 int warren_ops_grants(warren_store *st, const char *login, warren_ops_grant_row **rows, size_t *n,
                       warren_error *err);
+/* ------------------------------------------------------------------- jobs */
+
+/* Which jobs warren_ops_jobs lists. Zeroed (or NULL), every job; each field's
+ * zero value means "any", so filters can be added without changing callers. */
+typedef struct warren_ops_jobs_query {
+    int broken_only; /* 1: only jobs the planner marked broken */
+    int limit;       /* at most this many; <= 0: all */
+} warren_ops_jobs_query;
+
+/* One job (a row of warren.jobs) as an operator sees it. Strings are new;
+ * broken_reason is NULL unless the job is broken. Instants are 0 for NULL. */
+typedef struct warren_ops_job {
+    char *name, *kind, *expression, *timezone, *queue, *misfire;
+    warren_us next_fire_at; /* the planner's cursor: the first fire time not yet
+                               materialised; 0: not planned yet (from now) */
+    int exhausted;          /* the cursor is 'infinity': a one-shot that fired */
+    int paused, removed;
+    /* Broken: the planner cannot compute the job's fire times (an unreadable
+     * zone file, an expression of a newer version); its cursor waits, and
+     * what it misses goes through its misfire policy once the cause is gone
+     * (docs/delivery.md, "Broken jobs"). */
+    char *broken_reason;
+    warren_us broken_since, broken_retry_at;
+} warren_ops_job;
+/* Clears each of the n rows, then frees the array; NULL allowed. */
+void warren_ops_jobs_free(warren_ops_job *rows, size_t n);
+
+/* Jobs by name, filtered by q (may be NULL). *rows is new
+ * (warren_ops_jobs_free(*rows, *n)); NULL when *n is 0. Errors:
+ * WARREN_ENOMEM, WARREN_EDB, WARREN_EDBCONN. */
+int warren_ops_jobs(warren_store *st, const warren_ops_jobs_query *q, warren_ops_job **rows,
+                    size_t *n, warren_error *err);
 
 #endif
