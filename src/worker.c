@@ -420,7 +420,7 @@ static int64_t kill_grace(const warren_worker *w)
 }
 
 /* Starts slot s's exec handler with the run's facts (worker_exec.c). */
-static int start_exec(slot *s, const warren_run_msg *msg, warren_error *err)
+static int start_exec(const warren_worker *w, slot *s, const warren_run_msg *msg, warren_error *err)
 {
     warren__exec_run run = {
         .run_key = s->run_key,
@@ -429,6 +429,7 @@ static int start_exec(slot *s, const warren_run_msg *msg, warren_error *err)
         .attempt = s->claim.attempt,
         .due_at = msg->due_at,
         .payload = s->claim.payload_json,
+        .pass_env = (const char *const *)w->cfg->worker.exec_env,
     };
     return warren__exec_start(&s->ex, s->job->exec_argv, s->job->exec_shell, &run, err);
 }
@@ -472,7 +473,7 @@ void warren__slot_start(warren_worker *w, slot *s, pend *p, warren_claim *cl, in
     switch (s->job->handler) {
     case WARREN_HANDLER_EXEC:
         s->kind = KIND_EXEC;
-        rc = start_exec(s, &p->msg, &e);
+        rc = start_exec(w, s, &p->msg, &e);
         break;
     case WARREN_HANDLER_SQL:
         s->kind = KIND_SQL;
