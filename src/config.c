@@ -1350,7 +1350,8 @@ static const warren__setting planner_settings[] = {
 static const warren__section planner_section = {"planner", planner_settings,
                                                 COUNT(planner_settings), check_planner};
 
-/* worker.exec_env: a list of environment variable names ([A-Za-z_][A-Za-z0-9_]*). */
+/* worker.exec_env: a list of environment variable names ([A-Za-z_][A-Za-z0-9_]*),
+ * or prefixes of names followed by '*'. */
 static void load_exec_env(loader *L, const config_setting_t *g, const scope *sc, void *base,
                           int status)
 {
@@ -1385,10 +1386,12 @@ static void load_exec_env(loader *L, const config_setting_t *g, const scope *sc,
         while (v[k] == '_' || (v[k] >= 'A' && v[k] <= 'Z') || (v[k] >= 'a' && v[k] <= 'z') ||
                (k > 0 && v[k] >= '0' && v[k] <= '9'))
             k++;
+        if (k > 0 && v[k] == '*' && v[k + 1] == '\0')
+            k++; /* a prefix: "PREFIX*" */
         if (k == 0 || v[k] != '\0' || k > 255) {
             report(L, e, sc->who, path,
-                   "%s is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*, at most "
-                   "255 bytes)",
+                   "%s is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*, or such a "
+                   "prefix followed by *; at most 255 bytes)",
                    quote(q, sizeof(q), v));
             continue;
         }

@@ -65,7 +65,8 @@ static int env_skip(const char *e)
 }
 
 /* 1 if e ("NAME=value") is on the allow-list (docs/config.md,
- * worker.exec_env) or named by pass (NULL-terminated, may be NULL). The
+ * worker.exec_env) or named by pass (NULL-terminated, may be NULL; "PFX*"
+ * names every variable starting with PFX). The
  * worker's own secrets (WARREN_DATABASE_URL, WARREN_AMQP_URL, PGPASSWORD,
  * ...) are not on it: a handler gets them only where the config names them. */
 static int env_pass(const char *e, const char *const *pass)
@@ -81,9 +82,12 @@ static int env_pass(const char *e, const char *const *pass)
     for (size_t i = 0; i < sizeof(allow) / sizeof(allow[0]); i++)
         if (strlen(allow[i]) == n && strncmp(e, allow[i], n) == 0)
             return 1;
-    for (size_t i = 0; pass != NULL && pass[i] != NULL; i++)
-        if (strlen(pass[i]) == n && strncmp(e, pass[i], n) == 0)
+    for (size_t i = 0; pass != NULL && pass[i] != NULL; i++) {
+        size_t k = strlen(pass[i]);
+        if (k > 1 && pass[i][k - 1] == '*' ? k - 1 <= n && strncmp(e, pass[i], k - 1) == 0
+                                           : k == n && strncmp(e, pass[i], n) == 0)
             return 1;
+    }
     return 0;
 }
 

@@ -37,7 +37,7 @@ typedef struct warren__exec_run {
     warren_us due_at;    /* the due time the message was released for */
     const char *payload; /* given on stdin; NULL: {} */
     /* Names of variables of this process the handler also gets (worker.exec_env;
-     * NULL-terminated; NULL: none). */
+     * "PFX*": every name starting with PFX; NULL-terminated; NULL: none). */
     const char *const *pass_env;
 } warren__exec_run;
 

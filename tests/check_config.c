@@ -81,7 +81,8 @@ START_TEST(test_config_full_file_loads_every_field)
     ck_assert_ptr_nonnull(cfg->worker.exec_env);
     ck_assert_str_eq(cfg->worker.exec_env[0], "AWS_PROFILE");
     ck_assert_str_eq(cfg->worker.exec_env[1], "PGSERVICE");
-    ck_assert_ptr_null(cfg->worker.exec_env[2]);
+    ck_assert_str_eq(cfg->worker.exec_env[2], "APP_*");
+    ck_assert_ptr_null(cfg->worker.exec_env[3]);
     ck_assert_uint_eq(cfg->njobs, 2);
 
     const warren_job *j = &cfg->jobs[0];

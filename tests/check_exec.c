@@ -344,7 +344,7 @@ START_TEST(test_exec_scrubs_the_environment_to_the_allow_list_and_the_run_facts)
     /* env itself is run by PATH: PATH came through */
     ck_assert_str_eq(output_of(&x,
                                "env | grep -E '^(CHECK_EXEC_FOO|WARREN_DATABASE_URL|"
-                               "WARREN_AMQP_URL|PGPASSWORD)=' | sort; "
+                               "WARREN_AMQP_URL|PGPASSWORD)=' | LC_ALL=C sort; "
                                "printf '%s|%s|%s|%s|%s|%s|%s|' \"$HOME\" \"$LANG\" \"$LC_TIME\" "
                                "\"$TZ\" \"$TMPDIR\" \"$USER\" \"$LOGNAME\"; "
                                "env | grep -cE "
@@ -358,11 +358,11 @@ START_TEST(test_exec_scrubs_the_environment_to_the_allow_list_and_the_run_facts)
 END_TEST
 
 /* worker.exec_env names variables a handler also gets: those, and only those
- * (a named one that is not set stays unset). */
+ * (a named one that is not set stays unset); "PFX*" names a prefix. */
 START_TEST(test_exec_passes_the_variables_the_config_names)
 {
     static const char *const names[] = {"CHECK_EXEC_FOO", "WARREN_DATABASE_URL", "CHECK_EXEC_UNSET",
-                                        NULL};
+                                        "CHECK_PFX_*", NULL};
     warren__exec_run run = facts;
     run.pass_env = names;
     ck_assert_int_eq(setenv("CHECK_EXEC_FOO", "foo", 1), 0);
@@ -370,12 +370,16 @@ START_TEST(test_exec_passes_the_variables_the_config_names)
     ck_assert_int_eq(setenv("WARREN_DATABASE_URL", "postgresql://named/db", 1), 0);
     ck_assert_int_eq(setenv("PGPASSWORD", "secret", 1), 0);
     ck_assert_int_eq(unsetenv("CHECK_EXEC_UNSET"), 0);
+    ck_assert_int_eq(setenv("CHECK_PFX_1", "one", 1), 0);
+    ck_assert_int_eq(setenv("CHECK_PFX_", "empty rest", 1), 0);
+    ck_assert_int_eq(setenv("CHECK_PF", "shorter", 1), 0);
     warren__exec x;
     ck_assert_str_eq(output_of(&x,
-                               "env | grep -E '^(CHECK_EXEC_|WARREN_DATABASE_URL|PGPASSWORD)' | "
-                               "sort",
+                               "env | grep -E '^(CHECK_|WARREN_DATABASE_URL|PGPASSWORD)' | "
+                               "LC_ALL=C sort",
                                &run),
-                     "CHECK_EXEC_FOO=foo\nWARREN_DATABASE_URL=postgresql://named/db\n");
+                     "CHECK_EXEC_FOO=foo\nCHECK_PFX_1=one\nCHECK_PFX_=empty rest\n"
+                     "WARREN_DATABASE_URL=postgresql://named/db\n");
     warren__exec_close(&x);
 }
 END_TEST

@@ -113,7 +113,10 @@ static void env_setup_planner(env *e, const char *planner, const char *jobs,
     char *text = testenv_fmt("database = { url = \"%s\"; };\n"
                              "broker = { url = \"%s\"; delivery_limit = %d; };\n"
                              "planner = { %s };\n"
-                             "worker = { %s };\n"
+                             /* exec handlers get only what the config names (and the
+                              * allow-list): the test handlers' knobs */
+                             "worker = { %s exec_env = [\"SINK_URL\", \"MARK_DIR\", "
+                             "\"SLOW\", \"SLOW_KEY\", \"SLEEP\", \"CODE\", \"CODE_*\"]; };\n"
                              "jobs = ( %s );\n",
                              e->db, e->amqp, delivery_limit, planner,
                              worker_settings ? worker_settings
