@@ -21,7 +21,8 @@ struct warren_store {
     char where[300];  /* "host:port" for messages */
     char sqlstate[6]; /* of the last failure */
     int listening;
-    char **prepared; /* names prepared on this connection */
+    int64_t statement_timeout_ms, lock_timeout_ms; /* 0: the server's (warren_store_set_timeouts) */
+    char **prepared;                               /* names prepared on this connection */
     size_t nprepared, capprepared;
 };
 
@@ -552,6 +553,25 @@ static void on_notice(void *arg, const PGresult *res)
                "PostgreSQL %s: %s", sev ? sev : "notice", line);
 }
 
+/* The session's statement_timeout and lock_timeout (milliseconds as
+ * PostgreSQL takes them: at most INT_MAX; 0 here: the server's default). */
+static int apply_timeouts(warren_store *st, warren_error *err)
+{
+    char stmt[24], lock[24];
+    const char *params[2] = {stmt, lock};
+    snprintf(
+        stmt, sizeof(stmt), "%lld",
+        (long long)(st->statement_timeout_ms > INT32_MAX ? INT32_MAX : st->statement_timeout_ms));
+    snprintf(lock, sizeof(lock), "%lld",
+             (long long)(st->lock_timeout_ms > INT32_MAX ? INT32_MAX : st->lock_timeout_ms));
+    return warren__store_exec(st,
+                              "SELECT set_config('statement_timeout', CASE WHEN $1 = '0' THEN "
+                              "current_setting('statement_timeout') ELSE $1 END, false), "
+                              "set_config('lock_timeout', CASE WHEN $2 = '0' THEN "
+                              "current_setting('lock_timeout') ELSE $2 END, false)",
+                              2, params, NULL, "set the session's timeouts", err);
+}
+
 static int session_setup(warren_store *st, warren_error *err)
 {
     int rc;
@@ -560,6 +580,8 @@ static int session_setup(warren_store *st, warren_error *err)
     prepared_forget(st, NULL);
     rc = warren__store_exec_simple(st, "SET TIME ZONE 'UTC'; SET DateStyle TO 'ISO, YMD'",
                                    "set the session time zone", err);
+    if (rc == 0 && (st->statement_timeout_ms > 0 || st->lock_timeout_ms > 0))
+        rc = apply_timeouts(st, err);
     if (rc == 0 && st->listening)
         rc = warren__store_exec_simple(st, "LISTEN " WARREN_NOTIFY_CHANNEL,
                                        "listen on " WARREN_NOTIFY_CHANNEL, err);
@@ -670,6 +692,23 @@ int warren_store_reconnect(warren_store *st, warren_error *err)
         return rc;
     warren_log(st->lg, WARREN_LOG_INFO, "reconnected to PostgreSQL at %s", st->where);
     return 0;
+}
+
+int warren_store_set_timeouts(warren_store *st, int64_t statement_ms, int64_t lock_ms,
+                              warren_error *err)
+{
+    if (st == NULL || statement_ms < 0 || lock_ms < 0)
+        return warren_error_set(err, WARREN_EINVAL, "warren_store_set_timeouts: bad arguments");
+    st->statement_timeout_ms = statement_ms;
+    st->lock_timeout_ms = lock_ms;
+    return apply_timeouts(st, err);
+}
+
+int warren_store_timed_out(const warren_store *st)
+{
+    /* 57014 query_canceled (statement_timeout, or a cancel request), 55P03
+     * lock_not_available (lock_timeout): the statement was refused whole. */
+    return st != NULL && (strcmp(st->sqlstate, "57014") == 0 || strcmp(st->sqlstate, "55P03") == 0);
 }
 
 /* ------------------------------------------------------------- the clock */

@@ -29,6 +29,7 @@
 #include "worker_int.h"
 
 #define MAX_CONCURRENCY 4096   /* as worker.concurrency in the config */
+#define DB_TIMEOUT_MIN_MS 100  /* the loop connection's statement/lock timeout at least */
 #define KILL_GRACE_MAX_MS 5000 /* SIGTERM -> SIGKILL */
 
 static char *xstrdup(const char *s)
@@ -296,6 +297,25 @@ static int default_queues(warren_worker *w, warren_error *err)
 }
 
 /* ------------------------------------------------------------ connections */
+
+/* The bound on every statement of the loop's connection (statement_timeout
+ * and lock_timeout): a quarter of the shortest margin a slot can get, min(
+ * worker.heartbeat_margin, lease/3) over the jobs this worker can run, at
+ * least DB_TIMEOUT_MIN_MS. A call blocked on a lock (the relay's FOR UPDATE,
+ * an operator's open transaction) fails within that; a loop turn spends at
+ * most two such calls (worker_settle.c), so the lease deadline of every slot
+ * (lease - margin) is enforced at most half the margin late: before the lease
+ * expires in the database. */
+static int64_t db_timeout(const warren_worker *w)
+{
+    const warren_config *cfg = w->cfg;
+    int64_t m = cfg->worker.heartbeat_margin_ms;
+    for (size_t i = 0; i < cfg->njobs; i++)
+        if (cfg->jobs[i].handler != WARREN_HANDLER_NONE && cfg->jobs[i].lease_ms > 0 &&
+            cfg->jobs[i].lease_ms / 3 < m)
+            m = cfg->jobs[i].lease_ms / 3;
+    return m / 4 > DB_TIMEOUT_MIN_MS ? m / 4 : DB_TIMEOUT_MIN_MS;
+}
 
 static int broker_setup(warren_worker *w, warren_error *err)
 {
@@ -715,6 +735,9 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
         }
     }
     if ((rc = warren_store_open(w->db_url, w->lg, &w->st, err)) != 0)
+        goto out;
+    w->db_timeout_ms = db_timeout(w);
+    if ((rc = warren_store_set_timeouts(w->st, w->db_timeout_ms, w->db_timeout_ms, err)) != 0)
         goto out;
     if ((rc = broker_setup(w, err)) != 0)
         goto out;

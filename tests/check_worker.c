@@ -1624,6 +1624,127 @@ START_TEST(test_poison_message_ends_in_warren_dead_via_delivery_limit)
 }
 END_TEST
 
+/* ------------------------------------------------------------ loop bounds */
+
+/* A handler that writes without pause (yes) beside a long one on a 4-slot
+ * worker: the loop reads at most WARREN__EXEC_READ_MAX of its output per
+ * turn, so the long handler's heartbeats keep its lease alive (lease_until
+ * advances while yes runs) and yes is killed at its timeout. */
+START_TEST(test_worker_chatty_handler_does_not_stall_the_other_slots)
+{
+    env e;
+    env_setup(&e,
+              "{ name = \"ys\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qy\"; lease = \"6s\";"
+              "  handler = { exec = [\"/bin/sh\", \"-c\", \"$MARK_DIR/log-exec ys; exec yes\"]; };"
+              "  timeout = \"2s\"; retry = { max_attempts = 1; }; },"
+              "{ name = \"lg\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qy\"; lease = \"6s\";"
+              "  handler = { exec = [\"/bin/sh\", \"-c\", \"$MARK_DIR/log-exec lg; sleep 8\"]; };"
+              "  timeout = \"60s\"; retry = { max_attempts = 1; }; }",
+              "concurrency = 4; shutdown_grace = \"3s\"; heartbeat_margin = \"1s\";", 5);
+    planner_start(&e);
+    pid_t a = spawn_worker(&e, "a", "wa");
+    add_runs(&e, "lg", 1, 5);
+    ck_assert(wait_for(e.db, "running", 15000, "SELECT state FROM warren.runs WHERE job = 'lg'"));
+    char *lease0 = testenv_sql1(e.db, "SELECT lease_until::text FROM warren.runs WHERE job = 'lg'");
+    add_runs(&e, "ys", 1, 5);
+    ck_assert(wait_for(e.db, "running", 15000, "SELECT state FROM warren.runs WHERE job = 'ys'"));
+    /* lg heartbeats every 2 s while yes writes */
+    char *q = testenv_fmt("SELECT lease_until > '%s'::timestamptz + interval '1 second' FROM "
+                          "warren.runs WHERE job = 'lg'",
+                          lease0);
+    ck_assert(wait_for(e.db, "t", 5000, q));
+    free(q);
+    ck_assert(wait_for(e.db, "dead", 15000, "SELECT state FROM warren.runs WHERE job = 'ys'"));
+    ck_assert(wait_for(e.db, "t", 1000,
+                       "SELECT last_error LIKE 'timed out after 2000 ms%' FROM warren.runs "
+                       "WHERE job = 'ys'"));
+    ck_assert(wait_for(e.db, "succeeded", 20000, "SELECT state FROM warren.runs WHERE job = 'lg'"));
+    ck_assert(wait_for(e.db, "1", 1000,
+                       "SELECT count(*) FROM warren.attempts a JOIN warren.runs r USING (run_key) "
+                       "WHERE r.job = 'lg'"));
+    assert_one_execution_per_attempt(&e);
+    free(lease0);
+    kill(a, SIGTERM);
+    ck_assert_int_eq(wait_exit(a, 10000), 0);
+    env_teardown(&e);
+}
+END_TEST
+
+/* An operator's open transaction holds the row of one running run (FOR
+ * UPDATE): the worker's heartbeat of it waits for the lock at most its
+ * lock_timeout (half the margin) and is retried; the worker's other slot is
+ * still served (its heartbeats succeed, it completes), and the blocked run's
+ * handler is killed at lease - margin and not completed. */
+START_TEST(test_worker_row_locked_by_an_operator_blocks_only_its_own_run)
+{
+    env e;
+    env_setup(&e,
+              "{ name = \"lk\"; at = \"2099-01-01T00:00:00Z\"; queue = \"ql\"; lease = \"3s\";"
+              "  handler = { exec = [\"/bin/sh\", \"-c\", \"$MARK_DIR/log-exec lk; echo $$ > "
+              "$MARK_DIR/lk.pid; exec sleep 30\"]; }; timeout = \"60s\"; },"
+              "{ name = \"ok\"; at = \"2099-01-01T00:00:00Z\"; queue = \"ql\"; lease = \"3s\";"
+              "  handler = { exec = [\"/bin/sh\", \"-c\", \"$MARK_DIR/log-exec ok; sleep 5\"]; };"
+              "  timeout = \"60s\"; retry = { max_attempts = 1; }; }",
+              "concurrency = 4; shutdown_grace = \"3s\"; heartbeat_margin = \"1s\";", 5);
+    planner_start(&e);
+    pid_t a = spawn_worker(&e, "a", "wa");
+    add_runs(&e, "lk", 1, 5);
+    add_runs(&e, "ok", 1, 5);
+    ck_assert(
+        wait_for(e.db, "2", 15000, "SELECT count(*) FROM warren.runs WHERE state = 'running'"));
+    char *lk = first_key(&e, "lk");
+    /* the operator: BEGIN; SELECT ... FOR UPDATE; and the transaction stays open */
+    char *url = testenv_fmt("%s%sapplication_name=locker", e.db, strchr(e.db, '?') ? "&" : "?");
+    char *sql = testenv_fmt("BEGIN; SELECT 1 FROM warren.runs WHERE run_key = '%s' FOR UPDATE; "
+                            "SELECT pg_sleep(60)",
+                            lk);
+    char *argv[] = {"/bin/sh", "-c", "exec psql \"$0\" -qAtc \"$1\"", url, sql, NULL};
+    char *plog = testenv_fmt("%s/locker.log", e.dir);
+    pid_t locker = testenv_spawn(argv, plog, plog, 0);
+    ck_assert(wait_for(e.db, "1", 10000,
+                       "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity s USING (pid) "
+                       "WHERE s.application_name = 'locker' AND l.locktype = 'transactionid'"));
+    int64_t locked_at = now_ms();
+    /* lk: killed at lease - margin after its last heartbeat (at most 3 s - 1 s
+     * from the lock, plus the 500 ms lock timeout and a loaded machine) */
+    char *want = testenv_fmt("%s attempt 1: no successful heartbeat", lk);
+    ck_assert(log_wait(&e, "a", want, 8000));
+    free(want);
+    ck_assert_msg(now_ms() - locked_at < 6000, "stopped %lld ms after the lock",
+                  (long long)(now_ms() - locked_at));
+    char *pidf = testenv_fmt("%s/lk.pid", e.dir);
+    char *pidt = read_text(pidf);
+    ck_assert_int_gt(atoi(pidt), 0);
+    for (int i = 0; i < 100 && testenv_pid_alive(atoi(pidt)); i++)
+        sleep_ms(50);
+    ck_assert_msg(!testenv_pid_alive(atoi(pidt)), "lk's handler %s survived", pidt);
+    /* ok, beside it, heartbeated and completed while the lock is still held */
+    ck_assert(wait_for(e.db, "succeeded", 10000, "SELECT state FROM warren.runs WHERE job = 'ok'"));
+    ck_assert(log_has(&e, "a", "canceling statement due to")); /* statement or lock timeout */
+    /* lk's attempt was not completed by this worker */
+    char *att = testenv_sql1f(e.db,
+                              "SELECT coalesce(outcome, 'none') FROM warren.attempts WHERE "
+                              "run_key = '%s' AND attempt = 1",
+                              lk);
+    ck_assert_msg(att != NULL && strcmp(att, "succeeded") != 0 && strcmp(att, "retry") != 0,
+                  "lk attempt 1: %s", att ? att : "NULL");
+    free(att);
+    qx(e.db, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = "
+             "'locker'");
+    ck_assert_int_ge(wait_exit(locker, 10000), 0);
+    ck_assert(log_wait(&e, "a", "handler stopped after the lease was lost; not completing", 5000));
+    kill(a, SIGTERM);
+    ck_assert_int_eq(wait_exit(a, 10000), 0);
+    free(pidt);
+    free(pidf);
+    free(plog);
+    free(url);
+    free(sql);
+    free(lk);
+    env_teardown(&e);
+}
+END_TEST
+
 static Suite *worker_suite(void)
 {
     Suite *s = suite_create("worker");
@@ -1669,6 +1790,12 @@ static Suite *worker_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_worker_dead_letters_malformed_and_unknown_messages_with_a_reason);
     tcase_add_test(tc, test_poison_message_ends_in_warren_dead_via_delivery_limit);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("loop_bounds");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_worker_chatty_handler_does_not_stall_the_other_slots);
+    tcase_add_test(tc, test_worker_row_locked_by_an_operator_blocks_only_its_own_run);
     suite_add_tcase(s, tc);
     return s;
 }
