@@ -737,7 +737,9 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
     if ((rc = warren_store_open(w->db_url, w->lg, &w->st, err)) != 0)
         goto out;
     w->db_timeout_ms = db_timeout(w);
-    if ((rc = warren_store_set_timeouts(w->st, w->db_timeout_ms, w->db_timeout_ms, err)) != 0)
+    /* the server's answer (a refusal for a timeout included) within twice that */
+    if ((rc = warren_store_set_timeouts(w->st, w->db_timeout_ms, w->db_timeout_ms,
+                                        2 * w->db_timeout_ms, err)) != 0)
         goto out;
     if ((rc = broker_setup(w, err)) != 0)
         goto out;

@@ -1745,6 +1745,108 @@ START_TEST(test_worker_row_locked_by_an_operator_blocks_only_its_own_run)
 }
 END_TEST
 
+/* Sends sig to the postmaster pm and every process it started. */
+static void pg_signal_all(pid_t pm, int sig)
+{
+    char *kids = testenv_fmt("/proc/%d/task/%d/children", (int)pm, (int)pm);
+    char list[8192];
+    size_t n = 0;
+    FILE *f = fopen(kids, "r"); /* a /proc file: its size reads as 0, so not read_text */
+    ck_assert_ptr_nonnull(f);
+    n = fread(list, 1, sizeof(list) - 1, f);
+    list[n] = '\0';
+    fclose(f);
+    if (sig == SIGSTOP)
+        ck_assert_int_eq(kill(pm, sig), 0); /* first: no new backends */
+    for (char *p = list; *p != '\0';) {
+        char *end;
+        long k = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        kill((pid_t)k, sig);
+        p = end;
+    }
+    if (sig != SIGSTOP)
+        ck_assert_int_eq(kill(pm, sig), 0);
+    free(kids);
+}
+
+/* Freezes the test's PostgreSQL server (SIGSTOP); returns its postmaster's
+ * pid for pg_signal_all(pm, SIGCONT). */
+static pid_t pg_freeze(const char *db)
+{
+    char *dir = testenv_sql1(db, "SHOW data_directory");
+    ck_assert_ptr_nonnull(dir);
+    char *pidfile = testenv_fmt("%s/postmaster.pid", dir);
+    char *text = read_text(pidfile);
+    pid_t pm = (pid_t)atoi(text);
+    ck_assert_int_gt(pm, 0);
+    pg_signal_all(pm, SIGSTOP);
+    free(text);
+    free(pidfile);
+    free(dir);
+    return pm;
+}
+
+/* PostgreSQL stops answering (the whole server frozen, SIGSTOP) while a
+ * handler runs: no call of the worker's loop waits past its answer bound
+ * (twice its statement timeout), so the handler is still stopped at lease -
+ * margin, and not completed. */
+START_TEST(test_worker_stops_a_handler_at_lease_minus_margin_when_the_database_is_frozen)
+{
+    env e;
+    env_setup(&e,
+              "{ name = \"fz\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qf\"; lease = \"3s\";"
+              "  handler = { exec = [\"/bin/sh\", \"-c\", \"$MARK_DIR/log-exec fz; echo $$ > "
+              "$MARK_DIR/fz.pid; exec sleep 30\"]; }; timeout = \"60s\"; "
+              "  retry = { max_attempts = 1; }; }",
+              "concurrency = 4; shutdown_grace = \"3s\"; heartbeat_margin = \"1s\";", 5);
+    planner_start(&e);
+    pid_t a = spawn_worker(&e, "a", "wa");
+    add_runs(&e, "fz", 1, 5);
+    ck_assert(wait_for(e.db, "running", 15000, "SELECT state FROM warren.runs WHERE job = 'fz'"));
+    char *key = first_key(&e, "fz");
+    char *pidf = testenv_fmt("%s/fz.pid", e.dir);
+    char *pidt = read_text(pidf);
+    for (int i = 0; i < 100 && atoi(pidt) <= 0; i++) {
+        sleep_ms(50);
+        free(pidt);
+        pidt = read_text(pidf);
+    }
+    ck_assert_int_gt(atoi(pidt), 0);
+    char *want = testenv_fmt("%s attempt 1: no successful heartbeat", key);
+    pid_t pm = pg_freeze(e.db);
+    int64_t frozen_at = now_ms();
+    /* asserted after the server runs again (a failed check must not leave it frozen) */
+    int stopped = log_wait(&e, "a", want, 8000);
+    int64_t took = now_ms() - frozen_at;
+    for (int i = 0; i < 100 && testenv_pid_alive(atoi(pidt)); i++)
+        sleep_ms(50);
+    int alive = testenv_pid_alive(atoi(pidt));
+    pg_signal_all(pm, SIGCONT);
+    ck_assert_msg(stopped, "the handler was not stopped while PostgreSQL was frozen");
+    ck_assert_msg(took < 6000, "stopped %lld ms after the freeze", (long long)took);
+    ck_assert_msg(!alive, "fz's handler %s survived", pidt);
+    ck_assert(log_has(&e, "a", "no answer from PostgreSQL"));
+    ck_assert(log_wait(&e, "a", "handler stopped after the lease was lost; not completing", 5000));
+    /* not completed by this worker: the attempt is not succeeded or retry */
+    char *att = testenv_sql1f(e.db,
+                              "SELECT coalesce(outcome, 'none') FROM warren.attempts WHERE "
+                              "run_key = '%s' AND attempt = 1",
+                              key);
+    ck_assert_msg(att != NULL && strcmp(att, "succeeded") != 0 && strcmp(att, "retry") != 0,
+                  "fz attempt 1: %s", att ? att : "NULL");
+    free(att);
+    kill(a, SIGTERM);
+    ck_assert_int_eq(wait_exit(a, 15000), 0);
+    free(want);
+    free(pidt);
+    free(pidf);
+    free(key);
+    env_teardown(&e);
+}
+END_TEST
+
 static Suite *worker_suite(void)
 {
     Suite *s = suite_create("worker");
@@ -1796,6 +1898,12 @@ static Suite *worker_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_worker_chatty_handler_does_not_stall_the_other_slots);
     tcase_add_test(tc, test_worker_row_locked_by_an_operator_blocks_only_its_own_run);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("database_frozen");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc,
+                   test_worker_stops_a_handler_at_lease_minus_margin_when_the_database_is_frozen);
     suite_add_tcase(s, tc);
     return s;
 }
