@@ -94,7 +94,8 @@ typedef struct slot {
     /* result */
     warren_outcome outcome;
     char *error;
-    int complete_timed_out; /* its completion timed out (row locked): completed after others */
+    /* its completion timed out (row locked): tried again from then on, after the others */
+    int64_t complete_after;
     int complete_sql_retry; /* sql: relaunch after a connection failure */
     int64_t retry_at, sql_backoff;
 } slot;

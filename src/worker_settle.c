@@ -310,7 +310,7 @@ void warren__complete_done(warren_worker *w, int64_t now)
             warren__ack(w, s->tag, s->gen, s->run_key);
             warren__slot_release(w, s);
         }
-        if (s->state == SLOT_DONE)
+        if (s->state == SLOT_DONE && now >= s->complete_after)
             n++;
     }
     if (n == 0 || !warren__worker_store_ready(w))
@@ -322,7 +322,7 @@ void warren__complete_done(warren_worker *w, int64_t now)
         goto out;
     n = 0;
     for (int i = 0; i < cap; i++)
-        if (w->slots[i].state == SLOT_DONE)
+        if (w->slots[i].state == SLOT_DONE && now >= w->slots[i].complete_after)
             which[n++] = &w->slots[i];
     /* Key order, as claims: no deadlock with another batch over the same rows. */
     qsort(which, n, sizeof(*which), cmp_slot_key);
@@ -332,7 +332,7 @@ void warren__complete_done(warren_worker *w, int64_t now)
          * completion timed out last, so a locked row does not starve the rest */
         size_t k = 0;
         for (size_t i = 0; i < n; i++)
-            if (!which[i]->complete_timed_out) {
+            if (which[i]->complete_after == 0) {
                 slot *t = which[i];
                 memmove(&which[k + 1], &which[k], (i - k) * sizeof(*which));
                 which[k++] = t;
@@ -364,12 +364,12 @@ void warren__complete_done(warren_worker *w, int64_t now)
             warren_error e1 = {0};
             int r1 = warren_store_complete_batch(w->st, &c[i], 1, &rec[i], &e1);
             if (r1 != 0 && warren_store_timed_out(w->st)) {
-                /* its row is locked: later, as it is, after the others; the
-                 * rest too (one timed-out call per turn: the loop has
-                 * heartbeats to send) */
+                /* its row is locked: again in 500 ms, as it is, after the
+                 * others; the rest next turn (one timed-out call per turn:
+                 * the loop has heartbeats to send) */
                 warren__worker_store_failed(w, r1, &e1, "complete");
                 w->complete_alone = 1;
-                which[i]->complete_timed_out = 1;
+                which[i]->complete_after = now + BACKOFF_MIN_MS * 5;
                 for (size_t j = i; j < n; j++)
                     which[j] = NULL;
                 break;

@@ -1745,6 +1745,71 @@ START_TEST(test_worker_row_locked_by_an_operator_blocks_only_its_own_run)
 }
 END_TEST
 
+/* Holds the row of run key locked (SELECT ... FOR UPDATE in an open
+ * transaction of a psql of its own, application_name "locker") until
+ * unlock_run; returns the psql's pid once the lock is held. */
+static pid_t lock_run(env *e, const char *key)
+{
+    char *url = testenv_fmt("%s%sapplication_name=locker", e->db, strchr(e->db, '?') ? "&" : "?");
+    char *sql = testenv_fmt("BEGIN; SELECT 1 FROM warren.runs WHERE run_key = '%s' FOR UPDATE; "
+                            "SELECT pg_sleep(60)",
+                            key);
+    char *argv[] = {"/bin/sh", "-c", "exec psql \"$0\" -qAtc \"$1\"", url, sql, NULL};
+    char *plog = testenv_fmt("%s/locker.log", e->dir);
+    pid_t locker = testenv_spawn(argv, plog, plog, 0);
+    ck_assert(wait_for(e->db, "1", 10000,
+                       "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity s USING (pid) "
+                       "WHERE s.application_name = 'locker' AND l.locktype = 'transactionid'"));
+    free(plog);
+    free(sql);
+    free(url);
+    return locker;
+}
+
+static void unlock_run(env *e, pid_t locker)
+{
+    qx(e->db, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = "
+              "'locker'");
+    ck_assert_int_ge(wait_exit(locker, 10000), 0);
+}
+
+/* A run finishes while an operator holds its row: its completion times out
+ * and is tried again (recorded once the lock is gone), and a run that
+ * finishes beside it is completed meanwhile. */
+START_TEST(test_worker_completes_beside_a_run_whose_row_is_locked)
+{
+    env e;
+    env_setup(&e,
+              "{ name = \"lc\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qc\"; lease = \"6s\";"
+              "  handler = { exec = [\"/bin/sh\", \"-c\", \"$MARK_DIR/log-exec lc; sleep 1\"]; };"
+              "  timeout = \"60s\"; retry = { max_attempts = 1; }; },"
+              "{ name = \"oc\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qc\"; lease = \"6s\";"
+              "  handler = { exec = [\"/bin/sh\", \"-c\", \"$MARK_DIR/log-exec oc; sleep 1\"]; };"
+              "  timeout = \"60s\"; retry = { max_attempts = 1; }; }",
+              "concurrency = 4; shutdown_grace = \"3s\"; heartbeat_margin = \"1s\";", 5);
+    planner_start(&e);
+    pid_t a = spawn_worker(&e, "a", "wa");
+    add_runs(&e, "lc", 1, 5);
+    ck_assert(wait_for(e.db, "running", 15000, "SELECT state FROM warren.runs WHERE job = 'lc'"));
+    char *lc = first_key(&e, "lc");
+    pid_t locker = lock_run(&e, lc);
+    add_runs(&e, "oc", 1, 5);
+    ck_assert(wait_for(e.db, "succeeded", 10000, "SELECT state FROM warren.runs WHERE job = 'oc'"));
+    /* lc's handler is done; its completion waits for the lock (its lease, 6 s
+     * from its last heartbeat, has not run out) */
+    ck_assert(wait_for(e.db, "running", 100, "SELECT state FROM warren.runs WHERE job = 'lc'"));
+    ck_assert(log_wait(&e, "a", "complete: ", 5000));
+    unlock_run(&e, locker);
+    ck_assert(wait_for(e.db, "succeeded", 5000, "SELECT state FROM warren.runs WHERE job = 'lc'"));
+    ck_assert(wait_for(e.db, "2", 1000, "SELECT count(*) FROM warren.attempts"));
+    assert_one_execution_per_attempt(&e);
+    kill(a, SIGTERM);
+    ck_assert_int_eq(wait_exit(a, 10000), 0);
+    free(lc);
+    env_teardown(&e);
+}
+END_TEST
+
 /* Sends sig to the postmaster pm and every process it started. */
 static void pg_signal_all(pid_t pm, int sig)
 {
@@ -1898,6 +1963,7 @@ static Suite *worker_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_worker_chatty_handler_does_not_stall_the_other_slots);
     tcase_add_test(tc, test_worker_row_locked_by_an_operator_blocks_only_its_own_run);
+    tcase_add_test(tc, test_worker_completes_beside_a_run_whose_row_is_locked);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("database_frozen");
