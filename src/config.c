@@ -1350,6 +1350,61 @@ static const warren__setting planner_settings[] = {
 static const warren__section planner_section = {"planner", planner_settings,
                                                 COUNT(planner_settings), check_planner};
 
+/* worker.exec_env: a list of environment variable names ([A-Za-z_][A-Za-z0-9_]*),
+ * or prefixes of names followed by '*'. */
+static void load_exec_env(loader *L, const config_setting_t *g, const scope *sc, void *base,
+                          int status)
+{
+    warren_worker_config *wc = base;
+    const config_setting_t *s = member(g, "exec_env");
+    char name[32], path[256], q[200];
+
+    (void)status;
+    if (s == NULL)
+        return;
+    if (config_setting_type(s) != CONFIG_TYPE_ARRAY && config_setting_type(s) != CONFIG_TYPE_LIST) {
+        wrong_type(L, s, sc, "exec_env", "a list of variable names, e.g. [\"AWS_PROFILE\"]");
+        return;
+    }
+    int n = config_setting_length(s);
+    free_argv(wc->exec_env);
+    if ((wc->exec_env = calloc((size_t)n + 1, sizeof(char *))) == NULL) {
+        L->oom = 1;
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
+        const char *v;
+        size_t k = 0;
+        snprintf(name, sizeof(name), "exec_env[%d]", i);
+        path_of(path, sizeof(path), sc, name);
+        if (config_setting_type(e) != CONFIG_TYPE_STRING) {
+            report(L, e, sc->who, path, "expected a string, got %s", type_name(e));
+            continue;
+        }
+        v = config_setting_get_string(e);
+        while (v[k] == '_' || (v[k] >= 'A' && v[k] <= 'Z') || (v[k] >= 'a' && v[k] <= 'z') ||
+               (k > 0 && v[k] >= '0' && v[k] <= '9'))
+            k++;
+        if (k > 0 && v[k] == '*' && v[k + 1] == '\0')
+            k++; /* a prefix: "PREFIX*" */
+        if (k == 0 || v[k] != '\0' || k > 255) {
+            report(L, e, sc->who, path,
+                   "%s is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*, or such a "
+                   "prefix followed by *; at most 255 bytes)",
+                   quote(q, sizeof(q), v));
+            continue;
+        }
+        wc->exec_env[i] = dup_or_oom(L, v);
+    }
+    /* keep the list dense (a reported element left a hole; the load fails anyway) */
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (wc->exec_env[i] != NULL)
+            wc->exec_env[m++] = wc->exec_env[i];
+    wc->exec_env[m] = NULL;
+}
+
 static const warren__setting worker_settings[] = {
     SET_INT("concurrency", warren_worker_config, concurrency, 4, 1, 4096),
     SET_DURATION("shutdown_grace", warren_worker_config, shutdown_grace_ms, SECONDS(30), 0, 0, NULL,
@@ -1357,6 +1412,7 @@ static const warren__setting worker_settings[] = {
     SET_DURATION("heartbeat_margin", warren_worker_config, heartbeat_margin_ms, SECONDS(5), 0, 0,
                  NULL, 0, NULL),
     SET_STRING("id", warren_worker_config, id, NULL, NULL), /* default: hostname:pid */
+    SET_CUSTOM("exec_env", load_exec_env),
 };
 static const warren__section worker_section = {"worker", worker_settings, COUNT(worker_settings),
                                                NULL};
@@ -1420,6 +1476,7 @@ void warren_config_free(warren_config *cfg)
     free(cfg->database_url);
     free(cfg->amqp_url);
     free(cfg->worker.id);
+    free_argv(cfg->worker.exec_env);
     free(cfg);
 }
 

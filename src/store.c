@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
+#include "internal.h"
 #include "store_int.h"
 
 #define CONN_FIX "is the server running? check database.url or WARREN_DATABASE_URL"
@@ -21,7 +23,10 @@ struct warren_store {
     char where[300];  /* "host:port" for messages */
     char sqlstate[6]; /* of the last failure */
     int listening;
-    char **prepared; /* names prepared on this connection */
+    int64_t statement_timeout_ms, lock_timeout_ms; /* 0: the server's (warren_store_set_timeouts) */
+    int64_t answer_ms; /* > 0: a call waits this long for its answer, then drops the connection */
+    int abandoned;     /* the last call got no answer in time (answer_ms) */
+    char **prepared;   /* names prepared on this connection */
     size_t nprepared, capprepared;
 };
 
@@ -181,6 +186,11 @@ int warren__store_fail(warren_store *st, const PGresult *res, const char *what, 
     char line[768];
 
     snprintf(st->sqlstate, sizeof(st->sqlstate), "%s", state ? state : "");
+    if (st->abandoned)
+        return warren_error_set(err, WARREN_EDBCONN,
+                                "no answer from PostgreSQL at %s within %lld ms (%s); dropped the "
+                                "connection, reconnecting",
+                                st->where, (long long)st->answer_ms, what);
     if (PQstatus(st->conn) != CONNECTION_OK || state_is_connection_loss(state)) {
         first_line(res && PQresultErrorMessage(res)[0] ? PQresultErrorMessage(res)
                                                        : PQerrorMessage(st->conn),
@@ -228,6 +238,84 @@ static int finish(warren_store *st, PGresult *res, PGresult **out, const char *w
     return 0;
 }
 
+/* The answer to the query just sent, waiting at most st->answer_ms for it:
+ * as PQexec, the last result, or the first that failed. Past the deadline
+ * the connection is dropped (a frozen server or network would otherwise hold
+ * the caller until TCP gives up, a minute or more): the result is then a
+ * connection failure, reported as "no answer within" (st->abandoned). */
+static PGresult *await_answer(warren_store *st)
+{
+    int64_t deadline = warren__mono_ms() + st->answer_ms;
+    PGresult *keep = NULL, *r;
+
+    for (;;) {
+        while (!st->abandoned && PQisBusy(st->conn)) {
+            struct pollfd p = {PQsocket(st->conn), POLLIN, 0};
+            int64_t left = deadline - warren__mono_ms();
+            int n;
+            if (left <= 0) {
+                /* libpq then reads the end of the connection at once */
+                shutdown(PQsocket(st->conn), SHUT_RDWR);
+                st->abandoned = 1;
+                break;
+            }
+            n = poll(&p, 1, left > INT32_MAX ? INT32_MAX : (int)left);
+            if (n < 0 && errno != EINTR)
+                break;
+            if (n > 0 && !PQconsumeInput(st->conn))
+                break; /* PQgetResult reports the failure */
+        }
+        if ((r = PQgetResult(st->conn)) == NULL)
+            break;
+        if (keep != NULL && PQresultStatus(keep) == PGRES_FATAL_ERROR) {
+            PQclear(r);
+        } else {
+            PQclear(keep);
+            keep = r;
+        }
+        if (PQstatus(st->conn) != CONNECTION_OK)
+            break;
+    }
+    return keep;
+}
+
+/* The calls every helper makes: libpq's blocking ones, or with st->answer_ms
+ * set their asynchronous forms and await_answer. */
+static PGresult *q_exec(warren_store *st, const char *sql)
+{
+    if (st->answer_ms <= 0)
+        return PQexec(st->conn, sql);
+    st->abandoned = 0;
+    return PQsendQuery(st->conn, sql) ? await_answer(st) : NULL;
+}
+
+static PGresult *q_params(warren_store *st, const char *sql, int nparams, const char *const *params)
+{
+    if (st->answer_ms <= 0)
+        return PQexecParams(st->conn, sql, nparams, NULL, params, NULL, NULL, 0);
+    st->abandoned = 0;
+    return PQsendQueryParams(st->conn, sql, nparams, NULL, params, NULL, NULL, 0) ? await_answer(st)
+                                                                                  : NULL;
+}
+
+static PGresult *q_prepare(warren_store *st, const char *name, const char *sql, int nparams)
+{
+    if (st->answer_ms <= 0)
+        return PQprepare(st->conn, name, sql, nparams, NULL);
+    st->abandoned = 0;
+    return PQsendPrepare(st->conn, name, sql, nparams, NULL) ? await_answer(st) : NULL;
+}
+
+static PGresult *q_prepared(warren_store *st, const char *name, int nparams,
+                            const char *const *params)
+{
+    if (st->answer_ms <= 0)
+        return PQexecPrepared(st->conn, name, nparams, params, NULL, NULL, 0);
+    st->abandoned = 0;
+    return PQsendQueryPrepared(st->conn, name, nparams, params, NULL, NULL, 0) ? await_answer(st)
+                                                                               : NULL;
+}
+
 int warren__store_exec(warren_store *st, const char *sql, int nparams, const char *const *params,
                        PGresult **out, const char *what, warren_error *err)
 {
@@ -235,14 +323,14 @@ int warren__store_exec(warren_store *st, const char *sql, int nparams, const cha
 
     if (out != NULL)
         *out = NULL;
-    res = PQexecParams(st->conn, sql, nparams, NULL, params, NULL, NULL, 0);
+    res = q_params(st, sql, nparams, params);
     return finish(st, res, out, what, err);
 }
 
 int warren__store_exec_simple(warren_store *st, const char *sql, const char *what,
                               warren_error *err)
 {
-    return finish(st, PQexec(st->conn, sql), NULL, what, err);
+    return finish(st, q_exec(st, sql), NULL, what, err);
 }
 
 static int prepared_has(const warren_store *st, const char *name)
@@ -297,7 +385,7 @@ int warren__store_exec_prepared(warren_store *st, const char *name, const char *
         *out = NULL;
     for (int tries = 0; tries < 2; tries++) {
         if (!prepared_has(st, name)) {
-            res = PQprepare(st->conn, name, sql, nparams, NULL);
+            res = q_prepare(st, name, sql, nparams);
             if (!result_ok(res)) {
                 const char *s = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
                 /* 42P05: already prepared on this session (we lost track). */
@@ -311,7 +399,7 @@ int warren__store_exec_prepared(warren_store *st, const char *name, const char *
             if (prepared_add(st, name, err) != 0)
                 return WARREN_ENOMEM;
         }
-        res = PQexecPrepared(st->conn, name, nparams, params, NULL, NULL, 0);
+        res = q_prepared(st, name, nparams, params);
         if (!result_ok(res) && res != NULL && PQstatus(st->conn) == CONNECTION_OK) {
             const char *s = PQresultErrorField(res, PG_DIAG_SQLSTATE);
             /* 26000: the session lost the statement (DISCARD ALL, a pooler):
@@ -342,7 +430,7 @@ int warren__store_begin(warren_store *st, warren_error *err)
 
 int warren__store_commit(warren_store *st, warren_error *err)
 {
-    PGresult *res = PQexec(st->conn, "COMMIT");
+    PGresult *res = q_exec(st, "COMMIT");
     int rc;
 
     if (!result_ok(res)) {
@@ -370,7 +458,7 @@ void warren__store_rollback(warren_store *st)
         return;
     ts = PQtransactionStatus(st->conn);
     if (ts == PQTRANS_INTRANS || ts == PQTRANS_INERROR)
-        PQclear(PQexec(st->conn, "ROLLBACK"));
+        PQclear(q_exec(st, "ROLLBACK"));
 }
 
 const char *warren__store_get_text(const PGresult *res, int row, int col)
@@ -552,6 +640,25 @@ static void on_notice(void *arg, const PGresult *res)
                "PostgreSQL %s: %s", sev ? sev : "notice", line);
 }
 
+/* The session's statement_timeout and lock_timeout (milliseconds as
+ * PostgreSQL takes them: at most INT_MAX; 0 here: the server's default). */
+static int apply_timeouts(warren_store *st, warren_error *err)
+{
+    char stmt[24], lock[24];
+    const char *params[2] = {stmt, lock};
+    snprintf(
+        stmt, sizeof(stmt), "%lld",
+        (long long)(st->statement_timeout_ms > INT32_MAX ? INT32_MAX : st->statement_timeout_ms));
+    snprintf(lock, sizeof(lock), "%lld",
+             (long long)(st->lock_timeout_ms > INT32_MAX ? INT32_MAX : st->lock_timeout_ms));
+    return warren__store_exec(st,
+                              "SELECT set_config('statement_timeout', CASE WHEN $1 = '0' THEN "
+                              "current_setting('statement_timeout') ELSE $1 END, false), "
+                              "set_config('lock_timeout', CASE WHEN $2 = '0' THEN "
+                              "current_setting('lock_timeout') ELSE $2 END, false)",
+                              2, params, NULL, "set the session's timeouts", err);
+}
+
 static int session_setup(warren_store *st, warren_error *err)
 {
     int rc;
@@ -560,6 +667,8 @@ static int session_setup(warren_store *st, warren_error *err)
     prepared_forget(st, NULL);
     rc = warren__store_exec_simple(st, "SET TIME ZONE 'UTC'; SET DateStyle TO 'ISO, YMD'",
                                    "set the session time zone", err);
+    if (rc == 0 && (st->statement_timeout_ms > 0 || st->lock_timeout_ms > 0))
+        rc = apply_timeouts(st, err);
     if (rc == 0 && st->listening)
         rc = warren__store_exec_simple(st, "LISTEN " WARREN_NOTIFY_CHANNEL,
                                        "listen on " WARREN_NOTIFY_CHANNEL, err);
@@ -661,7 +770,30 @@ int warren_store_reconnect(warren_store *st, warren_error *err)
 {
     int rc;
 
-    PQreset(st->conn);
+    st->abandoned = 0;
+    if (st->answer_ms <= 0) {
+        PQreset(st->conn);
+    } else if (PQresetStart(st->conn)) {
+        /* the connection's own connect_timeout is at least 2 s: this one is
+         * answer_ms (PQconnectPoll's loop, from "writing") */
+        int64_t deadline = warren__mono_ms() + st->answer_ms;
+        PostgresPollingStatusType ps = PGRES_POLLING_WRITING;
+        while (ps != PGRES_POLLING_OK && ps != PGRES_POLLING_FAILED) {
+            struct pollfd p = {PQsocket(st->conn), ps == PGRES_POLLING_READING ? POLLIN : POLLOUT,
+                               0};
+            int64_t left = deadline - warren__mono_ms();
+            if (left <= 0) {
+                set_where(st);
+                return warren_error_set(err, WARREN_EDBCONN,
+                                        "cannot reconnect to PostgreSQL at %s: no answer within "
+                                        "%lld ms; " CONN_FIX,
+                                        st->where, (long long)st->answer_ms);
+            }
+            if (poll(&p, 1, left > INT32_MAX ? INT32_MAX : (int)left) == 0)
+                continue;
+            ps = PQresetPoll(st->conn);
+        }
+    }
     if (PQstatus(st->conn) != CONNECTION_OK)
         return conn_error(st, "cannot reconnect to", err);
     set_where(st);
@@ -670,6 +802,24 @@ int warren_store_reconnect(warren_store *st, warren_error *err)
         return rc;
     warren_log(st->lg, WARREN_LOG_INFO, "reconnected to PostgreSQL at %s", st->where);
     return 0;
+}
+
+int warren_store_set_timeouts(warren_store *st, int64_t statement_ms, int64_t lock_ms,
+                              int64_t answer_ms, warren_error *err)
+{
+    if (st == NULL || statement_ms < 0 || lock_ms < 0 || answer_ms < 0)
+        return warren_error_set(err, WARREN_EINVAL, "warren_store_set_timeouts: bad arguments");
+    st->statement_timeout_ms = statement_ms;
+    st->lock_timeout_ms = lock_ms;
+    st->answer_ms = answer_ms;
+    return apply_timeouts(st, err);
+}
+
+int warren_store_timed_out(const warren_store *st)
+{
+    /* 57014 query_canceled (statement_timeout, or a cancel request), 55P03
+     * lock_not_available (lock_timeout): the statement was refused whole. */
+    return st != NULL && (strcmp(st->sqlstate, "57014") == 0 || strcmp(st->sqlstate, "55P03") == 0);
 }
 
 /* ------------------------------------------------------------- the clock */

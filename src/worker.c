@@ -29,6 +29,7 @@
 #include "worker_int.h"
 
 #define MAX_CONCURRENCY 4096   /* as worker.concurrency in the config */
+#define DB_TIMEOUT_MIN_MS 100  /* the loop connection's statement/lock timeout at least */
 #define KILL_GRACE_MAX_MS 5000 /* SIGTERM -> SIGKILL */
 
 static char *xstrdup(const char *s)
@@ -297,6 +298,25 @@ static int default_queues(warren_worker *w, warren_error *err)
 
 /* ------------------------------------------------------------ connections */
 
+/* The bound on every statement of the loop's connection (statement_timeout
+ * and lock_timeout): a quarter of the shortest margin a slot can get, min(
+ * worker.heartbeat_margin, lease/3) over the jobs this worker can run, at
+ * least DB_TIMEOUT_MIN_MS. A call blocked on a lock (the relay's FOR UPDATE,
+ * an operator's open transaction) fails within that; a loop turn spends at
+ * most two such calls (worker_settle.c), so the lease deadline of every slot
+ * (lease - margin) is enforced at most half the margin late: before the lease
+ * expires in the database. */
+static int64_t db_timeout(const warren_worker *w)
+{
+    const warren_config *cfg = w->cfg;
+    int64_t m = cfg->worker.heartbeat_margin_ms;
+    for (size_t i = 0; i < cfg->njobs; i++)
+        if (cfg->jobs[i].handler != WARREN_HANDLER_NONE && cfg->jobs[i].lease_ms > 0 &&
+            cfg->jobs[i].lease_ms / 3 < m)
+            m = cfg->jobs[i].lease_ms / 3;
+    return m / 4 > DB_TIMEOUT_MIN_MS ? m / 4 : DB_TIMEOUT_MIN_MS;
+}
+
 static int broker_setup(warren_worker *w, warren_error *err)
 {
     int rc;
@@ -421,7 +441,7 @@ static int64_t kill_grace(const warren_worker *w)
 }
 
 /* Starts slot s's exec handler with the run's facts (worker_exec.c). */
-static int start_exec(slot *s, const warren_run_msg *msg, warren_error *err)
+static int start_exec(const warren_worker *w, slot *s, const warren_run_msg *msg, warren_error *err)
 {
     warren__exec_run run = {
         .run_key = s->run_key,
@@ -430,6 +450,7 @@ static int start_exec(slot *s, const warren_run_msg *msg, warren_error *err)
         .attempt = s->claim.attempt,
         .due_at = msg->due_at,
         .payload = s->claim.payload_json,
+        .pass_env = (const char *const *)w->cfg->worker.exec_env,
     };
     return warren__exec_start(&s->ex, s->job->exec_argv, s->job->exec_shell, &run, err);
 }
@@ -473,7 +494,7 @@ void warren__slot_start(warren_worker *w, slot *s, pend *p, warren_claim *cl, in
     switch (s->job->handler) {
     case WARREN_HANDLER_EXEC:
         s->kind = KIND_EXEC;
-        rc = start_exec(s, &p->msg, &e);
+        rc = start_exec(w, s, &p->msg, &e);
         break;
     case WARREN_HANDLER_SQL:
         s->kind = KIND_SQL;
@@ -715,6 +736,11 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
         }
     }
     if ((rc = warren_store_open(w->db_url, w->lg, &w->st, err)) != 0)
+        goto out;
+    w->db_timeout_ms = db_timeout(w);
+    /* the server's answer (a refusal for a timeout included) within twice that */
+    if ((rc = warren_store_set_timeouts(w->st, w->db_timeout_ms, w->db_timeout_ms,
+                                        2 * w->db_timeout_ms, err)) != 0)
         goto out;
     if ((rc = broker_setup(w, err)) != 0)
         goto out;

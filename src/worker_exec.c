@@ -1,5 +1,5 @@
 /* worker_exec.c: exec handler processes (DESIGN §6): PATH lookup, the run
- * facts in the environment, the payload on stdin, a process group per
+ * facts in a scrubbed environment, the payload on stdin, a process group per
  * handler, the tail of its output, and its exit status as an outcome. The
  * worker's loop drives them (start, read, kill, reap) from its one thread. */
 #include <errno.h>
@@ -64,6 +64,33 @@ static int env_skip(const char *e)
     return 0;
 }
 
+/* 1 if e ("NAME=value") is on the allow-list (docs/config.md,
+ * worker.exec_env) or named by pass (NULL-terminated, may be NULL; "PFX*"
+ * names every variable starting with PFX). The
+ * worker's own secrets (WARREN_DATABASE_URL, WARREN_AMQP_URL, PGPASSWORD,
+ * ...) are not on it: a handler gets them only where the config names them. */
+static int env_pass(const char *e, const char *const *pass)
+{
+    static const char *const allow[] = {"PATH", "HOME", "LANG", "TZ", "TMPDIR", "USER", "LOGNAME"};
+    const char *eq = strchr(e, '=');
+    size_t n;
+    if (eq == NULL)
+        return 0;
+    n = (size_t)(eq - e);
+    if (n > 3 && strncmp(e, "LC_", 3) == 0)
+        return 1;
+    for (size_t i = 0; i < sizeof(allow) / sizeof(allow[0]); i++)
+        if (strlen(allow[i]) == n && strncmp(e, allow[i], n) == 0)
+            return 1;
+    for (size_t i = 0; pass != NULL && pass[i] != NULL; i++) {
+        size_t k = strlen(pass[i]);
+        if (k > 1 && pass[i][k - 1] == '*' ? k - 1 <= n && strncmp(e, pass[i], k - 1) == 0
+                                           : k == n && strncmp(e, pass[i], n) == 0)
+            return 1;
+    }
+    return 0;
+}
+
 void warren__exec_init(warren__exec *x)
 {
     memset(x, 0, sizeof(*x));
@@ -108,7 +135,7 @@ int warren__exec_start(warren__exec *x, char *const *argv, int shell, const warr
         goto done;
     }
     for (size_t i = 0; i < nenv; i++)
-        if (!env_skip(environ[i]))
+        if (env_pass(environ[i], run->pass_env) && !env_skip(environ[i]))
             envp[k++] = environ[i];
     for (int i = 0; i < 5; i++)
         envp[k++] = own[i];
@@ -171,14 +198,24 @@ done:
     return rc;
 }
 
-void warren__exec_read(warren__exec *x)
+size_t warren__exec_read(warren__exec *x)
 {
-    char buf[4096];
-    ssize_t n;
+    char buf[64 * 1024];
+    size_t got = 0;
+    ssize_t n = -1;
     if (x->out_fd < 0)
-        return;
-    while ((n = read(x->out_fd, buf, sizeof(buf))) > 0) {
+        return 0;
+    /* At most WARREN__EXEC_READ_MAX bytes: a handler that writes without
+     * pause must not keep the worker's one loop thread here (no heartbeat,
+     * no timeout check for any slot). The rest waits in the pipe for the
+     * next turn; the handler blocks on the full pipe meanwhile. */
+    while (got < WARREN__EXEC_READ_MAX &&
+           (n = read(x->out_fd, buf,
+                     WARREN__EXEC_READ_MAX - got < sizeof(buf) ? WARREN__EXEC_READ_MAX - got
+                                                               : sizeof(buf))) > 0) {
         size_t m = (size_t)n;
+        got += m;
+        x->out_total += m;
         if (m >= TAIL_MAX) {
             memcpy(x->tail, buf + m - TAIL_MAX, TAIL_MAX);
             x->tail_len = TAIL_MAX;
@@ -197,6 +234,7 @@ void warren__exec_read(warren__exec *x)
         close(x->out_fd);
         x->out_fd = -1;
     }
+    return got;
 }
 
 void warren__exec_kill(const warren__exec *x, int sig)
@@ -216,8 +254,12 @@ int warren__exec_reap(warren__exec *x, int *status)
     }
     if (r != x->pid)
         return 0;
-    warren__exec_read(x);
+    /* What it wrote before it exited, up to the largest pipe an unprivileged
+     * process can ask for (1 MiB), then what stragglers added. */
+    for (int i = 0; i < 4 && warren__exec_read(x) == WARREN__EXEC_READ_MAX; i++)
+        ;
     kill(-x->pid, SIGKILL); /* stragglers left in its process group */
+    warren__exec_read(x);
     x->pid = 0;
     return 1;
 }

@@ -14,6 +14,9 @@
 
 #define ERROR_MAX 2000 /* bytes of handler error text kept */
 #define TAIL_MAX 1500  /* bytes of exec output kept for the error */
+/* Bytes of a handler's output one warren__exec_read takes at most (the
+ * worker's loop reads each slot once per turn). */
+#define WARREN__EXEC_READ_MAX (256 * 1024)
 
 /* One exec handler process. Caller-allocated: warren__exec_init, then
  * warren__exec_start. */
@@ -22,6 +25,7 @@ typedef struct warren__exec {
     int out_fd; /* read end of its stdout and stderr (non-blocking); -1: closed */
     char tail[TAIL_MAX + 1];
     size_t tail_len;
+    unsigned long long out_total; /* bytes of output read so far */
 } warren__exec;
 
 /* The run an exec handler works on (all borrowed for the call). */
@@ -32,26 +36,33 @@ typedef struct warren__exec_run {
     int attempt;
     warren_us due_at;    /* the due time the message was released for */
     const char *payload; /* given on stdin; NULL: {} */
+    /* Names of variables of this process the handler also gets (worker.exec_env;
+     * "PFX*": every name starting with PFX; NULL-terminated; NULL: none). */
+    const char *const *pass_env;
 } warren__exec_run;
 
 /* No process, no pipe. */
 void warren__exec_init(warren__exec *x);
 /* Starts argv (argv[0] looked up on PATH unless it contains a '/'; with shell
  * set, argv[0] is run by /bin/sh -c) in a process group of its own, with the
- * payload on stdin, stdout and stderr into one pipe, and the environment of
- * this process plus WARREN_RUN_KEY, WARREN_JOB, WARREN_SCHEDULED_AT,
- * WARREN_ATTEMPT and WARREN_DUE_AT (inherited variables of those names are
- * replaced). A command that cannot be executed exits 127. Returns 0,
- * WARREN_ENOMEM or WARREN_ESYS (x unchanged). */
+ * payload on stdin, stdout and stderr into one pipe, and a scrubbed
+ * environment: of this process's variables only PATH, HOME, LANG, LC_*, TZ,
+ * TMPDIR, USER, LOGNAME and those run->pass_env names, plus WARREN_RUN_KEY,
+ * WARREN_JOB, WARREN_SCHEDULED_AT, WARREN_ATTEMPT and WARREN_DUE_AT
+ * (inherited variables of those names are replaced). A command that cannot
+ * be executed exits 127. Returns 0, WARREN_ENOMEM or WARREN_ESYS (x
+ * unchanged). */
 int warren__exec_start(warren__exec *x, char *const *argv, int shell, const warren__exec_run *run,
                        warren_error *err);
-/* Reads what the handler wrote so far into the tail (the last TAIL_MAX bytes
- * are kept); closes out_fd at end of file. Does not block. */
-void warren__exec_read(warren__exec *x);
+/* Reads what the handler wrote so far, at most WARREN__EXEC_READ_MAX bytes
+ * (the rest stays in the pipe for the next call), into the tail (the last
+ * TAIL_MAX bytes are kept); closes out_fd at end of file. Does not block.
+ * Returns how many bytes it read. */
+size_t warren__exec_read(warren__exec *x);
 /* Sends sig to the handler's process group. */
 void warren__exec_kill(const warren__exec *x, int sig);
 /* 1 once the handler exited (its wait status in *status), else 0. Once it
- * exited, the rest of its output is read, what is left in its process group
+ * exited, the rest of its output is read (up to 1 MiB), what is left in its process group
  * is killed (SIGKILL) and pid becomes 0. A child reaped by someone else
  * (SIGCHLD ignored) counts as exit status 255. Does not block. */
 int warren__exec_reap(warren__exec *x, int *status);

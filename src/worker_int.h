@@ -77,6 +77,9 @@ typedef struct slot {
     warren_claim claim;
     int64_t lease_ms, hb_every_ms, hb_margin_ms;
     int64_t started_mono, last_hb_ok, next_hb;
+    /* 1: its heartbeat timed out in a batch, 2: also on its own (its row is
+     * locked): sent on its own, 2 after 1, until one succeeds */
+    int hb_alone;
     int64_t received_mono; /* the delivery's arrival (for the report's "released") */
     warren_us msg_due_at;  /* due time this attempt was released for (message header) */
     int64_t timeout_at;
@@ -91,6 +94,8 @@ typedef struct slot {
     /* result */
     warren_outcome outcome;
     char *error;
+    /* its completion timed out (row locked): tried again from then on, after the others */
+    int64_t complete_after;
     int complete_sql_retry; /* sql: relaunch after a connection failure */
     int64_t retry_at, sql_backoff;
 } slot;
@@ -133,6 +138,11 @@ struct warren_worker {
     warren_broker *b;
     uint64_t gen;
     int64_t store_retry_at, store_backoff;
+    /* statement_timeout and lock_timeout of st (worker.c, db_timeout): what
+     * one blocked call can cost the loop; a fallback to one call per run
+     * stops once it has spent that long */
+    int64_t db_timeout_ms;
+    int complete_alone; /* a completion batch timed out: complete one by one until none does */
     int64_t broker_retry_at, broker_backoff;
 
     slot *slots;

@@ -119,8 +119,10 @@ void warren__wait_wake(warren_worker *w, int ms)
         hp->loop_waiting = 1;
         pthread_mutex_unlock(&hp->mu);
     }
+    /* A byte per finished handler, written only while the loop waits: a few
+     * reads empty it; what is left wakes the next wait at once (bounded). */
     if (poll(&p, 1, ms) > 0)
-        while (read(w->wake[0], buf, sizeof(buf)) > 0)
+        for (int i = 0; i < 4 && read(w->wake[0], buf, sizeof(buf)) == (ssize_t)sizeof(buf); i++)
             ;
     if (hp != NULL) {
         pthread_mutex_lock(&hp->mu);

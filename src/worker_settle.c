@@ -330,7 +330,7 @@ void warren__complete_done(warren_worker *w, int64_t now)
             warren__ack(w, s->tag, s->gen, s->run_key);
             warren__slot_release(w, s);
         }
-        if (s->state == SLOT_DONE)
+        if (s->state == SLOT_DONE && now >= s->complete_after)
             n++;
     }
     if (n == 0 || !warren__worker_store_ready(w))
@@ -342,10 +342,22 @@ void warren__complete_done(warren_worker *w, int64_t now)
         goto out;
     n = 0;
     for (int i = 0; i < cap; i++)
-        if (w->slots[i].state == SLOT_DONE)
+        if (w->slots[i].state == SLOT_DONE && now >= w->slots[i].complete_after)
             which[n++] = &w->slots[i];
     /* Key order, as claims: no deadlock with another batch over the same rows. */
     qsort(which, n, sizeof(*which), cmp_slot_key);
+    int alone = w->complete_alone;
+    if (alone) {
+        /* one by one (separate transactions, any order): those whose own
+         * completion timed out last, so a locked row does not starve the rest */
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++)
+            if (which[i]->complete_after == 0) {
+                slot *t = which[i];
+                memmove(&which[k + 1], &which[k], (i - k) * sizeof(*which));
+                which[k++] = t;
+            }
+    }
     for (size_t i = 0; i < n; i++) {
         slot *s = which[i];
         if (s->error != NULL)
@@ -355,14 +367,33 @@ void warren__complete_done(warren_worker *w, int64_t now)
         c[i].outcome = outcome_name(s->outcome);
         c[i].error = s->error;
     }
-    rc = warren_store_complete_batch(w->st, c, n, rec, &e);
+    rc = alone ? WARREN_EDB : warren_store_complete_batch(w->st, c, n, rec, &e);
+    if (rc != 0 && !alone && warren_store_timed_out(w->st)) {
+        warren__worker_store_failed(w, rc, &e, "complete");
+        w->complete_alone = 1;
+        goto out; /* nothing acked: one by one from the next turn */
+    }
     if (rc != 0 && rc != WARREN_EDBCONN) {
+        w->complete_alone = 0;
         /* One bad completion must not hold up the others: one by one. A
          * completion PostgreSQL refuses for its error text is recorded with
-         * a note instead, or the slot would be retried forever. */
+         * a note instead, or the slot would be retried forever. A batch that
+         * timed out (a row locked) goes one by one from the next turn on
+         * (complete_alone), not now: one timed-out call per turn. */
         for (size_t i = 0; i < n; i++) {
             warren_error e1 = {0};
             int r1 = warren_store_complete_batch(w->st, &c[i], 1, &rec[i], &e1);
+            if (r1 != 0 && warren_store_timed_out(w->st)) {
+                /* its row is locked: again in 500 ms, as it is, after the
+                 * others; the rest next turn (one timed-out call per turn:
+                 * the loop has heartbeats to send) */
+                warren__worker_store_failed(w, r1, &e1, "complete");
+                w->complete_alone = 1;
+                which[i]->complete_after = now + BACKOFF_MIN_MS * 5;
+                for (size_t j = i; j < n; j++)
+                    which[j] = NULL;
+                break;
+            }
             if (r1 != 0 && r1 != WARREN_EDBCONN && c[i].error != NULL) {
                 char *note = warren__fmt_error("(the handler's error could not be recorded: %s)",
                                                e1.message);
@@ -405,71 +436,127 @@ out:
 
 /* ------------------------------------------------------------ heartbeats */
 
+static int hb_due(const slot *s, int64_t now)
+{
+    return s->state == SLOT_RUNNING && s->stop_reason != STOP_LOST && now >= s->next_hb &&
+           !warren__sql_finished(s);
+}
+
+/* The result of a heartbeat for s (sent at sent): the lease goes on, or it
+ * was lost and the handler is stopped. */
+static void heartbeat_result(warren_worker *w, slot *s, int held, int64_t sent, int64_t now)
+{
+    if (held) {
+        s->last_hb_ok = sent;
+        s->next_hb = sent + s->hb_every_ms;
+        s->hb_alone = 0;
+        return;
+    }
+    warren_log(w->lg, WARREN_LOG_WARN,
+               "worker %s: %s attempt %d: heartbeat refused (the lease was lost): stopping the "
+               "handler, not completing",
+               w->id, s->run_key, s->claim.attempt);
+    if (s->stop_reason != STOP_NONE) {
+        s->stop_reason = STOP_LOST;
+        warren__sql_lost(s);
+    } else {
+        warren__slot_stop(w, s, STOP_LOST, now);
+    }
+}
+
+/* Heartbeats which[0..n) (slots whose heartbeat timed out in a batch: one of
+ * them is locked, by an operator's transaction or the relay's FOR UPDATE)
+ * one statement each, so that one locked run does not take the others' leases
+ * with it: those whose own heartbeat timed out before go last, and the pass
+ * stops at the second timeout (a turn spends at most two timed-out calls,
+ * 2 x w->db_timeout_ms = half the shortest margin). Those not tried are due
+ * still and go next turn; one that timed out waits BACKOFF_MIN_MS * 5. */
+static void heartbeat_alone(warren_worker *w, slot **which, size_t n, int64_t now)
+{
+    int timeouts = 0, failed = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < n; i++) {
+            slot *s = which[i];
+            warren_error e = {0};
+            int held = 0, rc;
+            if (s->hb_alone != pass + 1 || !hb_due(s, now))
+                continue;
+            int64_t sent = warren__mono_ms();
+            rc = warren_store_heartbeat(w->st, s->run_key, s->claim.attempt, &held, &e);
+            if (rc == 0) {
+                heartbeat_result(w, s, held, sent, now);
+                continue;
+            }
+            failed = 1;
+            s->next_hb = now + BACKOFF_MIN_MS * 5; /* try again soon; the deadline rules */
+            warren__worker_store_failed(w, rc, &e, "heartbeat");
+            if (!warren_store_timed_out(w->st) || ++timeouts == 2)
+                return;
+            s->hb_alone = 2; /* timed out on its own: it is the locked one */
+        }
+    if (!failed)
+        warren__worker_store_ok(w);
+}
+
+/* Heartbeats, in one batch, the running slots whose heartbeat is due; those
+ * whose heartbeat timed out in a batch before go on their own. */
 void warren__heartbeat_due(warren_worker *w, int64_t now)
 {
-    size_t n = 0;
+    size_t n = 0, nb = 0, na = 0;
     const char **keys = NULL;
     int *att = NULL, *held = NULL;
-    slot **which = NULL;
+    slot **which = NULL, **alone = NULL;
     warren_error e = {0};
     int rc;
 
-    for (int i = 0; i < w->concurrency; i++) {
-        slot *s = &w->slots[i];
-        if (s->state == SLOT_RUNNING && s->stop_reason != STOP_LOST && now >= s->next_hb &&
-            !warren__sql_finished(s))
-            n++;
-    }
+    for (int i = 0; i < w->concurrency; i++)
+        n += hb_due(&w->slots[i], now);
     if (n == 0 || !warren__worker_store_ready(w))
         return;
     keys = calloc(n, sizeof(*keys));
     att = calloc(n, sizeof(*att));
     held = calloc(n, sizeof(*held));
     which = calloc(n, sizeof(*which));
-    if (keys == NULL || att == NULL || held == NULL || which == NULL)
+    alone = calloc(n, sizeof(*alone));
+    if (keys == NULL || att == NULL || held == NULL || which == NULL || alone == NULL)
         goto out;
-    n = 0;
     for (int i = 0; i < w->concurrency; i++) {
         slot *s = &w->slots[i];
-        if (s->state == SLOT_RUNNING && s->stop_reason != STOP_LOST && now >= s->next_hb &&
-            !warren__sql_finished(s))
-            which[n++] = s;
+        if (!hb_due(s, now))
+            continue;
+        if (s->hb_alone)
+            alone[na++] = s;
+        else
+            which[nb++] = s;
     }
-    qsort(which, n, sizeof(*which), cmp_slot_key); /* key order, as claims */
-    for (size_t i = 0; i < n; i++) {
+    qsort(which, nb, sizeof(*which), cmp_slot_key); /* key order, as claims */
+    for (size_t i = 0; i < nb; i++) {
         keys[i] = which[i]->run_key;
         att[i] = which[i]->claim.attempt;
     }
     int64_t sent = warren__mono_ms();
-    rc = warren_store_heartbeat_batch(w->st, keys, att, n, held, &e);
+    rc = nb > 0 ? warren_store_heartbeat_batch(w->st, keys, att, nb, held, &e) : 0;
     if (rc != 0) {
+        int timed_out = warren_store_timed_out(w->st);
         warren__worker_store_failed(w, rc, &e, "heartbeat");
-        for (size_t i = 0; i < n; i++)
-            which[i]->next_hb = now + BACKOFF_MIN_MS * 5; /* try again soon; the deadline rules */
+        for (size_t i = 0; i < nb; i++) {
+            if (timed_out)
+                which[i]->hb_alone = 1; /* a lock on one of them: alone, from the next turn */
+            else
+                which[i]->next_hb = now + BACKOFF_MIN_MS * 5; /* soon; the deadline rules */
+        }
         goto out;
     }
-    warren__worker_store_ok(w);
-    for (size_t i = 0; i < n; i++) {
-        slot *s = which[i];
-        if (held[i]) {
-            s->last_hb_ok = sent;
-            s->next_hb = sent + s->hb_every_ms;
-        } else {
-            warren_log(w->lg, WARREN_LOG_WARN,
-                       "worker %s: %s attempt %d: heartbeat refused (the lease was lost): "
-                       "stopping the handler, not completing",
-                       w->id, s->run_key, s->claim.attempt);
-            if (s->stop_reason != STOP_NONE) {
-                s->stop_reason = STOP_LOST;
-                warren__sql_lost(s);
-            } else {
-                warren__slot_stop(w, s, STOP_LOST, now);
-            }
-        }
-    }
+    if (nb > 0)
+        warren__worker_store_ok(w);
+    for (size_t i = 0; i < nb; i++)
+        heartbeat_result(w, which[i], held[i], sent, now);
+    if (na > 0)
+        heartbeat_alone(w, alone, na, now);
 out:
     free(keys);
     free(att);
     free(held);
     free(which);
+    free(alone);
 }

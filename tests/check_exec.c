@@ -320,25 +320,66 @@ START_TEST(test_exec_gives_the_run_facts_in_the_environment)
 }
 END_TEST
 
-/* The handler gets this process's environment (WARREN_DATABASE_URL too),
- * except that the run facts replace inherited variables of their names. */
-START_TEST(test_exec_inherits_the_environment_with_the_run_facts_replaced)
+/* The handler gets a scrubbed environment: the allow-list (PATH, HOME, LANG,
+ * LC_*, TZ, TMPDIR, USER, LOGNAME) and the run facts, which replace inherited
+ * variables of their names. The worker's database and broker URLs,
+ * PGPASSWORD and anything else stay out unless named. */
+START_TEST(test_exec_scrubs_the_environment_to_the_allow_list_and_the_run_facts)
 {
-    ck_assert_int_eq(setenv("CHECK_EXEC_INHERITED", "kept", 1), 0);
-    ck_assert_int_eq(setenv("WARREN_DATABASE_URL", "postgresql://inherited/db", 1), 0);
+    ck_assert_int_eq(setenv("CHECK_EXEC_FOO", "foo", 1), 0);
+    ck_assert_int_eq(setenv("WARREN_DATABASE_URL", "postgresql://u:secret@db/warren", 1), 0);
+    ck_assert_int_eq(setenv("WARREN_AMQP_URL", "amqp://u:secret@mq:5672/%2f", 1), 0);
+    ck_assert_int_eq(setenv("PGPASSWORD", "secret", 1), 0);
+    ck_assert_int_eq(setenv("HOME", "/home/check", 1), 0);
+    ck_assert_int_eq(setenv("LANG", "C.UTF-8", 1), 0);
+    ck_assert_int_eq(setenv("LC_TIME", "C", 1), 0);
+    ck_assert_int_eq(setenv("TZ", "UTC", 1), 0);
+    ck_assert_int_eq(setenv("TMPDIR", "/tmp", 1), 0);
+    ck_assert_int_eq(setenv("USER", "check", 1), 0);
+    ck_assert_int_eq(setenv("LOGNAME", "check", 1), 0);
     ck_assert_int_eq(setenv("WARREN_RUN_KEY", "stale@2000-01-01T00:00:00Z", 1), 0);
     ck_assert_int_eq(setenv("WARREN_JOB", "stale", 1), 0);
-    ck_assert_int_eq(setenv("WARREN_SCHEDULED_AT", "2000-01-01T00:00:00Z", 1), 0);
     ck_assert_int_eq(setenv("WARREN_ATTEMPT", "99", 1), 0);
-    ck_assert_int_eq(setenv("WARREN_DUE_AT", "2000-01-01T00:00:00.000Z", 1), 0);
     warren__exec x;
+    /* env itself is run by PATH: PATH came through */
     ck_assert_str_eq(output_of(&x,
-                               "echo \"$CHECK_EXEC_INHERITED $WARREN_DATABASE_URL\"; "
+                               "env | grep -E '^(CHECK_EXEC_FOO|WARREN_DATABASE_URL|"
+                               "WARREN_AMQP_URL|PGPASSWORD)=' | LC_ALL=C sort; "
+                               "printf '%s|%s|%s|%s|%s|%s|%s|' \"$HOME\" \"$LANG\" \"$LC_TIME\" "
+                               "\"$TZ\" \"$TMPDIR\" \"$USER\" \"$LOGNAME\"; "
                                "env | grep -cE "
                                "'^WARREN_(RUN_KEY|JOB|SCHEDULED_AT|ATTEMPT|DUE_AT)='; "
                                "echo \"$WARREN_RUN_KEY $WARREN_JOB $WARREN_ATTEMPT\"",
                                &facts),
-                     "kept postgresql://inherited/db\n5\nreport@2026-11-30T14:00:00Z report 3\n");
+                     "/home/check|C.UTF-8|C|UTC|/tmp|check|check|5\n"
+                     "report@2026-11-30T14:00:00Z report 3\n");
+    warren__exec_close(&x);
+}
+END_TEST
+
+/* worker.exec_env names variables a handler also gets: those, and only those
+ * (a named one that is not set stays unset); "PFX*" names a prefix. */
+START_TEST(test_exec_passes_the_variables_the_config_names)
+{
+    static const char *const names[] = {"CHECK_EXEC_FOO", "WARREN_DATABASE_URL", "CHECK_EXEC_UNSET",
+                                        "CHECK_PFX_*", NULL};
+    warren__exec_run run = facts;
+    run.pass_env = names;
+    ck_assert_int_eq(setenv("CHECK_EXEC_FOO", "foo", 1), 0);
+    ck_assert_int_eq(setenv("CHECK_EXEC_FOOBAR", "not named", 1), 0);
+    ck_assert_int_eq(setenv("WARREN_DATABASE_URL", "postgresql://named/db", 1), 0);
+    ck_assert_int_eq(setenv("PGPASSWORD", "secret", 1), 0);
+    ck_assert_int_eq(unsetenv("CHECK_EXEC_UNSET"), 0);
+    ck_assert_int_eq(setenv("CHECK_PFX_1", "one", 1), 0);
+    ck_assert_int_eq(setenv("CHECK_PFX_", "empty rest", 1), 0);
+    ck_assert_int_eq(setenv("CHECK_PF", "shorter", 1), 0);
+    warren__exec x;
+    ck_assert_str_eq(output_of(&x,
+                               "env | grep -E '^(CHECK_|WARREN_DATABASE_URL|PGPASSWORD)' | "
+                               "LC_ALL=C sort",
+                               &run),
+                     "CHECK_EXEC_FOO=foo\nCHECK_PFX_1=one\nCHECK_PFX_=empty rest\n"
+                     "WARREN_DATABASE_URL=postgresql://named/db\n");
     warren__exec_close(&x);
 }
 END_TEST
@@ -559,6 +600,44 @@ START_TEST(test_exec_one_read_returns_with_what_the_pipe_holds)
 }
 END_TEST
 
+/* One read call is bounded (WARREN__EXEC_READ_MAX bytes) even against
+ * writers that keep the pipe full: the worker's loop serves every slot, its
+ * heartbeats and its timeouts between two reads of a chatty handler. Four
+ * writers on a full pipe, 200 calls: none reads more than the bound, none
+ * takes long, and each makes progress. */
+START_TEST(test_exec_one_read_is_bounded_against_writers_that_never_pause)
+{
+    const char *argv[] = {"cat /dev/zero & cat /dev/zero & cat /dev/zero & cat /dev/zero & wait",
+                          NULL};
+    warren__exec x;
+    int st = 0;
+    unsigned long long most = 0;
+    int64_t slowest = 0;
+    start(&x, argv, 1, &facts);
+    for (int i = 0; i < 200; i++) {
+        struct pollfd p = {x.out_fd, POLLIN, 0};
+        ck_assert_int_eq(poll(&p, 1, 30000), 1);
+        unsigned long long before = x.out_total;
+        int64_t t0 = now_ms();
+        warren__exec_read(&x);
+        int64_t took = now_ms() - t0;
+        ck_assert_int_ge(x.out_fd, 0);
+        ck_assert_uint_gt(x.out_total, before);
+        if (x.out_total - before > most)
+            most = x.out_total - before;
+        if (took > slowest)
+            slowest = took;
+    }
+    ck_assert_msg(most <= WARREN__EXEC_READ_MAX, "one read call took %llu bytes (bound %d)", most,
+                  WARREN__EXEC_READ_MAX);
+    ck_assert_msg(slowest < 1000, "one read call took %lld ms", (long long)slowest);
+    warren__exec_kill(&x, SIGKILL);
+    ck_assert(wait_exit(&x, 30000, &st));
+    ck_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    warren__exec_close(&x);
+}
+END_TEST
+
 /* ------------------------------------------------------------ outcomes */
 
 static const struct {
@@ -648,7 +727,8 @@ static Suite *exec_suite(void)
 
     tc = tcase_create("environment");
     tcase_add_test(tc, test_exec_gives_the_run_facts_in_the_environment);
-    tcase_add_test(tc, test_exec_inherits_the_environment_with_the_run_facts_replaced);
+    tcase_add_test(tc, test_exec_scrubs_the_environment_to_the_allow_list_and_the_run_facts);
+    tcase_add_test(tc, test_exec_passes_the_variables_the_config_names);
     tcase_add_test(tc, test_exec_gives_the_payload_on_stdin);
     tcase_add_test(tc, test_exec_gives_an_empty_object_without_a_payload);
     tcase_add_test(tc, test_exec_gives_a_large_payload_whole_to_a_handler_that_reads_it_late);
@@ -667,6 +747,7 @@ static Suite *exec_suite(void)
     tcase_add_test(tc, test_exec_tail_text_is_trimmed_with_nul_bytes_as_spaces);
     tcase_add_test(tc, test_exec_reads_5_mb_of_output_keeping_the_tail);
     tcase_add_test(tc, test_exec_one_read_returns_with_what_the_pipe_holds);
+    tcase_add_test(tc, test_exec_one_read_is_bounded_against_writers_that_never_pause);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("outcome");

@@ -260,7 +260,8 @@ static void run_restart_scenario(const char *which)
     fenv_setup(
         &fe,
         "planner = { tick = \"100ms\"; reconcile_grace = \"5s\"; horizon = \"10s\"; };\n"
-        "worker = { concurrency = 8; shutdown_grace = \"5s\"; heartbeat_margin = \"2s\"; };\n"
+        "worker = { concurrency = 8; shutdown_grace = \"5s\"; heartbeat_margin = \"2s\";\n"
+        "           exec_env = [\"MARK_DIR\", \"SINK_URL\"]; };\n"
         "jobs = (\n"
         " { name = \"fs\"; at = \"2099-01-01T00:00:00Z\"; queue = \"f\"; overlap = \"allow\";\n"
         "   handler = { sql = \"WITH x AS (INSERT INTO public.execlog (run_key, who) VALUES ($1, "
@@ -396,7 +397,8 @@ START_TEST(test_worker_keeps_messages_unacked_while_postgresql_is_down)
 
     fenv_setup(
         &fe,
-        "worker = { concurrency = 8; shutdown_grace = \"5s\"; heartbeat_margin = \"2s\"; };\n"
+        "worker = { concurrency = 8; shutdown_grace = \"5s\"; heartbeat_margin = \"2s\";\n"
+        "           exec_env = [\"MARK_DIR\", \"SINK_URL\"]; };\n"
         "jobs = (\n"
         " { name = \"fd\"; at = \"2099-01-01T00:00:00Z\"; queue = \"d\"; overlap = \"allow\";\n"
         "   handler = { exec = [\"/bin/sh\", \"-c\", \"echo $WARREN_RUN_KEY $WARREN_ATTEMPT >> "
@@ -500,7 +502,8 @@ START_TEST(test_stopping_worker_gives_back_deliveries_it_could_not_claim)
     int status;
 
     fenv_setup(&fe,
-               "worker = { concurrency = 4; shutdown_grace = \"40s\"; };\n"
+               "worker = { concurrency = 4; shutdown_grace = \"40s\";\n"
+               "           exec_env = [\"MARK_DIR\", \"SINK_URL\"]; };\n"
                "jobs = (\n"
                " { name = \"gl\"; at = \"2099-01-01T00:00:00Z\"; queue = \"g\"; lease = \"60s\";\n"
                "   handler = { exec = [\"/bin/sh\", \"-c\", \"echo $WARREN_RUN_KEY "
@@ -607,7 +610,7 @@ START_TEST(test_worker_takes_back_runs_whose_claim_answer_was_lost)
     int status;
 
     fenv_setup(&fe,
-               "worker = { concurrency = 4; };\n"
+               "worker = { concurrency = 4; exec_env = [\"MARK_DIR\", \"SINK_URL\"]; };\n"
                "jobs = (\n"
                " { name = \"la\"; at = \"2099-01-01T00:00:00Z\"; queue = \"l\"; overlap = "
                "\"allow\"; lease = \"60s\";\n"

@@ -113,7 +113,10 @@ static void env_setup_planner(env *e, const char *planner, const char *jobs,
     char *text = testenv_fmt("database = { url = \"%s\"; };\n"
                              "broker = { url = \"%s\"; delivery_limit = %d; };\n"
                              "planner = { %s };\n"
-                             "worker = { %s };\n"
+                             /* exec handlers get only what the config names (and the
+                              * allow-list): the test handlers' knobs */
+                             "worker = { %s exec_env = [\"SINK_URL\", \"MARK_DIR\", "
+                             "\"SLOW\", \"SLOW_KEY\", \"SLEEP\", \"CODE\", \"CODE_*\"]; };\n"
                              "jobs = ( %s );\n",
                              e->db, e->amqp, delivery_limit, planner,
                              worker_settings ? worker_settings
@@ -1621,6 +1624,294 @@ START_TEST(test_poison_message_ends_in_warren_dead_via_delivery_limit)
 }
 END_TEST
 
+/* ------------------------------------------------------------ loop bounds */
+
+/* A handler that writes without pause (yes) beside a long one on a 4-slot
+ * worker: the loop reads at most WARREN__EXEC_READ_MAX of its output per
+ * turn, so the long handler's heartbeats keep its lease alive (lease_until
+ * advances while yes runs) and yes is killed at its timeout. */
+START_TEST(test_worker_chatty_handler_does_not_stall_the_other_slots)
+{
+    env e;
+    env_setup(&e,
+              "{ name = \"ys\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qy\"; lease = \"6s\";"
+              "  handler = { exec = [\"/bin/sh\", \"-c\", \"$MARK_DIR/log-exec ys; exec yes\"]; };"
+              "  timeout = \"2s\"; retry = { max_attempts = 1; }; },"
+              "{ name = \"lg\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qy\"; lease = \"6s\";"
+              "  handler = { exec = [\"/bin/sh\", \"-c\", \"$MARK_DIR/log-exec lg; sleep 8\"]; };"
+              "  timeout = \"60s\"; retry = { max_attempts = 1; }; }",
+              "concurrency = 4; shutdown_grace = \"3s\"; heartbeat_margin = \"1s\";", 5);
+    planner_start(&e);
+    pid_t a = spawn_worker(&e, "a", "wa");
+    add_runs(&e, "lg", 1, 5);
+    ck_assert(wait_for(e.db, "running", 15000, "SELECT state FROM warren.runs WHERE job = 'lg'"));
+    char *lease0 = testenv_sql1(e.db, "SELECT lease_until::text FROM warren.runs WHERE job = 'lg'");
+    add_runs(&e, "ys", 1, 5);
+    ck_assert(wait_for(e.db, "running", 15000, "SELECT state FROM warren.runs WHERE job = 'ys'"));
+    /* lg heartbeats every 2 s while yes writes */
+    char *q = testenv_fmt("SELECT lease_until > '%s'::timestamptz + interval '1 second' FROM "
+                          "warren.runs WHERE job = 'lg'",
+                          lease0);
+    ck_assert(wait_for(e.db, "t", 5000, q));
+    free(q);
+    ck_assert(wait_for(e.db, "dead", 15000, "SELECT state FROM warren.runs WHERE job = 'ys'"));
+    ck_assert(wait_for(e.db, "t", 1000,
+                       "SELECT last_error LIKE 'timed out after 2000 ms%' FROM warren.runs "
+                       "WHERE job = 'ys'"));
+    ck_assert(wait_for(e.db, "succeeded", 20000, "SELECT state FROM warren.runs WHERE job = 'lg'"));
+    ck_assert(wait_for(e.db, "1", 1000,
+                       "SELECT count(*) FROM warren.attempts a JOIN warren.runs r USING (run_key) "
+                       "WHERE r.job = 'lg'"));
+    assert_one_execution_per_attempt(&e);
+    free(lease0);
+    kill(a, SIGTERM);
+    ck_assert_int_eq(wait_exit(a, 10000), 0);
+    env_teardown(&e);
+}
+END_TEST
+
+/* An operator's open transaction holds the row of one running run (FOR
+ * UPDATE): the worker's heartbeat of it waits for the lock at most its
+ * lock_timeout (half the margin) and is retried; the worker's other slot is
+ * still served (its heartbeats succeed, it completes), and the blocked run's
+ * handler is killed at lease - margin and not completed. */
+START_TEST(test_worker_row_locked_by_an_operator_blocks_only_its_own_run)
+{
+    env e;
+    env_setup(&e,
+              "{ name = \"lk\"; at = \"2099-01-01T00:00:00Z\"; queue = \"ql\"; lease = \"3s\";"
+              "  handler = { exec = [\"/bin/sh\", \"-c\", \"$MARK_DIR/log-exec lk; echo $$ > "
+              "$MARK_DIR/lk.pid; exec sleep 30\"]; }; timeout = \"60s\"; },"
+              "{ name = \"ok\"; at = \"2099-01-01T00:00:00Z\"; queue = \"ql\"; lease = \"3s\";"
+              "  handler = { exec = [\"/bin/sh\", \"-c\", \"$MARK_DIR/log-exec ok; sleep 5\"]; };"
+              "  timeout = \"60s\"; retry = { max_attempts = 1; }; }",
+              "concurrency = 4; shutdown_grace = \"3s\"; heartbeat_margin = \"1s\";", 5);
+    planner_start(&e);
+    pid_t a = spawn_worker(&e, "a", "wa");
+    add_runs(&e, "lk", 1, 5);
+    add_runs(&e, "ok", 1, 5);
+    ck_assert(
+        wait_for(e.db, "2", 15000, "SELECT count(*) FROM warren.runs WHERE state = 'running'"));
+    char *lk = first_key(&e, "lk");
+    /* the operator: BEGIN; SELECT ... FOR UPDATE; and the transaction stays open */
+    char *url = testenv_fmt("%s%sapplication_name=locker", e.db, strchr(e.db, '?') ? "&" : "?");
+    char *sql = testenv_fmt("BEGIN; SELECT 1 FROM warren.runs WHERE run_key = '%s' FOR UPDATE; "
+                            "SELECT pg_sleep(60)",
+                            lk);
+    char *argv[] = {"/bin/sh", "-c", "exec psql \"$0\" -qAtc \"$1\"", url, sql, NULL};
+    char *plog = testenv_fmt("%s/locker.log", e.dir);
+    pid_t locker = testenv_spawn(argv, plog, plog, 0);
+    ck_assert(wait_for(e.db, "1", 10000,
+                       "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity s USING (pid) "
+                       "WHERE s.application_name = 'locker' AND l.locktype = 'transactionid'"));
+    int64_t locked_at = now_ms();
+    /* lk: killed at lease - margin after its last heartbeat (at most 3 s - 1 s
+     * from the lock, plus the 500 ms lock timeout and a loaded machine) */
+    char *want = testenv_fmt("%s attempt 1: no successful heartbeat", lk);
+    ck_assert(log_wait(&e, "a", want, 8000));
+    free(want);
+    ck_assert_msg(now_ms() - locked_at < 6000, "stopped %lld ms after the lock",
+                  (long long)(now_ms() - locked_at));
+    char *pidf = testenv_fmt("%s/lk.pid", e.dir);
+    char *pidt = read_text(pidf);
+    ck_assert_int_gt(atoi(pidt), 0);
+    for (int i = 0; i < 100 && testenv_pid_alive(atoi(pidt)); i++)
+        sleep_ms(50);
+    ck_assert_msg(!testenv_pid_alive(atoi(pidt)), "lk's handler %s survived", pidt);
+    /* ok, beside it, heartbeated and completed while the lock is still held */
+    ck_assert(wait_for(e.db, "succeeded", 10000, "SELECT state FROM warren.runs WHERE job = 'ok'"));
+    ck_assert(log_has(&e, "a", "canceling statement due to")); /* statement or lock timeout */
+    /* lk's attempt was not completed by this worker */
+    char *att = testenv_sql1f(e.db,
+                              "SELECT coalesce(outcome, 'none') FROM warren.attempts WHERE "
+                              "run_key = '%s' AND attempt = 1",
+                              lk);
+    ck_assert_msg(att != NULL && strcmp(att, "succeeded") != 0 && strcmp(att, "retry") != 0,
+                  "lk attempt 1: %s", att ? att : "NULL");
+    free(att);
+    qx(e.db, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = "
+             "'locker'");
+    ck_assert_int_ge(wait_exit(locker, 10000), 0);
+    ck_assert(log_wait(&e, "a", "handler stopped after the lease was lost; not completing", 5000));
+    kill(a, SIGTERM);
+    ck_assert_int_eq(wait_exit(a, 10000), 0);
+    free(pidt);
+    free(pidf);
+    free(plog);
+    free(url);
+    free(sql);
+    free(lk);
+    env_teardown(&e);
+}
+END_TEST
+
+/* Holds the row of run key locked (SELECT ... FOR UPDATE in an open
+ * transaction of a psql of its own, application_name "locker") until
+ * unlock_run; returns the psql's pid once the lock is held. */
+static pid_t lock_run(env *e, const char *key)
+{
+    char *url = testenv_fmt("%s%sapplication_name=locker", e->db, strchr(e->db, '?') ? "&" : "?");
+    char *sql = testenv_fmt("BEGIN; SELECT 1 FROM warren.runs WHERE run_key = '%s' FOR UPDATE; "
+                            "SELECT pg_sleep(60)",
+                            key);
+    char *argv[] = {"/bin/sh", "-c", "exec psql \"$0\" -qAtc \"$1\"", url, sql, NULL};
+    char *plog = testenv_fmt("%s/locker.log", e->dir);
+    pid_t locker = testenv_spawn(argv, plog, plog, 0);
+    ck_assert(wait_for(e->db, "1", 10000,
+                       "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity s USING (pid) "
+                       "WHERE s.application_name = 'locker' AND l.locktype = 'transactionid'"));
+    free(plog);
+    free(sql);
+    free(url);
+    return locker;
+}
+
+static void unlock_run(env *e, pid_t locker)
+{
+    qx(e->db, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = "
+              "'locker'");
+    ck_assert_int_ge(wait_exit(locker, 10000), 0);
+}
+
+/* A run finishes while an operator holds its row: its completion times out
+ * and is tried again (recorded once the lock is gone), and a run that
+ * finishes beside it is completed meanwhile. */
+START_TEST(test_worker_completes_beside_a_run_whose_row_is_locked)
+{
+    env e;
+    env_setup(&e,
+              "{ name = \"lc\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qc\"; lease = \"6s\";"
+              "  handler = { exec = [\"/bin/sh\", \"-c\", \"$MARK_DIR/log-exec lc; sleep 1\"]; };"
+              "  timeout = \"60s\"; retry = { max_attempts = 1; }; },"
+              "{ name = \"oc\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qc\"; lease = \"6s\";"
+              "  handler = { exec = [\"/bin/sh\", \"-c\", \"$MARK_DIR/log-exec oc; sleep 1\"]; };"
+              "  timeout = \"60s\"; retry = { max_attempts = 1; }; }",
+              "concurrency = 4; shutdown_grace = \"3s\"; heartbeat_margin = \"1s\";", 5);
+    planner_start(&e);
+    pid_t a = spawn_worker(&e, "a", "wa");
+    add_runs(&e, "lc", 1, 5);
+    ck_assert(wait_for(e.db, "running", 15000, "SELECT state FROM warren.runs WHERE job = 'lc'"));
+    char *lc = first_key(&e, "lc");
+    pid_t locker = lock_run(&e, lc);
+    add_runs(&e, "oc", 1, 5);
+    ck_assert(wait_for(e.db, "succeeded", 10000, "SELECT state FROM warren.runs WHERE job = 'oc'"));
+    /* lc's handler is done; its completion waits for the lock (its lease, 6 s
+     * from its last heartbeat, has not run out) */
+    ck_assert(wait_for(e.db, "running", 100, "SELECT state FROM warren.runs WHERE job = 'lc'"));
+    ck_assert(log_wait(&e, "a", "complete: ", 5000));
+    unlock_run(&e, locker);
+    ck_assert(wait_for(e.db, "succeeded", 5000, "SELECT state FROM warren.runs WHERE job = 'lc'"));
+    ck_assert(wait_for(e.db, "2", 1000, "SELECT count(*) FROM warren.attempts"));
+    assert_one_execution_per_attempt(&e);
+    kill(a, SIGTERM);
+    ck_assert_int_eq(wait_exit(a, 10000), 0);
+    free(lc);
+    env_teardown(&e);
+}
+END_TEST
+
+/* Sends sig to the postmaster pm and every process it started. */
+static void pg_signal_all(pid_t pm, int sig)
+{
+    char *kids = testenv_fmt("/proc/%d/task/%d/children", (int)pm, (int)pm);
+    char list[8192];
+    size_t n = 0;
+    FILE *f = fopen(kids, "r"); /* a /proc file: its size reads as 0, so not read_text */
+    ck_assert_ptr_nonnull(f);
+    n = fread(list, 1, sizeof(list) - 1, f);
+    list[n] = '\0';
+    fclose(f);
+    if (sig == SIGSTOP)
+        ck_assert_int_eq(kill(pm, sig), 0); /* first: no new backends */
+    for (char *p = list; *p != '\0';) {
+        char *end;
+        long k = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        kill((pid_t)k, sig);
+        p = end;
+    }
+    if (sig != SIGSTOP)
+        ck_assert_int_eq(kill(pm, sig), 0);
+    free(kids);
+}
+
+/* Freezes the test's PostgreSQL server (SIGSTOP); returns its postmaster's
+ * pid for pg_signal_all(pm, SIGCONT). */
+static pid_t pg_freeze(const char *db)
+{
+    char *dir = testenv_sql1(db, "SHOW data_directory");
+    ck_assert_ptr_nonnull(dir);
+    char *pidfile = testenv_fmt("%s/postmaster.pid", dir);
+    char *text = read_text(pidfile);
+    pid_t pm = (pid_t)atoi(text);
+    ck_assert_int_gt(pm, 0);
+    pg_signal_all(pm, SIGSTOP);
+    free(text);
+    free(pidfile);
+    free(dir);
+    return pm;
+}
+
+/* PostgreSQL stops answering (the whole server frozen, SIGSTOP) while a
+ * handler runs: no call of the worker's loop waits past its answer bound
+ * (twice its statement timeout), so the handler is still stopped at lease -
+ * margin, and not completed. */
+START_TEST(test_worker_stops_a_handler_at_lease_minus_margin_when_the_database_is_frozen)
+{
+    env e;
+    env_setup(&e,
+              "{ name = \"fz\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qf\"; lease = \"3s\";"
+              "  handler = { exec = [\"/bin/sh\", \"-c\", \"$MARK_DIR/log-exec fz; echo $$ > "
+              "$MARK_DIR/fz.pid; exec sleep 30\"]; }; timeout = \"60s\"; "
+              "  retry = { max_attempts = 1; }; }",
+              "concurrency = 4; shutdown_grace = \"3s\"; heartbeat_margin = \"1s\";", 5);
+    planner_start(&e);
+    pid_t a = spawn_worker(&e, "a", "wa");
+    add_runs(&e, "fz", 1, 5);
+    ck_assert(wait_for(e.db, "running", 15000, "SELECT state FROM warren.runs WHERE job = 'fz'"));
+    char *key = first_key(&e, "fz");
+    char *pidf = testenv_fmt("%s/fz.pid", e.dir);
+    char *pidt = read_text(pidf);
+    for (int i = 0; i < 100 && atoi(pidt) <= 0; i++) {
+        sleep_ms(50);
+        free(pidt);
+        pidt = read_text(pidf);
+    }
+    ck_assert_int_gt(atoi(pidt), 0);
+    char *want = testenv_fmt("%s attempt 1: no successful heartbeat", key);
+    pid_t pm = pg_freeze(e.db);
+    int64_t frozen_at = now_ms();
+    /* asserted after the server runs again (a failed check must not leave it frozen) */
+    int stopped = log_wait(&e, "a", want, 8000);
+    int64_t took = now_ms() - frozen_at;
+    for (int i = 0; i < 100 && testenv_pid_alive(atoi(pidt)); i++)
+        sleep_ms(50);
+    int alive = testenv_pid_alive(atoi(pidt));
+    pg_signal_all(pm, SIGCONT);
+    ck_assert_msg(stopped, "the handler was not stopped while PostgreSQL was frozen");
+    ck_assert_msg(took < 6000, "stopped %lld ms after the freeze", (long long)took);
+    ck_assert_msg(!alive, "fz's handler %s survived", pidt);
+    ck_assert(log_has(&e, "a", "no answer from PostgreSQL"));
+    ck_assert(log_wait(&e, "a", "handler stopped after the lease was lost; not completing", 5000));
+    /* not completed by this worker: the attempt is not succeeded or retry */
+    char *att = testenv_sql1f(e.db,
+                              "SELECT coalesce(outcome, 'none') FROM warren.attempts WHERE "
+                              "run_key = '%s' AND attempt = 1",
+                              key);
+    ck_assert_msg(att != NULL && strcmp(att, "succeeded") != 0 && strcmp(att, "retry") != 0,
+                  "fz attempt 1: %s", att ? att : "NULL");
+    free(att);
+    kill(a, SIGTERM);
+    ck_assert_int_eq(wait_exit(a, 15000), 0);
+    free(want);
+    free(pidt);
+    free(pidf);
+    free(key);
+    env_teardown(&e);
+}
+END_TEST
+
 static Suite *worker_suite(void)
 {
     Suite *s = suite_create("worker");
@@ -1666,6 +1957,19 @@ static Suite *worker_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_worker_dead_letters_malformed_and_unknown_messages_with_a_reason);
     tcase_add_test(tc, test_poison_message_ends_in_warren_dead_via_delivery_limit);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("loop_bounds");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_worker_chatty_handler_does_not_stall_the_other_slots);
+    tcase_add_test(tc, test_worker_row_locked_by_an_operator_blocks_only_its_own_run);
+    tcase_add_test(tc, test_worker_completes_beside_a_run_whose_row_is_locked);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("database_frozen");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc,
+                   test_worker_stops_a_handler_at_lease_minus_margin_when_the_database_is_frozen);
     suite_add_tcase(s, tc);
     return s;
 }

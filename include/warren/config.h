@@ -97,6 +97,10 @@ typedef struct warren_worker_config {
     int64_t shutdown_grace_ms;   /* default 30s */
     int64_t heartbeat_margin_ms; /* default 5s */
     char *id;                    /* default NULL: hostname:pid */
+    /* exec_env: names of the worker's environment variables exec handlers
+     * also get, beyond the allow-list (docs/config.md); NULL-terminated,
+     * NULL when none are named. */
+    char **exec_env;
 } warren_worker_config;
 
 typedef struct warren_config {

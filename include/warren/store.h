@@ -44,6 +44,22 @@ int warren_store_connected(const warren_store *st);
  * reconnect or warren_store_free). */
 const char *warren_store_where(const warren_store *st);
 int warren_store_reconnect(warren_store *st, warren_error *err);
+/* Bounds every call on the connection. On the server: statement_timeout and
+ * lock_timeout of the session, in milliseconds (0: the server's default),
+ * applied now and again after every reconnect; a statement that runs or
+ * waits for a lock longer fails with WARREN_EDB, and warren_store_timed_out
+ * then says so. In this process: with answer_ms > 0 a call (and a
+ * reconnect) waits at most that long for the server's answer; past it the
+ * connection is dropped and the call fails with WARREN_EDBCONN ("no answer
+ * from PostgreSQL at HOST:PORT within N ms"), as if the connection had been
+ * lost (a frozen server, a silent network). The worker's loop connection
+ * uses both: no call may keep it from its heartbeats and lease deadlines. */
+int warren_store_set_timeouts(warren_store *st, int64_t statement_ms, int64_t lock_ms,
+                              int64_t answer_ms, warren_error *err);
+/* 1 if the last failed call on st was refused for a timeout (SQLSTATE 57014
+ * statement_timeout or a cancel, 55P03 lock_timeout): nothing of it took
+ * effect, and the same call may succeed once the lock is released. */
+int warren_store_timed_out(const warren_store *st);
 
 /* Applies the migrations DIR/migrations/NNN_*.sql not yet recorded in
  * warren.schema_migrations, in order, then every function file DIR/functions.sql
