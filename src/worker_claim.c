@@ -26,6 +26,7 @@
  * due time; one due later is not held: the database decides (see
  * settle_unclaimed). */
 #define HOLD_MARGIN_US 5000000
+#define CLAIM_ALONE_RETRY_MS 500 /* a delivery whose own claim timed out: tried again then */
 /* A run this worker cannot handle (foreign) is given back to its queue this
  * many times, each after holding it FOREIGN_HOLD_MS x the times it came back
  * already, before the database is told that no worker can (warren.refuse). */
@@ -318,10 +319,28 @@ static size_t pick_due(warren_worker *w, size_t n, pend **batch)
         return 0; /* the claim would fail as well: later */
     w->pq_held = 0;
     w->next_due = 0;
+    /* A delivery whose batch timed out on the server (a row lock held by an
+     * operator's transaction, say) goes on its own, one per turn, and one
+     * whose own claim timed out waits CLAIM_ALONE_RETRY_MS: the others'
+     * batches never contain it, so they are not held up by its row. */
+    int64_t mono = warren__mono_ms();
+    for (size_t i = 0; i < w->pq_len && n > 0; i++) {
+        pend *p = warren__pq_at(w, i);
+        if (p->foreign == NULL && p->claim_alone && mono >= p->claim_retry_mono &&
+            p->msg.due_at <= now + CLAIM_AHEAD_US) {
+            p->picked = 1;
+            batch[0] = p;
+            return 1;
+        }
+    }
     for (size_t i = 0; i < w->pq_len; i++) {
         pend *p = warren__pq_at(w, i);
         if (p->foreign != NULL) {
             w->pq_held++; /* settle_foreign's */
+            continue;
+        }
+        if (p->claim_alone) {
+            w->pq_held++; /* claimed on its own, above, once its retry time comes */
             continue;
         }
         /* Due further ahead than any early release: its body is wrong (or a
@@ -597,6 +616,19 @@ void warren__claim_pending(warren_worker *w)
         keys[i] = batch[i]->msg.run_key;
     int64_t sent = warren__mono_ms();
     rc = claim_batch(w, batch, keys, n, cl, &e);
+    if (rc != 0 && warren_store_timed_out(w->st)) {
+        /* statement_timeout or lock_timeout: the server refused the batch
+         * whole, so nothing was claimed. Its deliveries go on their own from
+         * now on (pick_due); one that timed out alone waits a little. */
+        for (size_t i = 0; i < n; i++) {
+            batch[i]->picked = 0;
+            if (n == 1 && batch[i]->claim_alone)
+                batch[i]->claim_retry_mono = warren__mono_ms() + CLAIM_ALONE_RETRY_MS;
+            batch[i]->claim_alone = 1;
+        }
+        warren__worker_store_failed(w, rc, &e, "claim");
+        goto out;
+    }
     if (rc != 0) {
         /* The commit's fate is unknown (a lost connection, or an answer
          * this side could not read): the runs may be running under this

@@ -109,6 +109,9 @@ typedef struct pend {
     int answer_lost;          /* a claim of it failed, its fate unknown: it may be ours */
     int64_t answer_lost_mono; /* when that claim was sent */
     int picked;               /* in the claim batch being built */
+    int claim_alone;          /* a claim batch with it timed out (a locked row?): claimed on
+                                 its own from now on, so one locked row holds up only itself */
+    int64_t claim_retry_mono; /* claim_alone and its own claim timed out: not before then */
     char *foreign;            /* new: why this worker cannot run it (worker_claim.c) */
     int64_t hold_until;       /* foreign: given back (or refused) from then (monotonic ms) */
 } pend;

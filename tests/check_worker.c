@@ -1773,6 +1773,47 @@ static void unlock_run(env *e, pid_t locker)
     ck_assert_int_ge(wait_exit(locker, 10000), 0);
 }
 
+/* Two runs due at the same instant reach the worker together; an operator
+ * holds one's row when they fall due: the claim batch times out on that row,
+ * and the other run must start anyway (claimed on its own), the locked one
+ * once the lock is gone. */
+START_TEST(test_worker_claims_beside_a_run_whose_row_is_locked)
+{
+    env e;
+    env_setup(&e,
+              "{ name = \"cl\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qk\"; lease = \"6s\";"
+              "  handler = { exec = [\"/bin/sh\", \"-c\", \"$MARK_DIR/log-exec cl\"]; }; },"
+              "{ name = \"co\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qk\"; lease = \"6s\";"
+              "  handler = { exec = [\"/bin/sh\", \"-c\", \"$MARK_DIR/log-exec co\"]; }; }",
+              "concurrency = 4; shutdown_grace = \"3s\"; heartbeat_margin = \"1s\";", 5);
+    planner_start(&e);
+    pid_t a = spawn_worker(&e, "a", "wa");
+    /* Due 8 s ahead: released 3 s early, held by the worker until due. */
+    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) "
+             "SELECT j, date_trunc('second', now()), date_trunc('second', now()) + interval '8s', "
+             "'trigger' FROM unnest(ARRAY['cl', 'co']) j; NOTIFY warren_jobs");
+    ck_assert(
+        wait_for(e.db, "2", 15000, "SELECT count(*) FROM warren.runs WHERE state = 'published'"));
+    char *cl = first_key(&e, "cl");
+    pid_t locker = lock_run(&e, cl);
+    ck_assert(wait_for(e.db, "0", 1000,
+                       "SELECT count(*) FROM warren.runs WHERE due_at <= now() AND job = 'co'"));
+    /* co starts and succeeds while cl's row is still locked */
+    ck_assert(wait_for(e.db, "succeeded", 15000, "SELECT state FROM warren.runs WHERE job = 'co'"));
+    char *st = testenv_sql1f(e.db, "SELECT state FROM warren.runs WHERE run_key = '%s'", cl);
+    ck_assert_str_eq(st, "published");
+    free(st);
+    ck_assert(log_has(&e, "a", "canceling statement due to")); /* the batch did time out */
+    unlock_run(&e, locker);
+    ck_assert(wait_for(e.db, "succeeded", 15000, "SELECT state FROM warren.runs WHERE job = 'cl'"));
+    kill(a, SIGTERM);
+    ck_assert_int_eq(wait_exit(a, 10000), 0);
+    assert_executions_of(&e, "SELECT run_key FROM warren.runs", NULL);
+    free(cl);
+    env_teardown(&e);
+}
+END_TEST
+
 /* A run finishes while an operator holds its row: its completion times out
  * and is tried again (recorded once the lock is gone), and a run that
  * finishes beside it is completed meanwhile. */
@@ -1964,6 +2005,7 @@ static Suite *worker_suite(void)
     tcase_add_test(tc, test_worker_chatty_handler_does_not_stall_the_other_slots);
     tcase_add_test(tc, test_worker_row_locked_by_an_operator_blocks_only_its_own_run);
     tcase_add_test(tc, test_worker_completes_beside_a_run_whose_row_is_locked);
+    tcase_add_test(tc, test_worker_claims_beside_a_run_whose_row_is_locked);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("database_frozen");
