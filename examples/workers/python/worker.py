@@ -135,6 +135,12 @@ class Worker:
             except psycopg2.OperationalError as e:  # PostgreSQL away: keep the message, retry
                 log("claim failed (%s); retrying" % e)
                 self.reconnect()
+            except psycopg2.Error as e:  # refused (e.g. 42501: this login is not granted the
+                # run's queue; the message names the `warren grant` to run): give it back
+                log("claim refused (%s): giving the message back" % str(e).strip())
+                time.sleep(1)
+                ch.basic_nack(method.delivery_tag, requeue=True)
+                return
         if row is None:  # finished, leased elsewhere, held back: the database has it
             ch.basic_ack(method.delivery_tag)
             return
