@@ -1282,29 +1282,41 @@ static void uq_mark(warren_broker *b, uint64_t t, int state)
     u->state = state;
 }
 
+/* What read_content hands its caller once the header frame is in: the
+ * properties and the body's size (dropping: over the cap, not kept). They
+ * point into rabbitmq-c's channel pool, which read_content releases after
+ * every body frame: copy what is needed here. */
+typedef int (*content_header_fn)(void *arg, const amqp_basic_properties_t *props, uint64_t size,
+                                 int dropping, warren_error *err);
+
 /* Reads the content (header and body frames) that follows a basic.deliver or
  * basic.return on channel ch, checking the body's size in the header frame
  * before anything is allocated: a body over cap is read and thrown away frame
- * by frame (*body NULL, *dropped its size), so what a producer sends costs at
- * most one frame of memory beyond cap. *props points into rabbitmq-c's
- * channel pool (valid until the next amqp_maybe_release_buffers); *body is
- * new (NUL terminated; free()). Every frame must come within RPC_TIMEOUT_MS. */
+ * by frame (*body NULL, *dropped its size). on_header(arg, ...) runs once the
+ * header frame is in (the method frame's strings and the properties are still
+ * valid then); after it the channel's buffers are released after every body
+ * frame (rabbitmq-c allocates each incoming frame from the channel's pool),
+ * so what a producer sends costs at most a frame or two of memory beyond cap.
+ * *body is new (NUL terminated; free()). Every frame must come within
+ * RPC_TIMEOUT_MS. An error of on_header is returned after the content was
+ * read to its end (the stream stays in step). */
 static int read_content(warren_broker *b, amqp_channel_t ch, size_t cap,
-                        amqp_basic_properties_t *props, char **body, size_t *len, uint64_t *dropped,
-                        warren_error *err)
+                        content_header_fn on_header, void *arg, char **body, size_t *len,
+                        uint64_t *dropped, warren_error *err)
 {
     amqp_frame_t f;
-    uint64_t size, got = 0;
-    int status;
+    uint64_t size = 0, got = 0;
+    int status, hrc = 0;
 
     *body = NULL;
     *len = 0;
     *dropped = 0;
-    memset(props, 0, sizeof(*props));
     for (int header = 1;;) {
         struct timeval tv = ms_tv(RPC_TIMEOUT_MS);
         status = amqp_simple_wait_frame_noblock(b->conn, &f, &tv);
         if (status != AMQP_STATUS_OK) {
+            free(*body);
+            *body = NULL;
             lost(b, status == AMQP_STATUS_TIMEOUT ? "a message's content did not arrive"
                                                   : amqp_error_string2(status));
             return dead_error(b, err);
@@ -1319,13 +1331,14 @@ static int read_content(warren_broker *b, amqp_channel_t ch, size_t cap,
         }
         if (header) {
             header = 0;
-            *props = *(amqp_basic_properties_t *)f.payload.properties.decoded;
             size = f.payload.properties.body_size;
             if (size > cap) {
                 *dropped = size;
             } else if ((*body = malloc((size_t)size + 1)) == NULL) {
                 *dropped = size; /* out of memory: as if too large, the stream stays in step */
             }
+            hrc = on_header(arg, (const amqp_basic_properties_t *)f.payload.properties.decoded,
+                            size, *dropped != 0, err);
         } else {
             size_t n = f.payload.body_fragment.len;
             if (n > size - got) {
@@ -1338,6 +1351,9 @@ static int read_content(warren_broker *b, amqp_channel_t ch, size_t cap,
                 memcpy(*body + got, f.payload.body_fragment.bytes, n);
             got += n;
         }
+        /* Nothing of this channel's pool is needed any more: a large body
+         * must not pile up there frame by frame. */
+        amqp_maybe_release_buffers_on_channel(b->conn, ch);
         if (!header && got == size)
             break;
     }
@@ -1345,7 +1361,12 @@ static int read_content(warren_broker *b, amqp_channel_t ch, size_t cap,
         (*body)[size] = '\0';
         *len = (size_t)size;
     }
-    return 0;
+    if (hrc != 0) {
+        free(*body);
+        *body = NULL;
+        *len = 0;
+    }
+    return hrc;
 }
 
 /* Copies everything out of rabbitmq-c's buffers into d; steals body. */
@@ -1454,6 +1475,38 @@ static int dq_push(warren_broker *b, warren_delivery *d, warren_error *err)
 
 /* ---- the frame dispatcher ------------------------------------------------- */
 
+/* read_content's header callback for a basic.return: its message_id (into
+ * the char[256] arg; "" when it has none). */
+static int returned_header(void *arg, const amqp_basic_properties_t *props, uint64_t size,
+                           int dropping, warren_error *err)
+{
+    char *mid = arg;
+    (void)size;
+    (void)dropping;
+    (void)err;
+    if (props->_flags & AMQP_BASIC_MESSAGE_ID_FLAG)
+        bytes_str(props->message_id, mid, 256);
+    return 0;
+}
+
+/* read_content's header callback for a basic.deliver: the delivery, made
+ * from the method frame (dv) and the properties while both are valid, with
+ * an empty body that the caller replaces once the body frames are in. */
+typedef struct delivered_ctx {
+    warren_broker *b;
+    amqp_basic_deliver_t dv;
+    warren_delivery d;
+} delivered_ctx;
+
+static int delivered_header(void *arg, const amqp_basic_properties_t *props, uint64_t size,
+                            int dropping, warren_error *err)
+{
+    delivered_ctx *c = arg;
+    return make_delivery(c->b, c->dv.delivery_tag, c->dv.redelivered, c->dv.consumer_tag,
+                         c->dv.exchange, c->dv.routing_key, props, NULL, 0, dropping ? size : 0,
+                         &c->d, err);
+}
+
 /* Handles one frame that is not the answer to an RPC: confirms, returns,
  * deliveries read while waiting for confirms, server closes. Returns 0, or
  * an error code with err set (the connection may be dead). */
@@ -1479,20 +1532,18 @@ static int dispatch(warren_broker *b, const amqp_frame_t *f, warren_error *err)
     }
     case AMQP_BASIC_RETURN_METHOD: {
         amqp_basic_return_t *r = f->payload.method.decoded;
-        amqp_basic_properties_t props;
-        char text[256], rkey[256], mid[256], *body;
+        char text[256], rkey[256], mid[256] = "", *body;
         size_t body_len;
         uint64_t dropped;
         int has_mid;
         bytes_str(r->reply_text, text, sizeof(text));
         bytes_str(r->routing_key, rkey, sizeof(rkey));
         /* the content header and body frames follow: read them, keeping no body */
-        if ((rc = read_content(b, f->channel, 0, &props, &body, &body_len, &dropped, err)) != 0)
+        if ((rc = read_content(b, f->channel, 0, returned_header, mid, &body, &body_len, &dropped,
+                               err)) != 0)
             return rc;
         free(body);
-        has_mid = (props._flags & AMQP_BASIC_MESSAGE_ID_FLAG) != 0;
-        if (has_mid)
-            bytes_str(props.message_id, mid, sizeof(mid));
+        has_mid = mid[0] != '\0';
         warren_log(b->lg, WARREN_LOG_DEBUG, "message %s returned: %s (routing key %s)",
                    has_mid ? mid : "(no id)", text, rkey);
         if (f->channel == CH_MAIN)
@@ -1515,21 +1566,21 @@ static int dispatch(warren_broker *b, const amqp_frame_t *f, warren_error *err)
         return 0;
     }
     case AMQP_BASIC_DELIVER_METHOD: {
-        amqp_basic_deliver_t dv = *(amqp_basic_deliver_t *)f->payload.method.decoded;
-        amqp_basic_properties_t props;
-        warren_delivery d;
+        delivered_ctx c = {.b = b, .dv = *(amqp_basic_deliver_t *)f->payload.method.decoded};
         char *body;
         size_t body_len;
         uint64_t dropped;
-        /* dv's strings stay valid: the channel pool is released only by the next pump */
-        if ((rc = read_content(b, f->channel, b->max_body, &props, &body, &body_len, &dropped,
-                               err)) != 0)
+        /* the delivery is made from dv and the properties at the header frame
+         * (delivered_header), before the pool they live in is released */
+        if ((rc = read_content(b, f->channel, b->max_body, delivered_header, &c, &body, &body_len,
+                               &dropped, err)) != 0)
             return rc;
-        rc = make_delivery(b, dv.delivery_tag, dv.redelivered, dv.consumer_tag, dv.exchange,
-                           dv.routing_key, &props, body, body_len, dropped, &d, err);
-        if (rc != 0)
-            return rc;
-        return dq_push(b, &d, err);
+        if (body != NULL) {
+            free(c.d.body);
+            c.d.body = body;
+            c.d.body_len = body_len;
+        }
+        return dq_push(b, &c.d, err);
     }
     case AMQP_BASIC_CANCEL_METHOD: {
         amqp_basic_cancel_t *c = f->payload.method.decoded;

@@ -244,7 +244,9 @@ static int publish_run(warren_relay *r, const warren_relay_row *row, warren_us n
                                            qname, sizeof(qname), err);
         if (rc != 0) {
             free(body);
-            return rc;
+            /* A delay queue the settings cannot make is not this run's fault:
+             * never WARREN_EINVAL, which would record the run dead. */
+            return rc == WARREN_EINVAL ? WARREN_ECONFIG : rc;
         }
         msg.exchange = "";
         msg.routing_key = qname;

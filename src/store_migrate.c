@@ -24,6 +24,21 @@
 #define FUNCTIONS_DIR "functions"
 #define MIGRATIONS_DIR "migrations"
 
+int warren_store_has_function(warren_store *st, const char *signature, warren_error *err)
+{
+    PGresult *res;
+    const char *p[] = {signature};
+    /* to_regprocedure reads the catalog: any login may ask, and an unknown
+     * name gives NULL instead of an error. */
+    int rc = warren__store_exec(st, "SELECT to_regprocedure($1) IS NOT NULL", 1, p, &res,
+                                "look up a function", err);
+    if (rc != 0)
+        return rc;
+    rc = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+    PQclear(res);
+    return rc;
+}
+
 int warren_store_has_migration(warren_store *st, int version, warren_error *err)
 {
     PGresult *res;

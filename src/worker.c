@@ -484,6 +484,24 @@ void warren__slot_start(warren_worker *w, slot *s, pend *p, warren_claim *cl, in
     s->hb_margin_ms = w->cfg->worker.heartbeat_margin_ms;
     if (s->hb_margin_ms > s->lease_ms / 3)
         s->hb_margin_ms = s->lease_ms / 3; /* short leases: keep two heartbeats' worth of room */
+    if (s->hb_margin_ms / 4 < w->db_timeout_ms && w->db_timeout_ms > DB_TIMEOUT_MIN_MS) {
+        /* The database's lease (a sync shortened it) is shorter than any this
+         * worker's config gives: the loop's bound follows, so that one blocked
+         * call still cannot outlast this slot's margin. */
+        warren_error te = {0};
+        int64_t t =
+            s->hb_margin_ms / 4 > DB_TIMEOUT_MIN_MS ? s->hb_margin_ms / 4 : DB_TIMEOUT_MIN_MS;
+        if (warren_store_set_timeouts(w->st, t, t, 2 * t, &te) == 0) {
+            warren_log(w->lg, WARREN_LOG_INFO,
+                       "worker %s: %s was claimed with a %lld ms lease: database calls now bounded "
+                       "by %lld ms (was %lld)",
+                       w->id, s->run_key, (long long)s->lease_ms, (long long)t,
+                       (long long)w->db_timeout_ms);
+            w->db_timeout_ms = t;
+        } else {
+            warren__worker_store_failed(w, te.code, &te, "lower the database call bound");
+        }
+    }
     s->started_mono = claimed_mono;
     s->received_mono = p->received_mono;
     s->msg_due_at = p->msg.due_at;
@@ -737,6 +755,16 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
     }
     if ((rc = warren_store_open(w->db_url, w->lg, &w->st, err)) != 0)
         goto out;
+    /* warren.run_states / refuse (sql/functions/deliveries.sql): without
+     * them every delivery a claim gives no row for would fail to settle. */
+    if ((rc = warren_store_has_function(w->st, "warren.run_states(text[])", err)) < 0)
+        goto out;
+    if (rc == 0) {
+        rc = warren_error_set(err, WARREN_ECONFIG,
+                              "the database lacks warren.run_states, which this worker needs: run "
+                              "`warren migrate` first (it installs this version's SQL functions)");
+        goto out;
+    }
     w->db_timeout_ms = db_timeout(w);
     /* the server's answer (a refusal for a timeout included) within twice that */
     if ((rc = warren_store_set_timeouts(w->st, w->db_timeout_ms, w->db_timeout_ms,

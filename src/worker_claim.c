@@ -327,7 +327,7 @@ static size_t pick_due(warren_worker *w, size_t n, pend **batch)
     for (size_t i = 0; i < w->pq_len && n > 0; i++) {
         pend *p = warren__pq_at(w, i);
         if (p->foreign == NULL && p->claim_alone && mono >= p->claim_retry_mono &&
-            p->msg.due_at <= now + CLAIM_AHEAD_US) {
+            (p->msg.due_at <= now + CLAIM_AHEAD_US || p->msg.due_at > now + hold_max_us(w))) {
             p->picked = 1;
             batch[0] = p;
             return 1;
@@ -461,9 +461,19 @@ static void settle_foreign(warren_worker *w)
                 /* First sight: is it a run at all? */
                 warren_run_state rs;
                 int rc = warren_store_run_states(w->st, &key, 1, &rs, NULL, &e);
-                if (rc != 0) {
+                if (rc == WARREN_EDBCONN) {
                     warren__worker_store_failed(w, rc, &e, "read a run's state");
                     break;
+                }
+                if (rc != 0) {
+                    /* Refused for this run alone (a revoked queue, a database
+                     * without this version's functions): it must not stop the
+                     * loop's other calls. Given back, as if it were published. */
+                    warren_log(w->lg, WARREN_LOG_WARN,
+                               "worker %s: reading the state of %s failed (%s): giving it back",
+                               w->id, key, e.message);
+                    rs.found = 1;
+                    snprintf(rs.state, sizeof(rs.state), "published");
                 }
                 if (!rs.found || strcmp(rs.state, "published") != 0) {
                     f[nf].what = rs.found ? FATE_ACK : FATE_DEAD_LETTER;
@@ -489,10 +499,22 @@ static void settle_foreign(warren_worker *w)
                                       p->foreign, FOREIGN_GIVE_BACKS);
         int rc = warren_store_refuse(w->st, key, w->id, why ? why : p->foreign, state,
                                      sizeof(state), &e);
-        if (rc != 0) {
+        if (rc == WARREN_EDBCONN) {
             free(why);
             warren__worker_store_failed(w, rc, &e, "refuse a run");
             break;
+        }
+        if (rc != 0) {
+            /* Refused for this run alone (e.g. its queue was revoked from this
+             * login): given back and tried again after the next give-back's
+             * hold, without stopping the loop's other calls. */
+            warren_log(w->lg, WARREN_LOG_WARN, "worker %s: refusing %s failed (%s): giving it back",
+                       w->id, key, e.message);
+            free(why);
+            r->at_ms = now;
+            f[nf].what = FATE_GIVE_BACK;
+            pend_take(p, &f[nf++].p);
+            continue;
         }
         warren_log(w->lg, WARREN_LOG_WARN, "worker %s: %s: %s (run %s)", w->id, key,
                    why ? why : p->foreign,
@@ -539,10 +561,29 @@ static int settle_unclaimed(warren_worker *w, pend **un, size_t n, fate *f, size
     for (size_t i = 0; i < n; i++)
         keys[i] = un[i]->msg.run_key;
     rc = warren_store_run_states(w->st, keys, n, rs, &db_now, &e);
-    if (rc != 0) {
+    if (rc == WARREN_EDBCONN) {
         for (size_t i = 0; i < n; i++)
             un[i]->picked = 0;
         warren__worker_store_failed(w, rc, &e, "read run states");
+        goto out;
+    }
+    if (rc != 0) {
+        /* Not a lost connection but a refusal that would come back every
+         * time (a timeout on a locked row, a database without this version's
+         * functions): the claim gave no row, so they are acknowledged as
+         * duplicates, as before warren.run_states (the reconciler republishes
+         * a published run that is lost that way), rather than holding up
+         * every other call of the loop. */
+        warren_log(w->lg, WARREN_LOG_WARN,
+                   "worker %s: reading the state of %zu unclaimed run%s failed (%s): dropped as "
+                   "duplicates",
+                   w->id, n, n == 1 ? "" : "s", e.message);
+        for (size_t i = 0; i < n; i++) {
+            w->stats.duplicates++;
+            f[*nf].what = FATE_ACK;
+            pend_take(un[i], &f[(*nf)++].p);
+        }
+        rc = 0;
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
@@ -559,10 +600,11 @@ static int settle_unclaimed(warren_worker *w, pend **un, size_t n, fate *f, size
         }
         if (!rs[i].found) {
             f[*nf].what = FATE_DEAD_LETTER;
-            f[*nf].why = warren__fmt_error("no run %s in the database: not a run warren "
-                                           "published (a forged or corrupted message, or a "
-                                           "deleted run)",
-                                           p->msg.run_key);
+            f[*nf].why = warren__fmt_error("no run %s in the database that worker %s may see: "
+                                           "a forged or corrupted message, a deleted run, or a "
+                                           "run of a queue this worker's login is not granted "
+                                           "(`warren grant LOGIN QUEUE`)",
+                                           p->msg.run_key, w->id);
         } else {
             w->stats.duplicates++;
             warren_log(w->lg, WARREN_LOG_DEBUG,

@@ -463,12 +463,40 @@ START_TEST(test_grants_run_states_and_refuse_see_and_end_only_granted_queues)
     ck_fails(c1, "SELECT warren.refuse('" KB "', 'w1', 'not mine')", "42501", w.login[0], "\"qb\"",
              NULL);
     ck_db(&w, "published", "SELECT state FROM warren.runs WHERE run_key = '" KB "'");
+    /* Nor a running one: no state, no lock held for the asking. */
+    ck_ask(c2, "1", "SELECT attempt FROM warren.claim('" KB "', 'w2')");
+    ck_fails(c1, "SELECT warren.refuse('" KB "', 'w1', 'not mine')", "42501", w.login[0], "\"qb\"",
+             NULL);
+    ck_ask(c2, "t", "SELECT warren.complete('" KB "', 1, 'retry', 'again')");
+    exec_ok(w.admin, "UPDATE warren.runs SET state = 'published' WHERE run_key = '" KB "'");
     /* The login granted the queue can end it. */
     ck_ask(c2, "dead", "SELECT warren.refuse('" KB "', 'w2', 'no handler here')");
     ck_db(&w, "dead|no handler here",
           "SELECT state || '|' || last_error FROM warren.runs WHERE run_key = '" KB "'");
     PQfinish(c1);
     PQfinish(c2);
+    world_close(&w);
+}
+END_TEST
+
+/* Right after the upgrade to migration 011 no login has grants yet: a run
+ * claimed before it (no lease_login) can still be heartbeated and completed
+ * by the worker holding its attempt, so its handler is not stopped. */
+START_TEST(test_grants_a_claim_made_before_the_upgrade_survives_it)
+{
+    world w;
+    world_init(&w);
+    PGconn *c1 = connect_as(&w, 0);
+    exec_ok(w.admin, "UPDATE warren.runs SET state = 'running', attempt = 1, lease_owner = 'w1', "
+                     "lease_until = now() + interval '30 s', lease_login = NULL, lease_ms = NULL "
+                     "WHERE run_key = '" KA "'");
+    ck_ask(c1, "t", "SELECT warren.heartbeat('" KA "', 1)");
+    ck_ask(c1, "t", "SELECT warren.complete('" KA "', 1, 'succeeded')");
+    ck_db(&w, "succeeded", "SELECT state FROM warren.runs WHERE run_key = '" KA "'");
+    /* Claims are checked in full: the other runs of the queue stay out of reach. */
+    ck_fails(c1, "SELECT attempt FROM warren.claim('" KA2 "', 'w1')", "42501", w.login[0], "\"qa\"",
+             NULL);
+    PQfinish(c1);
     world_close(&w);
 }
 END_TEST
@@ -482,6 +510,7 @@ static Suite *grants_suite(void)
     tcase_add_test(tc, test_grants_a_login_cannot_touch_another_logins_claim_of_its_own_queue);
     tcase_add_test(tc, test_grants_revoke_takes_effect_at_the_next_call);
     tcase_add_test(tc, test_grants_run_states_and_refuse_see_and_end_only_granted_queues);
+    tcase_add_test(tc, test_grants_a_claim_made_before_the_upgrade_survives_it);
     suite_add_tcase(s, tc);
     tc = tcase_create("bounds");
     tcase_add_test(tc, test_grants_batch_sizes_and_worker_names_are_bounded_with_clear_errors);

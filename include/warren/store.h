@@ -80,6 +80,10 @@ int warren_store_migrate(warren_store *st, const char *sql_dir, int *applied, wa
 /* 1 if migration version is recorded in warren.schema_migrations, 0 if not
  * (or the table is missing), <0 on a database error. */
 int warren_store_has_migration(warren_store *st, int version, warren_error *err);
+/* 1 if the function signature (as to_regprocedure takes it, e.g.
+ * "warren.run_states(text[])") exists, 0 if not, <0 on a database error.
+ * Needs no privilege on the function: a worker login may ask. */
+int warren_store_has_function(warren_store *st, const char *signature, warren_error *err);
 
 /* The advisory lock keys (bigint) held by migrate (session lock) and sync
  * (transaction lock); other tools changing the schema or the jobs may take

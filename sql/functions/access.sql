@@ -66,7 +66,13 @@ BEGIN
       FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job
      WHERE rr.run_key = ANY (run_keys)
        AND NOT EXISTS (SELECT 1 FROM warren.worker_grants g
-                        WHERE g.login = session_user AND g.queue = jb.queue);
+                        WHERE g.login = session_user AND g.queue = jb.queue)
+       -- A run claimed before migration 011 (no lease_login) may still be
+       -- heartbeated and completed by whoever holds its attempt: right after
+       -- the upgrade no login has grants yet, and its handler must not be
+       -- stopped for that. Claims (and reclaims) are checked in full.
+       AND NOT (fn IN ('warren.heartbeat', 'warren.complete', 'warren.complete_many')
+                AND rr.state = 'running' AND rr.lease_login IS NULL);
     IF bad IS NULL THEN
         RETURN '{}';
     END IF;

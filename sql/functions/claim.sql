@@ -113,6 +113,9 @@ BEGIN
     END IF;
     r := both_.run;
     j := both_.job;
+    -- Again under the lock: the run may not have existed at the first check
+    -- (q NULL), or a sync may have moved its job to another queue since.
+    PERFORM warren.wp_require_queue('warren.claim', k, j.queue);
     pol := j.overlap;
     -- Claims of one job's runs serialise so the overlap check (a statement
     -- after the lock, so with a fresh snapshot) sees every committed claim.
@@ -298,6 +301,7 @@ DECLARE
     t0 timestamptz;
     due timestamptz;
     bad text[];
+    priv boolean := warren.wp_privileged();
 BEGIN
     PERFORM warren.wp_check_worker('warren.claim_many', w);
     PERFORM warren.wp_check_batch('warren.claim_many', keys);
@@ -340,6 +344,11 @@ BEGIN
          WHERE rr.ctid = ANY (tids)
            AND (SELECT jb.overlap FROM warren.jobs jb WHERE jb.name = rr.job) = 'allow'
            AND rr.state IN ('planned', 'published', 'retrying') AND rr.due_at <= t0
+           -- the grant again, in the statement that claims (access.sql): a
+           -- run inserted or a job moved since `bad` was computed
+           AND (priv OR EXISTS (SELECT 1 FROM warren.worker_grants g JOIN warren.jobs jb
+                                    ON jb.queue = g.queue
+                                 WHERE g.login = session_user AND jb.name = rr.job))
         RETURNING rr.run_key, rr.attempt, rr.job, rr.scheduled_at, rr.payload
     ), a AS (
         INSERT INTO warren.attempts (run_key, attempt, worker, login, started_at)

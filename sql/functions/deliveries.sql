@@ -19,16 +19,20 @@ CREATE OR REPLACE FUNCTION warren.run_states(run_keys text[])
 RETURNS TABLE(run_key text, state text, due_at timestamptz, db_now timestamptz)
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    bad text[];
 BEGIN
     IF run_keys IS NULL OR cardinality(run_keys) > 4096 THEN
         RAISE EXCEPTION 'warren.run_states: between 0 and 4096 run keys'
             USING ERRCODE = '22023';
     END IF;
+    -- Once, not per row (it probes every key and warns).
+    bad := warren.wp_ungranted('warren.run_states', run_keys);
     RETURN QUERY
     SELECT rr.run_key, rr.state, rr.due_at, clock_timestamp()
       FROM (SELECT DISTINCT x AS k FROM unnest(run_keys) x) t
       JOIN warren.runs rr ON rr.run_key = t.k
-     WHERE rr.run_key <> ALL (warren.wp_ungranted('warren.run_states', run_keys));
+     WHERE NOT (rr.run_key = ANY (bad));
 END
 $fn$;
 COMMENT ON FUNCTION warren.run_states(text[]) IS
@@ -58,20 +62,23 @@ DECLARE
     r warren.runs%ROWTYPE;
     j warren.jobs%ROWTYPE;
 BEGIN
-    IF w IS NULL OR w = '' OR length(w) > 200 THEN
-        RAISE EXCEPTION 'warren.refuse: worker is required (at most 200 characters)'
-            USING ERRCODE = '22023';
-    END IF;
+    PERFORM warren.wp_check_worker('warren.refuse', w);
+    -- Only a login granted the run's queue may learn its state or end it
+    -- (access.sql): checked before the row is locked, and again after (the
+    -- job's queue may have changed in between).
+    PERFORM warren.wp_require_queue('warren.refuse', k,
+                                    (SELECT jb.queue FROM warren.runs rr
+                                       JOIN warren.jobs jb ON jb.name = rr.job
+                                      WHERE rr.run_key = k));
     SELECT * INTO r FROM warren.runs rr WHERE rr.run_key = k FOR UPDATE;
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
+    SELECT * INTO j FROM warren.jobs jb WHERE jb.name = r.job;
+    PERFORM warren.wp_require_queue('warren.refuse', k, j.queue);
     IF r.state <> 'published' THEN
         RETURN r.state;
     END IF;
-    SELECT * INTO j FROM warren.jobs jb WHERE jb.name = r.job;
-    -- Only a login granted the run's queue may end it (access.sql).
-    PERFORM warren.wp_require_queue('warren.refuse', k, j.queue);
     UPDATE warren.runs rr
        SET state = 'dead', finished_at = now(), lease_owner = NULL, lease_until = NULL,
            last_error = why,
