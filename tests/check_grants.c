@@ -403,12 +403,14 @@ START_TEST(test_grants_claims_asleep_until_due_are_bounded_per_login)
     world_init(&w);
     grant(&w, 0, "qa");
     grant(&w, 1, "qa");
+    /* Connections first, so that the 4 s before due are the claims' alone
+     * (however slow 66 connections are to open). */
+    for (int i = 0; i <= N; i++)
+        c[i] = connect_as(&w, i == N ? 1 : 0);
     exec_ok(w.admin, "INSERT INTO warren.runs (job, scheduled_at, due_at, state)"
                      " SELECT 'ja', '2026-02-01T00:00:00Z'::timestamptz + g * interval '1 minute',"
                      "        now() + interval '4 seconds', 'published'"
                      "   FROM generate_series(0, 65) g");
-    for (int i = 0; i <= N; i++)
-        c[i] = connect_as(&w, i == N ? 1 : 0);
     for (int i = 0; i <= N; i++) {
         /* Keys written out: warren.run_key is not the login's to call. */
         char *sql = testenv_fmt("SELECT attempt FROM warren.claim("

@@ -1721,7 +1721,11 @@ START_TEST(test_worker_row_locked_by_an_operator_blocks_only_its_own_run)
     /* ok, beside it, heartbeated and completed while the lock is still held */
     ck_assert(wait_for(e.db, "succeeded", 10000, "SELECT state FROM warren.runs WHERE job = 'ok'"));
     ck_assert(log_has(&e, "a", "canceling statement due to")); /* statement or lock timeout */
-    /* lk's attempt was not completed by this worker */
+    qx(e.db, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = "
+             "'locker'");
+    ck_assert_int_ge(wait_exit(locker, 10000), 0);
+    ck_assert(log_wait(&e, "a", "handler stopped after the lease was lost; not completing", 5000));
+    /* lk's attempt was not completed by this worker, now that it could have been */
     char *att = testenv_sql1f(e.db,
                               "SELECT coalesce(outcome, 'none') FROM warren.attempts WHERE "
                               "run_key = '%s' AND attempt = 1",
@@ -1729,10 +1733,6 @@ START_TEST(test_worker_row_locked_by_an_operator_blocks_only_its_own_run)
     ck_assert_msg(att != NULL && strcmp(att, "succeeded") != 0 && strcmp(att, "retry") != 0,
                   "lk attempt 1: %s", att ? att : "NULL");
     free(att);
-    qx(e.db, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = "
-             "'locker'");
-    ck_assert_int_ge(wait_exit(locker, 10000), 0);
-    ck_assert(log_wait(&e, "a", "handler stopped after the lease was lost; not completing", 5000));
     kill(a, SIGTERM);
     ck_assert_int_eq(wait_exit(a, 10000), 0);
     free(pidt);
