@@ -751,7 +751,12 @@ void warren__receive(warren_worker *w, int wait_ms, int stopping)
         if (verdict == JUDGED_FOREIGN) {
             /* settle_foreign decides; one that came back is held first */
             refusal *r = refusal_of(w, p.msg.run_key, 0);
-            p.hold_until = p.received_mono + (r != NULL ? r->count * FOREIGN_HOLD_MS : 0);
+            int64_t times = r != NULL ? r->count : 0;
+            /* A redelivery whose story the table lost (more foreign runs in
+             * flight than REFUSALS) is still held once: it must not spin. */
+            if (times == 0 && p.d.redelivered)
+                times = 1;
+            p.hold_until = p.received_mono + times * FOREIGN_HOLD_MS;
             if ((p.foreign = strdup(why)) == NULL) {
                 warren__dead_letter(w, &p.d, why);
                 pend_clear(&p);
