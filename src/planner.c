@@ -403,7 +403,7 @@ typedef struct job_plan {
 static void set_broken(const warren_plan_job *j, warren_us now, const char *why, job_plan *jp)
 {
     jp->broken = 1;
-    snprintf(jp->why, sizeof(jp->why), "%s", why);
+    snprintf(jp->why, sizeof(jp->why), "%.*s", (int)sizeof(jp->why) - 1, why); /* cut to fit */
     jp->has_cursor = !j->has_next && strcmp(j->kind, "at") != 0;
     jp->cursor = now;
 }

@@ -461,8 +461,8 @@ static int publish_unpublishable(warren_relay *r, const warren_outbox_row *o, si
     const char *body = o->body;
     size_t len = body_len;
 
-    snprintf(error, sizeof(error), "outbox row %lld not published as written: %s", (long long)o->id,
-             why);
+    snprintf(error, sizeof(error), "outbox row %lld not published as written: %.500s",
+             (long long)o->id, why); /* the reason cut to fit the header */
     snprintf(rk, sizeof(rk), "%s", o->routing_key);
     h[0] = (warren_header){"x-warren-error", error};
     h[1] = (warren_header){"x-warren-original-exchange", o->exchange};
