@@ -37,6 +37,7 @@ static const struct {
     {"warren.reap_expired_leases(integer)", ""},
     {"warren.replay(text,text)", ""},
     {"warren.run_key(text,timestamp with time zone)", ""},
+    {"warren.runs_fill_key()", ""},
     /* Internal helpers of the SECURITY DEFINER functions. */
     {"warren.wp_after_failure(text,text,text,text,text)", ""},
     {"warren.wp_backoff_ms(bigint,bigint,integer)", ""},
