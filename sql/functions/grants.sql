@@ -16,25 +16,33 @@
 -- they exist (roles belong to the cluster, not to this database).
 DO $$
 DECLARE
-    note constant text :=
-        'May execute warren.claim, warren.heartbeat and warren.complete (their batch forms, and '
-        'warren.reclaim_many after a lost claim answer) only; grant it to worker logins';
+    r record;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'warren_worker') THEN
-        BEGIN
-            CREATE ROLE warren_worker NOLOGIN;
-        EXCEPTION WHEN duplicate_object OR unique_violation THEN
-            NULL; -- created concurrently by a migration of another database
-        END;
-    END IF;
-    IF shobj_description((SELECT oid FROM pg_roles WHERE rolname = 'warren_worker'),
-                         'pg_authid') IS DISTINCT FROM note THEN
-        EXECUTE format('COMMENT ON ROLE warren_worker IS %L', note);
-    END IF;
+    FOR r IN SELECT * FROM (VALUES
+        ('warren_worker',
+         'May execute warren.claim, warren.heartbeat and warren.complete (their batch forms, and '
+         'warren.reclaim_many after a lost claim answer) only; grant it to worker logins'),
+        ('warren_producer',
+         'May create, change, pause, resume and delete API jobs and enqueue runs (warren.upsert_job(s), '
+         'warren.delete_job, warren.pause_job, warren.resume_job, warren.enqueue(_many)) only; grant '
+         'it to application logins')) AS v(rolname, note)
+    LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r.rolname) THEN
+            BEGIN
+                EXECUTE format('CREATE ROLE %I NOLOGIN', r.rolname);
+            EXCEPTION WHEN duplicate_object OR unique_violation THEN
+                NULL; -- created concurrently by a migration of another database
+            END;
+        END IF;
+        IF shobj_description((SELECT oid FROM pg_roles WHERE rolname = r.rolname),
+                             'pg_authid') IS DISTINCT FROM r.note THEN
+            EXECUTE format('COMMENT ON ROLE %I IS %L', r.rolname, r.note);
+        END IF;
+    END LOOP;
 END
 $$;
 
-GRANT USAGE ON SCHEMA warren TO warren_worker;
+GRANT USAGE ON SCHEMA warren TO warren_worker, warren_producer;
 
 DO $$
 DECLARE
@@ -43,7 +51,7 @@ BEGIN
     FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
               WHERE p.pronamespace = 'warren'::regnamespace ORDER BY p.oid
     LOOP
-        EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC, warren_worker', f);
+        EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC, warren_worker, warren_producer', f);
     END LOOP;
 END
 $$;
