@@ -27,7 +27,8 @@
 # executions (rows of an execution log without a unique key, written by a trigger on the
 # effect table) and not_once (succeeded runs whose log count is not 1; 0 is exactly once),
 # worker_peak_rss_kb, loadavg, complete (every run succeeded within --timeout).
-# BENCH_RESTART_RABBIT=1 restarts RabbitMQ before each scenario (a clean broker node).
+# BENCH_RESTART_RABBIT=1 restarts RabbitMQ before each burst (a clean broker node);
+# BENCH_KEEP_LOGS=DIR copies the workers' and the planner's logs there.
 set -euo pipefail
 
 fail() {
@@ -88,7 +89,7 @@ peak_rss() { # pid -> VmHWM in kB
 # One scenario in a subshell: its own database and vhost, dropped on exit (lib_e2e.sh).
 scenario() { # LANG KIND(burst|steady) N
     local lang=$1 kind=$2 n=$3
-    [ "${BENCH_RESTART_RABBIT:-0}" = 1 ] && bash "$SRC/tests/servers.sh" restart-rabbit >/dev/null 2>&1
+    [ "${BENCH_RESTART_RABBIT:-0}" = 1 ] && [ "$kind" = burst ] && bash "$SRC/tests/servers.sh" restart-rabbit >/dev/null 2>&1
     e2e_init "bench_$lang"
     local lead_opt=
     [ -z "$LEAD" ] || lead_opt=" release_lead = \"$LEAD\";"

@@ -16,7 +16,9 @@
 #                       workers connect with it, as least privilege has them
 #   q SQL               one psql query on DB, unaligned
 #   e2e_malformed QUEUE publishes "not json at all" to warren.ready/QUEUE and
-#                       waits for it in warren.dead (the worker rejected it)
+#                       waits for it in warren.dead, dead-lettered by the worker
+#                       with the reason (x-warren-error "malformed message: ...",
+#                       x-warren-source-queue warren.ready.QUEUE)
 #   e2e_execlog TABLE   creates the example workers' effect table TABLE (as
 #                       they would) with a trigger that logs every write to it
 #                       into e2e_execlog, which has no unique key: the effect
@@ -135,6 +137,16 @@ ch.basic_publish("warren.ready", sys.argv[2], b"not json at all",
 for _ in range(50):
     m, p, body = ch.basic_get("warren.dead", auto_ack=True)
     if m is not None and body == b"not json at all":
+        # The worker's copy names the reason (its queue's own dead-lettering, the
+        # fallback when that publish fails, would carry none).
+        why = (p.headers or {}).get("x-warren-error", b"")
+        why = why.decode() if isinstance(why, bytes) else str(why)
+        src = (p.headers or {}).get("x-warren-source-queue", b"")
+        src = src.decode() if isinstance(src, bytes) else str(src)
+        if not why.startswith("malformed message:") or src != "warren.ready." + sys.argv[2]:
+            print("dead letter without the reason: x-warren-error %r, x-warren-source-queue %r"
+                  % (why, src), file=sys.stderr)
+            sys.exit(1)
         sys.exit(0)
     time.sleep(0.2)
 sys.exit(1)
@@ -149,7 +161,9 @@ EOF
 #   first attempt of each on purpose (every run also goes through a retry
 #   with backoff); its effect table ${P}_effects, keyed by run key, ends with
 #   exactly one row per succeeded run, all from attempt 2;
-# - a malformed message is rejected into warren.dead;
+# - no attempt starts before its due time (messages arrive planner.release_lead,
+#   3 s, early: the worker holds them, then claims them in batches);
+# - a malformed message is dead-lettered into warren.dead with the reason;
 # - a second worker runs one ${P}slow run whose work (4 s) outlasts its lease
 #   (3 s): it succeeds in one attempt only because its heartbeats extend the
 #   lease;
@@ -204,7 +218,16 @@ jobs = (
         fail "$left run(s) did not finish"
     }
 
-    # A malformed message: rejected without requeue, it dead-letters to warren.dead.
+    # Never early: the current attempt was claimed at or after the run's due_at
+    # (for a retried run, the retry's due time), and every attempt at or after
+    # the scheduled time (the jobs have no jitter: the first due time).
+    n=$(q "SELECT count(*) FROM warren.runs r WHERE r.job = '${P}job' AND r.started_at < r.due_at")
+    [ "$n" = 0 ] || fail "$n run(s) claimed before their due time"
+    n=$(q "SELECT count(*) FROM warren.attempts a JOIN warren.runs r USING (run_key)
+           WHERE r.job = '${P}job' AND a.started_at < r.scheduled_at")
+    [ "$n" = 0 ] || fail "$n attempt(s) started before their run's scheduled time"
+
+    # A malformed message: dead-lettered by the worker, with the reason.
     e2e_malformed "$P"
 
     # The slow run: its 4 s of work outlasted its 3 s lease on heartbeats alone
