@@ -6,11 +6,11 @@
 # tick 100 ms, horizon 2 min and publish batch 500 (as bench_worker). Not part of ctest.
 #
 #   tests/bench_examples.sh [--lang node|python|both] [--burst N] [--rate R] [--seconds S]
-#                           [--spread] [--concurrency C] [--workers W] [--lead D]
+#                           [--spread] [--concurrency C] [--prefetch P] [--workers W] [--lead D]
 #                           [--dir DIR] [--label L] [--timeout S]
 #
 # Defaults: --lang both --burst 10000 --rate 200 --seconds 60 --concurrency 50 --workers 2,
-# the default release lead (3 s). --burst 0 or --seconds 0 leaves that scenario out.
+# prefetch = concurrency, the default release lead (3 s). --burst 0 or --seconds 0 leaves that scenario out.
 # Burst: N runs of one `overlap = "allow"` job due at one instant 20 s after their insert.
 # Steady: R runs due on each whole second (R at the same instant) for S seconds, starting
 # 5 s ahead; --spread spaces their due times 1/R s apart instead. --dir DIR runs the
@@ -21,7 +21,7 @@
 # (WARREN_BIN, default build-rel/warren, else build/warren).
 #
 # One JSON line per scenario on stdout: bench (example_burst / example_steady), lang,
-# label, runs, workers, concurrency, release_lead_ms, min/p50/p90/p99/max_start_lateness_ms
+# label, runs, workers, concurrency, prefetch, release_lead_ms, min/p50/p90/p99/max_start_lateness_ms
 # (runs.started_at, the claim on the database's clock, minus runs.due_at; below 0 would be a
 # run started early), all_started_after_due_s, all_completed_after_due_s, succeeded,
 # executions (rows of an execution log without a unique key, written by a trigger on the
@@ -45,7 +45,7 @@ export WARREN_BIN WARREN_SOURCE_DIR=$SRC
 # shellcheck source=tests/lib_e2e.sh
 . "$SELF_DIR/lib_e2e.sh"
 
-LANGS=both BURST=10000 RATE=200 SECONDS_=60 SPREAD=0 CONC=50 NWORKERS=2 LEAD= LABEL=
+LANGS=both BURST=10000 RATE=200 SECONDS_=60 SPREAD=0 CONC=50 NWORKERS=2 LEAD= LABEL= PREFETCH=0
 DIR=$SRC/examples/workers TIMEOUT=300
 while [ $# -gt 0 ]; do
     case $1 in
@@ -55,6 +55,7 @@ while [ $# -gt 0 ]; do
     --seconds) SECONDS_=$2; shift ;;
     --spread) SPREAD=1 ;;
     --concurrency) CONC=$2; shift ;;
+    --prefetch) PREFETCH=$2; shift ;;
     --workers) NWORKERS=$2; shift ;;
     --lead) LEAD=$2; shift ;;
     --dir) DIR=$(cd "$2" && pwd); shift ;;
@@ -97,17 +98,19 @@ scenario() { # LANG KIND(burst|steady) N
 jobs = ( { name = \"bench\"; at = \"2099-01-01T00:00:00Z\"; queue = \"bench\"; overlap = \"allow\"; } );"
     e2e_execlog bench_effects
     e2e_planner
-    local i wpids=() args wconc=$CONC
+    local i wpids=() args wconc=$CONC pf=()
+    [ "$PREFETCH" = 0 ] || pf=(--prefetch "$PREFETCH")
     # a worker.py without --concurrency (the version before batching) runs one at a time
     [ "$lang" = python ] && ! grep -q -- "--concurrency" "$DIR/python/worker.py" && wconc=1
     for i in $(seq 1 "$NWORKERS"); do
         if [ "$lang" = node ]; then
             node "$DIR/node/worker.js" --queue bench --database-url "$DB" --amqp-url "$AMQP" \
                 --worker-id "bench-node-$i" --table bench_effects --concurrency "$CONC" \
-                --work-ms 0 2>"$WORK/w$i.log" &
+                --work-ms 0 "${pf[@]}" 2>"$WORK/w$i.log" &
         else
             args=(--work-seconds 0)
             grep -q -- "--concurrency" "$DIR/python/worker.py" && args+=(--concurrency "$CONC")
+            args+=("${pf[@]}")
             "$PY" "$DIR/python/worker.py" --queue bench --database-url "$DB" --amqp-url "$AMQP" \
                 --worker-id "bench-py-$i" --table bench_effects "${args[@]}" 2>"$WORK/w$i.log" &
         fi
@@ -151,6 +154,7 @@ jobs = ( { name = \"bench\"; at = \"2099-01-01T00:00:00Z\"; queue = \"bench\"; o
     [ "$kind" = steady ] && extra="\"rate_per_s\":$RATE,\"seconds\":$SECONDS_,\"due\":\"$([ "$SPREAD" = 1 ] && echo spread || echo whole-second)\","
     q "SELECT json_build_object('bench', 'example_$kind', 'lang', '$lang', 'label', '$LABEL',
               'runs', $n, 'workers', $NWORKERS, 'concurrency', $wconc,
+              'prefetch', $([ "$PREFETCH" = 0 ] && echo $wconc || echo "$PREFETCH"),
               'release_lead_ms', $lead_ms,
               'min_start_lateness_ms', round(min(l)::numeric, 1),
               'p50_start_lateness_ms', round(percentile_cont(0.5) WITHIN GROUP (ORDER BY l)::numeric, 1),

@@ -218,10 +218,12 @@ jobs = (
         fail "$left run(s) did not finish"
     }
 
-    # Never early: the current attempt was claimed at or after the run's due_at
-    # (for a retried run, the retry's due time), and every attempt at or after
-    # the scheduled time (the jobs have no jitter: the first due time).
-    n=$(q "SELECT count(*) FROM warren.runs r WHERE r.job = '${P}job' AND r.started_at < r.due_at")
+    # Never early: a succeeded run's last attempt was claimed at or after its
+    # due_at (the retry's due time; a run still retrying keeps the start of the
+    # attempt before it), and every attempt at or after the scheduled time (the
+    # jobs have no jitter: the first due time).
+    n=$(q "SELECT count(*) FROM warren.runs r WHERE r.job = '${P}job' AND r.state = 'succeeded'
+           AND r.started_at < r.due_at")
     [ "$n" = 0 ] || fail "$n run(s) claimed before their due time"
     n=$(q "SELECT count(*) FROM warren.attempts a JOIN warren.runs r USING (run_key)
            WHERE r.job = '${P}job' AND a.started_at < r.scheduled_at")

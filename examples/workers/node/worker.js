@@ -10,7 +10,8 @@
 //
 //   npm install
 //   node worker.js --queue node [--database-url URL] [--amqp-url URL] [--worker-id ID]
-//                  [--table NAME] [--concurrency N] [--fail-first N] [--work-ms MS]
+//                  [--table NAME] [--concurrency N] [--prefetch N] [--fail-first N]
+//                  [--work-ms MS]
 //
 // URLs default to $WARREN_DATABASE_URL / $WARREN_AMQP_URL.
 'use strict';
@@ -28,6 +29,7 @@ function parseArgs(argv) {
     workerId: `${os.hostname()}:${process.pid}:node`,
     table: 'warren_example_effects',
     concurrency: 4,
+    prefetch: 0, // 0: = concurrency
     failFirst: 0,
     workMs: 100,
   };
@@ -46,6 +48,7 @@ function parseArgs(argv) {
       case '--worker-id': a.workerId = v; i++; break;
       case '--table': a.table = v; i++; break;
       case '--concurrency': a.concurrency = int(k, v, 1); i++; break;
+      case '--prefetch': a.prefetch = int(k, v, 1); i++; break;
       case '--fail-first': a.failFirst = int(k, v, 0); i++; break;
       case '--work-ms': a.workMs = int(k, v, 0); i++; break;
       default: throw new Error(`unknown argument ${k}`);
@@ -58,6 +61,8 @@ function parseArgs(argv) {
     throw new Error(`--table ${a.table}: want a plain SQL identifier ([A-Za-z_][A-Za-z0-9_]*)`);
   }
   if (a.concurrency > 4096) throw new Error('--concurrency: at most 4096');
+  if (a.prefetch > 65535) throw new Error('--prefetch: at most 65535');
+  if (a.prefetch === 0) a.prefetch = a.concurrency;
   return a;
 }
 
@@ -122,11 +127,17 @@ const CLOCK_RTT_MAX_MS = 20;
 // A delivery the claim gave no row for and the database says is due later is held again at
 // most this often before it is acknowledged as a duplicate.
 const MAX_REHOLDS = 3;
+// Claim and completion batches in flight at once, each of at most half the slots: while one
+// batch's completion commits (and its acknowledgements let the broker send the next
+// deliveries), the next batch is claimed and run, instead of every slot waiting for one
+// round trip after another.
+const IN_FLIGHT = 2;
 
 class Worker {
   constructor(args) {
     this.args = args;
     this.queue = `warren.ready.${args.queue}`;
+    this.batchMax = Math.max(1, Math.ceil(args.concurrency / IN_FLIGHT));
     // Every call is bounded: the server cancels a statement or a lock wait after 2 s (a
     // claim_many waits at most 1 s for its due time), the client gives up on an answer after
     // 4 s and on a connection after 5 s; pg-pool drops a connection whose query failed.
@@ -152,14 +163,14 @@ class Worker {
     this.held = []; // deliveries waiting for their due time
     this.running = new Set(); // claimed deliveries whose handler has not finished
     this.finished = []; // handler finished, completion not yet committed
-    this.claiming = 0;
-    this.claimBusy = false;
-    this.completeBusy = false;
+    this.claiming = 0; // deliveries in claim batches in flight
+    this.claims = 0; // claim batches in flight
+    this.completions = 0; // completion batches in flight
     this.heartbeatBusy = false;
     this.heldTimer = null;
     this.stopping = false;
     this.pumpQueued = false;
-    this.clock = { db: Date.now(), mono: mono(), at: -Infinity };
+    this.clock = { db: Date.now(), mono: mono(), at: -Infinity, rtt: Infinity };
     this.settled = 0;
   }
 
@@ -168,17 +179,21 @@ class Worker {
     return this.clock.db + (mono() - this.clock.mono);
   }
 
+  // A reading is used when its round trip took at most CLOCK_RTT_MAX_MS, or less than the one
+  // the estimate stands on (its midpoint is off by at most half the round trip).
   async readClock() {
     const t0 = mono();
     const r = await this.pool.query(
       'SELECT (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS ms');
     const t1 = mono();
-    const first = this.clock.at === -Infinity;
-    if (t1 - t0 <= CLOCK_RTT_MAX_MS || first) {
+    const rtt = t1 - t0;
+    if (this.clock.at === -Infinity) {
       // The first reading, if slow, is taken at its low end (read before the answer came),
       // which is never ahead of the database.
-      const mid = first && t1 - t0 > CLOCK_RTT_MAX_MS ? t1 : (t0 + t1) / 2;
-      this.clock = { db: Number(r.rows[0].ms), mono: mid, at: t1 };
+      const mid = rtt > CLOCK_RTT_MAX_MS ? t1 : (t0 + t1) / 2;
+      this.clock = { db: Number(r.rows[0].ms), mono: mid, at: t1, rtt };
+    } else if (rtt <= CLOCK_RTT_MAX_MS || rtt < this.clock.rtt) {
+      this.clock = { db: Number(r.rows[0].ms), mono: (t0 + t1) / 2, at: t1, rtt };
     } else {
       this.clock.at = t1 - CLOCK_EVERY_MS + 1000; // try again in a second
     }
@@ -191,7 +206,7 @@ class Worker {
         const conn = await amqp.connect(this.args.amqpUrl, { timeout: 5000 });
         const ch = await conn.createChannel();
         const dch = await conn.createConfirmChannel();
-        await ch.prefetch(this.args.concurrency);
+        await ch.prefetch(this.args.prefetch);
         const gen = ++this.gen;
         const lost = (why) => {
           if (this.gen !== gen || this.conn === null) return;
@@ -334,9 +349,10 @@ class Worker {
 
   pump() {
     if (this.heldTimer) { clearTimeout(this.heldTimer); this.heldTimer = null; }
-    if (!this.claimBusy && this.held.length > 0) {
+    if (this.claims < IN_FLIGHT && this.held.length > 0) {
       const now = this.dbNow();
-      const free = this.args.concurrency - this.running.size - this.finished.length;
+      const free = Math.min(this.batchMax,
+        this.args.concurrency - this.running.size - this.finished.length - this.claiming);
       const due = [];
       let next = Infinity;
       const keep = [];
@@ -351,20 +367,20 @@ class Worker {
         this.heldTimer = setTimeout(() => { this.heldTimer = null; this.pump(); }, wait);
       }
     }
-    if (!this.completeBusy && this.finished.length > 0) this.completeBatch(this.finished.splice(0));
+    if (this.completions < IN_FLIGHT && this.finished.length > 0) {
+      this.completeBatch(this.finished.splice(0, this.batchMax));
+    }
   }
 
   claimBatch(list) {
-    this.claimBusy = true;
+    this.claims++;
     list.sort((a, b) => (a.runKey < b.runKey ? -1 : a.runKey > b.runKey ? 1 : 0));
     for (const d of list) d.state = 'claiming';
-    this.claiming = list.length;
+    this.claiming += list.length;
     (async () => {
       let rows;
       try {
-        const t0 = mono();
         rows = await this.claimRows(list.map((d) => d.runKey));
-        if (process.env.DBG) log(`claim ${list.length} -> ${rows.length} in ${(mono() - t0).toFixed(1)} ms`);
       } catch (e) {
         // A real SQL error (e.g. 22023, a bad batch): nothing was claimed. Give the deliveries
         // back after a pause, so that a refusal that comes back every time does not spin.
@@ -382,8 +398,8 @@ class Worker {
       }
       if (unclaimed.length > 0) await this.decideUnclaimed(unclaimed);
     })().catch((e) => log(`claim: ${e.stack}`)).finally(() => {
-      this.claimBusy = false;
-      this.claiming = 0;
+      this.claims--;
+      this.claiming -= list.length;
       this.schedulePump();
     });
   }
@@ -491,14 +507,12 @@ class Worker {
   // others, the effect of every recorded success; then the acks. A real SQL error rolls the
   // batch back and completes its runs one by one, so one bad run does not hold the others.
   completeBatch(list) {
-    this.completeBusy = true;
+    this.completions++;
     list.sort((a, b) => (a.runKey < b.runKey ? -1 : a.runKey > b.runKey ? 1 : 0));
     (async () => {
       let recorded;
       try {
-        const t0 = mono();
         recorded = await db(() => this.completeTx(list));
-        if (process.env.DBG) log(`complete ${list.length} in ${(mono() - t0).toFixed(1)} ms`);
       } catch (e) {
         log(`completing ${list.length} runs together failed (${e.message}); one by one`);
         recorded = new Map();
@@ -522,7 +536,7 @@ class Worker {
       }
       this.settle(list.filter((d) => !d.unsettled)); // only after the commit
     })().catch((e) => log(`complete: ${e.stack}`)).finally(() => {
-      this.completeBusy = false;
+      this.completions--;
       this.schedulePump();
     });
   }
@@ -616,7 +630,8 @@ class Worker {
       `CREATE TABLE IF NOT EXISTS ${this.args.table} (run_key text PRIMARY KEY,
          attempt int NOT NULL, worker text NOT NULL, payload jsonb,
          at timestamptz NOT NULL DEFAULT now())`));
-    await db(() => this.readClock());
+    // The estimate starts from the fastest of a few readings (a loaded machine at start-up).
+    for (let i = 0; i < 5; i++) await db(() => this.readClock());
     // Open the pool's connections before the first run arrives, not during a burst.
     const warm = await Promise.all([1, 2, 3, 4].map(() => db(() => this.pool.connect())));
     for (const c of warm) c.release();
@@ -637,8 +652,8 @@ class Worker {
     this.stopping = true;
     if (this.ch && this.consumerTag) await this.ch.cancel(this.consumerTag).catch(() => {});
     for (const d of this.held.splice(0)) this.giveBack(d);
-    while (this.running.size > 0 || this.finished.length > 0 || this.claimBusy ||
-           this.completeBusy) {
+    while (this.running.size > 0 || this.finished.length > 0 || this.claims > 0 ||
+           this.completions > 0) {
       await sleep(20);
     }
     clearInterval(this.ticker);

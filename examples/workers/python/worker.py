@@ -27,8 +27,8 @@ the run key as their idempotency key.
 
 Usage:
   worker.py --queue py [--database-url URL] [--amqp-url URL] [--worker-id ID]
-            [--table NAME] [--concurrency N] [--fail-first N] [--work-seconds S]
-            [--max-runs N]
+            [--table NAME] [--concurrency N] [--prefetch N] [--fail-first N]
+            [--work-seconds S] [--max-runs N]
 
 URLs default to $WARREN_DATABASE_URL / $WARREN_AMQP_URL. --fail-first N
 reports outcome 'retry' for attempts <= N (to watch retries with backoff).
@@ -131,9 +131,10 @@ class Worker:
         self.running = set()
         self.finished = []
         self.clock = (time.time(), time.monotonic())  # (database time, monotonic) of a reading
-        self.clock_at = -1e9
+        self.clock_at, self.clock_rtt = -1e9, float("inf")
         self.db_call(self.create_table)
-        self.db_call(self.read_clock)
+        for _ in range(5):  # the estimate starts from the fastest of a few readings
+            self.db_call(self.read_clock)
 
     # -- PostgreSQL ---------------------------------------------------------------
     def connect_db(self):
@@ -188,15 +189,20 @@ class Worker:
         ).format(pgsql.Identifier(self.args.table)))
 
     def read_clock(self, cur):
+        """A reading is used when its round trip took at most CLOCK_RTT_MAX_S, or
+        less than the one the estimate stands on (the midpoint is off by at most
+        half of it); the first, if slow, at its low end: never ahead."""
         t0 = time.monotonic()
         cur.execute("SELECT extract(epoch FROM clock_timestamp())::float8")
         db_s = cur.fetchone()[0]
         t1 = time.monotonic()
-        first = self.clock_at < 0
-        if t1 - t0 <= CLOCK_RTT_MAX_S or first:
-            # a slow first reading is taken at its low end: never ahead
-            self.clock = (db_s, t1 if first and t1 - t0 > CLOCK_RTT_MAX_S else (t0 + t1) / 2)
-            self.clock_at = t1
+        rtt = t1 - t0
+        if self.clock_at < 0:
+            self.clock = (db_s, t1 if rtt > CLOCK_RTT_MAX_S else (t0 + t1) / 2)
+            self.clock_at, self.clock_rtt = t1, rtt
+        elif rtt <= CLOCK_RTT_MAX_S or rtt < self.clock_rtt:
+            self.clock = (db_s, (t0 + t1) / 2)
+            self.clock_at, self.clock_rtt = t1, rtt
         else:
             self.clock_at = t1 - CLOCK_EVERY_S + 1.0  # try again in a second
 
@@ -295,7 +301,7 @@ class Worker:
                 ch = conn.channel()
                 dch = conn.channel()
                 dch.confirm_delivery()  # dead-letter copies are confirmed before the ack
-                ch.basic_qos(prefetch_count=self.args.concurrency)
+                ch.basic_qos(prefetch_count=self.args.prefetch or self.args.concurrency)
                 self.gen += 1
                 self.conn, self.ch, self.dch = conn, ch, dch
                 self.unacked.clear()
@@ -603,6 +609,8 @@ class Worker:
                 if stopping and not (self.running or self.finished) and self.results.empty():
                     break
                 self.conn.process_data_events(time_limit=self.wait_time())
+                # Deliveries that came in the same read as the first make one batch with it.
+                self.conn.process_data_events(time_limit=0)
                 self.turn()
             except pika.exceptions.AMQPError as e:
                 log("broker connection lost (%r); reconnecting" % e)
@@ -623,7 +631,9 @@ def main():
     ap.add_argument("--worker-id")
     ap.add_argument("--table", default="warren_example_effects")
     ap.add_argument("--concurrency", type=int, default=4,
-                    help="handler threads, and the prefetch (default 4)")
+                    help="handler threads (default 4), and the prefetch unless --prefetch")
+    ap.add_argument("--prefetch", type=int, default=0,
+                    help="deliveries held at once (default: --concurrency)")
     ap.add_argument("--fail-first", type=int, default=0)
     ap.add_argument("--work-seconds", type=float, default=0.1)
     ap.add_argument("--max-runs", type=int, default=0)
@@ -632,6 +642,8 @@ def main():
         ap.error("set --database-url/--amqp-url or WARREN_DATABASE_URL/WARREN_AMQP_URL")
     if not 1 <= args.concurrency <= 4096:
         ap.error("--concurrency: between 1 and 4096, not %d" % args.concurrency)
+    if not 0 <= args.prefetch <= 65535:
+        ap.error("--prefetch: between 1 and 65535 (0: --concurrency), not %d" % args.prefetch)
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", args.table):
         ap.error("--table %s: want a plain SQL identifier" % args.table)
     signal.signal(signal.SIGTERM, on_signal)
