@@ -202,22 +202,25 @@ class Worker {
   // -- the broker ----------------------------------------------------------------------------
   async connectBroker() {
     for (let pause = 1000; ; pause = Math.min(pause * 2, 10000)) {
+      let conn = null;
+      let ready = false; // until consuming, a failure is this loop's to retry
+      const gen = ++this.gen;
       try {
-        const conn = await amqp.connect(this.args.amqpUrl, { timeout: 5000 });
-        const ch = await conn.createChannel();
-        const dch = await conn.createConfirmChannel();
-        await ch.prefetch(this.args.prefetch);
-        const gen = ++this.gen;
+        conn = await amqp.connect(this.args.amqpUrl, { timeout: 5000 });
         const lost = (why) => {
-          if (this.gen !== gen || this.conn === null) return;
+          if (!ready || this.gen !== gen || this.conn === null) return;
           log(`broker connection lost (${why}); reconnecting`);
           this.dropBroker();
           if (!this.stopping) this.connectBroker().catch((e) => log(`reconnect: ${e.stack}`));
         };
+        // Listeners first: an 'error' event without one would end the process.
         conn.on('error', (e) => lost(e.message));
         conn.on('close', () => lost('closed'));
+        const ch = await conn.createChannel();
+        const dch = await conn.createConfirmChannel();
         ch.on('error', (e) => lost(`channel: ${e.message}`));
         dch.on('error', (e) => lost(`channel: ${e.message}`));
+        await ch.prefetch(this.args.prefetch);
         this.conn = conn;
         this.ch = ch;
         this.dch = dch;
@@ -226,11 +229,14 @@ class Worker {
           this.onMessage(msg, gen);
         }, { noAck: false });
         this.consumerTag = consumerTag;
+        ready = true;
         log(`worker ${this.args.workerId} consuming ${this.queue}`);
         return;
       } catch (e) {
+        this.conn = this.ch = this.dch = null;
+        if (conn) conn.close().catch(() => {});
         if (this.stopping) return;
-        log(`cannot reach the broker (${e.message}); retrying in ${pause} ms`);
+        log(`cannot consume ${this.queue} (${e.message}); retrying in ${pause} ms`);
         await sleep(pause);
       }
     }

@@ -293,6 +293,7 @@ class Worker:
     def connect_broker(self):
         pause = 1.0
         while not stopping:
+            conn = None
             try:
                 params = pika.URLParameters(self.args.amqp_url)
                 params.socket_timeout = 5
@@ -311,7 +312,13 @@ class Worker:
                 log("worker %s consuming %s" % (self.worker_id, self.queue))
                 return True
             except pika.exceptions.AMQPError as e:
-                log("cannot reach the broker (%r); retrying in %.0f s" % (e, pause))
+                self.conn = self.ch = self.dch = None
+                try:
+                    if conn is not None and conn.is_open:
+                        conn.close()
+                except Exception:
+                    pass
+                log("cannot consume %s (%r); retrying in %.0f s" % (self.queue, e, pause))
                 self.pause(pause)
                 pause = min(pause * 2, 10.0)
         return False
