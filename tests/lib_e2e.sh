@@ -15,6 +15,9 @@
 #                       sets WDB, the database URL as that login: the example
 #                       workers connect with it, as least privilege has them
 #   q SQL               one psql query on DB, unaligned
+#   e2e_close_worker_connections
+#                       closes every AMQP connection of the vhost but the
+#                       planner's (rabbitmq-c) through the management API
 #   e2e_malformed QUEUE publishes "not json at all" to warren.ready/QUEUE and
 #                       waits for it in warren.dead, dead-lettered by the worker
 #                       with the reason (x-warren-error "malformed message: ...",
@@ -125,6 +128,20 @@ e2e_execlog() {
         >/dev/null || fail "cannot create the execution log for $1"
 }
 
+e2e_close_worker_connections() {
+    local names c
+    names=$(curl -sf "$E2E_MGMT/api/vhosts/$E2E_NAME/connections" | "$PY" -c '
+import json, sys, urllib.parse
+for c in json.load(sys.stdin):
+    if (c.get("client_properties") or {}).get("product") != "rabbitmq-c":  # not the planner
+        print(urllib.parse.quote(c["name"], safe=""))') || fail "cannot list the vhost's connections"
+    [ -n "$names" ] || fail "no worker connection to close in vhost $E2E_NAME"
+    for c in $names; do
+        curl -sf -X DELETE "$E2E_MGMT/api/connections/$c" >/dev/null ||
+            fail "cannot close connection $c through the management API"
+    done
+}
+
 e2e_malformed() {
     "$PY" - "$AMQP" "$1" <<'EOF' || fail "malformed message did not reach warren.dead"
 import sys, time, pika
@@ -161,6 +178,8 @@ EOF
 #   first attempt of each on purpose (every run also goes through a retry
 #   with backoff); its effect table ${P}_effects, keyed by run key, ends with
 #   exactly one row per succeeded run, all from attempt 2;
+# - the broker closes the workers' connections mid-run: they reconnect and
+#   their runs go on, each still executed once;
 # - no attempt starts before its due time (messages arrive planner.release_lead,
 #   3 s, early: the worker holds them, then claims them in batches);
 # - a malformed message is dead-lettered into warren.dead with the reason;
@@ -204,6 +223,20 @@ jobs = (
         sleep 0.3
     done
     [ "$n" -ge 5 ] || fail "only $n ${P}job run(s) succeeded within 60 s"
+    # The broker drops the workers' connections (closed through the management
+    # API, as when a node restarts): they reconnect and go on, and their runs
+    # are still executed exactly once (checked below).
+    e2e_close_worker_connections
+    local before_close=$n
+    for _ in $(seq 1 100); do
+        n=$(q "SELECT count(*) FROM warren.runs WHERE job = '${P}job' AND state = 'succeeded'")
+        [ "$n" -ge $((before_close + 3)) ] && break
+        sleep 0.3
+    done
+    [ "$n" -ge $((before_close + 3)) ] || {
+        tail -20 "$WORK/$P-e2e.log" >&2
+        fail "no ${P}job run succeeded after the broker closed the worker's connection"
+    }
     local paused_at
     paused_at=$(q "UPDATE warren.jobs SET paused = true; SELECT now()")
     for _ in $(seq 1 100); do
@@ -292,6 +325,10 @@ jobs = (
     n=$(q "SELECT count(*) FROM e2e_execlog WHERE tbl = '${P}_slow_effects'")
     [ "$n" = 1 ] || fail "the slow run's effect was written $n times, not once"
     grep -q "rejecting malformed message" "$WORK/$P-e2e.log" || fail "the worker did not log the rejection"
+    grep -q "broker connection lost" "$WORK/$P-e2e.log" ||
+        fail "the worker did not notice that the broker closed its connection"
+    [ "$(grep -c "consuming warren.ready.$P\$" "$WORK/$P-e2e.log")" -ge 2 ] ||
+        fail "the worker did not consume again after the broker closed its connection"
     # Every attempt was claimed by the workers' own login, granted its queues.
     n=$(q "SELECT count(*) FROM warren.attempts WHERE login IS DISTINCT FROM '$E2E_LOGIN'")
     [ "$n" = 0 ] || fail "$n attempt(s) not claimed by the worker login $E2E_LOGIN"
