@@ -165,8 +165,10 @@ jobs = ( { name = \"bench\"; at = \"2099-01-01T00:00:00Z\"; queue = \"bench\"; o
               'all_completed_after_due_s', round(max(c)::numeric / 1000, 3),
               'succeeded', count(*) FILTER (WHERE state = 'succeeded'),
               'executions', (SELECT count(*) FROM e2e_execlog),
-              'not_once', (SELECT count(*) FROM warren.runs r WHERE r.state = 'succeeded'
-                             AND (SELECT count(*) FROM e2e_execlog x WHERE x.run_key = r.run_key) <> 1))::text
+              'not_once', (SELECT count(*) FROM warren.runs r
+                             LEFT JOIN (SELECT run_key, count(*) AS n FROM e2e_execlog GROUP BY 1) x
+                             USING (run_key)
+                            WHERE r.state = 'succeeded' AND x.n IS DISTINCT FROM 1))::text
        FROM (SELECT state, extract(epoch FROM started_at - due_at) * 1000 AS l,
                     extract(epoch FROM finished_at - due_at) * 1000 AS c FROM warren.runs) r" |
         sed -e "s/}\$/, $extra\"worker_peak_rss_kb\" : $rss_json, \"loadavg\" : \"$(cut -d' ' -f1-3 /proc/loadavg)\", \"complete\" : $complete}/" \
