@@ -15,8 +15,13 @@
 #                       sets WDB, the database URL as that login: the example
 #                       workers connect with it, as least privilege has them
 #   q SQL               one psql query on DB, unaligned
+#   e2e_close_worker_connections
+#                       closes every AMQP connection of the vhost but the
+#                       planner's (rabbitmq-c) through the management API
 #   e2e_malformed QUEUE publishes "not json at all" to warren.ready/QUEUE and
-#                       waits for it in warren.dead (the worker rejected it)
+#                       waits for it in warren.dead, dead-lettered by the worker
+#                       with the reason (x-warren-error "malformed message: ...",
+#                       x-warren-source-queue warren.ready.QUEUE)
 #   e2e_execlog TABLE   creates the example workers' effect table TABLE (as
 #                       they would) with a trigger that logs every write to it
 #                       into e2e_execlog, which has no unique key: the effect
@@ -123,6 +128,20 @@ e2e_execlog() {
         >/dev/null || fail "cannot create the execution log for $1"
 }
 
+e2e_close_worker_connections() {
+    local names c
+    names=$(curl -sf "$E2E_MGMT/api/vhosts/$E2E_NAME/connections" | "$PY" -c '
+import json, sys, urllib.parse
+for c in json.load(sys.stdin):
+    if (c.get("client_properties") or {}).get("product") != "rabbitmq-c":  # not the planner
+        print(urllib.parse.quote(c["name"], safe=""))') || fail "cannot list the vhost's connections"
+    [ -n "$names" ] || fail "no worker connection to close in vhost $E2E_NAME"
+    for c in $names; do
+        curl -sf -X DELETE "$E2E_MGMT/api/connections/$c" >/dev/null ||
+            fail "cannot close connection $c through the management API"
+    done
+}
+
 e2e_malformed() {
     "$PY" - "$AMQP" "$1" <<'EOF' || fail "malformed message did not reach warren.dead"
 import sys, time, pika
@@ -135,6 +154,16 @@ ch.basic_publish("warren.ready", sys.argv[2], b"not json at all",
 for _ in range(50):
     m, p, body = ch.basic_get("warren.dead", auto_ack=True)
     if m is not None and body == b"not json at all":
+        # The worker's copy names the reason (its queue's own dead-lettering, the
+        # fallback when that publish fails, would carry none).
+        why = (p.headers or {}).get("x-warren-error", b"")
+        why = why.decode() if isinstance(why, bytes) else str(why)
+        src = (p.headers or {}).get("x-warren-source-queue", b"")
+        src = src.decode() if isinstance(src, bytes) else str(src)
+        if not why.startswith("malformed message:") or src != "warren.ready." + sys.argv[2]:
+            print("dead letter without the reason: x-warren-error %r, x-warren-source-queue %r"
+                  % (why, src), file=sys.stderr)
+            sys.exit(1)
         sys.exit(0)
     time.sleep(0.2)
 sys.exit(1)
@@ -149,7 +178,11 @@ EOF
 #   first attempt of each on purpose (every run also goes through a retry
 #   with backoff); its effect table ${P}_effects, keyed by run key, ends with
 #   exactly one row per succeeded run, all from attempt 2;
-# - a malformed message is rejected into warren.dead;
+# - the broker closes the workers' connections mid-run: they reconnect and
+#   their runs go on, each still executed once;
+# - no attempt starts before its due time (messages arrive planner.release_lead,
+#   3 s, early: the worker holds them, then claims them in batches);
+# - a malformed message is dead-lettered into warren.dead with the reason;
 # - a second worker runs one ${P}slow run whose work (4 s) outlasts its lease
 #   (3 s): it succeeds in one attempt only because its heartbeats extend the
 #   lease;
@@ -190,6 +223,20 @@ jobs = (
         sleep 0.3
     done
     [ "$n" -ge 5 ] || fail "only $n ${P}job run(s) succeeded within 60 s"
+    # The broker drops the workers' connections (closed through the management
+    # API, as when a node restarts): they reconnect and go on, and their runs
+    # are still executed exactly once (checked below).
+    e2e_close_worker_connections
+    local before_close=$n
+    for _ in $(seq 1 100); do
+        n=$(q "SELECT count(*) FROM warren.runs WHERE job = '${P}job' AND state = 'succeeded'")
+        [ "$n" -ge $((before_close + 3)) ] && break
+        sleep 0.3
+    done
+    [ "$n" -ge $((before_close + 3)) ] || {
+        tail -20 "$WORK/$P-e2e.log" >&2
+        fail "no ${P}job run succeeded after the broker closed the worker's connection"
+    }
     local paused_at
     paused_at=$(q "UPDATE warren.jobs SET paused = true; SELECT now()")
     for _ in $(seq 1 100); do
@@ -204,7 +251,18 @@ jobs = (
         fail "$left run(s) did not finish"
     }
 
-    # A malformed message: rejected without requeue, it dead-letters to warren.dead.
+    # Never early: a succeeded run's last attempt was claimed at or after its
+    # due_at (the retry's due time; a run still retrying keeps the start of the
+    # attempt before it), and every attempt at or after the scheduled time (the
+    # jobs have no jitter: the first due time).
+    n=$(q "SELECT count(*) FROM warren.runs r WHERE r.job = '${P}job' AND r.state = 'succeeded'
+           AND r.started_at < r.due_at")
+    [ "$n" = 0 ] || fail "$n run(s) claimed before their due time"
+    n=$(q "SELECT count(*) FROM warren.attempts a JOIN warren.runs r USING (run_key)
+           WHERE r.job = '${P}job' AND a.started_at < r.scheduled_at")
+    [ "$n" = 0 ] || fail "$n attempt(s) started before their run's scheduled time"
+
+    # A malformed message: dead-lettered by the worker, with the reason.
     e2e_malformed "$P"
 
     # The slow run: its 4 s of work outlasted its 3 s lease on heartbeats alone
@@ -267,6 +325,10 @@ jobs = (
     n=$(q "SELECT count(*) FROM e2e_execlog WHERE tbl = '${P}_slow_effects'")
     [ "$n" = 1 ] || fail "the slow run's effect was written $n times, not once"
     grep -q "rejecting malformed message" "$WORK/$P-e2e.log" || fail "the worker did not log the rejection"
+    grep -q "broker connection lost" "$WORK/$P-e2e.log" ||
+        fail "the worker did not notice that the broker closed its connection"
+    [ "$(grep -c "consuming warren.ready.$P\$" "$WORK/$P-e2e.log")" -ge 2 ] ||
+        fail "the worker did not consume again after the broker closed its connection"
     # Every attempt was claimed by the workers' own login, granted its queues.
     n=$(q "SELECT count(*) FROM warren.attempts WHERE login IS DISTINCT FROM '$E2E_LOGIN'")
     [ "$n" = 0 ] || fail "$n attempt(s) not claimed by the worker login $E2E_LOGIN"
