@@ -38,7 +38,7 @@ RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT CASE
         -- the common case first, in two patterns
         WHEN key ~ '^[A-Za-z0-9][A-Za-z0-9._:/=+@-]{0,199}$'
-             AND key !~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$'
+             AND key !~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}'
              AND octet_length(job) + 1 + octet_length(key) <= 255 THEN NULL
         WHEN key IS NULL OR key = '' THEN
             'key is required: an idempotency key you choose, e.g. ''welcome:user-42'' (a second '
@@ -50,9 +50,10 @@ RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
         WHEN key !~ '^[A-Za-z0-9._:/=+@-]*$' THEN
             'key "' || left(key, 80) || '" has a character outside [A-Za-z0-9._:/=+@-] (at '
             'position ' || length(substring(key FROM '^[A-Za-z0-9._:/=+@-]*')) + 1 || ')'
-        WHEN key ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$' THEN
-            'key "' || key || '" has the form of a scheduled run''s time (YYYY-MM-DDTHH:MM:SSZ), '
-            'which is kept for scheduled runs; add a prefix, e.g. ''at:' || key || ''''
+        WHEN key ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}' THEN
+            'key "' || key || '" begins with a time of the form YYYY-MM-DDTHH:MM:SS, which is '
+            'kept for scheduled runs'' keys (JOB@YYYY-MM-DDTHH:MM:SSZ); add a prefix, e.g. ''at:'
+            || key || ''''
         WHEN octet_length(job) + 1 + octet_length(key) > 255 THEN
             'the run key "' || left(job, 40) || '@' || left(key, 40) || '..." would be '
             || (octet_length(job) + 1 + octet_length(key)) || ' bytes; job name, ''@'' and key '
@@ -61,7 +62,7 @@ RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
 $$;
 COMMENT ON FUNCTION warren.wp_enqueue_key_problem(text, text) IS
     'What is wrong with an enqueue key (NULL: nothing): 1-200 of [A-Za-z0-9._:/=+@-], first a '
-    'letter or digit, not of the form YYYY-MM-DDTHH:MM:SSZ, JOB@KEY at most 255 bytes';
+    'letter or digit, not beginning with YYYY-MM-DDTHH:MM:SS, JOB@KEY at most 255 bytes';
 
 CREATE OR REPLACE FUNCTION warren.wp_enqueue_tenant_problem(tenant text)
 RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
