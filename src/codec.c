@@ -221,8 +221,9 @@ static int key_matches(const char *job, const char *run_key, warren_us scheduled
             return -1;
         }
         if (strcmp(canon, run_key) != 0) {
-            snprintf(why, len, "\"run_key\" \"%.100s\" does not match job and scheduled_at (%s)",
-                     run_key, canon);
+            snprintf(why, len,
+                     "\"run_key\" \"%.100s\" does not match job and scheduled_at (%.100s)", run_key,
+                     canon);
             return -1;
         }
         return 0;
@@ -250,7 +251,7 @@ static int key_matches(const char *job, const char *run_key, warren_us scheduled
 
 int warren_run_msg_encode(const warren_run_msg *m, char **body, size_t *len, warren_error *err)
 {
-    char key[WARREN_RUN_KEY_MAX], sched[WARREN_TIME_BUF], due[WARREN_TIME_BUF], why[400];
+    char key[WARREN_RUN_KEY_MAX], sched[WARREN_TIME_BUF], due[WARREN_TIME_BUF], why[512];
     json_t *obj = NULL, *payload = NULL;
     json_error_t jerr;
     const char *rk;
@@ -386,7 +387,7 @@ int warren_run_msg_decode(const char *body, size_t len, warren_run_msg *out, war
     json_error_t jerr;
     const char *key, *job, *tmpl = NULL, *tenant = NULL;
     warren_us sched, due;
-    char why[400];
+    char why[512];
     json_int_t attempt;
     int rc = WARREN_EMSG;
 
