@@ -37,7 +37,9 @@ CREATE OR REPLACE FUNCTION warren.wp_enqueue_key_problem(job text, key text)
 RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT CASE
         -- the common case first, in two patterns
-        WHEN key ~ '^[A-Za-z0-9][A-Za-z0-9._:/=+@-]{0,199}$'
+        -- (a bounded repetition {0,199} costs PostgreSQL's regex engine 15 us
+        -- a key: the length is checked apart)
+        WHEN length(key) <= 200 AND key ~ '^[A-Za-z0-9][A-Za-z0-9._:/=+@-]*$'
              AND key !~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}'
              AND octet_length(job) + 1 + octet_length(key) <= 255 THEN NULL
         WHEN key IS NULL OR key = '' THEN
@@ -66,7 +68,8 @@ COMMENT ON FUNCTION warren.wp_enqueue_key_problem(text, text) IS
 
 CREATE OR REPLACE FUNCTION warren.wp_enqueue_tenant_problem(tenant text)
 RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT CASE WHEN tenant IS NOT NULL AND tenant !~ '^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$' THEN
+    SELECT CASE WHEN tenant IS NOT NULL
+                     AND (length(tenant) > 200 OR tenant !~ '^[A-Za-z0-9][A-Za-z0-9._:@-]*$') THEN
         'tenant "' || left(tenant, 80) || '" is not a tenant name: 1-200 of [A-Za-z0-9._:@-], '
         'first a letter or digit (or NULL: the job''s tenant)'
     END
