@@ -341,7 +341,16 @@ BEGIN
     -- A new statement: it sees the rows just inserted, and those a concurrent
     -- transaction committed while the INSERT waited for them.
     -- Created rows are known (planned, at their instant); the others are
-    -- looked up.
+    -- looked up. Every element created (the common case): no lookup at all.
+    IF cardinality(made) = n THEN
+        RETURN QUERY
+        SELECT (x.ord - 1)::int, x.job || '@' || x.key, true, 'planned'::text,
+               warren.wp_enqueue_at(x.run_at::timestamptz, t0)
+          FROM ROWS FROM (jsonb_to_recordset(a) AS (job text, key text, run_at text))
+               WITH ORDINALITY AS x(job, key, run_at, ord)
+         ORDER BY x.ord;
+        RETURN;
+    END IF;
     RETURN QUERY
     SELECT y.i, y.rk, y.made_here,
            CASE WHEN y.made_here THEN 'planned'
