@@ -4,7 +4,9 @@
  *              1,000, 5,000 and 10,000), N runs per batch size (default
  *              100,000), each batch its own transaction: runs/s over the
  *              wall clock of the client (building the JSON text, sending it,
- *              the server's work, the commit); and the database size per run
+ *              the server's work, the commit); the backend's CPU time per
+ *              run (from /proc: a figure the machine's load inflates less
+ *              than the wall clock); and the database size per run
  *              (warren.runs with its indexes and TOAST, per planned run);
  *   single:    warren.enqueue inside a caller's transaction (BEGIN; INSERT an
  *              application row; SELECT warren.enqueue(...); COMMIT), K times
@@ -12,7 +14,8 @@
  *              clock_timestamp() - statement_timestamp() read in the same
  *              statement after warren.enqueue returned (statement_timestamp()
  *              is when the server received it), p50/p99/max; and the client's
- *              round trip of that statement;
+ *              round trip of that statement; the backend's CPU time per
+ *              transaction (BEGIN, the INSERT, the enqueue, COMMIT);
  *   immediate: R immediate enqueues per second (default 200) for S seconds
  *              (default 30), each in its own transaction, with the real
  *              planner (woken by NOTIFY) and 2 worker processes of 50 slots
@@ -90,6 +93,26 @@ static void loadavg(char *buf, size_t len)
         fclose(f);
     }
     buf[strcspn(buf, " ")] = '\0'; /* the 1-minute figure */
+}
+
+/* CPU seconds (user + system) of a process so far, from /proc (the
+ * PostgreSQL backend of a connection runs on this machine); -1 if unknown. */
+static double proc_cpu_s(long pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* after the command name */
+    unsigned long ut = 0, st = 0;
+    if (p == NULL ||
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
 static PGresult *must(PGconn *c, PGresult *r, const char *what)
@@ -198,7 +221,7 @@ static void bench_bulk(long runs, int only_batch)
         /* what an application sends: a JSON array of objects, as text */
         size_t cap = (size_t)b * 128 + 16;
         char *json = malloc(cap);
-        double t0 = now_s(), worst = 0;
+        double t0 = now_s(), worst = 0, cpu0 = proc_cpu_s(PQbackendPID(c));
         for (long done = 0; done < n; done += b) {
             double tb = now_s();
             size_t len = 0;
@@ -218,13 +241,14 @@ static void bench_bulk(long runs, int only_batch)
             if (now_s() - tb > worst)
                 worst = now_s() - tb;
         }
-        double el = now_s() - t0;
+        double el = now_s() - t0, cpu = proc_cpu_s(PQbackendPID(c)) - cpu0;
         char *size1 = val(c, "SELECT pg_total_relation_size('warren.runs')");
         loadavg(load, sizeof(load));
         printf("{\"bench\":\"enqueue_bulk\",\"batch\":%d,\"runs\":%ld,\"created\":%ld,"
                "\"seconds\":%.3f,\"runs_per_s\":%.0f,\"slowest_batch_ms\":%.1f,"
-               "\"runs_bytes_per_run\":%.0f,\"loadavg\":\"%s\"}\n",
-               b, n, made, el, (double)n / el, worst * 1000,
+               "\"backend_cpu_us_per_run\":%.1f,\"runs_bytes_per_run\":%.0f,"
+               "\"loadavg\":\"%s\"}\n",
+               b, n, made, el, (double)n / el, worst * 1000, cpu * 1e6 / (double)n,
                (double)(atoll(size1) - atoll(size0)) / (double)n, load);
         fflush(stdout);
         free(size0);
@@ -258,6 +282,7 @@ static void bench_single(long calls)
                            "jsonb_build_object('signup', $2::bigint)) e",
                            2, NULL),
                  "prepare"));
+    double cpu0 = proc_cpu_s(PQbackendPID(c));
     for (long i = 0; i < calls; i++) {
         char id[24], key[48];
         snprintf(id, sizeof(id), "%ld", i);
@@ -273,15 +298,17 @@ static void bench_single(long calls)
         PQclear(r);
         exec0(c, "COMMIT");
     }
+    double cpu = proc_cpu_s(PQbackendPID(c)) - cpu0;
     qsort(srv, (size_t)calls, sizeof(double), cmp_double);
     qsort(rtt, (size_t)calls, sizeof(double), cmp_double);
     loadavg(load, sizeof(load));
     printf("{\"bench\":\"enqueue_single\",\"calls\":%ld,\"server_ms_p50\":%.3f,"
            "\"server_ms_p99\":%.3f,\"server_ms_max\":%.3f,\"roundtrip_ms_p50\":%.3f,"
-           "\"roundtrip_ms_p99\":%.3f,\"loadavg\":\"%s\"}\n",
+           "\"roundtrip_ms_p99\":%.3f,\"backend_cpu_us_per_transaction\":%.1f,"
+           "\"loadavg\":\"%s\"}\n",
            calls, pct(srv, (size_t)calls, 0.5), pct(srv, (size_t)calls, 0.99),
            pct(srv, (size_t)calls, 1.0), pct(rtt, (size_t)calls, 0.5),
-           pct(rtt, (size_t)calls, 0.99), load);
+           pct(rtt, (size_t)calls, 0.99), cpu * 1e6 / (double)calls, load);
     fflush(stdout);
     free(srv);
     free(rtt);
