@@ -143,6 +143,7 @@ AS $fn$
 DECLARE
     j text := enqueue.job;
     k text := enqueue.key;
+    pl jsonb := nullif(enqueue.payload, 'null'::jsonb); -- JSON null: the job's, as NULL
     rk text;
     at timestamptz;
     p text;
@@ -154,7 +155,7 @@ BEGIN
                   warren.wp_enqueue_key_problem(j, k),
                   CASE WHEN run_at IS NOT NULL AND NOT isfinite(run_at) THEN
                       'run_at must be a finite instant (or NULL: now), not ' || run_at::text END,
-                  warren.wp_enqueue_payload_problem(payload),
+                  warren.wp_enqueue_payload_problem(pl),
                   warren.wp_enqueue_tenant_problem(tenant));
     IF p IS NOT NULL THEN
         PERFORM warren.wp_enqueue_fail('warren.enqueue', p);
@@ -163,7 +164,7 @@ BEGIN
     at := warren.wp_enqueue_at(run_at, clock_timestamp());
     INSERT INTO warren.runs AS rr (run_key, job, scheduled_at, due_at, state, origin, payload,
                                    tenant)
-    VALUES (rk, j, at, at, 'planned', 'enqueue', payload, tenant)
+    VALUES (rk, j, at, at, 'planned', 'enqueue', pl, tenant)
     ON CONFLICT ON CONSTRAINT runs_run_key DO NOTHING;
     IF FOUND THEN
         -- Delivered at commit (nothing on rollback); one per transaction.
