@@ -23,6 +23,9 @@
  *              start latency = runs.started_at (the claim) - runs.scheduled_at
  *              (the database's clock when warren.enqueue ran, before the
  *              COMMIT: so an upper bound of the start after commit), p50/p99/max;
+ *              after_commit = runs.started_at - the database's clock read right
+ *              after the COMMIT returned (one round trip after the commit:
+ *              a lower bound, by at most that round trip);
  *              relay_took = runs.published_at (now() of the relay's transaction
  *              that published it) - scheduled_at: the planner's share;
  *              every run executed once (log rows = distinct = runs).
@@ -386,6 +389,10 @@ static void bench_immediate(int rate, int seconds)
         die("connect", PQerrorMessage(c));
     PQclear(must(c, PQprepare(c, "enq", "SELECT created FROM warren.enqueue('bench', $1)", 1, NULL),
                  "prepare"));
+    /* When each COMMIT had returned: the database's clock read right after
+     * it (one more round trip, so at most that much after the commit). */
+    exec0(c, "CREATE TABLE committed (run_key text PRIMARY KEY, at timestamptz)");
+    char **at = calloc((size_t)n, sizeof(char *));
     double t0 = now_s();
     for (long i = 0; i < n; i++) {
         char key[48];
@@ -395,8 +402,20 @@ static void bench_immediate(int rate, int seconds)
         exec0(c, "BEGIN");
         PQclear(must(c, PQexecPrepared(c, "enq", 1, p, NULL, NULL, 0), "enqueue"));
         exec0(c, "COMMIT");
+        at[i] = val(c, "SELECT clock_timestamp()");
     }
     double sent_s = now_s() - t0;
+    for (long i = 0; i < n; i++) {
+        char key[48];
+        snprintf(key, sizeof(key), "bench@imm:%ld", i);
+        const char *p[2] = {key, at[i]};
+        PQclear(must(c,
+                     PQexecParams(c, "INSERT INTO committed VALUES ($1, $2::timestamptz)", 2, NULL,
+                                  p, NULL, NULL, 0),
+                     "committed"));
+        free(at[i]);
+    }
+    free(at);
     int ok = 0;
     for (int t = 0; t < 600 && !ok; t++) {
         char *v = val(c, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'");
@@ -410,6 +429,14 @@ static void bench_immediate(int rate, int seconds)
                        "2) || ' ' || round(max(d)::numeric, 2) || ' ' || round(min(d)::numeric, "
                        "2) FROM (SELECT extract(epoch FROM started_at - scheduled_at) * 1000 AS d "
                        "FROM warren.runs WHERE started_at IS NOT NULL) x");
+    char *aft = val(c, "SELECT round(percentile_cont(0.5) WITHIN GROUP (ORDER BY d)::numeric, 2) "
+                       "|| ' ' || round(percentile_cont(0.99) WITHIN GROUP (ORDER BY d)::numeric, "
+                       "2) || ' ' || round(max(d)::numeric, 2) FROM (SELECT extract(epoch FROM "
+                       "r.started_at - k.at) * 1000 AS d FROM warren.runs r JOIN committed k "
+                       "USING (run_key) WHERE r.started_at IS NOT NULL) x");
+    double a50 = 0, a99 = 0, amx = 0;
+    sscanf(aft, "%lf %lf %lf", &a50, &a99, &amx);
+    free(aft);
     /* The planner's share: published_at is now() of the relay's transaction
      * (its start, before the select), so this is when the relay took it. */
     char *rel = val(c, "SELECT round(percentile_cont(0.5) WITHIN GROUP (ORDER BY d)::numeric, 2) "
@@ -428,12 +455,13 @@ static void bench_immediate(int rate, int seconds)
     loadavg(load, sizeof(load));
     printf("{\"bench\":\"enqueue_immediate\",\"rate\":%d,\"seconds\":%d,\"runs\":%ld,"
            "\"sent_s\":%.2f,\"all_succeeded\":%s,\"start_ms_p50\":%.2f,\"start_ms_p99\":%.2f,"
-           "\"start_ms_max\":%.2f,\"start_ms_min\":%.2f,\"relay_took_ms_p50\":%.2f,"
+           "\"start_ms_max\":%.2f,\"start_ms_min\":%.2f,\"after_commit_ms_p50\":%.2f,"
+           "\"after_commit_ms_p99\":%.2f,\"after_commit_ms_max\":%.2f,\"relay_took_ms_p50\":%.2f,"
            "\"relay_took_ms_p99\":%.2f,\"executions\":%ld,"
            "\"distinct_executed\":%ld,\"second_attempts\":%s,\"workers\":%d,\"slots\":%d,"
            "\"handler\":\"sql\",\"loadavg\":\"%s\"}\n",
-           rate, seconds, n, sent_s, ok ? "true" : "false", p50, p99, mx, mn, r50, r99, logn, logd,
-           att, NWORKERS, SLOTS, load);
+           rate, seconds, n, sent_s, ok ? "true" : "false", p50, p99, mx, mn, a50, a99, amx, r50,
+           r99, logn, logd, att, NWORKERS, SLOTS, load);
     fflush(stdout);
     free(lat);
     free(once);
