@@ -52,5 +52,6 @@ int cli_show(int argc, char **argv);     /* cli_worker.c */
 int cli_grant(int argc, char **argv);    /* cli_grant.c */
 int cli_revoke(int argc, char **argv);   /* cli_grant.c */
 int cli_jobs(int argc, char **argv);     /* cli_jobs.c */
+int cli_enqueue(int argc, char **argv);  /* cli_enqueue.c */
 
 #endif

@@ -83,7 +83,7 @@ static int parse(int argc, char **argv, const char *usage, const char *allowed, 
     }
     if (need_job && o->job == NULL)
         return usage_error(cmd, usage, "%s", "missing JOB");
-    if (need_job && !warren_name_valid(o->job))
+    if (need_job && !warren_job_name_valid(o->job))
         return usage_error(cmd, usage, "\"%s\" is not a job name", o->job);
     return -1;
 }

@@ -321,7 +321,7 @@ int cli_replay(int argc, char **argv)
         replay_usage(stderr);
         return WARREN_EXIT_USAGE;
     }
-    if (key != NULL && warren_run_key_parse(key, NULL, 0, NULL, &err) != 0) {
+    if (key != NULL && warren_run_key_check(key, NULL, 0, NULL, &err) != 0) {
         fprintf(stderr, "warren replay: %s\n", err.message);
         return WARREN_EXIT_USAGE;
     }

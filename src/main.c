@@ -18,6 +18,7 @@ static const struct {
     {"worker", cli_worker, "run a worker: consume ready queues, claim, run, complete"},
     {"run", cli_run, "planner and workers in one process (small installs, the demo)"},
     {"trigger", cli_trigger, "create a one-shot run of a job now or at a time"},
+    {"enqueue", cli_enqueue, "enqueue a one-shot run with your idempotency key (SQL API)"},
     {"pause", cli_pause, "pause a job"},
     {"resume", cli_resume, "resume a job (applies its misfire policy)"},
     {"backfill", cli_backfill, "materialise every fire time in a range"},

@@ -201,7 +201,11 @@ static int publish_run(warren_relay *r, const warren_relay_row *row, warren_us n
     size_t body_len = 0;
     int rc;
 
-    warren_time_format(row->scheduled_at, sched, sizeof(sched));
+    /* An enqueued run's instant may have milliseconds (the body says the same). */
+    if (row->scheduled_at % WARREN_US_PER_S == 0)
+        warren_time_format(row->scheduled_at, sched, sizeof(sched));
+    else
+        warren_time_format_ms(row->scheduled_at, sched, sizeof(sched));
     warren_time_format_ms(row->due_at, due, sizeof(due));
     snprintf(attempt, sizeof(attempt), "%d", row->attempt);
     m.run_key = row->run_key;
@@ -210,6 +214,8 @@ static int publish_run(warren_relay *r, const warren_relay_row *row, warren_us n
     m.due_at = row->due_at;
     m.attempt = row->attempt;
     m.payload_json = row->payload;
+    m.template_name = row->template_name;
+    m.tenant = row->tenant;
     if ((rc = warren_run_msg_encode(&m, &body, &body_len, err)) != 0)
         return rc;
 

@@ -145,7 +145,8 @@ static const char SQL_RELAY_SELECT[] =
     "END, "
     "CASE WHEN isfinite(r.due_at) THEN (extract(epoch FROM r.due_at) * 1000000)::bigint END, "
     "r.attempt, "
-    "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint "
+    "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint, j.template, "
+    "coalesce(r.tenant, j.tenant) "
     "FROM warren.runs r JOIN warren.jobs j ON j.name = r.job "
     "WHERE r.state IN ('planned', 'retrying') "
     "AND r.due_at <= now() + $1::bigint * interval '1 millisecond' "
@@ -685,6 +686,8 @@ void warren_plan_relay_rows_free(warren_relay_row *rows, size_t n)
         free(rows[i].job);
         free(rows[i].queue);
         free(rows[i].payload);
+        free(rows[i].template_name);
+        free(rows[i].tenant);
     }
     free(rows);
 }
@@ -720,9 +723,13 @@ int warren_plan_relay_select(warren_store *st, int64_t lead_ms, int limit, warre
         r->job = dup_or_null(warren__store_get_text(res, i, 1));
         r->queue = dup_or_null(warren__store_get_text(res, i, 2));
         r->payload = dup_or_null(warren__store_get_text(res, i, 3));
+        r->template_name = dup_or_null(warren__store_get_text(res, i, 8));
+        r->tenant = dup_or_null(warren__store_get_text(res, i, 9));
         if (PQgetisnull(res, i, 4) || PQgetisnull(res, i, 5))
             r->invalid = 1;
         if (!r->run_key || !r->job || !r->queue || !r->payload ||
+            (!PQgetisnull(res, i, 8) && !r->template_name) ||
+            (!PQgetisnull(res, i, 9) && !r->tenant) ||
             (!r->invalid && (warren__store_get_us(res, i, 4, &r->scheduled_at) != 0 ||
                              warren__store_get_us(res, i, 5, &r->due_at) != 0)) ||
             warren__store_get_int(res, i, 6, &r->attempt) != 0 ||

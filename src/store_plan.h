@@ -120,7 +120,9 @@ typedef struct warren_relay_row {
     char *run_key;
     char *job;
     char *queue;
-    char *payload; /* JSON text of the run's payload or the job's */
+    char *payload;       /* JSON text of the run's payload or the job's */
+    char *template_name; /* an API job's template (NULL: none) */
+    char *tenant;        /* the run's tenant, else its job's (NULL: none) */
     warren_us scheduled_at;
     warren_us due_at;
     int attempt;

@@ -118,7 +118,7 @@ static int judge(warren_worker *w, pend *p, char *why, size_t len)
                  p->d.message_id, p->msg.run_key);
         return JUDGED_BAD;
     }
-    j = warren_config_job(w->cfg, p->msg.job);
+    j = warren_config_job(w->cfg, p->msg.template_name ? p->msg.template_name : p->msg.job);
     if (j == NULL) {
         snprintf(why, len, "unknown job \"%s\": not in this worker's config (%s)", p->msg.job,
                  w->cfg->path ? w->cfg->path : "config");

@@ -1,6 +1,7 @@
 /* check_cli.c: the operator commands of the `warren` program (src/cli_worker.c)
  * run as a user runs them, against a real PostgreSQL: `runs` with its filters
- * and its usage errors, `replay --job JOB --dead`, `show` of an unknown run.
+ * and its usage errors, `replay --job JOB --dead`, `show` of an unknown run,
+ * `enqueue` (the SQL API's warren.enqueue) and its errors.
  * Dead runs are made through the SQL worker protocol (warren.claim, then
  * warren.complete with outcome 'failed'), as any worker would make them. */
 #include <check.h>
@@ -286,6 +287,75 @@ START_TEST(test_show_of_an_unknown_run_key_fails_with_exit_1)
 }
 END_TEST
 
+/* ------------------------------------------------------------ enqueue */
+
+START_TEST(test_enqueue_creates_once_and_says_which_run_holds_the_key)
+{
+    env e;
+    env_setup(&e);
+    cli_result r;
+
+    cli(&e, &r,
+        "enqueue alpha --key welcome:user-42 --at 2026-12-24T18:00:00.25+01:00 "
+        "--payload '{\"user\":42}' --tenant acme");
+    ck_assert_int_eq(r.rc, 0);
+    ck_assert_str_eq(r.out, "created run alpha@welcome:user-42 (due 2026-12-24T17:00:00.250Z)\n");
+    ck_assert_str_eq(r.err, "");
+    ck_q(e.db, "enqueue|planned|2026-12-24 17:00:00.25+00|{\"user\": 42}|acme",
+         "SELECT origin || '|' || state || '|' || scheduled_at || '|' || payload || '|' || tenant "
+         "FROM warren.runs WHERE run_key = 'alpha@welcome:user-42'");
+    /* Again, with other options: nothing new, and the holder is named. */
+    cli(&e, &r, "enqueue alpha --key welcome:user-42");
+    ck_assert_int_eq(r.rc, 0);
+    ck_assert_str_eq(r.out, "run alpha@welcome:user-42 already holds key \"welcome:user-42\" "
+                            "(state planned, due 2026-12-24T17:00:00.250Z): nothing created\n");
+    ck_q(e.db, "1", "SELECT count(*) FROM warren.runs");
+    /* The same key of another job is another run. */
+    cli(&e, &r, "enqueue beta --key welcome:user-42");
+    ck_assert_int_eq(r.rc, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "created run beta@welcome:user-42 (due "));
+    ck_q(e.db, "2", "SELECT count(*) FROM warren.runs");
+    /* An enqueued run's key is a run key for the other commands. */
+    cli(&e, &r, "show alpha@welcome:user-42");
+    ck_assert_int_eq(r.rc, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "run          alpha@welcome:user-42\n"));
+    cli(&e, &r, "replay alpha@welcome:user-42");
+    ck_assert_ptr_null(strstr(r.err, "is not a run key"));
+    env_teardown(&e);
+}
+END_TEST
+
+START_TEST(test_enqueue_rejects_bad_input_with_exit_2_and_writes_nothing)
+{
+    static const struct {
+        const char *args, *err;
+    } cases[] = {
+        {"enqueue alpha", "missing --key KEY"},
+        {"enqueue --key k", "missing JOB"},
+        {"enqueue alpha --key 'bad key'", "key \"bad key\" has a character outside"},
+        {"enqueue alpha --key 2026-01-01T00:00:00Z",
+         "begins with a time of the form YYYY-MM-DDTHH:MM:SS"},
+        {"enqueue nope --key k", "job \"nope\" does not exist"},
+        {"enqueue alpha --key k --at tomorrow", "--at: \"tomorrow\" is not an RFC 3339 time"},
+        {"enqueue alpha --key k --payload '[1]'", "--payload: the payload must be a JSON object"},
+        {"enqueue alpha --key k --tenant 'a b'", "tenant \"a b\" is not a tenant name"},
+        {"enqueue alpha --key k --bogus 1", "unknown option \"--bogus\""},
+    };
+    env e;
+    env_setup(&e);
+    cli_result r;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        cli(&e, &r, "%s", cases[i].args);
+        ck_assert_int_eq(r.rc, 2);
+        ck_assert_str_eq(r.out, "");
+        ck_assert_msg(strstr(r.err, cases[i].err) != NULL, "%s: stderr lacks \"%s\"", cases[i].args,
+                      cases[i].err);
+    }
+    ck_q(e.db, "0", "SELECT count(*) FROM warren.runs");
+    env_teardown(&e);
+}
+END_TEST
+
 static Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -300,6 +370,11 @@ static Suite *cli_suite(void)
 
     tc = tcase_create("show");
     tcase_add_test(tc, test_show_of_an_unknown_run_key_fails_with_exit_1);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("enqueue");
+    tcase_add_test(tc, test_enqueue_creates_once_and_says_which_run_holds_the_key);
+    tcase_add_test(tc, test_enqueue_rejects_bad_input_with_exit_2_and_writes_nothing);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -389,6 +389,228 @@ START_TEST(test_codec_survives_mutated_bodies)
 }
 END_TEST
 
+START_TEST(test_codec_job_names_reach_200_characters)
+{
+    char n200[201], n201[202];
+    memset(n200, 'a', 200);
+    n200[200] = '\0';
+    memset(n201, 'a', 201);
+    n201[201] = '\0';
+    ck_assert(warren_job_name_valid(n200));
+    ck_assert(!warren_job_name_valid(n201));
+    ck_assert(warren_job_name_valid("usage-report.tenant-4711"));
+    ck_assert(!warren_job_name_valid("at@sign"));
+    ck_assert(!warren_job_name_valid(""));
+    ck_assert(!warren_job_name_valid(NULL));
+    /* queue and handler names keep 63 */
+    ck_assert(!warren_name_valid(n200));
+}
+END_TEST
+
+START_TEST(test_codec_enqueue_key_grammar)
+{
+    static const char *const good[] = {"welcome:user-42",         "a",          "0",
+                                       "x/y=z+w@v.u_t-s",         "2026-11-30", "2026-11-30T14:00",
+                                       "at:2026-11-30T14:00:00Z", "A.B"};
+    static const char *const bad[] = {"",
+                                      "-lead",
+                                      ".x",
+                                      ":x",
+                                      "has space",
+                                      "caf\xc3\xa9",
+                                      "semi;colon",
+                                      "q\"uote",
+                                      "2026-11-30T14:00:00Z",
+                                      "2026-11-30T14:00:00.000Z",
+                                      "2026-11-30T15:00:00+01:00",
+                                      "2026-11-30T14:00:00",
+                                      "x\ny",
+                                      "star*"};
+    char k200[201], k201[202];
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+        ck_assert_msg(warren_enqueue_key_valid(good[i]), "refused \"%s\"", good[i]);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        ck_assert_msg(!warren_enqueue_key_valid(bad[i]), "accepted \"%s\"", bad[i]);
+    memset(k200, 'k', 200);
+    k200[200] = '\0';
+    memset(k201, 'k', 201);
+    k201[201] = '\0';
+    ck_assert(warren_enqueue_key_valid(k200));
+    ck_assert(!warren_enqueue_key_valid(k201));
+    ck_assert(!warren_enqueue_key_valid(NULL));
+    ck_assert(warren_tenant_valid("acme:eu@1"));
+    ck_assert(!warren_tenant_valid("acme/eu"));
+    ck_assert(!warren_tenant_valid("-acme"));
+}
+END_TEST
+
+START_TEST(test_codec_run_key_check_takes_both_forms)
+{
+    char job[WARREN_JOB_NAME_MAX + 1];
+    int enq = -1;
+    warren_error err = {0};
+    char big[300];
+
+    ck_assert_int_eq(warren_run_key_check("welcome@user:42", job, sizeof(job), &enq, &err), 0);
+    ck_assert_str_eq(job, "welcome");
+    ck_assert_int_eq(enq, 1);
+    ck_assert_int_eq(
+        warren_run_key_check("nightly@2026-11-30T14:00:00Z", job, sizeof(job), &enq, &err), 0);
+    ck_assert_str_eq(job, "nightly");
+    ck_assert_int_eq(enq, 0);
+    /* a key with '@' in it: the job is up to the first '@' */
+    ck_assert_int_eq(warren_run_key_check("j@a@b", job, sizeof(job), &enq, &err), 0);
+    ck_assert_str_eq(job, "j");
+    ck_assert_int_eq(warren_run_key_check("j@2026-11-30T14:00:00.5Z", NULL, 0, NULL, &err),
+                     WARREN_EPARSE);
+    warren_error_clear(&err);
+    ck_assert_int_eq(warren_run_key_check("j@bad key", NULL, 0, NULL, &err), WARREN_EPARSE);
+    ck_assert_ptr_nonnull(strstr(err.message, "enqueue key"));
+    ck_assert_int_eq(warren_run_key_check("no-at-sign", NULL, 0, NULL, NULL), WARREN_EPARSE);
+    ck_assert_int_eq(warren_run_key_check("@k", NULL, 0, NULL, NULL), WARREN_EPARSE);
+    /* 100-character job + '@' + 200-character key: 301 bytes */
+    memset(big, 'a', 100);
+    big[100] = '@';
+    memset(big + 101, 'k', 198);
+    big[299] = '\0';
+    warren_error_clear(&err);
+    ck_assert_int_eq(warren_run_key_check(big, NULL, 0, NULL, &err), WARREN_EPARSE);
+    ck_assert_ptr_nonnull(strstr(err.message, "at most 255"));
+}
+END_TEST
+
+START_TEST(test_codec_round_trips_an_enqueued_run)
+{
+    warren_run_msg m = {0}, back;
+    char *body = NULL;
+    size_t len = 0;
+    warren_error err = {0};
+
+    m.run_key = "welcome@user:42";
+    m.job = "welcome";
+    m.scheduled_at = T0 + 250000; /* .250 s */
+    m.due_at = T0 + 250000;
+    m.template_name = "welcome-tmpl";
+    m.tenant = "acme";
+    ck_assert_msg(warren_run_msg_encode(&m, &body, &len, &err) == 0, "%s", err.message);
+    ck_assert_str_eq(body, "{\"run_key\":\"welcome@user:42\",\"job\":\"welcome\","
+                           "\"scheduled_at\":\"2026-11-30T14:00:00.250Z\","
+                           "\"due_at\":\"2026-11-30T14:00:00.250Z\",\"attempt\":0,\"payload\":{},"
+                           "\"template\":\"welcome-tmpl\",\"tenant\":\"acme\"}");
+    ck_assert_int_eq(warren_run_msg_decode(body, len, &back, &err), 0);
+    ck_assert_str_eq(back.run_key, "welcome@user:42");
+    ck_assert_int_eq(back.scheduled_at, T0 + 250000);
+    ck_assert_str_eq(back.template_name, "welcome-tmpl");
+    ck_assert_str_eq(back.tenant, "acme");
+    warren_run_msg_clear(&back);
+    ck_assert_ptr_null(back.template_name);
+    free(body);
+
+    /* whole seconds stay whole; no template, no tenant: the fields are absent */
+    m.scheduled_at = T0;
+    m.template_name = NULL;
+    m.tenant = NULL;
+    ck_assert_int_eq(warren_run_msg_encode(&m, &body, &len, &err), 0);
+    ck_assert_ptr_nonnull(strstr(body, "\"scheduled_at\":\"2026-11-30T14:00:00Z\""));
+    ck_assert_ptr_null(strstr(body, "template"));
+    ck_assert_ptr_null(strstr(body, "tenant"));
+    ck_assert_int_eq(warren_run_msg_decode(body, len, &back, &err), 0);
+    ck_assert_ptr_null(back.template_name);
+    ck_assert_ptr_null(back.tenant);
+    warren_run_msg_clear(&back);
+    free(body);
+
+    /* encode refuses what decode would */
+    m.scheduled_at = T0 + 1; /* a microsecond */
+    ck_assert_int_eq(warren_run_msg_encode(&m, &body, NULL, &err), WARREN_EINVAL);
+    m.scheduled_at = T0;
+    m.run_key = "welcome@bad key";
+    ck_assert_int_eq(warren_run_msg_encode(&m, &body, NULL, &err), WARREN_EINVAL);
+    m.run_key = "other@k";
+    ck_assert_int_eq(warren_run_msg_encode(&m, &body, NULL, &err), WARREN_EINVAL);
+    m.run_key = "welcome@k";
+    m.tenant = "bad tenant";
+    ck_assert_int_eq(warren_run_msg_encode(&m, &body, NULL, &err), WARREN_EINVAL);
+    m.tenant = NULL;
+    m.template_name = "bad@tmpl";
+    ck_assert_int_eq(warren_run_msg_encode(&m, &body, NULL, &err), WARREN_EINVAL);
+    ck_assert_ptr_null(body);
+}
+END_TEST
+
+/* Enqueued runs' malformed bodies and their reasons. */
+#define ENQ_TIMES                                                                                  \
+    "\"scheduled_at\":\"2026-11-30T14:00:00.250Z\",\"due_at\":\"2026-11-30T14:00:00.250Z\","
+static const struct {
+    const char *body;
+    const char *reason;
+} malformed_enqueued[] = {
+    {"{\"run_key\":\"j@bad key\",\"job\":\"j\"," ENQ_TIMES "\"attempt\":0,\"payload\":{}}",
+     "neither a time nor an enqueue key"},
+    {"{\"run_key\":\"j@-k\",\"job\":\"j\"," ENQ_TIMES "\"attempt\":0,\"payload\":{}}",
+     "neither a time nor an enqueue key"},
+    {"{\"run_key\":\"k@x\",\"job\":\"j\"," ENQ_TIMES "\"attempt\":0,\"payload\":{}}",
+     "does not match"},
+    {"{\"run_key\":\"jj@x\",\"job\":\"j\"," ENQ_TIMES "\"attempt\":0,\"payload\":{}}",
+     "does not match"},
+    {"{\"run_key\":\"j@x\",\"job\":\"j\",\"scheduled_at\":\"2026-11-30T14:00:00.2501Z\","
+     "\"due_at\":\"2026-11-30T14:00:00Z\",\"attempt\":0,\"payload\":{}}",
+     "whole milliseconds"},
+    {"{\"run_key\":\"j@2026-11-30T14:00:00Z\",\"job\":\"j\"," ENQ_TIMES
+     "\"attempt\":0,\"payload\":{}}",
+     "whole seconds"},
+    {"{\"run_key\":\"j@x\",\"job\":\"j\"," ENQ_TIMES "\"attempt\":0,\"payload\":{},\"template\":5}",
+     "\"template\" must be a string"},
+    {"{\"run_key\":\"j@x\",\"job\":\"j\"," ENQ_TIMES
+     "\"attempt\":0,\"payload\":{},\"template\":\"a b\"}",
+     "\"template\" is not a job name"},
+    {"{\"run_key\":\"j@x\",\"job\":\"j\"," ENQ_TIMES
+     "\"attempt\":0,\"payload\":{},\"tenant\":\"a/b\"}",
+     "\"tenant\" is not a tenant name"},
+    {"{\"run_key\":\"j@x\",\"job\":\"j\"," ENQ_TIMES "\"attempt\":0,\"payload\":{},\"tenant\":[]}",
+     "\"tenant\" must be a string"},
+};
+
+START_TEST(test_codec_rejects_malformed_enqueued_body)
+{
+    warren_run_msg m;
+    warren_error err = {0};
+    const char *b = malformed_enqueued[_i].body;
+    ck_assert_msg(warren_run_msg_decode(b, strlen(b), &m, &err) == WARREN_EMSG, "accepted #%d: %s",
+                  _i, b);
+    ck_assert_msg(strstr(err.message, malformed_enqueued[_i].reason) != NULL,
+                  "#%d: reason \"%s\" lacks \"%s\"", _i, err.message,
+                  malformed_enqueued[_i].reason);
+    ck_assert_ptr_null(m.run_key);
+    ck_assert_ptr_null(m.template_name);
+}
+END_TEST
+
+START_TEST(test_codec_decodes_a_255_byte_enqueued_key_and_refuses_256)
+{
+    /* a 200-character job, '@', a 54-character key: 255 bytes */
+    char job[201], key[300], body[1200];
+    warren_run_msg m;
+    warren_error err = {0};
+    memset(job, 'j', 200);
+    job[200] = '\0';
+    snprintf(key, sizeof(key), "%s@%054d", job, 7);
+    ck_assert_uint_eq(strlen(key), 255);
+    snprintf(body, sizeof(body),
+             "{\"run_key\":\"%s\",\"job\":\"%s\"," ENQ_TIMES "\"attempt\":0,\"payload\":{}}", key,
+             job);
+    ck_assert_msg(warren_run_msg_decode(body, strlen(body), &m, &err) == 0, "%s", err.message);
+    ck_assert_str_eq(m.run_key, key);
+    warren_run_msg_clear(&m);
+    snprintf(key, sizeof(key), "%s@%055d", job, 7);
+    snprintf(body, sizeof(body),
+             "{\"run_key\":\"%s\",\"job\":\"%s\"," ENQ_TIMES "\"attempt\":0,\"payload\":{}}", key,
+             job);
+    ck_assert_int_eq(warren_run_msg_decode(body, strlen(body), &m, &err), WARREN_EMSG);
+    ck_assert_ptr_nonnull(strstr(err.message, "at most 255"));
+}
+END_TEST
+
 static Suite *codec_suite(void)
 {
     Suite *s = suite_create("codec");
@@ -410,6 +632,15 @@ static Suite *codec_suite(void)
     tcase_add_test(tc, test_codec_json_object_check);
     tcase_add_test(tc, test_codec_survives_mutated_bodies);
     tcase_add_test(tc, test_utf8_clean_replaces_only_invalid_bytes);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("enqueued");
+    tcase_add_test(tc, test_codec_job_names_reach_200_characters);
+    tcase_add_test(tc, test_codec_enqueue_key_grammar);
+    tcase_add_test(tc, test_codec_run_key_check_takes_both_forms);
+    tcase_add_test(tc, test_codec_round_trips_an_enqueued_run);
+    tcase_add_loop_test(tc, test_codec_rejects_malformed_enqueued_body, 0,
+                        (int)(sizeof(malformed_enqueued) / sizeof(malformed_enqueued[0])));
+    tcase_add_test(tc, test_codec_decodes_a_255_byte_enqueued_key_and_refuses_256);
     suite_add_tcase(s, tc);
     return s;
 }

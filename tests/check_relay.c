@@ -125,6 +125,73 @@ START_TEST(test_run_message_follows_the_contract)
 }
 END_TEST
 
+/* An enqueued run (warren.enqueue) goes out like any other: message_id
+ * JOB@KEY, scheduled_at with its milliseconds, and in the body the API job's
+ * template and the run's tenant (the enqueue's, else its job's); a config
+ * job's run has neither field. */
+START_TEST(test_enqueued_run_message_carries_key_template_and_tenant)
+{
+    env e = env_new();
+    warren_config c = test_config();
+    warren_planner *p = planner_new(&e, &c);
+    warren_broker *b = consumer(&e, "warren.ready.q");
+    warren_delivery d = {0};
+    warren_run_msg m = {0};
+    warren_error err = {0};
+
+    ck_assert_int_ge(
+        testenv_psql(e.db,
+                     "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, origin, "
+                     "template, tenant) VALUES ('j.t1', 'at', '2099-01-01T00:00:00Z', 'q', 'api', "
+                     "'j', 'acme');"
+                     "SELECT * FROM warren.enqueue('j.t1', 'user:1/a=b+c@d', "
+                     "'2026-01-02T03:04:05.25Z', '{\"u\": 1}');"
+                     "SELECT * FROM warren.enqueue('j.t1', 'user:2', '2026-01-02T03:04:06Z', NULL, "
+                     "'beta');"
+                     "SELECT * FROM warren.enqueue('j', 'plain', '2026-01-02T03:04:07Z')",
+                     NULL),
+        0);
+    tick(p);
+    ck_assert(next_msg(b, &d, 5000));
+    ck_assert_str_eq(d.message_id, "j.t1@user:1/a=b+c@d");
+    ck_assert_str_eq(d.type, "j.t1");
+    ck_assert_str_eq(warren_delivery_header(&d, "x-warren-job"), "j.t1");
+    ck_assert_str_eq(warren_delivery_header(&d, "x-warren-scheduled-at"),
+                     "2026-01-02T03:04:05.250Z");
+    ck_assert_str_eq(warren_delivery_header(&d, "x-warren-due-at"), "2026-01-02T03:04:05.250Z");
+    ck_assert_msg(warren_run_msg_decode(d.body, d.body_len, &m, &err) == 0, "%s", err.message);
+    ck_assert_str_eq(m.run_key, "j.t1@user:1/a=b+c@d");
+    ck_assert_int_eq(m.scheduled_at, 1767323045250000LL);
+    ck_assert_str_eq(m.template_name, "j");
+    ck_assert_str_eq(m.tenant, "acme"); /* the job's */
+    ck_assert_str_eq(m.payload_json, "{\"u\":1}");
+    warren_run_msg_clear(&m);
+    warren_broker_ack(b, d.tag, NULL);
+    warren_delivery_clear(&d);
+
+    ck_assert(next_msg(b, &d, 5000));
+    ck_assert_str_eq(d.message_id, "j.t1@user:2");
+    ck_assert_msg(warren_run_msg_decode(d.body, d.body_len, &m, &err) == 0, "%s", err.message);
+    ck_assert_str_eq(m.tenant, "beta");     /* the enqueue's */
+    ck_assert_str_eq(m.payload_json, "{}"); /* no override: the API job's own payload */
+    warren_run_msg_clear(&m);
+    warren_broker_ack(b, d.tag, NULL);
+    warren_delivery_clear(&d);
+
+    ck_assert(next_msg(b, &d, 5000));
+    ck_assert_str_eq(d.message_id, "j@plain");
+    ck_assert_ptr_null(strstr(d.body, "\"template\""));
+    ck_assert_ptr_null(strstr(d.body, "\"tenant\""));
+    ck_assert_str_eq(warren_delivery_header(&d, "x-warren-scheduled-at"), "2026-01-02T03:04:07Z");
+    warren_broker_ack(b, d.tag, NULL);
+    warren_delivery_clear(&d);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'published'"), 3);
+    warren_broker_free(b);
+    warren_planner_free(p);
+    env_free(&e);
+}
+END_TEST
+
 START_TEST(test_unroutable_publish_is_recorded_not_success)
 {
     env e = env_new();
@@ -815,6 +882,7 @@ static Suite *relay_suite(void)
     tc = tcase_create("messages");
     tcase_add_test(tc, test_json_compact_keeps_strings);
     tcase_add_test(tc, test_run_message_follows_the_contract);
+    tcase_add_test(tc, test_enqueued_run_message_carries_key_template_and_tenant);
     tcase_add_test(tc, test_unroutable_publish_is_recorded_not_success);
     tcase_add_test(tc, test_delay_ring_releases_at_due);
     tcase_add_test(tc, test_classic_delay_ring_releases_no_run_early_and_routes);

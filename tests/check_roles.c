@@ -2,7 +2,8 @@
  * (sql/functions/grants.sql): every function of the schema, found in pg_proc,
  * against a table of the roles expected to hold EXECUTE; SECURITY DEFINER
  * functions pin search_path; a warren_worker login runs the protocol but can
- * neither read nor change a table. */
+ * neither read nor change a table; a warren_producer login runs the
+ * application API (enqueue) and nothing else, and a worker cannot enqueue. */
 #include <check.h>
 #include <libpq-fe.h>
 #include <stdio.h>
@@ -31,6 +32,9 @@ static const struct {
     {"warren.reclaim_many(text[],text,integer)", "warren_worker"},
     {"warren.refuse(text,text,text)", "warren_worker"},
     {"warren.run_states(text[])", "warren_worker"},
+    /* The application API (README, "Jobs from application code"). */
+    {"warren.enqueue(text,text,timestamp with time zone,jsonb,text)", "warren_producer"},
+    {"warren.enqueue_many(jsonb)", "warren_producer"},
     /* The planner's and the operator's: their own connection (the owner). */
     {"warren.plan_note(text,text)", ""},
     {"warren.plan_utc(timestamp with time zone)", ""},
@@ -45,6 +49,14 @@ static const struct {
     {"warren.wp_check_worker(text,text)", ""},
     {"warren.wp_claim(text,text,boolean)", ""},
     {"warren.wp_dead_letter(warren.runs,warren.jobs,text)", ""},
+    {"warren.wp_enqueue_at(timestamp with time zone,timestamp with time zone)", ""},
+    {"warren.wp_enqueue_bad_run_at(jsonb)", ""},
+    {"warren.wp_enqueue_fail(text,text)", ""},
+    {"warren.wp_enqueue_job_problem(text,boolean,boolean)", ""},
+    {"warren.wp_enqueue_key_problem(text,text)", ""},
+    {"warren.wp_enqueue_max_batch()", ""},
+    {"warren.wp_enqueue_payload_problem(jsonb)", ""},
+    {"warren.wp_enqueue_tenant_problem(text)", ""},
     {"warren.wp_event(warren.runs,text,text,text)", ""},
     {"warren.wp_max_batch()", ""},
     {"warren.wp_max_wait()", ""},
@@ -197,9 +209,14 @@ START_TEST(test_roles_security_definer_functions_pin_search_path)
                       "SECURITY DEFINER %s does not SET search_path = pg_catalog, pg_temp",
                       PQgetvalue(res, i, 0));
     }
-    /* claim, claim_many, reclaim_many, heartbeat, complete, complete_many,
-     * reap_expired_leases, replay, run_states, refuse. */
-    ck_assert_int_eq(ndefiner, 10);
+    /* Every function granted to a role (the worker protocol, the
+     * application API), and the owner's reap_expired_leases and replay. */
+    {
+        int want = 2;
+        for (size_t k = 0; k < NEXPECTED; k++)
+            want += expected[k].grantees[0] != '\0';
+        ck_assert_int_eq(ndefiner, want);
+    }
     PQclear(res);
     PQfinish(c);
     free(url);
@@ -302,6 +319,7 @@ START_TEST(test_roles_worker_login_runs_the_protocol_but_cannot_touch_tables)
         "SELECT warren.wp_privileged()",
         "SELECT warren.wp_require_queue('a', 'b', 'q')",
         "SELECT warren.wp_wait_slot('a')",
+        "SELECT * FROM warren.enqueue('job1', 'k')",
     };
     for (size_t i = 0; i < sizeof(denied) / sizeof(denied[0]); i++)
         ck_assert_msg(strcmp(try_sql(w, denied[i], state, sizeof(state)), "42501") == 0,
@@ -320,6 +338,153 @@ START_TEST(test_roles_worker_login_runs_the_protocol_but_cannot_touch_tables)
 }
 END_TEST
 
+/* The URL with login as its user (same host, port, database). New. */
+static char *login_url(const char *url, const char *login)
+{
+    const char *at = strstr(url, "://"), *userend;
+    ck_assert_ptr_nonnull(at);
+    userend = strchr(at + 3, '@');
+    ck_assert_ptr_nonnull(userend);
+    return testenv_fmt("%.*s%s%s", (int)(at + 3 - url), url, login, userend);
+}
+
+/* Asserts that login holds EXECUTE (through its roles, PUBLIC included) on
+ * exactly the functions whose expected grantees name role, walking every
+ * function of the schema. */
+static void assert_login_executes_exactly(PGconn *admin, const char *login, const char *role)
+{
+    const char *params[1] = {login};
+    PGresult *res = PQexecParams(admin,
+                                 "SELECT p.oid::regprocedure::text,"
+                                 " has_function_privilege($1, p.oid, 'EXECUTE')"
+                                 " FROM pg_proc p WHERE p.pronamespace = 'warren'::regnamespace"
+                                 " ORDER BY 1",
+                                 1, NULL, params, NULL, NULL, 0);
+    ck_assert_int_eq(PQresultStatus(res), PGRES_TUPLES_OK);
+    ck_assert_int_ge(PQntuples(res), (int)NEXPECTED);
+    for (int i = 0; i < PQntuples(res); i++) {
+        const char *fn = PQgetvalue(res, i, 0);
+        int got = strcmp(PQgetvalue(res, i, 1), "t") == 0, want = 0;
+        for (size_t k = 0; k < NEXPECTED; k++)
+            if (strcmp(expected[k].function, fn) == 0)
+                want = strstr(expected[k].grantees, role) != NULL;
+        ck_assert_msg(want == got, "login %s (%s) %s EXECUTE on %s", login, role,
+                      got ? "has" : "lacks", fn);
+    }
+    PQclear(res);
+}
+
+/* A warren_producer login: the application API and nothing else (no worker
+ * protocol, no table); a warren_worker login cannot enqueue. */
+START_TEST(test_roles_producer_login_runs_the_application_api_only)
+{
+    char *url = migrated_db();
+    char *plogin = testenv_unique_name("warren_prod");
+    char *wlogin = testenv_unique_name("warren_work");
+    PGconn *admin = PQconnectdb(url), *p, *w;
+    PGresult *res;
+    char state[8], *sql, *purl, *wurl;
+
+    ck_assert_int_eq(PQstatus(admin), CONNECTION_OK);
+    sql = testenv_fmt("CREATE ROLE %s LOGIN IN ROLE warren_producer;"
+                      "CREATE ROLE %s LOGIN IN ROLE warren_worker;"
+                      "INSERT INTO warren.worker_grants (login, queue) VALUES ('%s', 'q')",
+                      plogin, wlogin, wlogin);
+    ck_assert_str_eq(try_sql(admin, sql, state, sizeof(state)), "");
+    free(sql);
+    ck_assert_str_eq(try_sql(admin,
+                             "INSERT INTO warren.jobs (name, schedule_kind, expression, queue)"
+                             " VALUES ('job1', 'every', '1h', 'q');"
+                             "INSERT INTO warren.runs (job, scheduled_at, due_at, state)"
+                             " VALUES ('job1', '2026-01-01T00:00:00Z', now(), 'published')",
+                             state, sizeof(state)),
+                     "");
+    assert_login_executes_exactly(admin, plogin, "warren_producer");
+    assert_login_executes_exactly(admin, wlogin, "warren_worker");
+
+    purl = login_url(url, plogin);
+    wurl = login_url(url, wlogin);
+    p = PQconnectdb(purl);
+    w = PQconnectdb(wurl);
+    ck_assert_msg(PQstatus(p) == CONNECTION_OK, "%s: %s", purl, PQerrorMessage(p));
+    ck_assert_msg(PQstatus(w) == CONNECTION_OK, "%s: %s", wurl, PQerrorMessage(w));
+
+    /* The producer enqueues. */
+    res = query(p, "SELECT run_key, created FROM warren.enqueue('job1', 'welcome:user-42')");
+    ck_assert_str_eq(PQgetvalue(res, 0, 0), "job1@welcome:user-42");
+    ck_assert_str_eq(PQgetvalue(res, 0, 1), "t");
+    PQclear(res);
+    res = query(p, "SELECT count(*) FROM warren.enqueue_many('[{\"job\": \"job1\", \"key\": "
+                   "\"a\"}, {\"job\": \"job1\", \"key\": \"b\"}]') WHERE created");
+    ck_assert_str_eq(PQgetvalue(res, 0, 0), "2");
+    PQclear(res);
+    /* It cannot claim, heartbeat, complete or settle runs, nor call helpers. */
+    const char *denied_p[] = {
+        "SELECT * FROM warren.claim('" RK "', 'p1')",
+        "SELECT * FROM warren.claim_many(ARRAY['" RK "'], 'p1')",
+        "SELECT * FROM warren.reclaim_many(ARRAY['" RK "'], 'p1', 1000)",
+        "SELECT warren.heartbeat('" RK "', 1)",
+        "SELECT warren.complete('" RK "', 1, 'succeeded')",
+        "SELECT * FROM warren.complete_many(ARRAY['" RK "'], ARRAY[1])",
+        "SELECT * FROM warren.run_states(ARRAY['" RK "'])",
+        "SELECT warren.refuse('" RK "', 'p1', 'no')",
+        "SELECT warren.replay('" RK "')",
+        "SELECT warren.reap_expired_leases(10)",
+        "SELECT warren.wp_enqueue_fail('a', 'b')",
+        "SELECT warren.wp_enqueue_key_problem('a', 'b')",
+    };
+    for (size_t i = 0; i < sizeof(denied_p) / sizeof(denied_p[0]); i++)
+        ck_assert_msg(strcmp(try_sql(p, denied_p[i], state, sizeof(state)), "42501") == 0,
+                      "%s as a warren_producer login: SQLSTATE \"%s\", want 42501", denied_p[i],
+                      state);
+    /* Nor read or change a table. */
+    res = query(admin, "SELECT c.oid::regclass::text, (SELECT a.attname FROM pg_attribute a"
+                       "  WHERE a.attrelid = c.oid AND a.attnum = 1)"
+                       " FROM pg_class c WHERE c.relnamespace = 'warren'::regnamespace"
+                       "   AND c.relkind IN ('r', 'p') ORDER BY 1");
+    for (int i = 0; i < PQntuples(res); i++) {
+        const char *t = PQgetvalue(res, i, 0), *col = PQgetvalue(res, i, 1);
+        char *stmts[4] = {
+            testenv_fmt("SELECT * FROM %s", t), testenv_fmt("INSERT INTO %s DEFAULT VALUES", t),
+            testenv_fmt("UPDATE %s SET %s = %s", t, col, col), testenv_fmt("DELETE FROM %s", t)};
+        for (int k = 0; k < 4; k++) {
+            ck_assert_msg(strcmp(try_sql(p, stmts[k], state, sizeof(state)), "42501") == 0,
+                          "%s as a warren_producer login: SQLSTATE \"%s\", want 42501", stmts[k],
+                          state);
+            free(stmts[k]);
+        }
+    }
+    PQclear(res);
+    /* A worker cannot enqueue. */
+    const char *denied_w[] = {
+        "SELECT * FROM warren.enqueue('job1', 'k')",
+        "SELECT * FROM warren.enqueue_many('[{\"job\": \"job1\", \"key\": \"k\"}]')",
+    };
+    for (size_t i = 0; i < sizeof(denied_w) / sizeof(denied_w[0]); i++)
+        ck_assert_msg(strcmp(try_sql(w, denied_w[i], state, sizeof(state)), "42501") == 0,
+                      "%s as a warren_worker login: SQLSTATE \"%s\", want 42501", denied_w[i],
+                      state);
+    PQfinish(p);
+    PQfinish(w);
+    /* What the producer did, and nothing else: three runs; the worker's run untouched. */
+    res = query(admin, "SELECT string_agg(run_key || '=' || state, ',' ORDER BY run_key) FROM "
+                       "warren.runs");
+    ck_assert_str_eq(PQgetvalue(res, 0, 0), "job1@2026-01-01T00:00:00Z=published,job1@a=planned,"
+                                            "job1@b=planned,job1@welcome:user-42=planned");
+    PQclear(res);
+    sql =
+        testenv_fmt("DELETE FROM warren.worker_grants; DROP ROLE %s; DROP ROLE %s", plogin, wlogin);
+    ck_assert_str_eq(try_sql(admin, sql, state, sizeof(state)), "");
+    free(sql);
+    PQfinish(admin);
+    free(purl);
+    free(wurl);
+    free(plogin);
+    free(wlogin);
+    free(url);
+}
+END_TEST
+
 static Suite *roles_suite(void)
 {
     Suite *s = suite_create("roles");
@@ -330,6 +495,7 @@ static Suite *roles_suite(void)
     suite_add_tcase(s, tc);
     tc = tcase_create("login");
     tcase_add_test(tc, test_roles_worker_login_runs_the_protocol_but_cannot_touch_tables);
+    tcase_add_test(tc, test_roles_producer_login_runs_the_application_api_only);
     suite_add_tcase(s, tc);
     return s;
 }

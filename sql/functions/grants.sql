@@ -66,3 +66,10 @@ GRANT EXECUTE ON FUNCTION warren.claim(text, text), warren.heartbeat(text, int),
     warren.complete_many(text[], int[]), warren.reclaim_many(text[], text, int),
     warren.run_states(text[]), warren.refuse(text, text, text)
     TO warren_worker;
+
+-- The application API, enqueue part (issue 16; sql/functions/enqueue.sql,
+-- README "Jobs from application code: the SQL API"): one-shot runs with the
+-- caller's idempotency key, in the caller's transaction.
+GRANT EXECUTE ON FUNCTION warren.enqueue(text, text, timestamptz, jsonb, text),
+    warren.enqueue_many(jsonb)
+    TO warren_producer;
