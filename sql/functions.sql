@@ -15,4 +15,5 @@
 \ir functions/complete.sql
 \ir functions/replay.sql
 \ir functions/deliveries.sql
+\ir functions/api_jobs.sql
 \ir functions/grants.sql

@@ -1,0 +1,40 @@
+-- 015_api_jobs_sync.sql: what warren.upsert_job(s) and `warren sync` share
+-- about API jobs (docs/api-jobs.md): the partition count the last sync used
+-- (an API job's partition is computed in SQL from it, so every planner owns
+-- it as it owns a config job), and which API jobs a template's removal
+-- paused (so adding the template back resumes exactly those).
+-- Plain SQL, appliable with psql and safe to re-run; records its own version.
+-- Never edit this file once landed: add NNN_*.sql instead.
+
+CREATE TABLE IF NOT EXISTS warren.sync_state (
+    id         boolean PRIMARY KEY DEFAULT true CHECK (id),
+    partitions int NOT NULL CHECK (partitions BETWEEN 1 AND 65536),
+    synced_at  timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE warren.sync_state IS
+    'One row: what the last `warren sync` applied that API jobs need (written by sync)';
+COMMENT ON COLUMN warren.sync_state.id IS 'Always true: the table has one row';
+COMMENT ON COLUMN warren.sync_state.partitions IS
+    'planner.partitions of the last sync: API jobs are placed in partition '
+    'mod(hashtext(name) + 2^31, partitions) (warren.wp_job_partition)';
+COMMENT ON COLUMN warren.sync_state.synced_at IS 'When the last sync committed (database clock)';
+
+ALTER TABLE warren.jobs ADD COLUMN IF NOT EXISTS paused_by_template boolean NOT NULL DEFAULT false;
+COMMENT ON COLUMN warren.jobs.paused_by_template IS
+    'An API job paused because its template was removed from the config: `warren sync` resumes '
+    'it when the template comes back (an explicit pause or resume clears the mark)';
+
+-- The zone names warren.upsert_job(s) accept without a scan of
+-- pg_timezone_names (a directory walk: 50-150 ms a call). A zone missing here
+-- is still looked up there (warren.wp_zone_known), so a zone of a newer
+-- PostgreSQL tz database is never refused because of this copy.
+CREATE TABLE IF NOT EXISTS warren.timezones (name text PRIMARY KEY);
+COMMENT ON TABLE warren.timezones IS
+    'A copy of pg_timezone_names.name for the API''s zone check (a cache: misses fall back to '
+    'pg_timezone_names)';
+COMMENT ON COLUMN warren.timezones.name IS 'An IANA zone name PostgreSQL knows';
+INSERT INTO warren.timezones (name) SELECT name FROM pg_catalog.pg_timezone_names
+ON CONFLICT (name) DO NOTHING;
+
+INSERT INTO warren.schema_migrations (version, name) VALUES (15, '015_api_jobs_sync')
+ON CONFLICT (version) DO NOTHING;
