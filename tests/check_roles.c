@@ -214,8 +214,9 @@ START_TEST(test_roles_security_definer_functions_pin_search_path)
                       PQgetvalue(res, i, 0));
     }
     /* claim, claim_many, reclaim_many, heartbeat, complete, complete_many,
-     * reap_expired_leases, replay, run_states, refuse. */
-    ck_assert_int_eq(ndefiner, 10);
+     * reap_expired_leases, replay, run_states, refuse; upsert_job, upsert_jobs,
+     * delete_job, pause_job, resume_job. */
+    ck_assert_int_eq(ndefiner, 15);
     PQclear(res);
     PQfinish(c);
     free(url);
