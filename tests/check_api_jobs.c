@@ -644,6 +644,58 @@ START_TEST(test_template_is_never_planned)
 }
 END_TEST
 
+/* --------------------------------------------------------------------- cli */
+
+START_TEST(test_cli_jobs_filters_and_show_says_where_a_job_came_from)
+{
+    env e = setup();
+    char cfgpath[] = "/tmp/check_api_jobs_cli_XXXXXX.cfg", cmd[1024], out[8192];
+    int fd = mkstemps(cfgpath, 4);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_gt(write(fd, "jobs = ();\n", 11), 0);
+    close(fd);
+    expect_str(&e,
+               "SELECT string_agg(result, ',') FROM warren.upsert_jobs('["
+               "{\"name\": \"report.t1\", \"template\": \"report\", \"every\": \"1h\", "
+               "\"tenant\": \"t1\"},"
+               "{\"name\": \"report.t2\", \"template\": \"report\", \"every\": \"1h\", "
+               "\"tenant\": \"t2\"}]')",
+               "created,created");
+    snprintf(cmd, sizeof(cmd),
+             "WARREN_DATABASE_URL='%s' %s jobs -c %s --template report --tenant t2 2>&1", e.db,
+             WARREN_BINARY, cfgpath);
+    ck_assert_int_eq(testenv_run(cmd, out, sizeof(out)), 0);
+    ck_assert_msg(strstr(out, "report.t2") != NULL && strstr(out, "api:report") != NULL &&
+                      strstr(out, "report.t1") == NULL && strstr(out, "cfg-daily") == NULL,
+                  "%s", out);
+    snprintf(cmd, sizeof(cmd), "WARREN_DATABASE_URL='%s' %s jobs -c %s --origin config 2>&1", e.db,
+             WARREN_BINARY, cfgpath);
+    ck_assert_int_eq(testenv_run(cmd, out, sizeof(out)), 0);
+    ck_assert_msg(strstr(out, "cfg-daily") != NULL && strstr(out, "template") != NULL &&
+                      strstr(out, "report.t1") == NULL,
+                  "%s", out);
+    snprintf(cmd, sizeof(cmd), "WARREN_DATABASE_URL='%s' %s jobs -c %s --origin file 2>&1", e.db,
+             WARREN_BINARY, cfgpath);
+    ck_assert_int_ne(testenv_run(cmd, out, sizeof(out)), 0);
+    ck_assert_msg(strstr(out, "--origin takes \"config\"") != NULL, "%s", out);
+    expect_str(&e, "SELECT warren.pause_job('report.t1')", "t");
+    snprintf(cmd, sizeof(cmd), "WARREN_DATABASE_URL='%s' %s show -c %s report.t1 2>&1", e.db,
+             WARREN_BINARY, cfgpath);
+    ck_assert_int_eq(testenv_run(cmd, out, sizeof(out)), 0);
+    ck_assert_msg(strstr(out, "origin       API job from template report") != NULL &&
+                      strstr(out, "tenant       t1") != NULL && strstr(out, "created      ") &&
+                      strstr(out, " by ") != NULL && strstr(out, "state        paused") &&
+                      strstr(out, "paused at ") != NULL && strstr(out, "(warren.pause_job)"),
+                  "%s", out);
+    snprintf(cmd, sizeof(cmd), "WARREN_DATABASE_URL='%s' %s show -c %s cfg-daily 2>&1", e.db,
+             WARREN_BINARY, cfgpath);
+    ck_assert_int_eq(testenv_run(cmd, out, sizeof(out)), 0);
+    ck_assert_msg(strstr(out, "origin       config file") != NULL, "%s", out);
+    unlink(cfgpath);
+    env_free(&e);
+}
+END_TEST
+
 static Suite *api_jobs_suite(void)
 {
     Suite *s = suite_create("api_jobs");
@@ -663,6 +715,10 @@ static Suite *api_jobs_suite(void)
     tc = tcase_create("sync");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_sync_changes_no_api_job_and_a_removed_template_pauses_them);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("cli");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_cli_jobs_filters_and_show_says_where_a_job_came_from);
     suite_add_tcase(s, tc);
     return s;
 }
