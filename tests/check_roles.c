@@ -48,6 +48,7 @@ static const struct {
     {"warren.wp_after_failure(text,text,text,text,text)", ""},
     {"warren.wp_api_job(text,text,boolean)", ""},
     {"warren.wp_api_job_error(jsonb)", ""},
+    {"warren.wp_api_job_ok(jsonb)", ""},
     {"warren.wp_at_error(text)", ""},
     {"warren.wp_cron_error(text)", ""},
     {"warren.wp_duration_ms(text)", ""},

@@ -202,6 +202,49 @@ $$;
 COMMENT ON FUNCTION warren.wp_api_job_error(jsonb) IS
     'The first problem of one upsert element that needs no table (NULL: none)';
 
+-- The common case of wp_api_job_error as one inlined expression: true when
+-- the element is certainly valid (false: ask wp_api_job_error why, which
+-- may still find it valid, e.g. "every": "2000ms"). Keeps a bulk upsert from
+-- calling a plpgsql function per element.
+CREATE OR REPLACE FUNCTION warren.wp_api_job_ok(e jsonb)
+RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    -- Negated character classes and plain string functions only: PostgreSQL
+    -- matches a bounded repetition such as {0,199} tens of times slower
+    -- (measured: 54 us against 3 us a name).
+    SELECT jsonb_typeof(e) = 'object'
+       AND (e - ARRAY['name', 'template', 'cron', 'timezone', 'every', 'at', 'payload', 'jitter',
+                      'tenant', 'paused']) = '{}'::jsonb
+       AND jsonb_typeof(e -> 'name') = 'string'
+       AND (e ->> 'name') !~ '[^A-Za-z0-9._-]' AND (e ->> 'name') ~ '^[A-Za-z0-9]'
+       AND length(e ->> 'name') <= 200
+       AND jsonb_typeof(e -> 'template') = 'string'
+       AND (e ? 'cron')::int + (e ? 'every')::int + (e ? 'at')::int = 1
+       AND (NOT e ? 'cron' OR (jsonb_typeof(e -> 'cron') = 'string'
+            AND (e ->> 'cron') !~ '[^0-9A-Za-z*?,/#() -]'
+            AND strpos(e ->> 'cron', '  ') = 0 AND left(e ->> 'cron', 1) <> ' '
+            AND right(e ->> 'cron', 1) <> ' '
+            AND cardinality(string_to_array(e ->> 'cron', ' ')) IN (5, 6)))
+       AND (NOT e ? 'every' OR (jsonb_typeof(e -> 'every') = 'string'
+            AND (e ->> 'every') ~ '^([0-9]{1,4}d)?([0-9]{1,5}h)?([0-9]{1,7}m)?([0-9]{1,9}s)?$'
+            AND (e ->> 'every') ~ '[1-9]'))
+       AND NOT e ? 'at'
+       AND (NOT e ? 'timezone' OR (jsonb_typeof(e -> 'timezone') = 'string'
+            AND (e ->> 'timezone') !~ '[^0-9A-Za-z_+/-]' AND (e ->> 'timezone') ~ '^[A-Za-z]'
+            AND length(e ->> 'timezone') <= 100))
+       AND (NOT e ? 'jitter' OR (jsonb_typeof(e -> 'jitter') = 'string'
+            AND (e ->> 'jitter') ~ '^(0|([0-9]{1,4}d)?([0-9]{1,5}h)?([0-9]{1,7}m)?([0-9]{1,9}s)?)$'
+            AND (e ->> 'jitter') <> ''))
+       AND (NOT e ? 'payload' OR (jsonb_typeof(e -> 'payload') = 'object'
+            AND octet_length((e -> 'payload')::text) <= 65536))
+       AND (NOT e ? 'tenant' OR (jsonb_typeof(e -> 'tenant') = 'string'
+            AND (e ->> 'tenant') !~ '[^A-Za-z0-9._:@-]' AND (e ->> 'tenant') ~ '^[A-Za-z0-9]'
+            AND length(e ->> 'tenant') <= 200))
+       AND (NOT e ? 'paused' OR jsonb_typeof(e -> 'paused') = 'boolean')
+$$;
+COMMENT ON FUNCTION warren.wp_api_job_ok(jsonb) IS
+    'true if an upsert element is certainly valid without a table (the fast path of '
+    'wp_api_job_error)';
+
 -- A job note line appended, the note kept to its last 8000 characters.
 CREATE OR REPLACE FUNCTION warren.wp_job_note(old text, line text)
 RETURNS text LANGUAGE sql IMMUTABLE AS $$
@@ -233,7 +276,6 @@ DECLARE
     bad record;
     nparts int;
     names text[];
-    written int;
 BEGIN
     IF jobs IS NULL OR jsonb_typeof(jobs) <> 'array' THEN
         RAISE EXCEPTION '%: jobs must be a JSON array of objects {"name", "template", "cron" | '
@@ -244,7 +286,8 @@ BEGIN
     -- 1. Each element on its own.
     SELECT v.i, v.e, v.why INTO bad
       FROM (SELECT x.i, x.e, warren.wp_api_job_error(x.e) AS why
-              FROM jsonb_array_elements(jobs) WITH ORDINALITY AS x(e, i)) v
+              FROM jsonb_array_elements(jobs) WITH ORDINALITY AS x(e, i)
+             WHERE NOT coalesce(warren.wp_api_job_ok(x.e), false) OFFSET 0) v
      WHERE v.why IS NOT NULL ORDER BY v.i LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION '%: %: %', fn,
@@ -296,13 +339,13 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
 
+    -- each distinct zone looked up once
     SELECT x.i, x.e ->> 'name' AS n, x.e ->> 'timezone' AS z INTO bad
       FROM jsonb_array_elements(jobs) WITH ORDINALITY AS x(e, i)
-     WHERE x.e ? 'timezone'
-       AND x.e ->> 'timezone' IN (SELECT DISTINCT y.e ->> 'timezone'
-                                    FROM jsonb_array_elements(jobs) AS y(e)
-                                   WHERE y.e ? 'timezone'
-                                     AND NOT warren.wp_zone_known(y.e ->> 'timezone'))
+     WHERE x.e ->> 'timezone' IN (SELECT z.tz FROM (SELECT DISTINCT y.e ->> 'timezone' AS tz
+                                                      FROM jsonb_array_elements(jobs) AS y(e)
+                                                     WHERE y.e ? 'timezone' OFFSET 0) z
+                                   WHERE NOT warren.wp_zone_known(z.tz))
      ORDER BY x.i LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION '%: %: field "timezone": %', fn,
@@ -468,14 +511,11 @@ BEGIN
            AND x.origin IN ('schedule', 'misfire') AND x.attempt = 0
            AND x.note LIKE '%cancelled: job paused at %'
         RETURNING x.run_key
-    )
-    SELECT r.i, r.name, r.what FROM r ORDER BY r.i;
-
-    GET DIAGNOSTICS written = ROW_COUNT;
-    IF EXISTS (SELECT 1 FROM warren.jobs j WHERE j.name = ANY (names) AND j.updated_at = now()) THEN
+    ), nt AS (
         -- delivered at commit: the planners plan the new definitions at once
-        PERFORM pg_notify('warren_jobs', 'upsert');
-    END IF;
+        SELECT pg_notify('warren_jobs', 'upsert') WHERE EXISTS (SELECT 1 FROM up)
+    )
+    SELECT r.i, r.name, r.what FROM r WHERE (SELECT count(*) FROM nt) >= 0 ORDER BY r.i;
 END
 $fn$;
 COMMENT ON FUNCTION warren.wp_upsert_jobs(jsonb, text, boolean) IS
