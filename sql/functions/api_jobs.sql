@@ -491,8 +491,12 @@ BEGIN
             updated_at = now()
         RETURNING j.name
     ), rp AS (
-        DELETE FROM warren.runs x USING r
-         WHERE r.replan AND x.job = r.name AND x.origin IN ('schedule', 'misfire')
+        -- job = ANY (ARRAY(...)): an index probe per job that needs it, whatever
+        -- plan was cached while warren.runs was small (a join here once
+        -- became a scan of all runs per element)
+        DELETE FROM warren.runs x
+         WHERE x.job = ANY (ARRAY(SELECT r.name FROM r WHERE r.replan))
+           AND x.origin IN ('schedule', 'misfire')
            AND x.attempt = 0 AND x.due_at > now()
            AND (x.state IN ('planned', 'published')
                 OR (x.state = 'cancelled' AND x.note LIKE '%cancelled: job paused at %'))
@@ -501,13 +505,14 @@ BEGIN
         UPDATE warren.runs x SET state = 'cancelled', finished_at = now(),
                note = warren.plan_note(x.note, format('cancelled: job paused at %s '
                                                      '(warren.upsert_job)', warren.plan_utc(now())))
-          FROM r
-         WHERE r.pausing AND x.job = r.name AND x.origin IN ('schedule', 'misfire')
+         WHERE x.job = ANY (ARRAY(SELECT r.name FROM r WHERE r.pausing))
+           AND x.origin IN ('schedule', 'misfire')
            AND x.state IN ('planned', 'published') AND x.due_at > now()
         RETURNING x.run_key
     ), rs AS (
-        DELETE FROM warren.runs x USING r
-         WHERE r.resuming AND x.job = r.name AND x.state = 'cancelled'
+        DELETE FROM warren.runs x
+         WHERE x.job = ANY (ARRAY(SELECT r.name FROM r WHERE r.resuming))
+           AND x.state = 'cancelled'
            AND x.origin IN ('schedule', 'misfire') AND x.attempt = 0
            AND x.note LIKE '%cancelled: job paused at %'
         RETURNING x.run_key

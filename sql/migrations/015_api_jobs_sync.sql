@@ -2,7 +2,9 @@
 -- about API jobs (docs/api-jobs.md): the partition count the last sync used
 -- (an API job's partition is computed in SQL from it, so every planner owns
 -- it as it owns a config job), and which API jobs a template's removal
--- paused (so adding the template back resumes exactly those).
+-- paused (so adding the template back resumes exactly those); and what
+-- makes API jobs cheap at a million: fast name checks and a due-jobs index
+-- whose scan stops when nothing is due.
 -- Plain SQL, appliable with psql and safe to re-run; records its own version.
 -- Never edit this file once landed: add NNN_*.sql instead.
 
@@ -61,6 +63,18 @@ BEGIN
     END IF;
 END
 $$;
+
+-- The planner's due-jobs scan (src/store_plan.c, SQL_LOCK_DUE_JOBS) as a
+-- range: coalesce(next_fire_at, '-infinity') <= now() + horizon, in the
+-- order of this index, is an index condition, so a tick when nothing is due
+-- reads nothing. 003's jobs_due (next_fire_at NULLS FIRST, name) served
+-- "next_fire_at IS NULL OR next_fire_at <= ...", which no btree can bound:
+-- every idle tick walked all jobs (420 ms at 20,000 jobs, measured). A NULL
+-- cursor (never planned) sorts first, as NULLS FIRST did.
+CREATE INDEX IF NOT EXISTS jobs_due_at
+    ON warren.jobs ((coalesce(next_fire_at, '-infinity'::timestamptz)), name)
+    WHERE NOT paused AND NOT removed;
+DROP INDEX IF EXISTS warren.jobs_due;
 
 INSERT INTO warren.schema_migrations (version, name) VALUES (15, '015_api_jobs_sync')
 ON CONFLICT (version) DO NOTHING;
