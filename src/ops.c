@@ -83,35 +83,34 @@ static const char SQL_JOB_BROKEN[] =
     "SELECT broken_reason, " US("broken_since") " FROM warren.jobs WHERE name = $1 "
                                                 "AND broken_reason IS NOT NULL";
 
-static const char
-    SQL_JOBS[] =
-        "SELECT name, schedule_kind, expression, timezone, queue, misfire, "
-        "CASE WHEN next_fire_at IS NULL OR NOT isfinite(next_fire_at) THEN NULL "
-        "ELSE " US("next_fire_at") " END, next_fire_at = 'infinity', paused, removed, "
-                                   "broken_reason, " US("broken_since") ", " US(
-                                       "broken_retry_at") ", "
-                                                          "origin, template, tenant, note, "
-                                                          "created_by, is_template, "
-                                                          "paused_by_template, "
-                                                          "coalesce(max_running, 0), "
-                                                          "coalesce(max_running_per_tenant, "
-                                                          "0), " US("created_at") ", " US(
-                                                              "updated_at") " FROM warren.jobs "
-                                                                            "WHERE (NOT "
-                                                                            "$1::boolean OR "
-                                                                            "broken_reason IS NOT "
-                                                                            "NULL) "
-                                                                            "AND ($3::text IS NULL "
-                                                                            "OR template = $3) AND "
-                                                                            "($4::text IS NULL OR "
-                                                                            "tenant = $4) "
-                                                                            "AND ($5::text IS NULL "
-                                                                            "OR origin = $5) AND "
-                                                                            "($6::text IS NULL OR "
-                                                                            "name = $6) "
-                                                                            "ORDER BY name LIMIT "
-                                                                            "CASE WHEN $2::int > 0 "
-                                                                            "THEN $2::int END";
+static const char SQL_JOBS[] =
+    "SELECT name, schedule_kind, expression, timezone, queue, misfire, "
+    "CASE WHEN next_fire_at IS NULL OR NOT isfinite(next_fire_at) THEN NULL "
+    "ELSE " US("next_fire_at") " END, next_fire_at = 'infinity', paused, removed, "
+                               "broken_reason, " US("broken_since") ", " US(
+                                   "broken_retry_at") ", "
+                                                      "origin, template, tenant, note, "
+                                                      "created_by, is_template, "
+                                                      "paused_by_template, "
+                                                      "coalesce(max_running, 0), "
+                                                      "coalesce(max_running_per_tenant, "
+                                                      "0), " US("created_at") ", " US(
+                                                          "updated_at") " FROM warren.jobs "
+                                                                        "WHERE (NOT "
+                                                                        "$1::boolean OR "
+                                                                        "broken_reason IS NOT "
+                                                                        "NULL) "
+                                                                        "AND ($3::text IS NULL "
+                                                                        "OR template = $3) AND "
+                                                                        "($4::text IS NULL OR "
+                                                                        "tenant = $4) "
+                                                                        "AND ($5::text IS NULL "
+                                                                        "OR origin = $5) AND "
+                                                                        "($6::text IS NULL OR "
+                                                                        "name = $6) "
+                                                                        "ORDER BY name LIMIT "
+                                                                        "CASE WHEN $2::int > 0 "
+                                                                        "THEN $2::int END";
 
 static const char SQL_ATTEMPTS[] =
     "SELECT attempt, worker, outcome, error, started_at, finished_at FROM warren.attempts "
