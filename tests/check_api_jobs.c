@@ -627,6 +627,69 @@ START_TEST(test_sync_changes_no_api_job_and_a_removed_template_pauses_them)
 }
 END_TEST
 
+START_TEST(test_expression_the_engine_rejects_marks_the_job_broken_until_fixed)
+{
+    env e = setup();
+    /* the call checks the shape only; the planner's cron engine the meaning */
+    expect_str(&e, "SELECT warren.upsert_job('bad-hour', 'report', '{\"cron\": \"0 25 * * *\"}')",
+               "created");
+    warren_config pc = planner_config();
+    warren_planner *p = planner_new(&e, &pc);
+    tick(p);
+    expect_str(&e, "SELECT broken_reason LIKE '%hour%25%' FROM warren.jobs WHERE name = 'bad-hour'",
+               "t");
+    expect_str(&e, "SELECT count(*) FROM warren.runs WHERE job = 'bad-hour'", "0");
+    expect_str(&e, "SELECT warren.upsert_job('bad-hour', 'report', '{\"every\": \"5s\"}')",
+               "changed");
+    tick(p);
+    expect_str(&e,
+               "SELECT broken_reason IS NULL AND (SELECT count(*) > 0 FROM warren.runs WHERE job "
+               "= 'bad-hour') FROM warren.jobs WHERE name = 'bad-hour'",
+               "t");
+    warren_planner_free(p);
+    env_free(&e);
+}
+END_TEST
+
+START_TEST(test_a_write_notifies_the_planners_at_commit_and_unchanged_does_not)
+{
+    env e = setup();
+    PGconn *l = PQconnectdb(e.db), *c = PQconnectdb(e.db);
+    ck_assert_int_eq(PQstatus(l), CONNECTION_OK);
+    ck_assert_int_eq(PQstatus(c), CONNECTION_OK);
+    PQclear(PQexec(l, "LISTEN warren_jobs"));
+    const char *calls[] = {
+        "SELECT warren.upsert_job('n1', 'report', '{\"every\": \"1m\"}')",
+        "SELECT warren.upsert_job('n1', 'report', '{\"every\": \"1m\"}')", /* unchanged */
+        "SELECT warren.pause_job('n1')", "SELECT warren.resume_job('n1')",
+        "SELECT warren.delete_job('n1')"};
+    const int want[] = {1, 0, 1, 1, 1};
+    for (int i = 0; i < 5; i++) {
+        PQclear(PQexec(c, "BEGIN"));
+        PGresult *r = PQexec(c, calls[i]);
+        ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK, "%s: %s", calls[i], PQerrorMessage(c));
+        PQclear(r);
+        /* nothing before the commit */
+        PQclear(PQexec(l, "SELECT 1"));
+        PQconsumeInput(l);
+        PGnotify *n = PQnotifies(l);
+        ck_assert_msg(n == NULL, "%s: notified before commit", calls[i]);
+        PQclear(PQexec(c, "COMMIT"));
+        PQclear(PQexec(l, "SELECT 1"));
+        PQconsumeInput(l);
+        int got = 0;
+        while ((n = PQnotifies(l)) != NULL) {
+            got++;
+            PQfreemem(n);
+        }
+        ck_assert_msg((got > 0) == want[i], "%s: %d notifications", calls[i], got);
+    }
+    PQfinish(l);
+    PQfinish(c);
+    env_free(&e);
+}
+END_TEST
+
 START_TEST(test_template_is_never_planned)
 {
     env e = setup();
@@ -704,11 +767,13 @@ static Suite *api_jobs_suite(void)
     tcase_add_test(tc, test_upsert_job_says_created_changed_unchanged);
     tcase_add_test(tc, test_upsert_jobs_is_one_row_per_element_and_all_or_nothing);
     tcase_add_test(tc, test_bad_input_at_every_call_is_a_clear_error_and_writes_nothing);
+    tcase_add_test(tc, test_a_write_notifies_the_planners_at_commit_and_unchanged_does_not);
     suite_add_tcase(s, tc);
     tc = tcase_create("planning");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_api_job_across_dst_plans_exactly_as_a_config_job);
     tcase_add_test(tc, test_template_is_never_planned);
+    tcase_add_test(tc, test_expression_the_engine_rejects_marks_the_job_broken_until_fixed);
     tcase_add_test(
         tc, test_change_pause_resume_delete_with_runs_in_flight_lose_nothing_run_nothing_twice);
     suite_add_tcase(s, tc);
