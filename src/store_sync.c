@@ -350,27 +350,26 @@ static const char SYNC_API_PROPAGATE_SQL[] =
  * API jobs are paused, marked paused_by_template and noted, never deleted;
  * their future unclaimed runs are cancelled as by a pause. API jobs the
  * application had paused already stay as they are (and unmarked). */
-static const char
-    SYNC_API_PAUSE_SQL[] =
-        "WITH p AS ("
-        "  UPDATE warren.jobs a SET paused = true, paused_at = now(), paused_by_template = true,"
-        "    updated_at = now(),"
-        "    note = warren.plan_note(a.note, format('paused at %s by warren sync: its template %s '"
-        "      || 'was removed from the config (or is no longer a template); it resumes when the '"
-        "      || 'template is back', warren.plan_utc(now()), a.template))"
-        "  FROM warren.jobs t WHERE t.name = a.template AND a.origin = 'api' AND NOT a.removed"
-        "    AND NOT a.paused AND (t.removed OR NOT t.is_template)"
-        "  RETURNING a.name"
-        "), c AS ("
-        "  UPDATE warren.runs r SET state = 'cancelled', finished_at = now(),"
-        "    note = " APPEND_NOTE(PAUSE_NOTE("its template was removed from the config; warren "
-                                             "sync")) ""
-                                                      "  FROM p WHERE r.job = p.name AND r.origin "
-                                                      "IN ('schedule', 'misfire')"
-                                                      "    AND r.state IN ('planned', 'published') "
-                                                      "AND r.due_at > now()"
-                                                      ")"
-                                                      "SELECT count(*) FROM p";
+static const char SYNC_API_PAUSE_SQL[] =
+    "WITH p AS ("
+    "  UPDATE warren.jobs a SET paused = true, paused_at = now(), paused_by_template = true,"
+    "    updated_at = now(),"
+    "    note = warren.plan_note(a.note, format('paused at %s by warren sync: its template %s '"
+    "      || 'was removed from the config (or is no longer a template); it resumes when the '"
+    "      || 'template is back', warren.plan_utc(now()), a.template))"
+    "  FROM warren.jobs t WHERE t.name = a.template AND a.origin = 'api' AND NOT a.removed"
+    "    AND NOT a.paused AND (t.removed OR NOT t.is_template)"
+    "  RETURNING a.name"
+    "), c AS ("
+    "  UPDATE warren.runs r SET state = 'cancelled', finished_at = now(),"
+    "    note = " APPEND_NOTE(PAUSE_NOTE("its template was removed from the config; warren "
+                                         "sync")) ""
+                                                  "  FROM p WHERE r.job = p.name AND r.origin "
+                                                  "IN ('schedule', 'misfire')"
+                                                  "    AND r.state IN ('planned', 'published') "
+                                                  "AND r.due_at > now()"
+                                                  ")"
+                                                  "SELECT count(*) FROM p";
 
 /* The template is back: the API jobs its removal paused resume as by
  * `warren resume` (the runs the pause cancelled are deleted, the cursor
