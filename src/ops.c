@@ -35,8 +35,12 @@ static const char SQL_TRIGGER[] =
 static const char SQL_RUN_STATE[] =
     "SELECT run_key, state FROM warren.runs WHERE job = $1 AND scheduled_at = $2::timestamptz";
 
+/* An operator's pause or resume owns the job's state from then on: a
+ * template coming back to the config no longer resumes it (paused_by_template,
+ * docs/api-jobs.md). */
 static const char SQL_PAUSE_JOB[] =
-    "UPDATE warren.jobs SET paused = true, paused_at = now(), updated_at = now() "
+    "UPDATE warren.jobs SET paused = true, paused_at = now(), updated_at = now(), "
+    "paused_by_template = false "
     "WHERE name = $1 RETURNING (SELECT paused FROM warren.jobs WHERE name = $1)";
 
 /* Scheduled runs not yet due and not yet claimed: cancelled, so a published
@@ -48,7 +52,8 @@ static const char SQL_PAUSE_RUNS[] =
     "AND due_at > now()";
 
 static const char SQL_RESUME_JOB[] =
-    "UPDATE warren.jobs SET paused = false, paused_at = NULL, updated_at = now() "
+    "UPDATE warren.jobs SET paused = false, paused_at = NULL, updated_at = now(), "
+    "paused_by_template = false "
     "WHERE name = $1 RETURNING (SELECT paused FROM warren.jobs WHERE name = $1)";
 
 static const char SQL_RESUME_RUNS[] =
