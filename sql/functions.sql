@@ -16,4 +16,5 @@
 \ir functions/replay.sql
 \ir functions/deliveries.sql
 \ir functions/enqueue.sql
+\ir functions/api_jobs.sql
 \ir functions/grants.sql

@@ -67,6 +67,8 @@ static void next_fire(const warren_job *j, warren_tzdb *db, char *buf, size_t le
     clock_gettime(CLOCK_REALTIME, &ts);
     now = (warren_us)ts.tv_sec * WARREN_US_PER_S + ts.tv_nsec / 1000;
     snprintf(buf, len, "-");
+    if (j->is_template)
+        return;
     switch (j->kind) {
     case WARREN_SCHED_CRON:
         if (db != NULL && warren_tzdb_get(db, j->timezone, &tz, NULL) == 0 &&
@@ -92,18 +94,21 @@ static void print_job(const warren_job *j, warren_tzdb *db)
     char hbuf[300];
 
     next_fire(j, db, next, sizeof(next));
-    switch (j->kind) {
-    case WARREN_SCHED_CRON:
-        snprintf(sched, sizeof(sched), "cron \"%s\"", j->schedule);
-        break;
-    case WARREN_SCHED_EVERY:
-        snprintf(sched, sizeof(sched), "every %s",
-                 warren_duration_format(j->every_ms, buf, sizeof(buf)));
-        break;
-    case WARREN_SCHED_AT:
-        snprintf(sched, sizeof(sched), "at %s", warren_time_format(j->at, when, sizeof(when)));
-        break;
-    }
+    if (j->is_template)
+        snprintf(sched, sizeof(sched), "template");
+    else
+        switch (j->kind) {
+        case WARREN_SCHED_CRON:
+            snprintf(sched, sizeof(sched), "cron \"%s\"", j->schedule);
+            break;
+        case WARREN_SCHED_EVERY:
+            snprintf(sched, sizeof(sched), "every %s",
+                     warren_duration_format(j->every_ms, buf, sizeof(buf)));
+            break;
+        case WARREN_SCHED_AT:
+            snprintf(sched, sizeof(sched), "at %s", warren_time_format(j->at, when, sizeof(when)));
+            break;
+        }
     switch (j->handler) {
     case WARREN_HANDLER_EXEC:
         snprintf(hbuf, sizeof(hbuf), "exec%s %s%s", j->exec_shell ? " (shell)" : "",

@@ -201,6 +201,10 @@ int cli_sync(int argc, char **argv)
         print_names("removed", rep.removed, rep.nremoved, " (paused; its runs are kept)");
         printf("sync: %zu added, %zu changed, %zu removed, %zu unchanged (%s)\n", rep.nadded,
                rep.nchanged, rep.nremoved, unchanged, warren_store_where(st));
+        if (rep.api_updated + rep.api_paused + rep.api_resumed > 0)
+            printf("sync: API jobs: %zu given their changed template's settings, %zu paused (their "
+                   "template was removed), %zu resumed (their template is back)\n",
+                   rep.api_updated, rep.api_paused, rep.api_resumed);
     }
     warren_sync_report_free(&rep);
     warren_store_free(st);

@@ -435,9 +435,69 @@ int cli_runs(int argc, char **argv)
 
 static void show_usage(FILE *f)
 {
-    fprintf(f, "usage: warren show [-c FILE] RUN_KEY\n\n"
+    fprintf(f, "usage: warren show [-c FILE] RUN_KEY\n"
+               "       warren show [-c FILE] JOB\n\n"
                "One run with its history: state, times, attempts (worker, outcome, error) and\n"
-               "notes (what a misfire, overlap or DST rule, the reconciler or replay did).\n");
+               "notes (what a misfire, overlap or DST rule, the reconciler or replay did).\n"
+               "Given a job name (no '@'): the job, where it came from (the config file, or an\n"
+               "API job made from a template: by whom, for which tenant) and its note.\n");
+}
+
+/* `warren show JOB`: one job and where it came from (docs/api-jobs.md). */
+static int show_job(warren_store *st, const char *name)
+{
+    warren_ops_job j;
+    warren_error err = {0};
+    char t[WARREN_TIME_BUF];
+    int rc = warren_ops_job_get(st, name, &j, &err);
+
+    if (rc != 0) {
+        fprintf(stderr, "warren show: %s\n", err.message);
+        return rc == WARREN_ENOENT ? WARREN_EXIT_FAIL : cli_exit_code(rc);
+    }
+    printf("job          %s\n", j.name);
+    if (j.is_template)
+        printf("origin       config file: a template (fires nothing itself; API jobs are made "
+               "from it)\n");
+    else if (j.template != NULL)
+        printf("origin       API job from template %s (warren.upsert_job)\n", j.template);
+    else
+        printf("origin       config file (warren sync)\n");
+    printf("created      %s%s%s\n", utc(j.created_at, t, sizeof(t)), j.created_by ? " by " : "",
+           j.created_by ? j.created_by : "");
+    printf("updated      %s\n", utc(j.updated_at, t, sizeof(t)));
+    if (j.tenant != NULL)
+        printf("tenant       %s\n", j.tenant);
+    if (!j.is_template)
+        printf("schedule     %s %s (%s)\n", j.kind, j.expression, j.timezone);
+    printf("queue        %s\n", j.queue);
+    printf("misfire      %s\n", j.misfire);
+    if (j.max_running > 0 || j.max_running_per_tenant > 0)
+        printf("caps         max_running %d, max_running_per_tenant %d (0: none)\n", j.max_running,
+               j.max_running_per_tenant);
+    if (!j.is_template)
+        printf("next fire    %s\n",
+               j.exhausted ? "never (fired)" : utc(j.next_fire_at, t, sizeof(t)));
+    printf("state        %s%s\n",
+           j.removed  ? (j.origin != NULL && strcmp(j.origin, "api") == 0
+                             ? "deleted (warren.delete_job; kept as history)"
+                             : "removed from the config (paused)")
+           : j.paused ? "paused"
+                      : "active",
+           j.paused_by_template ? " (by warren sync: its template was removed)" : "");
+    if (j.broken_reason != NULL)
+        printf("broken       since %s: %s\n", utc(j.broken_since, t, sizeof(t)), j.broken_reason);
+    if (j.note != NULL) {
+        printf("notes\n");
+        for (const char *p = j.note; *p;) {
+            const char *nl = strchr(p, '\n');
+            int len = nl ? (int)(nl - p) : (int)strlen(p);
+            printf("  %.*s\n", len, p);
+            p += len + (nl ? 1 : 0);
+        }
+    }
+    warren_ops_job_clear(&j);
+    return WARREN_EXIT_OK;
 }
 
 int cli_show(int argc, char **argv)
@@ -469,6 +529,12 @@ int cli_show(int argc, char **argv)
     }
     if ((code = open_store(given, &cfg, &st, &lg)) != WARREN_EXIT_OK)
         return code;
+    if (strchr(key, '@') == NULL) { /* run keys have one, job names cannot */
+        code = show_job(st, key);
+        warren_store_free(st);
+        warren_config_free(cfg);
+        return code;
+    }
     rc = warren_ops_show(st, key, &d, &err);
     if (rc != 0) {
         fprintf(stderr, "warren show: %s\n", err.message);

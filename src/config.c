@@ -34,6 +34,12 @@
 #define NAME_RULE                                                                                  \
     "allowed: letters, digits, '.', '_' and '-', starting with a letter or digit, at most 63 "     \
     "characters"
+/* Job names are longer (warren.jobs.name, migration 012): a tenant-scoped
+ * API job name such as usage-report.tenant-4711 needs the room. */
+#define JOB_NAME_MAX 200
+#define JOB_NAME_RULE                                                                              \
+    "allowed: letters, digits, '.', '_' and '-', starting with a letter or digit, at most 200 "    \
+    "characters"
 
 /* ---- names ---------------------------------------------------------------------------------- */
 
@@ -113,6 +119,23 @@ int warren_sched_kind_from_name(const char *s, warren_sched_kind *out)
         return WARREN_EINVAL;
     *out = (warren_sched_kind)i;
     return 0;
+}
+
+/* 1 if s can be a job name: [A-Za-z0-9][A-Za-z0-9._-]{0,199} (queue and
+ * handler names keep warren_name_valid's 63). */
+static int job_name_valid(const char *s)
+{
+    size_t n;
+
+    if (s == NULL || s[0] == '\0')
+        return 0;
+    for (n = 0; s[n] != '\0'; n++) {
+        char c = s[n];
+        int alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+        if ((!alnum && (n == 0 || (c != '.' && c != '_' && c != '-'))) || n >= JOB_NAME_MAX)
+            return 0;
+    }
+    return 1;
 }
 
 /* ---- diagnostics ---------------------------------------------------------------------------- */
@@ -979,6 +1002,16 @@ static void load_schedule(loader *L, const config_setting_t *job, const scope *j
                 which = k;
         }
     }
+    /* "template" is parsed before this (table order). */
+    if (j->is_template) {
+        if (n > 0)
+            report(L, found[which], jsc->who, kinds[which],
+                   "a template (template = true) has no schedule: its API jobs get theirs from "
+                   "warren.upsert_job; remove \"%s\" (or drop template = true to make this a "
+                   "scheduled job)",
+                   kinds[which]);
+        return;
+    }
     if (n == 0) {
         report(
             L, job, jsc->who, NULL,
@@ -1027,7 +1060,7 @@ static void load_schedule(loader *L, const config_setting_t *job, const scope *j
     }
     /* cron: the job name seeds H; an invalid name was already reported. */
     warren_cron *c = NULL;
-    if (warren_cron_parse(s, warren_name_valid(j->name) ? j->name : NULL, &c, &err) != 0) {
+    if (warren_cron_parse(s, job_name_valid(j->name) ? j->name : NULL, &c, &err) != 0) {
         /* name the expression unless the parser's message already quotes it */
         if (strstr(err.message, s) != NULL)
             report(L, found[which], jsc->who, "cron", "%s", err.message);
@@ -1108,7 +1141,8 @@ static void check_queue(loader *L, const config_setting_t *job, const scope *sc,
         report(L, job, sc->who, NULL,
                "setting \"queue\" is missing (the ready queue is warren.ready.<queue>; e.g. "
                "queue = \"default\")");
-    else if (status == 1 && j->queue != NULL && !warren_name_valid(j->queue))
+    else if (status == 1 && j->queue != NULL &&
+             (!warren_name_valid(j->queue) || strlen(j->queue) > 63))
         report(L, member(job, "queue"), sc->who, "queue", "%s cannot be used as a queue name (%s)",
                quote(q, sizeof(q), j->queue), NAME_RULE);
 }
@@ -1202,6 +1236,7 @@ static const warren__section handler_section = {"jobs.handler", handler_settings
 
 static const warren__setting job_settings[] = {
     SET_CUSTOM("name", NULL), /* parsed first by load_job: it names the job in every message */
+    SET_BOOL("template", warren_job, is_template, 0), /* before the schedule, which needs it */
     SET_CUSTOM("cron", load_schedule),
     SET_CUSTOM("every", NULL),
     SET_CUSTOM("at", NULL),
@@ -1220,6 +1255,8 @@ static const warren__setting job_settings[] = {
                  "warren.claim returns lease_seconds as an int", DUR_WHOLE_SECONDS, check_lease),
     SET_DURATION("timeout", warren_job, timeout_ms, MINUTES(30), 1, 0, NULL, 0, NULL),
     SET_BOOL("paused", warren_job, paused, 0),
+    SET_INT("max_running", warren_job, max_running, 0, 1, 1000000),
+    SET_INT("max_running_per_tenant", warren_job, max_running_per_tenant, 0, 1, 1000000),
 };
 static const warren__section job_section = {"jobs", job_settings, COUNT(job_settings), NULL};
 
@@ -1260,8 +1297,8 @@ static void load_job(loader *L, const config_setting_t *job, int index, warren_c
     } else if (get_string(L, job, &sc, "name", &s) == 1) {
         char qn[200];
         quote(qn, sizeof(qn), s);
-        if (!warren_name_valid(s))
-            report(L, ns, who, "name", "%s cannot be used as a job name (%s)", qn, NAME_RULE);
+        if (!job_name_valid(s))
+            report(L, ns, who, "name", "%s cannot be used as a job name (%s)", qn, JOB_NAME_RULE);
         snprintf(who, sizeof(who), "job %s", qn);
         j->name = dup_or_oom(L, s);
         const warren_job *first = j->name ? remember_name(L, cfg, index) : NULL;

@@ -35,8 +35,12 @@ static const char SQL_TRIGGER[] =
 static const char SQL_RUN_STATE[] =
     "SELECT run_key, state FROM warren.runs WHERE job = $1 AND scheduled_at = $2::timestamptz";
 
+/* An operator's pause or resume owns the job's state from then on: a
+ * template coming back to the config no longer resumes it (paused_by_template,
+ * docs/api-jobs.md). */
 static const char SQL_PAUSE_JOB[] =
-    "UPDATE warren.jobs SET paused = true, paused_at = now(), updated_at = now() "
+    "UPDATE warren.jobs SET paused = true, paused_at = now(), updated_at = now(), "
+    "paused_by_template = false "
     "WHERE name = $1 RETURNING (SELECT paused FROM warren.jobs WHERE name = $1)";
 
 /* Scheduled runs not yet due and not yet claimed: cancelled, so a published
@@ -48,7 +52,8 @@ static const char SQL_PAUSE_RUNS[] =
     "AND due_at > now()";
 
 static const char SQL_RESUME_JOB[] =
-    "UPDATE warren.jobs SET paused = false, paused_at = NULL, updated_at = now() "
+    "UPDATE warren.jobs SET paused = false, paused_at = NULL, updated_at = now(), "
+    "paused_by_template = false "
     "WHERE name = $1 RETURNING (SELECT paused FROM warren.jobs WHERE name = $1)";
 
 static const char SQL_RESUME_RUNS[] =
@@ -88,11 +93,29 @@ static const char SQL_JOBS[] =
     "CASE WHEN next_fire_at IS NULL OR NOT isfinite(next_fire_at) THEN NULL "
     "ELSE " US("next_fire_at") " END, next_fire_at = 'infinity', paused, removed, "
                                "broken_reason, " US("broken_since") ", " US(
-                                   "broken_retry_at") " FROM warren.jobs "
-                                                      "WHERE (NOT $1::boolean OR broken_reason IS "
-                                                      "NOT NULL) ORDER BY name "
-                                                      "LIMIT CASE WHEN $2::int > 0 THEN $2::int "
-                                                      "END";
+                                   "broken_retry_at") ", "
+                                                      "origin, template, tenant, note, "
+                                                      "created_by, is_template, "
+                                                      "paused_by_template, "
+                                                      "coalesce(max_running, 0), "
+                                                      "coalesce(max_running_per_tenant, "
+                                                      "0), " US("created_at") ", " US(
+                                                          "updated_at") " FROM warren.jobs "
+                                                                        "WHERE (NOT "
+                                                                        "$1::boolean OR "
+                                                                        "broken_reason IS NOT "
+                                                                        "NULL) "
+                                                                        "AND ($3::text IS NULL "
+                                                                        "OR template = $3) AND "
+                                                                        "($4::text IS NULL OR "
+                                                                        "tenant = $4) "
+                                                                        "AND ($5::text IS NULL "
+                                                                        "OR origin = $5) AND "
+                                                                        "($6::text IS NULL OR "
+                                                                        "name = $6) "
+                                                                        "ORDER BY name LIMIT "
+                                                                        "CASE WHEN $2::int > 0 "
+                                                                        "THEN $2::int END";
 
 static const char SQL_ATTEMPTS[] =
     "SELECT attempt, worker, outcome, error, started_at, finished_at FROM warren.attempts "
@@ -665,8 +688,15 @@ int warren_ops_show(warren_store *st, const char *run_key, warren_ops_run_detail
 
 /* ------------------------------------------------------------------- jobs */
 
-static void job_clear(warren_ops_job *j)
+void warren_ops_job_clear(warren_ops_job *j)
 {
+    if (j == NULL)
+        return;
+    free(j->origin);
+    free(j->template);
+    free(j->tenant);
+    free(j->note);
+    free(j->created_by);
     free(j->name);
     free(j->kind);
     free(j->expression);
@@ -682,7 +712,7 @@ void warren_ops_jobs_free(warren_ops_job *rows, size_t n)
     if (rows == NULL)
         return;
     for (size_t i = 0; i < n; i++)
-        job_clear(&rows[i]);
+        warren_ops_job_clear(&rows[i]);
     free(rows);
 }
 
@@ -692,7 +722,7 @@ int warren_ops_jobs(warren_store *st, const warren_ops_jobs_query *q, warren_ops
     static const warren_ops_jobs_query all = {0};
     PGresult *res = NULL;
     char lbuf[24];
-    const char *params[2];
+    const char *params[6];
     int rc, nt;
 
     *rows = NULL;
@@ -701,7 +731,11 @@ int warren_ops_jobs(warren_store *st, const warren_ops_jobs_query *q, warren_ops
         q = &all;
     params[0] = q->broken_only ? "true" : "false";
     params[1] = warren__store_int_param(q->limit > 0 ? q->limit : 0, lbuf, sizeof(lbuf));
-    rc = warren__store_exec(st, SQL_JOBS, 2, params, &res, "list jobs", err);
+    params[2] = q->template;
+    params[3] = q->tenant;
+    params[4] = q->origin;
+    params[5] = q->name;
+    rc = warren__store_exec(st, SQL_JOBS, 6, params, &res, "list jobs", err);
     if (rc != 0)
         return rc;
     nt = PQntuples(res);
@@ -724,9 +758,28 @@ int warren_ops_jobs(warren_store *st, const warren_ops_jobs_query *q, warren_ops
         j->broken_reason = dup_or_null(warren__store_get_text(res, i, 10));
         j->broken_since = get_us0(res, i, 11);
         j->broken_retry_at = get_us0(res, i, 12);
+        j->origin = dup_or_null(warren__store_get_text(res, i, 13));
+        if (!PQgetisnull(res, i, 14))
+            j->template = dup_or_null(warren__store_get_text(res, i, 14));
+        if (!PQgetisnull(res, i, 15))
+            j->tenant = dup_or_null(warren__store_get_text(res, i, 15));
+        if (!PQgetisnull(res, i, 16))
+            j->note = dup_or_null(warren__store_get_text(res, i, 16));
+        if (!PQgetisnull(res, i, 17))
+            j->created_by = dup_or_null(warren__store_get_text(res, i, 17));
+        warren__store_get_bool(res, i, 18, &j->is_template);
+        warren__store_get_bool(res, i, 19, &j->paused_by_template);
+        warren__store_get_int(res, i, 20, &j->max_running);
+        warren__store_get_int(res, i, 21, &j->max_running_per_tenant);
+        j->created_at = get_us0(res, i, 22);
+        j->updated_at = get_us0(res, i, 23);
         (*n)++;
         if (!j->name || !j->kind || !j->expression || !j->timezone || !j->queue || !j->misfire ||
-            (!PQgetisnull(res, i, 10) && j->broken_reason == NULL)) {
+            !j->origin || (!PQgetisnull(res, i, 10) && j->broken_reason == NULL) ||
+            (!PQgetisnull(res, i, 14) && j->template == NULL) ||
+            (!PQgetisnull(res, i, 15) && j->tenant == NULL) ||
+            (!PQgetisnull(res, i, 16) && j->note == NULL) ||
+            (!PQgetisnull(res, i, 17) && j->created_by == NULL)) {
             warren_ops_jobs_free(*rows, *n);
             *rows = NULL;
             *n = 0;
@@ -735,6 +788,27 @@ int warren_ops_jobs(warren_store *st, const warren_ops_jobs_query *q, warren_ops
         }
     }
     PQclear(res);
+    return 0;
+}
+
+int warren_ops_job_get(warren_store *st, const char *name, warren_ops_job *out, warren_error *err)
+{
+    warren_ops_jobs_query q = {0};
+    warren_ops_job *rows = NULL;
+    size_t n = 0;
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    q.name = name;
+    if ((rc = warren_ops_jobs(st, &q, &rows, &n, err)) != 0)
+        return rc;
+    if (n == 0)
+        return warren_error_set(err, WARREN_ENOENT,
+                                "no job \"%s\" in the database (config jobs come from `warren "
+                                "sync`, API jobs from warren.upsert_job; run keys have an '@')",
+                                name);
+    *out = rows[0];
+    free(rows);
     return 0;
 }
 

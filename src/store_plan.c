@@ -73,17 +73,20 @@ static const char SQL_LOCK_LEASES[] =
     "SELECT coalesce(array_agg(partition), '{}') FROM (SELECT partition FROM warren.planner_leases "
     "WHERE owner = $1 AND lease_until > now() FOR SHARE) l";
 
+/* coalesce(next_fire_at, '-infinity') (NULL: never planned, first) is the
+ * key of index jobs_due_at (015): the range bounds the scan, so a tick when
+ * nothing is due reads no job, however many there are. */
 static const char SQL_LOCK_DUE_JOBS[] =
     "SELECT " JOB_COLS
     ", " US("now()") " "
                      "FROM warren.jobs j "
                      "WHERE j.partition = ANY($1::int[]) AND NOT j.paused AND NOT j.removed "
-                     "AND (j.next_fire_at IS NULL OR j.next_fire_at <= now() + $2::bigint * "
-                     "interval '1 millisecond') "
+                     "AND coalesce(j.next_fire_at, '-infinity'::timestamptz) <= now() + "
+                     "$2::bigint * interval '1 millisecond' "
                      "AND (j.broken_retry_at IS NULL OR j.broken_retry_at <= now() "
                      "OR j.updated_at > j.broken_since) "
-                     "ORDER BY j.next_fire_at NULLS FIRST, j.name LIMIT $3::int "
-                     "FOR UPDATE OF j SKIP LOCKED";
+                     "ORDER BY coalesce(j.next_fire_at, '-infinity'::timestamptz), j.name "
+                     "LIMIT $3::int FOR UPDATE OF j SKIP LOCKED";
 
 static const char SQL_JOB_GET[] = "SELECT " JOB_COLS " FROM warren.jobs j WHERE j.name = $1";
 

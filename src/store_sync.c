@@ -1,6 +1,8 @@
 /* store_sync.c: `warren sync`: the config's jobs upserted into warren.jobs in
  * one transaction, with their planned runs following pause, resume, removal
- * and schedule changes. */
+ * and schedule changes. API jobs (origin 'api', docs/api-jobs.md) are never
+ * synced: sync only copies a changed template's settings to its API jobs,
+ * pauses those of a removed template and resumes them when it is back. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,15 +87,15 @@ static int jobs_document(const warren_config *cfg, int partitions, dbuf *b, warr
     warren__buf_puts(b, "[");
     for (size_t i = 0; i < cfg->njobs; i++) {
         const warren_job *j = &cfg->jobs[i];
-        if (j->name == NULL || j->queue == NULL || j->schedule == NULL)
+        if (j->name == NULL || j->queue == NULL || (j->schedule == NULL && !j->is_template))
             return warren_error_set(err, WARREN_EINVAL,
                                     "sync: job %zu (\"%s\") lacks a name, queue or schedule", i,
                                     j->name ? j->name : "");
         warren__buf_puts(b, i > 0 ? ",{" : "{");
         warren__buf_puts(b, "\"name\":");
         db_json_str(b, j->name);
-        db_key_str(b, "schedule_kind", warren_sched_kind_name(j->kind));
-        db_key_str(b, "expression", j->schedule);
+        db_key_str(b, "schedule_kind", j->is_template ? "none" : warren_sched_kind_name(j->kind));
+        db_key_str(b, "expression", j->is_template ? "" : j->schedule);
         db_key_str(b, "timezone", j->timezone ? j->timezone : "UTC");
         db_key_str(b, "queue", j->queue);
         warren__buf_puts(b, ",\"payload\":");
@@ -110,6 +112,14 @@ static int jobs_document(const warren_config *cfg, int partitions, dbuf *b, warr
         warren__buf_printf(b, ",\"timeout_ms\":%" PRId64, j->timeout_ms);
         warren__buf_printf(b, ",\"jitter_ms\":%" PRId64, j->jitter_ms);
         warren__buf_printf(b, ",\"paused\":%s", j->paused ? "true" : "false");
+        /* Written only when set: the hash of a job without them stays what
+         * it was before these settings existed (no spurious "changed"). */
+        if (j->is_template)
+            warren__buf_puts(b, ",\"is_template\":true");
+        if (j->max_running > 0)
+            warren__buf_printf(b, ",\"max_running\":%d", j->max_running);
+        if (j->max_running_per_tenant > 0)
+            warren__buf_printf(b, ",\"max_running_per_tenant\":%d", j->max_running_per_tenant);
         warren__buf_printf(b, ",\"partition\":%d}", warren_job_partition(j->name, partitions));
     }
     warren__buf_puts(b, "]");
@@ -135,6 +145,7 @@ static const char SYNC_STAGE_SQL[] =
     "  payload jsonb, handler jsonb, misfire text, max_catch_up int, overlap text,"
     "  retry_max_attempts int, retry_base_ms bigint, retry_cap_ms bigint, lease_ms bigint,"
     "  timeout_ms bigint, jitter_ms bigint, paused boolean, partition int, config_hash text,"
+    "  is_template boolean, max_running int, max_running_per_tenant int,"
     "  existed boolean NOT NULL DEFAULT false, old_paused boolean, old_removed boolean,"
     "  old_kind text, old_expr text, old_tz text, old_hash text,"
     "  resched boolean NOT NULL DEFAULT false"
@@ -143,14 +154,26 @@ static const char SYNC_STAGE_SQL[] =
 static const char SYNC_LOAD_SQL[] =
     "INSERT INTO warren_sync_cfg (name, schedule_kind, expression, timezone, queue, payload,"
     "    handler, misfire, max_catch_up, overlap, retry_max_attempts, retry_base_ms,"
-    "    retry_cap_ms, lease_ms, timeout_ms, jitter_ms, paused, partition, config_hash)"
-    "  SELECT r.*, md5((e - 'partition')::text)"
+    "    retry_cap_ms, lease_ms, timeout_ms, jitter_ms, paused, partition, config_hash,"
+    "    is_template, max_running, max_running_per_tenant)"
+    "  SELECT r.name, r.schedule_kind, r.expression, r.timezone, r.queue, r.payload, r.handler,"
+    "    r.misfire, r.max_catch_up, r.overlap, r.retry_max_attempts, r.retry_base_ms,"
+    "    r.retry_cap_ms, r.lease_ms, r.timeout_ms, r.jitter_ms, r.paused, r.partition,"
+    "    md5((e - 'partition')::text), coalesce(r.is_template, false), r.max_running,"
+    "    r.max_running_per_tenant"
     "  FROM jsonb_array_elements($1::jsonb) AS e,"
     "       jsonb_to_record(e) AS r(name text, schedule_kind text, expression text,"
     "         timezone text, queue text, payload jsonb, handler jsonb, misfire text,"
     "         max_catch_up int, overlap text, retry_max_attempts int, retry_base_ms bigint,"
     "         retry_cap_ms bigint, lease_ms bigint, timeout_ms bigint, jitter_ms bigint,"
-    "         paused boolean, partition int)";
+    "         paused boolean, partition int, is_template boolean, max_running int,"
+    "         max_running_per_tenant int)";
+
+/* A config job may not take the name of a live API job (that job is the
+ * application's: delete it with warren.delete_job first). */
+static const char SYNC_CLASH_SQL[] =
+    "SELECT c.name, j.template FROM warren_sync_cfg c JOIN warren.jobs j USING (name)"
+    " WHERE j.origin = 'api' AND NOT j.removed ORDER BY c.name LIMIT 1";
 
 /* What each job was before this sync (one snapshot, taken under the sync
  * lock): decides what happens to its not-yet-run runs below. */
@@ -174,10 +197,13 @@ static const char SYNC_UPSERT_SQL[] =
     "  INSERT INTO warren.jobs AS j (name, schedule_kind, expression, timezone, queue, payload,"
     "    handler, misfire, max_catch_up, overlap, retry_max_attempts, retry_base_ms,"
     "    retry_cap_ms, lease_ms, timeout_ms, jitter_ms, paused, paused_at, partition,"
-    "    config_hash)"
+    "    config_hash, is_template, max_running, max_running_per_tenant, next_fire_at,"
+    "    created_by)"
     "  SELECT name, schedule_kind, expression, timezone, queue, payload, handler, misfire,"
     "    max_catch_up, overlap, retry_max_attempts, retry_base_ms, retry_cap_ms, lease_ms,"
-    "    timeout_ms, jitter_ms, paused, CASE WHEN paused THEN now() END, partition, config_hash"
+    "    timeout_ms, jitter_ms, paused, CASE WHEN paused THEN now() END, partition, config_hash,"
+    "    is_template, max_running, max_running_per_tenant,"
+    "    CASE WHEN is_template THEN 'infinity'::timestamptz END, session_user"
     "  FROM warren_sync_cfg c"
     "  WHERE NOT EXISTS (SELECT 1 FROM warren.jobs o WHERE o.name = c.name"
     "                    AND NOT o.removed AND o.config_hash = c.config_hash"
@@ -201,7 +227,11 @@ static const char SYNC_UPSERT_SQL[] =
     "      ELSE now() END,"
     "    removed = false,"
     "    partition = EXCLUDED.partition,"
+    "    is_template = EXCLUDED.is_template, max_running = EXCLUDED.max_running,"
+    "    max_running_per_tenant = EXCLUDED.max_running_per_tenant,"
+    "    origin = 'config', template = NULL, tenant = NULL, paused_by_template = false,"
     "    next_fire_at = CASE"
+    "      WHEN EXCLUDED.is_template THEN 'infinity'::timestamptz"
     "      WHEN j.removed OR (j.schedule_kind, j.expression, j.timezone) IS DISTINCT FROM"
     "           (EXCLUDED.schedule_kind, EXCLUDED.expression, EXCLUDED.timezone)"
     "        THEN NULL ELSE j.next_fire_at END,"
@@ -279,7 +309,7 @@ static const char SYNC_REMOVE_SQL[] =
     "WITH rm AS ("
     "  UPDATE warren.jobs j SET removed = true, paused = true,"
     "    paused_at = CASE WHEN j.paused THEN j.paused_at ELSE now() END, updated_at = now()"
-    "  WHERE NOT j.removed"
+    "  WHERE NOT j.removed AND j.origin = 'config'"
     "    AND NOT EXISTS (SELECT 1 FROM warren_sync_cfg c WHERE c.name = j.name)"
     "  RETURNING j.name"
     "), cancelled AS ("
@@ -292,6 +322,99 @@ static const char SYNC_REMOVE_SQL[] =
                                                  "    AND r.due_at > now()"
                                                  ")"
                                                  "SELECT name FROM rm ORDER BY name";
+
+/* ---- API jobs (docs/api-jobs.md, "warren sync and API jobs") ---- */
+
+/* A changed template's settings reach its API jobs (queue, handler, misfire,
+ * overlap, retry, lease, timeout): what the template fixes. Only templates
+ * whose settings changed in this sync are looked at, and only API jobs whose
+ * copy differs are written: a sync that changes no template writes no API
+ * job. An API job's own fields (schedule, zone, payload, jitter, tenant,
+ * paused) are never touched. */
+static const char SYNC_API_PROPAGATE_SQL[] =
+    "UPDATE warren.jobs a SET queue = t.queue, handler = t.handler, misfire = t.misfire,"
+    "  max_catch_up = t.max_catch_up, overlap = t.overlap,"
+    "  retry_max_attempts = t.retry_max_attempts, retry_base_ms = t.retry_base_ms,"
+    "  retry_cap_ms = t.retry_cap_ms, lease_ms = t.lease_ms, timeout_ms = t.timeout_ms,"
+    "  updated_at = now()"
+    " FROM warren_sync_cfg c JOIN warren.jobs t ON t.name = c.name"
+    " WHERE c.is_template AND (NOT c.existed OR c.old_removed"
+    "                          OR c.old_hash IS DISTINCT FROM c.config_hash)"
+    "   AND a.template = t.name AND a.origin = 'api'"
+    "   AND (a.queue, a.handler, a.misfire, a.max_catch_up, a.overlap, a.retry_max_attempts,"
+    "        a.retry_base_ms, a.retry_cap_ms, a.lease_ms, a.timeout_ms)"
+    "       IS DISTINCT FROM (t.queue, t.handler, t.misfire, t.max_catch_up, t.overlap,"
+    "        t.retry_max_attempts, t.retry_base_ms, t.retry_cap_ms, t.lease_ms, t.timeout_ms)";
+
+/* A template removed from the config (or no longer a template): its active
+ * API jobs are paused, marked paused_by_template and noted, never deleted;
+ * their future unclaimed runs are cancelled as by a pause. API jobs the
+ * application had paused already stay as they are (and unmarked). */
+static const char SYNC_API_PAUSE_SQL[] =
+    "WITH p AS ("
+    "  UPDATE warren.jobs a SET paused = true, paused_at = now(), paused_by_template = true,"
+    "    updated_at = now(),"
+    "    note = warren.plan_note(a.note, format('paused at %s by warren sync: its template %s '"
+    "      || 'was removed from the config (or is no longer a template); it resumes when the '"
+    "      || 'template is back', warren.plan_utc(now()), a.template))"
+    "  FROM warren.jobs t WHERE t.name = a.template AND a.origin = 'api' AND NOT a.removed"
+    "    AND NOT a.paused AND (t.removed OR NOT t.is_template)"
+    "  RETURNING a.name"
+    "), c AS ("
+    "  UPDATE warren.runs r SET state = 'cancelled', finished_at = now(),"
+    "    note = " APPEND_NOTE(PAUSE_NOTE("its template was removed from the config; warren "
+                                         "sync")) ""
+                                                  "  FROM p WHERE r.job = p.name AND r.origin "
+                                                  "IN ('schedule', 'misfire')"
+                                                  "    AND r.state IN ('planned', 'published') "
+                                                  "AND r.due_at > now()"
+                                                  ")"
+                                                  "SELECT count(*) FROM p";
+
+/* The template is back: the API jobs its removal paused resume as by
+ * `warren resume` (the runs the pause cancelled are deleted, the cursor
+ * moves back to the first of them, the misfire policy applies). */
+static const char SYNC_API_RESUME_SQL[] =
+    "WITH t AS ("
+    "  SELECT a.name FROM warren.jobs a JOIN warren.jobs t ON t.name = a.template"
+    "  WHERE a.paused_by_template AND a.origin = 'api' AND NOT a.removed"
+    "    AND NOT t.removed AND t.is_template"
+    "), d AS ("
+    "  DELETE FROM warren.runs r USING t"
+    "  WHERE r.job = t.name AND r.state = 'cancelled' AND r.origin IN ('schedule', 'misfire')"
+    "    AND r.attempt = 0 AND r.note LIKE '%cancelled: job paused at %'"
+    "  RETURNING r.job, r.scheduled_at"
+    "), m AS (SELECT job, min(scheduled_at) AS first FROM d GROUP BY job)"
+    "UPDATE warren.jobs a SET paused = false, paused_at = NULL, paused_by_template = false,"
+    "  updated_at = now(), next_fire_at = LEAST(a.next_fire_at, m.first),"
+    "  note = warren.plan_note(a.note, format('resumed at %s by warren sync: its template %s '"
+    "    || 'is back in the config', warren.plan_utc(now()), a.template))"
+    " FROM t LEFT JOIN m ON m.job = t.name WHERE a.name = t.name";
+
+/* The partition count API jobs are placed by (warren.wp_job_partition):
+ * recorded for warren.upsert_job(s); a change moves the API jobs too (their
+ * placement, not one of their fields). $1 the count; returns the old one. */
+static const char SYNC_STATE_SQL[] =
+    "WITH o AS (SELECT partitions FROM warren.sync_state)"
+    "INSERT INTO warren.sync_state (id, partitions) VALUES (true, $1::int)"
+    " ON CONFLICT (id) DO UPDATE SET partitions = EXCLUDED.partitions, synced_at = now()"
+    " RETURNING (SELECT partitions FROM o)";
+
+static const char SYNC_API_REPARTITION_SQL[] =
+    "UPDATE warren.jobs SET partition = warren.wp_job_partition(name, $1::int)"
+    " WHERE origin = 'api' AND partition <> warren.wp_job_partition(name, $1::int)";
+
+static int count_of(PGresult *res)
+{
+    const char *s = PQntuples(res) == 1 ? PQgetvalue(res, 0, 0) : NULL;
+    return s != NULL ? atoi(s) : 0;
+}
+
+static int rows_of(PGresult *res)
+{
+    const char *s = PQcmdTuples(res);
+    return s != NULL && *s != '\0' ? atoi(s) : 0;
+}
 
 static int report_add(char ***arr, size_t *n, const char *name)
 {
@@ -370,8 +493,20 @@ int warren_store_sync(warren_store *st, const warren_config *cfg, warren_sync_re
                                        err);
     if (rc == 0)
         rc = warren__store_exec_simple(st, SYNC_SNAPSHOT_SQL, "read the jobs as they were", err);
+    if (rc == 0)
+        rc = warren__store_exec(st, SYNC_CLASH_SQL, 0, NULL, &res, "look for API job names", err);
     if (rc != 0)
         goto fail;
+    if (PQntuples(res) > 0) {
+        rc = warren_error_set(err, WARREN_EINVAL,
+                              "job \"%s\" of the config has the name of an API job (created from "
+                              "template \"%s\" by warren.upsert_job): rename the config job, or "
+                              "delete the API job first (SELECT warren.delete_job('%s'))",
+                              PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1), PQgetvalue(res, 0, 0));
+        goto fail;
+    }
+    PQclear(res);
+    res = NULL;
     rc = warren__store_exec(st, SYNC_UPSERT_SQL, 0, NULL, &res, "sync jobs into warren.jobs", err);
     if (rc != 0)
         goto fail;
@@ -410,6 +545,46 @@ int warren_store_sync(warren_store *st, const warren_config *cfg, warren_sync_re
         rc = warren_error_set(err, WARREN_ENOMEM, "out of memory");
         goto fail;
     }
+    {
+        char pb[24];
+        const char *pp[1] = {pb};
+        snprintf(pb, sizeof(pb), "%d", partitions);
+        rc = warren__store_exec(st, SYNC_STATE_SQL, 1, pp, &res, "record the partition count", err);
+        if (rc != 0)
+            goto fail;
+        int changed = PQgetisnull(res, 0, 0) || atoi(PQgetvalue(res, 0, 0)) != partitions;
+        PQclear(res);
+        res = NULL;
+        if (changed) {
+            rc = warren__store_exec(st, SYNC_API_REPARTITION_SQL, 1, pp, &res,
+                                    "move API jobs to the new partitions", err);
+            if (rc != 0)
+                goto fail;
+            PQclear(res);
+            res = NULL;
+        }
+    }
+    rc = warren__store_exec(st, SYNC_API_PROPAGATE_SQL, 0, NULL, &res,
+                            "copy changed templates to their API jobs", err);
+    if (rc != 0)
+        goto fail;
+    rep.api_updated = (size_t)rows_of(res);
+    PQclear(res);
+    res = NULL;
+    rc = warren__store_exec(st, SYNC_API_PAUSE_SQL, 0, NULL, &res,
+                            "pause the API jobs of removed templates", err);
+    if (rc != 0)
+        goto fail;
+    rep.api_paused = (size_t)count_of(res);
+    PQclear(res);
+    res = NULL;
+    rc = warren__store_exec(st, SYNC_API_RESUME_SQL, 0, NULL, &res,
+                            "resume the API jobs of templates back in the config", err);
+    if (rc != 0)
+        goto fail;
+    rep.api_resumed = (size_t)rows_of(res);
+    PQclear(res);
+    res = NULL;
     /* Delivered on commit: planners wake up and plan the new definitions. */
     rc = warren_store_notify(st, "sync", err);
     if (rc != 0)

@@ -35,6 +35,12 @@ static const struct {
     /* The application API (README, "Jobs from application code"). */
     {"warren.enqueue(text,text,timestamp with time zone,jsonb,text)", "warren_producer"},
     {"warren.enqueue_many(jsonb)", "warren_producer"},
+    /* API jobs (docs/api-jobs.md): the application's, through warren_producer. */
+    {"warren.delete_job(text)", "warren_producer"},
+    {"warren.pause_job(text)", "warren_producer"},
+    {"warren.resume_job(text)", "warren_producer"},
+    {"warren.upsert_job(text,text,jsonb)", "warren_producer"},
+    {"warren.upsert_jobs(jsonb)", "warren_producer"},
     /* The planner's and the operator's: their own connection (the owner). */
     {"warren.plan_note(text,text)", ""},
     {"warren.plan_utc(timestamp with time zone)", ""},
@@ -44,6 +50,17 @@ static const struct {
     {"warren.runs_fill_key()", ""},
     /* Internal helpers of the SECURITY DEFINER functions. */
     {"warren.wp_after_failure(text,text,text,text,text)", ""},
+    {"warren.wp_api_job(text,text,boolean)", ""},
+    {"warren.wp_api_job_error(jsonb)", ""},
+    {"warren.wp_api_job_ok(jsonb)", ""},
+    {"warren.wp_at_error(text)", ""},
+    {"warren.wp_cron_error(text)", ""},
+    {"warren.wp_duration_ms(text)", ""},
+    {"warren.wp_job_note(text,text)", ""},
+    {"warren.wp_job_partition(text,integer)", ""},
+    {"warren.wp_sched_text(text,text,text)", ""},
+    {"warren.wp_upsert_jobs(jsonb,text,boolean)", ""},
+    {"warren.wp_zone_known(text)", ""},
     {"warren.wp_backoff_ms(bigint,bigint,integer)", ""},
     {"warren.wp_check_batch(text,text[])", ""},
     {"warren.wp_check_worker(text,text)", ""},

@@ -39,33 +39,38 @@ int warren_overlap_from_name(const char *s, warren_overlap *out);
 int warren_sched_kind_from_name(const char *s, warren_sched_kind *out);
 
 typedef struct warren_job {
-    char *name;             /* [A-Za-z0-9][A-Za-z0-9._-]{0,62}: a queue/key component */
-    warren_sched_kind kind; /* exactly one of cron / every / at */
-    char *schedule;         /* the text as written: cron expression, "90s", or RFC 3339 */
+    char *name;             /* [A-Za-z0-9][A-Za-z0-9._-]{0,199}: a run-key component */
+    int is_template;        /* template = true: no schedule (kind unset, schedule NULL); API
+                               jobs are created from it (docs/api-jobs.md) */
+    warren_sched_kind kind; /* exactly one of cron / every / at (not for a template) */
+    char *schedule;         /* the text as written: cron expression, "90s", or RFC 3339;
+                               NULL for a template */
     int64_t every_ms;       /* kind EVERY */
     warren_us at;           /* kind AT */
     char *timezone;         /* IANA name; default "UTC" */
     char *queue;            /* required; ready queue is "warren.ready.<queue>" */
     char *payload_json;     /* compact JSON object; "{}" when absent */
     warren_handler_kind handler;
-    char **exec_argv;       /* HANDLER_EXEC: NULL-terminated argv (exec = "cmd" or ["cmd","a"]);
-                               an argv[0] with a '/' that is not absolute is made absolute
-                               relative to the config file's directory (bare names are left
-                               for PATH lookup; shell commands are left as written) */
-    int exec_shell;         /* HANDLER_EXEC with shell = true: argv[0] run by /bin/sh -c */
-    char *sql;              /* HANDLER_SQL */
-    char *c_handler;        /* HANDLER_C: registered name */
-    warren_misfire misfire; /* default run_once */
-    int max_catch_up;       /* catch_up cap; 0 = no cap */
-    warren_overlap overlap; /* default skip */
-    int64_t jitter_ms;      /* default 0 */
-    int retry_max_attempts; /* default 5 */
-    int64_t retry_base_ms;  /* default 10s */
-    int64_t retry_cap_ms;   /* default 10m */
-    int64_t lease_ms;       /* default 30s */
-    int64_t timeout_ms;     /* default 30m */
-    int paused;             /* default 0 */
-    char *file;             /* where it was defined (for messages; an @include'd file's path) */
+    char **exec_argv;           /* HANDLER_EXEC: NULL-terminated argv (exec = "cmd" or ["cmd","a"]);
+                                   an argv[0] with a '/' that is not absolute is made absolute
+                                   relative to the config file's directory (bare names are left
+                                   for PATH lookup; shell commands are left as written) */
+    int exec_shell;             /* HANDLER_EXEC with shell = true: argv[0] run by /bin/sh -c */
+    char *sql;                  /* HANDLER_SQL */
+    char *c_handler;            /* HANDLER_C: registered name */
+    warren_misfire misfire;     /* default run_once */
+    int max_catch_up;           /* catch_up cap; 0 = no cap */
+    warren_overlap overlap;     /* default skip */
+    int64_t jitter_ms;          /* default 0 */
+    int retry_max_attempts;     /* default 5 */
+    int64_t retry_base_ms;      /* default 10s */
+    int64_t retry_cap_ms;       /* default 10m */
+    int64_t lease_ms;           /* default 30s */
+    int64_t timeout_ms;         /* default 30m */
+    int paused;                 /* default 0 */
+    int max_running;            /* cap on its (and its API jobs') running runs; 0 = none */
+    int max_running_per_tenant; /* the same per tenant; 0 = none */
+    char *file;                 /* where it was defined (for messages; an @include'd file's path) */
     int line;
 } warren_job;
 

@@ -211,8 +211,12 @@ int warren_ops_grants(warren_store *st, const char *login, warren_ops_grant_row 
 /* Which jobs warren_ops_jobs lists. Zeroed (or NULL), every job; each field's
  * zero value means "any", so filters can be added without changing callers. */
 typedef struct warren_ops_jobs_query {
-    int broken_only; /* 1: only jobs the planner marked broken */
-    int limit;       /* at most this many; <= 0: all */
+    int broken_only;      /* 1: only jobs the planner marked broken */
+    int limit;            /* at most this many; <= 0: all */
+    const char *template; /* only API jobs made from this template (borrowed; NULL: any) */
+    const char *tenant;   /* only jobs of this tenant (borrowed; NULL: any) */
+    const char *origin;   /* "config" (config jobs and templates) or "api" (NULL: any) */
+    const char *name;     /* only this job (borrowed; NULL: any) */
 } warren_ops_jobs_query;
 
 /* One job (a row of warren.jobs) as an operator sees it. Strings are new;
@@ -229,6 +233,15 @@ typedef struct warren_ops_job {
      * (docs/delivery.md, "Broken jobs"). */
     char *broken_reason;
     warren_us broken_since, broken_retry_at;
+    /* Where it came from (docs/api-jobs.md): origin "config" (the config
+     * file; is_template 1 for a template) or "api" (made by
+     * warren.upsert_job from template). tenant, note (what happened to the
+     * job itself), created_by and template may be NULL. */
+    char *origin, *template, *tenant, *note, *created_by;
+    int is_template;
+    int paused_by_template;                  /* paused because its template was removed */
+    int max_running, max_running_per_tenant; /* caps; 0: none */
+    warren_us created_at, updated_at;
 } warren_ops_job;
 /* Clears each of the n rows, then frees the array; NULL allowed. */
 void warren_ops_jobs_free(warren_ops_job *rows, size_t n);
@@ -238,5 +251,13 @@ void warren_ops_jobs_free(warren_ops_job *rows, size_t n);
  * WARREN_ENOMEM, WARREN_EDB, WARREN_EDBCONN. */
 int warren_ops_jobs(warren_store *st, const warren_ops_jobs_query *q, warren_ops_job **rows,
                     size_t *n, warren_error *err);
+
+/* One job by name into *out (zeroed first; on success free its strings with
+ * warren_ops_job_clear).
+ * Errors: WARREN_ENOENT (no such job), WARREN_ENOMEM, WARREN_EDB,
+ * WARREN_EDBCONN. */
+int warren_ops_job_get(warren_store *st, const char *name, warren_ops_job *out, warren_error *err);
+/* Frees j's strings and zeroes it; NULL allowed. */
+void warren_ops_job_clear(warren_ops_job *j);
 
 #endif

@@ -100,6 +100,9 @@ typedef struct warren_sync_report {
     size_t nchanged;
     char **removed; /* in the database, not in the config: paused and marked removed */
     size_t nremoved;
+    size_t api_updated; /* API jobs given their changed template's settings */
+    size_t api_paused;  /* API jobs paused because their template was removed */
+    size_t api_resumed; /* API jobs resumed because their template is back */
 } warren_sync_report;
 void warren_sync_report_free(warren_sync_report *r);
 
@@ -127,6 +130,13 @@ void warren_sync_report_free(warren_sync_report *r);
  * deletes the runs the pause cancelled and moves next_fire_at back to the
  * first of them (the misfire policy then applies). Triggered and backfilled
  * runs stay.
+ * API jobs (origin 'api', docs/api-jobs.md) are not the config's: their own
+ * fields are never written. A template whose settings changed copies them
+ * (queue, handler, misfire, overlap, retry, lease, timeout) to its API jobs;
+ * a removed template pauses its active API jobs (noted, marked
+ * paused_by_template, runs cancelled as by a pause); a template back in the
+ * config resumes exactly those. A config job named like a live API job is an
+ * error (WARREN_EINVAL, nothing changed).
  * Two syncs at once serialise (WARREN_SYNC_LOCK_KEY). Errors: WARREN_EDB
  * (e.g. a value the schema rejects; nothing is changed), WARREN_EDBCONN. */
 int warren_store_sync(warren_store *st, const warren_config *cfg, warren_sync_report *report,

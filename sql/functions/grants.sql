@@ -73,3 +73,11 @@ GRANT EXECUTE ON FUNCTION warren.claim(text, text), warren.heartbeat(text, int),
 GRANT EXECUTE ON FUNCTION warren.enqueue(text, text, timestamptz, jsonb, text),
     warren.enqueue_many(jsonb)
     TO warren_producer;
+
+-- API jobs (docs/api-jobs.md, sql/functions/api_jobs.sql): an application
+-- creates, changes, pauses, resumes and deletes jobs made from a config
+-- template. Which jobs it may touch is checked inside each (API jobs only,
+-- never a config job or a template).
+GRANT EXECUTE ON FUNCTION warren.upsert_job(text, text, jsonb), warren.upsert_jobs(jsonb),
+    warren.delete_job(text), warren.pause_job(text), warren.resume_job(text)
+    TO warren_producer;

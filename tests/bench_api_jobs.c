@@ -1,0 +1,404 @@
+/* bench_api_jobs: API jobs at scale (issue 16), one JSON line per figure.
+ *
+ *   eval "$(tests/servers.sh start)"
+ *   build/tests/bench_api_jobs [--jobs N] [--small N] [--batch B] [--planners P]
+ *
+ * Defaults: 1,000,000 jobs, the small size 10,000, batches of 10,000, 3
+ * planners. Phases, each a JSON line (with /proc/loadavg at its end):
+ *  - create: N API jobs from one template through warren.upsert_jobs from
+ *    one client (one call, autocommitted, per batch), hourly cron
+ *    expressions (a minute each) in 10 zones, jitter 5m, a tenant each;
+ *    jobs per second and the database size per job (warren.jobs with its
+ *    indexes), measured after the first `small` jobs and again after all N;
+ *  - materialise: one planner (in a child process, so RSS is the
+ *    planner's) with horizon 2h plans every job (2 runs each): runs per second of
+ *    materialising, peak RSS, database size per run;
+ *  - idle tick: the same planner ticking when nothing is due: mean and
+ *    max time of one tick, at `small` jobs and at N jobs;
+ *  - planners: the cursors reset and the runs deleted, P planners (child
+ *    processes) plan all N jobs together: the partitions each owned, the
+ *    runs each inserted, the time until the horizon was filled (no job left
+ *    with a cursor inside it).
+ * The relay stays out of the way (lead = x-expires / 2 = 1 s). */
+#include <libpq-fe.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <warren/broker.h>
+#include <warren/config.h>
+#include <warren/planner.h>
+#include <warren/store.h>
+
+#include "testenv.h"
+
+static const char *const ZONES[] = {"Europe/Berlin",    "America/New_York",  "Asia/Tokyo",
+                                    "Australia/Sydney", "Europe/London",     "America/Chicago",
+                                    "Asia/Kolkata",     "America/Sao_Paulo", "Africa/Cairo",
+                                    "Pacific/Auckland"};
+
+static int64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void loadavg(char *buf, size_t len)
+{
+    FILE *f = fopen("/proc/loadavg", "r");
+    double a = 0, b = 0, c = 0;
+    if (f != NULL) {
+        if (fscanf(f, "%lf %lf %lf", &a, &b, &c) != 3)
+            a = b = c = -1;
+        fclose(f);
+    }
+    snprintf(buf, len, "[%.2f, %.2f, %.2f]", a, b, c);
+}
+
+static long rss_peak_kib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = -1;
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+        if (strncmp(line, "VmHWM:", 6) == 0)
+            kib = atol(line + 6);
+    if (f != NULL)
+        fclose(f);
+    return kib;
+}
+
+static void die(const char *what, const char *msg)
+{
+    fprintf(stderr, "bench_api_jobs: %s: %s\n", what, msg ? msg : "");
+    exit(1);
+}
+
+static long long sql_ll(const char *db, const char *q)
+{
+    char *v = testenv_sql1(db, q);
+    long long n = v ? atoll(v) : -1;
+    free(v);
+    return n;
+}
+
+static warren_config planner_config(void)
+{
+    warren_config c;
+    memset(&c, 0, sizeof(c));
+    c.planner.horizon_ms = 7200000; /* hourly crons: 2 runs a job */
+    c.planner.tick_ms = 1000;
+    c.planner.misfire_threshold_ms = 60000;
+    c.planner.reconcile_grace_ms = 600000;
+    c.planner.partitions = 64;
+    c.planner.publish_batch = 500;
+    c.planner.delay_queue_expires_ms = 2000; /* relay lead 1 s: out of the way */
+    return c;
+}
+
+/* The template, synced as `warren sync` would. */
+static void sync_template(const char *db)
+{
+    char path[] = "/tmp/bench_api_jobs_XXXXXX.cfg";
+    int fd = mkstemps(path, 4);
+    FILE *f = fdopen(fd, "w");
+    warren_config *cfg = NULL;
+    warren_store *st = NULL;
+    warren_error err = {0};
+    fprintf(f, "planner = { partitions = 64; };\n"
+               "jobs = ( { name = \"usage-report\"; template = true; queue = \"b\";\n"
+               "           payload = { kind = \"usage\"; }; max_running_per_tenant = 2; } );\n");
+    fclose(f);
+    if (warren_config_load(path, &cfg, NULL, &err) != 0)
+        die("config", err.message);
+    unlink(path);
+    if (warren_store_open(db, NULL, &st, &err) != 0 || warren_store_sync(st, cfg, NULL, &err) != 0)
+        die("sync", err.message);
+    warren_store_free(st);
+    warren_config_free(cfg);
+}
+
+/* Jobs [from, to) in batches of batch through warren.upsert_jobs; returns the
+ * seconds it took. */
+static double create_jobs(PGconn *c, long from, long to, long batch)
+{
+    size_t cap = (size_t)batch * 200 + 64;
+    char *doc = malloc(cap);
+    int64_t t0 = mono_us();
+    for (long i = from; i < to; i += batch) {
+        size_t len = 0;
+        long end = i + batch < to ? i + batch : to;
+        len += (size_t)snprintf(doc + len, cap - len, "[");
+        for (long k = i; k < end; k++)
+            len += (size_t)snprintf(doc + len, cap - len,
+                                    "%s{\"name\":\"usage-report.tenant-%ld\",\"template\":"
+                                    "\"usage-report\",\"cron\":\"%ld * * * *\",\"timezone\":"
+                                    "\"%s\",\"jitter\":\"5m\",\"tenant\":\"tenant-%ld\"}",
+                                    k > i ? "," : "", k, k % 60, ZONES[k % 10], k);
+        snprintf(doc + len, cap - len, "]");
+        const char *p[1] = {doc};
+        int64_t b0 = mono_us();
+        PGresult *r = PQexecParams(c, "SELECT count(*) FROM warren.upsert_jobs($1::jsonb)", 1, NULL,
+                                   p, NULL, NULL, 0);
+        if (PQresultStatus(r) != PGRES_TUPLES_OK)
+            die("upsert_jobs", PQerrorMessage(c));
+        PQclear(r);
+        if (getenv("BENCH_VERBOSE") != NULL)
+            fprintf(stderr, "batch %ld-%ld: %.3f s\n", i, end, (mono_us() - b0) / 1e6);
+    }
+    free(doc);
+    return (mono_us() - t0) / 1e6;
+}
+
+static void print_create(const char *db, long n, long batch, double s)
+{
+    char la[64];
+    long long bytes = sql_ll(db, "SELECT pg_total_relation_size('warren.jobs')");
+    loadavg(la, sizeof(la));
+    printf("{\"bench\": \"api_jobs_create\", \"jobs\": %ld, \"batch\": %ld, \"seconds\": %.2f, "
+           "\"jobs_per_s\": %.0f, \"jobs_table_bytes_per_job\": %.0f, \"clients\": 1, "
+           "\"zones\": 10, \"loadavg\": %s}\n",
+           n, batch, s, n / s, (double)bytes / (double)n, la);
+    fflush(stdout);
+}
+
+/* In a child: one planner plans until a tick inserts nothing, then ticks
+ * idle `idle` times; prints materialise and idle-tick lines. */
+static void one_planner(const char *db, const char *amqp, long jobs, int idle, int materialise)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        warren_config c = planner_config();
+        warren_planner *p = NULL;
+        warren_error err = {0};
+        warren_planner_stats s;
+        char la[64];
+        int64_t t0 = mono_us(), worst = 0, sum = 0;
+        if (warren_planner_new(&c, db, amqp, NULL, &p, &err) != 0)
+            die("planner", err.message);
+        for (;;) {
+            uint64_t before;
+            warren_planner_stats_get(p, &s);
+            before = s.runs_inserted;
+            if (warren_planner_tick(p, &err) != 0)
+                die("tick", err.message);
+            warren_planner_stats_get(p, &s);
+            /* the backlog is planned: what is left is the steady trickle of
+             * fire times coming into the horizon (hourly jobs: jobs/3600 a
+             * second), at most jobs/1000 runs a tick */
+            if (s.ticks > 1 && s.runs_inserted - before <= (uint64_t)jobs / 1000 + 10)
+                break;
+        }
+        int64_t t1 = mono_us();
+        loadavg(la, sizeof(la));
+        if (materialise) {
+            long long rb = sql_ll(db, "SELECT pg_total_relation_size('warren.runs')");
+            long long nr = sql_ll(db, "SELECT count(*) FROM warren.runs");
+            printf("{\"bench\": \"api_jobs_materialise\", \"jobs\": %ld, \"runs\": %llu, "
+                   "\"materialise_s\": %.2f, \"runs_per_s\": %.0f, \"wall_s\": %.2f, "
+                   "\"rss_peak_mib\": %.1f, \"runs_table_bytes_per_run\": %.0f, \"horizon\": "
+                   "\"2h\", \"partitions\": 64, \"loadavg\": %s}\n",
+                   jobs, (unsigned long long)s.runs_inserted, s.materialise_us / 1e6,
+                   s.materialise_us ? s.runs_inserted / (s.materialise_us / 1e6) : 0.0,
+                   (t1 - t0) / 1e6, rss_peak_kib() / 1024.0, nr > 0 ? (double)rb / nr : 0.0, la);
+            fflush(stdout);
+        }
+        /* Nothing due: a planner with a 10 min horizon, while every cursor is
+         * at least 2 h minus the materialising time ahead. */
+        warren_planner_release(p, &err);
+        warren_planner_free(p);
+        c.planner.horizon_ms = 600000;
+        if (warren_planner_new(&c, db, amqp, NULL, &p, &err) != 0)
+            die("planner", err.message);
+        if (warren_planner_tick(p, &err) != 0) /* leases taken */
+            die("tick", err.message);
+        warren_planner_stats_get(p, &s);
+        uint64_t planned_before_idle = s.runs_inserted;
+        for (int i = 0; i < idle; i++) {
+            int64_t a = mono_us();
+            if (warren_planner_tick(p, &err) != 0)
+                die("tick", err.message);
+            int64_t d = mono_us() - a;
+            sum += d;
+            if (d > worst)
+                worst = d;
+        }
+        warren_planner_stats_get(p, &s);
+        loadavg(la, sizeof(la));
+        printf("{\"bench\": \"api_jobs_idle_tick\", \"jobs\": %ld, \"ticks\": %d, \"horizon\": "
+               "\"10m\", "
+               "\"tick_mean_ms\": %.2f, \"tick_max_ms\": %.2f, \"runs_inserted_while_idle\": %llu, "
+               "\"rss_peak_mib\": %.1f, \"loadavg\": %s}\n",
+               jobs, idle, sum / 1000.0 / idle, worst / 1000.0,
+               (unsigned long long)(s.runs_inserted - planned_before_idle), rss_peak_kib() / 1024.0,
+               la);
+        fflush(stdout);
+        warren_planner_release(p, &err);
+        warren_planner_free(p);
+        _exit(0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        die("planner child", "failed");
+}
+
+static volatile sig_atomic_t stop_flag;
+static void on_term(int sig)
+{
+    (void)sig;
+    stop_flag = 1;
+}
+
+/* Every API job unplanned again (bench databases only). */
+static void reset(const char *db)
+{
+    if (testenv_psql(db,
+                     "TRUNCATE warren.runs; UPDATE warren.jobs SET next_fire_at = NULL "
+                     "WHERE origin = 'api'; DELETE FROM warren.planner_leases; "
+                     "DELETE FROM warren.planners",
+                     NULL) < 0 ||
+        testenv_psql(db, "VACUUM ANALYZE warren.jobs", NULL) < 0)
+        die("reset", "");
+}
+
+/* P planners (children running warren_planner_run) plan all jobs anew; the
+ * parent polls until the horizon is filled: at most jobs/1000 jobs left with
+ * a cursor inside it (the fire times that keep coming into it, jobs/3600 a
+ * second for hourly jobs, wait for the next tick). */
+static void many_planners(const char *db, const char *amqp, long jobs, int np)
+{
+    pid_t pids[16];
+    char la[64];
+    if (testenv_psql(db,
+                     "DELETE FROM warren.runs; UPDATE warren.jobs SET next_fire_at = NULL "
+                     "WHERE origin = 'api'; DELETE FROM warren.planner_leases; "
+                     "DELETE FROM warren.planners",
+                     NULL) < 0)
+        die("reset", "");
+    int64_t t0 = mono_us();
+    for (int i = 0; i < np; i++) {
+        pids[i] = fork();
+        if (pids[i] == 0) {
+            warren_config c = planner_config();
+            warren_planner *p = NULL;
+            warren_error err = {0};
+            warren_planner_stats s;
+            signal(SIGTERM, on_term);
+            if (warren_planner_new(&c, db, amqp, NULL, &p, &err) != 0)
+                die("planner", err.message);
+            char id[64];
+            snprintf(id, sizeof(id), "bench-planner-%d", i);
+            warren_planner_set_id(p, id, &err);
+            warren_planner_run(p, &stop_flag, &err);
+            warren_planner_stats_get(p, &s);
+            printf("{\"bench\": \"api_jobs_planner\", \"planner\": %d, \"runs_inserted\": %llu, "
+                   "\"partitions_owned\": %d, \"ticks\": %llu, \"rss_peak_mib\": %.1f}\n",
+                   i, (unsigned long long)s.runs_inserted, s.partitions_owned,
+                   (unsigned long long)s.ticks, rss_peak_kib() / 1024.0);
+            fflush(stdout);
+            warren_planner_release(p, &err);
+            warren_planner_free(p);
+            _exit(0);
+        }
+    }
+    long long left = -1, owners = 0;
+    int64_t filled = 0;
+    for (int i = 0; i < 3600 * 5; i++) {
+        usleep(200000);
+        left = sql_ll(db, "SELECT count(*) FROM warren.jobs WHERE origin = 'api' AND NOT paused "
+                          "AND (next_fire_at IS NULL OR next_fire_at <= now() + interval '2 "
+                          "hour')");
+        if (left >= 0 && left <= jobs / 1000) {
+            filled = mono_us() - t0;
+            break;
+        }
+    }
+    owners = sql_ll(db, "SELECT count(DISTINCT owner) FROM warren.planner_leases WHERE "
+                        "lease_until > now()");
+    for (int i = 0; i < np; i++)
+        kill(pids[i], SIGTERM);
+    for (int i = 0; i < np; i++)
+        waitpid(pids[i], NULL, 0);
+    loadavg(la, sizeof(la));
+    printf("{\"bench\": \"api_jobs_planners\", \"planners\": %d, \"jobs\": %ld, \"runs\": %lld, "
+           "\"horizon_filled_s\": %.2f, \"jobs_left_in_horizon\": %lld, \"lease_owners\": %lld, "
+           "\"horizon\": \"2h\", "
+           "\"loadavg\": %s}\n",
+           np, jobs, sql_ll(db, "SELECT count(*) FROM warren.runs"), filled / 1e6, left, owners,
+           la);
+    fflush(stdout);
+}
+
+int main(int argc, char **argv)
+{
+    long jobs = 1000000, small = 10000, batch = 10000;
+    int planners = 3;
+    const char *reuse = NULL; /* a database an earlier run filled: planning phases only */
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--jobs") == 0 && i + 1 < argc)
+            jobs = atol(argv[++i]);
+        else if (strcmp(argv[i], "--small") == 0 && i + 1 < argc)
+            small = atol(argv[++i]);
+        else if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc)
+            batch = atol(argv[++i]);
+        else if (strcmp(argv[i], "--planners") == 0 && i + 1 < argc)
+            planners = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--db") == 0 && i + 1 < argc)
+            reuse = argv[++i];
+        else {
+            fprintf(stderr, "usage: bench_api_jobs [--jobs N] [--small N] [--batch B] "
+                            "[--planners P] [--db URL-of-an-earlier-run]\n");
+            return 2;
+        }
+    }
+    if (small > jobs)
+        small = jobs;
+    if (planners < 1 || planners > 16 || batch < 1 || jobs < 1)
+        die("arguments", "planners 1-16, batch and jobs >= 1");
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    char *db = reuse ? strdup(reuse) : testenv_db_migrated(), *amqp = testenv_vhost();
+    {
+        static const char *const queues[] = {"b"};
+        warren_broker *b = NULL;
+        warren_error err = {0};
+        if (warren_broker_open(amqp, NULL, &b, &err) != 0 ||
+            warren_broker_topology(b, queues, 1, 5, &err) != 0)
+            die("topology", err.message);
+        warren_broker_free(b);
+    }
+    fprintf(stderr, "bench_api_jobs: database %s\n", db);
+    if (reuse != NULL) {
+        jobs = sql_ll(db, "SELECT count(*) FROM warren.jobs WHERE origin = 'api'");
+        reset(db);
+        one_planner(db, amqp, jobs, 20, 1);
+        many_planners(db, amqp, jobs, planners);
+        free(db);
+        free(amqp);
+        return 0;
+    }
+    sync_template(db);
+    PGconn *c = PQconnectdb(db);
+    if (PQstatus(c) != CONNECTION_OK)
+        die("connect", PQerrorMessage(c));
+    double s = create_jobs(c, 0, small, batch);
+    print_create(db, small, batch, s);
+    testenv_psql(db, "ANALYZE warren.jobs", NULL);
+    one_planner(db, amqp, small, 20, 0);
+    if (jobs > small) {
+        s += create_jobs(c, small, jobs, batch);
+        print_create(db, jobs, batch, s);
+        testenv_psql(db, "VACUUM ANALYZE warren.jobs", NULL);
+        one_planner(db, amqp, jobs, 20, 1);
+    }
+    PQfinish(c);
+    many_planners(db, amqp, jobs, planners);
+    free(db);
+    free(amqp);
+    return 0;
+}
