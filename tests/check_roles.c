@@ -41,6 +41,10 @@ static const struct {
     /* Internal helpers of the SECURITY DEFINER functions. */
     {"warren.wp_after_failure(text,text,text,text,text)", ""},
     {"warren.wp_backoff_ms(bigint,bigint,integer)", ""},
+    {"warren.wp_cap_label(text)", ""},
+    {"warren.wp_cap_lock(text,text,integer,integer)", ""},
+    {"warren.wp_cap_release(text,text)", ""},
+    {"warren.wp_cap_release_all(integer)", ""},
     {"warren.wp_check_batch(text,text[])", ""},
     {"warren.wp_check_worker(text,text)", ""},
     {"warren.wp_claim(text,text,boolean)", ""},

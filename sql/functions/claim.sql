@@ -80,6 +80,12 @@ DECLARE
     st text;
     due timestamptz;
     q text;
+    mr int;
+    mrt int;
+    cg text;
+    ct text;
+    held bigint;
+    wline text;
 BEGIN
     IF k IS NULL THEN
         RAISE EXCEPTION 'warren.claim: run_key and worker are required' USING ERRCODE = '22023';
@@ -93,6 +99,9 @@ BEGIN
     SELECT rr.state, rr.due_at, jb.queue INTO st, due, q
       FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job WHERE rr.run_key = k;
     PERFORM warren.wp_require_queue('warren.claim', k, q);
+    IF st = 'waiting' THEN
+        RETURN; -- held back by a cap (caps.sql): released by a completion, not by a message
+    END IF;
     IF st IN ('planned', 'published', 'retrying') AND due > clock_timestamp() THEN
         IF NOT may_wait THEN
             RETURN; -- not due (claim_many waited for the keys due within 1 s)
@@ -137,6 +146,9 @@ BEGIN
             PERFORM warren.wp_after_failure(k, 'lease_lost', r.last_error, w,
                 format('lease of attempt %s (worker %s) expired at %s', r.attempt,
                        r.lease_owner, warren.wp_utc_ms(r.lease_until)));
+            IF r.cap_group IS NOT NULL THEN
+                PERFORM warren.wp_cap_release(r.cap_group, r.cap_tenant); -- its slot is free
+            END IF;
             RETURN;
         END IF;
         PERFORM warren.wp_event(r, 'lease_lost', NULL, r.lease_owner);
@@ -219,11 +231,64 @@ BEGIN
         END IF;
     END IF;
 
+    -- Caps (caps.sql): the group's caps, its lock after every row lock and
+    -- the overlap lock, then a count that sees every committed claim. Over a
+    -- cap the run waits: no row, and the message is acknowledged; a
+    -- completion of the group releases it in due order.
+    cg := coalesce(j.template, j.name);
+    IF j.template IS NULL THEN
+        mr := j.max_running;
+        mrt := j.max_running_per_tenant;
+    ELSE
+        SELECT gj.max_running, gj.max_running_per_tenant INTO mr, mrt
+          FROM warren.jobs gj WHERE gj.name = j.template;
+    END IF;
+    IF mr IS NOT NULL OR mrt IS NOT NULL THEN
+        ct := coalesce(r.tenant, j.tenant, '');
+        PERFORM warren.wp_cap_lock(cg, ct, mr, mrt);
+        IF mr IS NOT NULL THEN
+            SELECT count(*) INTO held FROM warren.runs o
+             WHERE o.cap_group = cg AND o.run_key <> k
+               AND (o.state = 'running'
+                    OR (o.cap_released_at IS NOT NULL AND o.state IN ('planned', 'published')));
+            IF held >= mr THEN
+                wline := format('waiting: %s of max_running %s running (%s)', held, mr,
+                                warren.wp_cap_label(cg));
+            END IF;
+        END IF;
+        IF wline IS NULL AND mrt IS NOT NULL THEN
+            SELECT count(*) INTO held FROM warren.runs o
+             WHERE o.cap_group = cg AND o.cap_tenant = ct AND o.run_key <> k
+               AND (o.state = 'running'
+                    OR (o.cap_released_at IS NOT NULL AND o.state IN ('planned', 'published')));
+            IF held >= mrt THEN
+                wline := format('waiting: tenant %s has %s of max_running_per_tenant %s running (%s)',
+                                CASE WHEN ct = '' THEN '(none)' ELSE ct END, held, mrt,
+                                warren.wp_cap_label(cg));
+            END IF;
+        END IF;
+        IF wline IS NOT NULL THEN
+            IF r.state = 'running' THEN
+                -- a takeover (its lease ran out) finding the cap lowered: the
+                -- lost attempt is closed above; the run waits like the others
+                UPDATE warren.runs rr SET lease_owner = NULL, lease_until = NULL
+                 WHERE rr.run_key = k;
+            END IF;
+            UPDATE warren.runs rr
+               SET state = 'waiting', cap_group = cg, cap_tenant = ct, cap_released_at = NULL,
+                   note = warren.wp_note(rr.note, wline || ' at ' || warren.wp_utc_ms(t0))
+             WHERE rr.run_key = k;
+            RETURN;
+        END IF;
+    ELSE
+        cg := NULL;
+    END IF;
+
     UPDATE warren.runs rr
        SET state = 'running', attempt = rr.attempt + 1, lease_owner = w,
            lease_login = session_user, lease_ms = j.lease_ms,
            lease_until = t0 + make_interval(secs => j.lease_ms / 1000.0),
-           started_at = t0
+           started_at = t0, cap_group = cg, cap_tenant = ct, cap_released_at = NULL
      WHERE rr.run_key = k
     RETURNING * INTO r;
     INSERT INTO warren.attempts (run_key, attempt, worker, login, started_at)
@@ -250,9 +315,10 @@ LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT * FROM warren.wp_claim($1, $2, true) $fn$;
 COMMENT ON FUNCTION warren.claim(text, text) IS
     'Claims a run for worker: one row (attempt = fencing token, lease from the claim) or none '
-    'when the run is finished, unknown, leased by a live worker, due more than 15 s ahead, or '
-    'held back by the job''s overlap policy (skip, queue, cancel_previous). A run due within '
-    '15 s is waited for: the claim returns when it is due';
+    'when the run is finished, unknown, leased by a live worker, due more than 15 s ahead, '
+    'held back by the job''s overlap policy (skip, queue, cancel_previous), or over a cap of its '
+    'template (max_running, max_running_per_tenant: then waiting until a slot is free). A run '
+    'due within 15 s is waited for: the claim returns when it is due';
 
 -- ------------------------------------------------------------ batch claim
 
@@ -328,7 +394,7 @@ BEGIN
         PERFORM warren.wp_wait_until(due); -- at most 1 s: no wait slot (access.sql)
     END IF;
     t0 := clock_timestamp(); -- the claim's time, after the wait (now() is the call's start)
-    -- Fast path: fresh runs of jobs without an overlap check. Rows are locked
+    -- Fast path: fresh runs of jobs without an overlap check or a cap. Rows are locked
     -- in physical order (the TID scan sorts), the same order in every batch.
     -- A row updated since its TID was read fails the recheck and goes to the
     -- full path below.
@@ -342,7 +408,18 @@ BEGIN
                    (SELECT jb.lease_ms FROM warren.jobs jb WHERE jb.name = rr.job) / 1000.0),
                started_at = t0
          WHERE rr.ctid = ANY (tids)
-           AND (SELECT jb.overlap FROM warren.jobs jb WHERE jb.name = rr.job) = 'allow'
+           -- no overlap check and no cap (caps.sql): a config job's caps are
+           -- on its own row, read with its overlap; an API job's on its
+           -- template's, one more probe
+           AND (SELECT CASE WHEN jb.overlap <> 'allow' THEN false
+                            WHEN jb.template IS NULL
+                            THEN jb.max_running IS NULL AND jb.max_running_per_tenant IS NULL
+                            ELSE NOT EXISTS (SELECT 1 FROM warren.jobs gj
+                                              WHERE gj.name = jb.template
+                                                AND (gj.max_running IS NOT NULL
+                                                     OR gj.max_running_per_tenant IS NOT NULL))
+                       END
+                  FROM warren.jobs jb WHERE jb.name = rr.job)
            AND rr.state IN ('planned', 'published', 'retrying') AND rr.due_at <= t0
            -- the grant again, in the statement that claims (access.sql): a
            -- run inserted or a job moved since `bad` was computed

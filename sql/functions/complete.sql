@@ -38,6 +38,9 @@ BEGIN
         UPDATE warren.attempts a SET finished_at = now(), outcome = o, error = err
          WHERE a.run_key = k AND a.attempt = fence;
         PERFORM warren.wp_event(r, 'succeeded', err, r.lease_owner);
+        IF r.cap_group IS NOT NULL THEN
+            PERFORM warren.wp_cap_release(r.cap_group, r.cap_tenant); -- caps.sql
+        END IF;
         RETURN true;
     END IF;
     SELECT * INTO r FROM warren.runs rr WHERE rr.run_key = k FOR UPDATE;
@@ -48,6 +51,9 @@ BEGIN
     UPDATE warren.attempts a SET finished_at = now(), outcome = o, error = err
      WHERE a.run_key = k AND a.attempt = fence;
     PERFORM warren.wp_after_failure(k, o, coalesce(err, o), r.lease_owner, NULL);
+    IF r.cap_group IS NOT NULL THEN
+        PERFORM warren.wp_cap_release(r.cap_group, r.cap_tenant); -- caps.sql
+    END IF;
     RETURN true;
 END
 $fn$;
@@ -73,6 +79,10 @@ AS $fn$
 DECLARE
     priv boolean := warren.wp_privileged();
     bad text[];
+    ks text[];
+    recs boolean[];
+    groups text[];
+    tenants text[];
 BEGIN
     IF coalesce(array_length(complete_many.run_keys, 1), 0)
        <> coalesce(array_length(complete_many.attempts, 1), 0) THEN
@@ -83,9 +93,12 @@ BEGIN
     -- Keys of queues the login is not granted are not recorded (access.sql).
     bad := CASE WHEN priv THEN '{}'
                 ELSE warren.wp_ungranted('warren.complete_many', complete_many.run_keys) END;
-    RETURN QUERY
+    -- The answer is collected first: the runs of capped groups that
+    -- succeeded release their groups' waiting runs afterwards (caps.sql), in
+    -- a statement of their own (after the cap lock, with a fresh snapshot).
     WITH t AS (
-        SELECT * FROM unnest(complete_many.run_keys, complete_many.attempts) AS t(k, a)
+        SELECT * FROM unnest(complete_many.run_keys, complete_many.attempts)
+                      WITH ORDINALITY AS t(k, a, i)
     ), u AS (
         -- Driven by the keys, one runs_run_key probe each. `state || ''`
         -- keeps the planner off the partial index runs_running_job: its
@@ -98,7 +111,8 @@ BEGIN
          WHERE rr.run_key = tk.k AND rr.attempt = tk.a AND rr.state || '' = 'running'
            AND (priv OR rr.lease_login IS NULL OR rr.lease_login = session_user)
            AND NOT (tk.k = ANY (bad))
-        RETURNING rr.run_key, rr.job, rr.attempt, rr.scheduled_at, rr.due_at, rr.lease_owner
+        RETURNING rr.run_key, rr.job, rr.attempt, rr.scheduled_at, rr.due_at, rr.lease_owner,
+                  rr.cap_group, rr.cap_tenant
     ), at AS (
         UPDATE warren.attempts x SET finished_at = now(), outcome = 'succeeded', error = NULL
           FROM u WHERE x.run_key = u.run_key AND x.attempt = u.attempt
@@ -122,8 +136,22 @@ BEGIN
           FROM (SELECT u.*, to_char(u.scheduled_at AT TIME ZONE 'UTC',
                                     'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS sched FROM u) u
          ORDER BY u.run_key
+    ), g AS (
+        SELECT DISTINCT u.cap_group, coalesce(u.cap_tenant, '') AS cap_tenant FROM u
+         WHERE u.cap_group IS NOT NULL
     )
-    SELECT t.k, EXISTS (SELECT 1 FROM u WHERE u.run_key = t.k) FROM t;
+    SELECT array_agg(t.k ORDER BY t.i), array_agg(EXISTS (SELECT 1 FROM u WHERE u.run_key = t.k)
+                                                  ORDER BY t.i),
+           (SELECT array_agg(g.cap_group ORDER BY g.cap_group, g.cap_tenant) FROM g),
+           (SELECT array_agg(g.cap_tenant ORDER BY g.cap_group, g.cap_tenant) FROM g)
+      INTO ks, recs, groups, tenants
+      FROM t;
+    -- In (group, tenant) order: one lock order for every caller that
+    -- releases several groups.
+    FOR i IN 1 .. coalesce(cardinality(groups), 0) LOOP
+        PERFORM warren.wp_cap_release(groups[i], tenants[i]);
+    END LOOP;
+    RETURN QUERY SELECT * FROM unnest(ks, recs);
 END
 $fn$;
 COMMENT ON FUNCTION warren.complete_many(text[], int[]) IS

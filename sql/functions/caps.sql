@@ -1,0 +1,182 @@
+-- caps.sql: a template's (or config job's) caps on running runs,
+-- max_running and max_running_per_tenant (docs/delivery.md, "Caps"): the
+-- lock that serialises a capped group's claims and releases, and the release
+-- of waiting runs that fit again. The check itself is in warren.wp_claim
+-- (claim.sql); complete.sql, lease.sql and claim.sql call the release. The
+-- one current definition; `warren migrate` re-applies it.
+--
+-- The cap group of a run of job J is coalesce(J.template, J.name), its caps
+-- that group row's; the run's tenant is coalesce(runs.tenant, J.tenant), ''
+-- for none (runs without a tenant count as one tenant of their own, so a
+-- per-tenant cap is never escaped by leaving the tenant out). What counts
+-- against a cap: the group's runs in state running that the claim counted in
+-- it (runs.cap_group, migration 013) and its runs released from waiting and
+-- not claimed yet (runs.cap_released_at): a released run holds its slot
+-- until its claim, so a newer run cannot take it first and the waiting runs
+-- start in due order. A running run counts until it leaves 'running', also
+-- when its lease ran out (until the reaper or a takeover settles it): a
+-- holder that was only paused must not find its slot given away.
+--
+-- Locks, always in this order: the claimed or completed run's row, the
+-- job's overlap lock (claim.sql), then the group's cap lock(s) here, then
+-- (SKIP LOCKED, never waiting) the waiting rows a release moves. With
+-- max_running the group's lock is exclusive (every claim and release of the
+-- group serialises: the total and every tenant's count are exact); with
+-- max_running_per_tenant alone it is shared and the tenant's lock exclusive
+-- (claims of different tenants run in parallel). A count is a statement
+-- after the lock, so it sees every committed claim.
+
+-- Internal (prefix wp_): called by the SECURITY DEFINER functions only.
+
+-- Takes the cap lock(s) of group g, tenant t, for caps (mr, mrt).
+CREATE OR REPLACE FUNCTION warren.wp_cap_lock(g text, t text, mr int, mrt int)
+RETURNS void LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF mr IS NULL AND mrt IS NOT NULL THEN
+        PERFORM pg_advisory_xact_lock_shared(hashtextextended('warren.cap:' || g, 0));
+        PERFORM pg_advisory_xact_lock(
+            hashtextextended('warren.cap:' || g || '|' || coalesce(t, ''), 0));
+    ELSE
+        PERFORM pg_advisory_xact_lock(hashtextextended('warren.cap:' || g, 0));
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION warren.wp_cap_lock(text, text, int, int) IS
+    'Takes the cap lock of group g (exclusive; shared plus tenant t''s exclusive lock when only '
+    'max_running_per_tenant is set)';
+
+-- How a note names a group: the template, or the config job itself.
+CREATE OR REPLACE FUNCTION warren.wp_cap_label(g text)
+RETURNS text LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN coalesce((SELECT jb.is_template FROM warren.jobs jb WHERE jb.name = g), false)
+                THEN 'template ' ELSE 'job ' END || g
+$$;
+COMMENT ON FUNCTION warren.wp_cap_label(text) IS
+    'How notes name a cap group: template NAME or job NAME';
+
+-- A slot of group g (tenant t) may have come free: under the cap lock, the
+-- oldest waiting runs (due_at, run_key) that fit now go back to 'planned',
+-- due_at unchanged, holding their slot (cap_released_at) until claimed, with
+-- a note; a NOTIFY (at commit) wakes the planners, whose relay publishes
+-- them at once (they are due: first in its due order). With
+-- max_running_per_tenant alone only tenant t's runs can fit; with
+-- max_running any tenant's (skipping tenants at their own cap, at most
+-- 10,000 rows looked at). A group without caps any more releases its
+-- waiting runs, 1,000 per call. Returns how many were released.
+CREATE OR REPLACE FUNCTION warren.wp_cap_release(g text, t text)
+RETURNS int LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    mr int;
+    mrt int;
+    held bigint;
+    room bigint;
+    c bigint;
+    m jsonb;
+    w record;
+    keys text[] := '{}';
+    n int;
+    t0 timestamptz := clock_timestamp();
+    why text;
+BEGIN
+    t := coalesce(t, '');
+    SELECT jb.max_running, jb.max_running_per_tenant INTO mr, mrt
+      FROM warren.jobs jb WHERE jb.name = g;
+    PERFORM warren.wp_cap_lock(g, t, mr, mrt);
+    IF mr IS NULL AND mrt IS NOT NULL THEN
+        SELECT count(*) INTO held FROM warren.runs o
+         WHERE o.cap_group = g AND o.cap_tenant = t
+           AND (o.state = 'running'
+                OR (o.cap_released_at IS NOT NULL AND o.state IN ('planned', 'published')));
+        room := mrt - held;
+        IF room <= 0 THEN
+            RETURN 0;
+        END IF;
+        keys := ARRAY(SELECT o.run_key FROM warren.runs o
+                       WHERE o.cap_group = g AND o.cap_tenant = t AND o.state = 'waiting'
+                       ORDER BY o.due_at, o.run_key LIMIT room FOR UPDATE SKIP LOCKED);
+        why := format('tenant %s has %s of max_running_per_tenant %s running',
+                      CASE WHEN t = '' THEN '(none)' ELSE t END, held, mrt);
+    ELSIF mr IS NULL THEN
+        keys := ARRAY(SELECT o.run_key FROM warren.runs o
+                       WHERE o.cap_group = g AND o.state = 'waiting'
+                       ORDER BY o.due_at, o.run_key LIMIT 1000 FOR UPDATE SKIP LOCKED);
+        why := 'no cap any more';
+    ELSE
+        SELECT count(*) INTO held FROM warren.runs o
+         WHERE o.cap_group = g
+           AND (o.state = 'running'
+                OR (o.cap_released_at IS NOT NULL AND o.state IN ('planned', 'published')));
+        room := mr - held;
+        IF room <= 0 THEN
+            RETURN 0;
+        END IF;
+        why := format('%s of max_running %s running', held, mr);
+        IF mrt IS NULL THEN
+            keys := ARRAY(SELECT o.run_key FROM warren.runs o
+                           WHERE o.cap_group = g AND o.state = 'waiting'
+                           ORDER BY o.due_at, o.run_key LIMIT room FOR UPDATE SKIP LOCKED);
+        ELSE
+            SELECT coalesce(jsonb_object_agg(x.ct, x.n), '{}') INTO m
+              FROM (SELECT o.cap_tenant AS ct, count(*) AS n FROM warren.runs o
+                     WHERE o.cap_group = g
+                       AND (o.state = 'running'
+                            OR (o.cap_released_at IS NOT NULL
+                                AND o.state IN ('planned', 'published')))
+                     GROUP BY 1) x;
+            FOR w IN SELECT o.run_key, o.cap_tenant FROM warren.runs o
+                      WHERE o.cap_group = g AND o.state = 'waiting'
+                      ORDER BY o.due_at, o.run_key LIMIT 10000 FOR UPDATE SKIP LOCKED
+            LOOP
+                c := coalesce((m ->> w.cap_tenant)::bigint, 0);
+                CONTINUE WHEN c >= mrt;
+                m := jsonb_set(m, ARRAY[w.cap_tenant], to_jsonb(c + 1));
+                keys := keys || w.run_key;
+                room := room - 1;
+                EXIT WHEN room <= 0;
+            END LOOP;
+            why := why || format(', its tenant below max_running_per_tenant %s', mrt);
+        END IF;
+    END IF;
+    IF cardinality(keys) = 0 THEN
+        RETURN 0;
+    END IF;
+    UPDATE warren.runs rr
+       SET state = 'planned', cap_released_at = t0,
+           note = warren.wp_note(rr.note, format('released at %s: %s (%s)',
+                  warren.wp_utc_ms(t0), why, warren.wp_cap_label(g)))
+     WHERE rr.run_key = ANY (keys) AND rr.state = 'waiting';
+    GET DIAGNOSTICS n = ROW_COUNT;
+    -- Wake the planners (delivered at commit): the relay publishes them now.
+    PERFORM pg_notify('warren_jobs', 'release');
+    RETURN n;
+END
+$fn$;
+COMMENT ON FUNCTION warren.wp_cap_release(text, text) IS
+    'Under the cap lock: the oldest waiting runs of group g (tenant t) that fit go back to '
+    'planned (due_at unchanged, holding their slot until claimed) and the planners are woken; '
+    'returns how many';
+
+-- The reconciler's safety net (called by warren.reap_expired_leases every
+-- few seconds): every group and tenant with waiting runs gets a release, in
+-- (group, tenant) order (one lock order for every caller that takes several
+-- groups' locks). It catches what no completion released: a cap raised or
+-- removed by `warren sync`, a released run that became dead before its claim
+-- (its slot is free again), a run reaped by another run's overlap check.
+CREATE OR REPLACE FUNCTION warren.wp_cap_release_all(max int)
+RETURNS int LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    x record;
+    n int := 0;
+BEGIN
+    FOR x IN SELECT DISTINCT o.cap_group, o.cap_tenant FROM warren.runs o
+              WHERE o.state = 'waiting' AND o.cap_group IS NOT NULL
+              ORDER BY 1, 2 LIMIT greatest(coalesce(max, 1000), 0)
+    LOOP
+        n := n + warren.wp_cap_release(x.cap_group, x.cap_tenant);
+    END LOOP;
+    RETURN n;
+END
+$fn$;
+COMMENT ON FUNCTION warren.wp_cap_release_all(int) IS
+    'Releases the waiting runs that fit, for up to max (group, tenant) pairs with waiting runs, '
+    'in that order (the reconciler''s safety net); returns how many were released';
