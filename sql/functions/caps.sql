@@ -75,13 +75,14 @@ DECLARE
     w record;
     keys text[] := '{}';
     n int;
-    t0 timestamptz := clock_timestamp();
+    t0 timestamptz;
     why text;
 BEGIN
     t := coalesce(t, '');
     SELECT jb.max_running, jb.max_running_per_tenant INTO mr, mrt
       FROM warren.jobs jb WHERE jb.name = g;
     PERFORM warren.wp_cap_lock(g, t, mr, mrt);
+    t0 := clock_timestamp(); -- after the lock: notes order releases as they happened
     IF mr IS NULL AND mrt IS NOT NULL THEN
         SELECT count(*) INTO held FROM warren.runs o
          WHERE o.cap_group = g AND o.cap_tenant = t

@@ -276,7 +276,8 @@ BEGIN
             END IF;
             UPDATE warren.runs rr
                SET state = 'waiting', cap_group = cg, cap_tenant = ct, cap_released_at = NULL,
-                   note = warren.wp_note(rr.note, wline || ' at ' || warren.wp_utc_ms(t0))
+                   note = warren.wp_note(rr.note,
+                                         wline || ' at ' || warren.wp_utc_ms(clock_timestamp()))
              WHERE rr.run_key = k;
             RETURN;
         END IF;

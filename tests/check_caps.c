@@ -1,0 +1,559 @@
+/* check_caps.c: caps on running runs (max_running, max_running_per_tenant;
+ * docs/delivery.md, "Caps") against real PostgreSQL and RabbitMQ, with the
+ * real planner (relay, reconciler) on a thread and three `warren worker`
+ * processes of 10 slots each running an sql handler that sleeps 200 ms and
+ * appends every execution to `execs` (no unique key: a run executed twice is
+ * two rows). A thread samples warren.runs every 50 ms meanwhile.
+ *
+ * Until the config file parses the caps (`max_running = N;`,
+ * `max_running_per_tenant = N;`) and warren.enqueue exists, the caps are set
+ * with an UPDATE of warren.jobs after the sync and the runs are inserted
+ * with their tenant directly (the columns of migration 012): set_caps() and
+ * add_tenant_runs() are the two places to switch. */
+#include <check.h>
+#include <errno.h>
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <warren/broker.h>
+#include <warren/config.h>
+#include <warren/planner.h>
+#include <warren/store.h>
+
+#include "testenv.h"
+
+/* ------------------------------------------------------------ harness */
+
+typedef struct env {
+    char *db, *amqp, *dir, *cfg_path;
+    warren_config *cfg;
+    warren_planner *planner;
+    pthread_t planner_th;
+    volatile sig_atomic_t planner_stop;
+    int planner_running;
+    pid_t workers[3];
+    int nworkers;
+} env;
+
+static warren_logger test_logger = {warren_log_stderr, NULL, WARREN_LOG_WARN};
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_msg(f != NULL, "cannot write %s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void qx(const char *url, const char *sql)
+{
+    ck_assert_msg(testenv_psql(url, sql, NULL) >= 0, "failed: %s", sql);
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* Polls sql until its first value equals want, up to timeout_ms. */
+static int wait_for(const char *url, const char *want, long timeout_ms, const char *sql)
+{
+    for (long waited = 0;; waited += 100) {
+        char *v = testenv_sql1(url, sql);
+        int ok = v != NULL && strcmp(v, want) == 0;
+        if (!ok && waited >= timeout_ms)
+            fprintf(stderr, "wait_for: \"%s\" gave \"%s\", want \"%s\"\n", sql, v ? v : "NULL",
+                    want);
+        free(v);
+        if (ok)
+            return 1;
+        if (waited >= timeout_ms)
+            return 0;
+        sleep_ms(100);
+    }
+}
+
+static long sql_long(const char *url, const char *sql)
+{
+    char *v = testenv_sql1(url, sql);
+    ck_assert_msg(v != NULL, "no value: %s", sql);
+    long n = strtol(v, NULL, 10);
+    free(v);
+    return n;
+}
+
+/* The job every test uses: queue qcap, an sql handler that logs the
+ * execution and sleeps 200 ms, overlap allow (the caps, not the overlap
+ * policy, decide), a one-shot far in the future (the planner plans nothing
+ * of it: the tests insert its runs). */
+#define CAP_JOB                                                                                    \
+    "{ name = \"capt\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qcap\"; overlap = \"allow\";"     \
+    "  lease = \"10s\"; retry = { max_attempts = 3; base = \"100ms\"; cap = \"200ms\"; };"         \
+    "  handler = { sql = \"WITH x AS (INSERT INTO execs (run_key, who) VALUES ($1, "               \
+    "current_setting('application_name'))) SELECT pg_sleep(0.2)\"; }; }"
+
+static void env_setup(env *e)
+{
+    warren_error err = {0};
+    warren_diags diags = {0};
+    warren_store *st = NULL;
+    warren_broker *b = NULL;
+    char tmpl[] = "/tmp/warren-check-caps-XXXXXX";
+
+    memset(e, 0, sizeof(*e));
+    unsetenv("WARREN_DATABASE_URL");
+    unsetenv("WARREN_AMQP_URL");
+    e->db = testenv_db_migrated();
+    e->amqp = testenv_vhost();
+    ck_assert_ptr_nonnull(mkdtemp(tmpl));
+    e->dir = strdup(tmpl);
+    e->cfg_path = testenv_fmt("%s/warren.cfg", e->dir);
+    char *text = testenv_fmt("database = { url = \"%s\"; };\n"
+                             "broker = { url = \"%s\"; };\n"
+                             "planner = { tick = \"100ms\"; reconcile_grace = \"2s\"; "
+                             "horizon = \"10s\"; };\n"
+                             "worker = { concurrency = 10; shutdown_grace = \"3s\"; "
+                             "heartbeat_margin = \"1s\"; };\n"
+                             "jobs = ( " CAP_JOB " );\n",
+                             e->db, e->amqp);
+    write_file(e->cfg_path, text);
+    free(text);
+    if (warren_config_load(e->cfg_path, &e->cfg, &diags, &err) != 0) {
+        for (size_t i = 0; i < diags.count; i++)
+            fprintf(stderr, "%s\n", diags.items[i]);
+        ck_abort_msg("config: %s", err.message);
+    }
+    warren_diags_free(&diags);
+    ck_assert_int_eq(warren_store_open(e->db, NULL, &st, &err), 0);
+    ck_assert_msg(warren_store_sync(st, e->cfg, NULL, &err) == 0, "sync: %s", err.message);
+    warren_store_free(st);
+    size_t nq = 0;
+    const char **queues = warren_config_queues(e->cfg, &nq);
+    ck_assert_int_eq(warren_broker_open(e->amqp, NULL, &b, &err), 0);
+    ck_assert_msg(warren_broker_topology(b, queues, nq, e->cfg->delivery_limit, &err) == 0,
+                  "topology: %s", err.message);
+    warren_broker_free(b);
+    free(queues);
+    /* The execution log: no key, so a second execution is a second row. */
+    qx(e->db, "CREATE TABLE execs (run_key text NOT NULL, who text, "
+              "at timestamptz NOT NULL DEFAULT clock_timestamp())");
+}
+
+static void *planner_main(void *arg)
+{
+    env *e = arg;
+    warren_error err = {0};
+    if (warren_planner_run(e->planner, &e->planner_stop, &err) != 0)
+        fprintf(stderr, "planner: %s\n", err.message);
+    return NULL;
+}
+
+static void planner_start(env *e)
+{
+    warren_error err = {0};
+    ck_assert_msg(warren_planner_new(e->cfg, e->db, e->amqp, &test_logger, &e->planner, &err) == 0,
+                  "planner: %s", err.message);
+    e->planner_stop = 0;
+    ck_assert_int_eq(pthread_create(&e->planner_th, NULL, planner_main, e), 0);
+    e->planner_running = 1;
+}
+
+static void planner_stop(env *e)
+{
+    if (!e->planner_running)
+        return;
+    e->planner_stop = 1;
+    pthread_join(e->planner_th, NULL);
+    warren_planner_free(e->planner);
+    e->planner = NULL;
+    e->planner_running = 0;
+}
+
+/* Three `warren worker` processes (10 slots each), stderr to DIR/wN.log. */
+static void workers_start(env *e)
+{
+    for (int i = 0; i < 3; i++) {
+        char id[16];
+        snprintf(id, sizeof(id), "w%d", i + 1);
+        char *log = testenv_fmt("%s/%s.log", e->dir, id);
+        char *argv[] = {WARREN_BINARY, "worker", "-c", e->cfg_path, "--id", id, NULL};
+        e->workers[i] = testenv_spawn(argv, NULL, log, 0);
+        free(log);
+    }
+    e->nworkers = 3;
+}
+
+static void workers_stop(env *e)
+{
+    for (int i = 0; i < e->nworkers; i++)
+        kill(e->workers[i], SIGTERM);
+    for (int i = 0; i < e->nworkers; i++) {
+        int status = 0;
+        for (int waited = 0; waited < 10000; waited += 50) {
+            if (waitpid(e->workers[i], &status, WNOHANG) == e->workers[i])
+                goto reaped;
+            sleep_ms(50);
+        }
+        kill(e->workers[i], SIGKILL);
+        waitpid(e->workers[i], &status, 0);
+    reaped:;
+    }
+    e->nworkers = 0;
+}
+
+static void env_teardown(env *e)
+{
+    workers_stop(e);
+    planner_stop(e);
+    warren_config_free(e->cfg);
+    free(e->db);
+    free(e->amqp);
+    free(e->dir);
+    free(e->cfg_path);
+}
+
+/* The caps of job capt (switch to `max_running = N;` in CAP_JOB once the
+ * config parses it). 0: no cap. */
+static void set_caps(env *e, int max_running, int per_tenant)
+{
+    char a[16] = "NULL", b[16] = "NULL";
+    if (max_running > 0)
+        snprintf(a, sizeof(a), "%d", max_running);
+    if (per_tenant > 0)
+        snprintf(b, sizeof(b), "%d", per_tenant);
+    char *sql = testenv_fmt("UPDATE warren.jobs SET max_running = %s, max_running_per_tenant = %s "
+                            "WHERE name = 'capt'",
+                            a, b);
+    qx(e->db, sql);
+    free(sql);
+}
+
+/* n runs of capt for tenant, all due at the instant `due` (SQL), keys at
+ * distinct past seconds from base_s on (switch to warren.enqueue_many once
+ * it exists). */
+static void add_tenant_runs(env *e, const char *tenant, int n, int base_s, const char *due)
+{
+    char *sql =
+        testenv_fmt("INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) "
+                    "SELECT 'capt', date_trunc('second', now()) - make_interval(secs => %d + g), "
+                    "%s, 'trigger', '%s' FROM generate_series(1, %d) g",
+                    base_s, due, tenant, n);
+    qx(e->db, sql);
+    free(sql);
+}
+
+/* ------------------------------------------------------------ sampler */
+
+/* Every 50 ms: the most runs of capt in state running for one tenant, and
+ * in total, as seen in warren.runs. */
+typedef struct sampler {
+    const char *db;
+    pthread_t th;
+    atomic_int stop;
+    long samples, max_tenant, max_total;
+    char max_tenant_name[64];
+    char err[256];
+} sampler;
+
+static void *sampler_main(void *arg)
+{
+    sampler *s = arg;
+    PGconn *c = PQconnectdb(s->db);
+    if (PQstatus(c) != CONNECTION_OK) {
+        snprintf(s->err, sizeof(s->err), "sampler: %s", PQerrorMessage(c));
+        PQfinish(c);
+        return NULL;
+    }
+    while (!atomic_load(&s->stop)) {
+        PGresult *r = PQexec(c, "SELECT coalesce(tenant, ''), count(*), sum(count(*)) OVER () "
+                                "FROM warren.runs WHERE job = 'capt' AND state = 'running' "
+                                "GROUP BY 1 ORDER BY 2 DESC LIMIT 1");
+        if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+            snprintf(s->err, sizeof(s->err), "sampler: %s", PQerrorMessage(c));
+            PQclear(r);
+            break;
+        }
+        s->samples++;
+        if (PQntuples(r) == 1) {
+            long n = strtol(PQgetvalue(r, 0, 1), NULL, 10);
+            long tot = strtol(PQgetvalue(r, 0, 2), NULL, 10);
+            if (n > s->max_tenant) {
+                s->max_tenant = n;
+                snprintf(s->max_tenant_name, sizeof(s->max_tenant_name), "%s", PQgetvalue(r, 0, 0));
+            }
+            if (tot > s->max_total)
+                s->max_total = tot;
+        }
+        PQclear(r);
+        sleep_ms(50);
+    }
+    PQfinish(c);
+    return NULL;
+}
+
+static void sampler_start(sampler *s, const char *db)
+{
+    memset(s, 0, sizeof(*s));
+    s->db = db;
+    ck_assert_int_eq(pthread_create(&s->th, NULL, sampler_main, s), 0);
+}
+
+static void sampler_stop(sampler *s)
+{
+    atomic_store(&s->stop, 1);
+    pthread_join(s->th, NULL);
+    ck_assert_msg(s->err[0] == '\0', "%s", s->err);
+}
+
+/* Every run of capt succeeded, each executed exactly once, nothing else
+ * executed, and no message is left in the ready queue (a waiting run's
+ * delivery was acknowledged: the run waited in the database only). */
+static void assert_all_succeeded_once(env *e, long n)
+{
+    ck_assert_msg(wait_for(e->db, "0", 120000,
+                           "SELECT count(*) FROM warren.runs WHERE job = 'capt' "
+                           "AND state <> 'succeeded'"),
+                  "not every run succeeded");
+    ck_assert_int_eq(sql_long(e->db, "SELECT count(*) FROM warren.runs WHERE job = 'capt'"), n);
+    char *why =
+        testenv_executions_mismatch(e->db, "SELECT run_key FROM warren.runs WHERE job = 'capt'",
+                                    "SELECT run_key FROM execs", NULL);
+    ck_assert_msg(why == NULL, "executions: %s", why);
+    ck_assert_msg(wait_for(e->db, "0", 5000,
+                           "SELECT count(*) FROM warren.runs WHERE cap_released_at IS NOT NULL "
+                           "AND state IN ('planned', 'published')"),
+                  "a released run still holds its slot");
+    long depth = -1;
+    for (int i = 0; i < 50 && depth != 0; i++) {
+        depth = testenv_queue_depth(e->amqp, "warren.ready.qcap");
+        if (depth != 0)
+            sleep_ms(100);
+    }
+    ck_assert_int_eq(depth, 0);
+}
+
+/* ------------------------------------------------------------ tests */
+
+/* The issue's test: 5 tenants, at most 2 running per tenant, 100 runs due
+ * together, 3 workers x 10 slots; one tenant has 90 of them. */
+START_TEST(test_caps_per_tenant_cap_is_never_exceeded_and_small_tenants_are_not_delayed)
+{
+    env e;
+    sampler s;
+
+    env_setup(&e);
+    set_caps(&e, 0, 2);
+    /* The big tenant's runs first in every order the relay or a worker may
+     * use (earlier keys); all due at the same instant. */
+    char *due = testenv_sql1(e.db, "SELECT (clock_timestamp() + interval '1 second')::text");
+    char *due_sql = testenv_fmt("'%s'::timestamptz", due);
+    add_tenant_runs(&e, "big", 90, 100, due_sql);
+    add_tenant_runs(&e, "t1", 3, 10, due_sql);
+    add_tenant_runs(&e, "t2", 3, 20, due_sql);
+    add_tenant_runs(&e, "t3", 2, 30, due_sql);
+    add_tenant_runs(&e, "t4", 2, 40, due_sql);
+    free(due_sql);
+    free(due);
+    sampler_start(&s, e.db);
+    workers_start(&e);
+    planner_start(&e);
+
+    assert_all_succeeded_once(&e, 100);
+    sampler_stop(&s);
+    fprintf(stderr,
+            "per tenant: %ld samples, at most %ld running for one tenant (%s), %ld in total\n",
+            s.samples, s.max_tenant, s.max_tenant_name, s.max_total);
+    ck_assert_msg(s.samples >= 20, "only %ld samples", s.samples);
+    ck_assert_msg(s.max_tenant <= 2, "%ld running for tenant %s (cap 2)", s.max_tenant,
+                  s.max_tenant_name);
+    /* The cap was reached (the test could have failed): the big tenant ran 2
+     * at once, and several tenants ran at once. */
+    ck_assert_int_eq(s.max_tenant, 2);
+    ck_assert_msg(s.max_total > 2, "never more than %ld running in total", s.max_total);
+
+    /* The big tenant's runs waited, with the reason, and were released in
+     * due order (due_at, run_key): a run released before another of the
+     * tenant that was already waiting when it was released comes first in
+     * due order (the notes' times are taken under the cap lock, so they
+     * order the claims and releases of one tenant as they happened). */
+    ck_assert_int_ge(sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE tenant = 'big' AND "
+                                    "note LIKE 'waiting: tenant big has 2 of "
+                                    "max_running_per_tenant 2 running (job capt) at %'"),
+                     80);
+    ck_assert_int_eq(
+        sql_long(e.db,
+                 "WITH b AS (SELECT run_key, due_at, "
+                 "substring(note FROM 'waiting: [^\\n]* at ([0-9T:.Z-]+)')::timestamptz AS "
+                 "waited, substring(note FROM 'released at ([0-9T:.Z-]+)')::timestamptz AS rel "
+                 "FROM warren.runs WHERE tenant = 'big' AND note LIKE '%released at%') "
+                 "SELECT count(*) FROM b x JOIN b y ON (x.due_at, x.run_key) < (y.due_at, "
+                 "y.run_key) WHERE x.waited < y.rel AND x.rel > y.rel"),
+        0);
+    ck_assert_int_ge(sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE tenant = 'big' AND "
+                                    "note LIKE '%released at%'"),
+                     80);
+    /* Every run ran once: a single attempt each. */
+    ck_assert_int_eq(sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE attempt <> 1"), 0);
+
+    /* The small tenants are not delayed beyond their own share: every one of
+     * their runs finished before the big tenant's 20th run started. */
+    char *v = testenv_sql1(
+        e.db, "SELECT (SELECT max(finished_at) FROM warren.runs WHERE tenant <> 'big') < "
+              "(SELECT started_at FROM warren.runs WHERE tenant = 'big' ORDER BY started_at "
+              "OFFSET 19 LIMIT 1)");
+    ck_assert_str_eq(v, "t");
+    free(v);
+    env_teardown(&e);
+}
+END_TEST
+
+/* max_running (the total) together with max_running_per_tenant: 3 tenants x
+ * 10 runs, at most 3 running in all and 2 per tenant. */
+START_TEST(test_caps_max_running_total_cap_with_a_tenant_cap)
+{
+    env e;
+    sampler s;
+
+    env_setup(&e);
+    set_caps(&e, 3, 2);
+    add_tenant_runs(&e, "a", 10, 100, "now()");
+    add_tenant_runs(&e, "b", 10, 200, "now()");
+    add_tenant_runs(&e, "c", 10, 300, "now()");
+    sampler_start(&s, e.db);
+    workers_start(&e);
+    planner_start(&e);
+
+    assert_all_succeeded_once(&e, 30);
+    sampler_stop(&s);
+    fprintf(stderr, "total: %ld samples, at most %ld running for one tenant, %ld in total\n",
+            s.samples, s.max_tenant, s.max_total);
+    ck_assert_msg(s.samples >= 10, "only %ld samples", s.samples);
+    ck_assert_msg(s.max_total <= 3, "%ld running in total (max_running 3)", s.max_total);
+    ck_assert_msg(s.max_tenant <= 2, "%ld running for tenant %s (cap 2)", s.max_tenant,
+                  s.max_tenant_name);
+    ck_assert_int_eq(s.max_total, 3);
+    ck_assert_int_ge(sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE note LIKE "
+                                    "'waiting: 3 of max_running 3 running (job capt) at %'"),
+                     1);
+    env_teardown(&e);
+}
+END_TEST
+
+/* A template's cap counts the runs of all its API jobs, by tenant; a waiting
+ * run of a group whose cap is raised is released by the reconciler (no run
+ * of the group completes), and the relay publishes it. The claims are made
+ * in SQL here (no worker runs API jobs before the handler lookup by
+ * template lands). */
+START_TEST(test_caps_template_group_and_a_raised_cap_released_by_the_reconciler)
+{
+    env e;
+
+    env_setup(&e);
+    /* A template and two API jobs of tenant acme, one of tenant zed
+     * (written directly: warren.upsert_job is another helper's). */
+    qx(e.db, "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, overlap, "
+             "is_template, max_running_per_tenant, paused, next_fire_at) VALUES "
+             "('tpl', 'none', '', 'qcap', 'allow', true, 1, true, 'infinity');"
+             "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, overlap, origin, "
+             "template, tenant, next_fire_at) VALUES "
+             "('tpl.acme-1', 'every', '3600', 'qcap', 'allow', 'api', 'tpl', 'acme', 'infinity'),"
+             "('tpl.acme-2', 'every', '3600', 'qcap', 'allow', 'api', 'tpl', 'acme', 'infinity'),"
+             "('tpl.zed', 'every', '3600', 'qcap', 'allow', 'api', 'tpl', 'zed', 'infinity');"
+             "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) VALUES "
+             "('tpl.acme-1', '2026-01-01T00:00:01Z', now(), 'trigger'),"
+             "('tpl.acme-2', '2026-01-01T00:00:02Z', now(), 'trigger'),"
+             "('tpl.acme-2', '2026-01-01T00:00:03Z', now(), 'trigger'),"
+             "('tpl.zed', '2026-01-01T00:00:04Z', now(), 'trigger')");
+    /* The first run of each tenant starts; acme's others wait, whichever of
+     * acme's API jobs they belong to. */
+    ck_assert_int_eq(sql_long(e.db, "SELECT count(*) FROM warren.runs r, "
+                                    "warren.claim(r.run_key, 'sqlw') c"),
+                     2);
+    ck_assert_int_eq(sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE state = 'running'"), 2);
+    ck_assert_int_eq(
+        sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE state = 'waiting' AND job LIKE "
+                       "'tpl.acme-%' AND note LIKE 'waiting: tenant acme has 1 of "
+                       "max_running_per_tenant 1 running (template tpl) at %'"),
+        2);
+    /* A waiting run's claim gives no row (its message is acknowledged). */
+    ck_assert_int_eq(sql_long(e.db, "SELECT count(*) FROM warren.runs r, "
+                                    "warren.claim(r.run_key, 'sqlw') c WHERE r.state = 'waiting'"),
+                     0);
+    ck_assert_int_eq(sql_long(e.db, "SELECT count(*) FROM warren.runs r, "
+                                    "warren.claim_many(ARRAY[r.run_key], 'sqlw') c "
+                                    "WHERE r.state = 'waiting'"),
+                     0);
+    /* The cap raised (as a sync would): the reconciler (the planner's first
+     * tick) releases both, and the relay publishes them. */
+    qx(e.db, "UPDATE warren.jobs SET max_running_per_tenant = 3 WHERE name = 'tpl'");
+    planner_start(&e);
+    ck_assert(wait_for(e.db, "2", 20000,
+                       "SELECT count(*) FROM warren.runs WHERE state = 'published' AND "
+                       "cap_released_at IS NOT NULL AND note LIKE '%released at % tenant acme has "
+                       "1 of max_running_per_tenant 3 running (template tpl)'"));
+    /* Released runs hold their slots: a cap of 3 now has 1 running + 2
+     * released for acme, so a new run of acme waits... */
+    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) VALUES "
+             "('tpl.acme-1', '2026-01-01T00:00:05Z', now(), 'trigger')");
+    ck_assert_int_eq(sql_long(e.db, "SELECT count(*) FROM warren.claim('tpl.acme-1@"
+                                    "2026-01-01T00:00:05Z', 'sqlw')"),
+                     0);
+    ck_assert_int_eq(
+        sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE run_key = "
+                       "'tpl.acme-1@2026-01-01T00:00:05Z' AND state = 'waiting' AND note LIKE "
+                       "'waiting: tenant acme has 3 of max_running_per_tenant 3 running%'"),
+        1);
+    /* ... while the released ones are claimed, and each completion releases
+     * the next waiting run of its tenant at once. */
+    ck_assert_int_eq(sql_long(e.db, "SELECT count(*) FROM warren.runs r, "
+                                    "warren.claim(r.run_key, 'sqlw') c "
+                                    "WHERE r.cap_released_at IS NOT NULL"),
+                     2);
+    char *v = testenv_sql1(e.db, "SELECT bool_and(warren.complete(run_key, attempt, 'succeeded')) "
+                                 "FROM warren.runs WHERE job = 'tpl.acme-1' AND state = 'running'");
+    ck_assert_str_eq(v, "t");
+    free(v);
+    ck_assert(wait_for(e.db, "published", 20000,
+                       "SELECT state FROM warren.runs WHERE run_key = "
+                       "'tpl.acme-1@2026-01-01T00:00:05Z'"));
+    env_teardown(&e);
+}
+END_TEST
+
+static Suite *caps_suite(void)
+{
+    Suite *s = suite_create("caps");
+    TCase *tc = tcase_create("caps");
+    tcase_set_timeout(tc, 180);
+    tcase_add_test(tc,
+                   test_caps_per_tenant_cap_is_never_exceeded_and_small_tenants_are_not_delayed);
+    tcase_add_test(tc, test_caps_max_running_total_cap_with_a_tenant_cap);
+    tcase_add_test(tc, test_caps_template_group_and_a_raised_cap_released_by_the_reconciler);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    testenv_pg_admin_url();
+    testenv_amqp_url();
+    test_logger.ud = stderr;
+    SRunner *sr = srunner_create(caps_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
