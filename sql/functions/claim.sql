@@ -210,6 +210,14 @@ BEGIN
         END LOOP;
 
         IF newer_key IS NOT NULL THEN
+            -- A run released from waiting held a slot of its cap group
+            -- (caps.sql): it is not running after all, so the slot goes to
+            -- the next waiting run (lock order as everywhere: after the
+            -- row and overlap locks).
+            IF r.cap_released_at IS NOT NULL AND r.cap_group IS NOT NULL THEN
+                cg := r.cap_group;
+                ct := r.cap_tenant;
+            END IF;
             IF pol = 'queue' THEN
                 line := format('held back by overlap policy queue: %s was still running', newer_key);
                 UPDATE warren.runs rr
@@ -226,6 +234,10 @@ BEGIN
                  WHERE rr.run_key = k
                 RETURNING * INTO r;
                 PERFORM warren.wp_event(r, 'skipped', NULL, w);
+            END IF;
+            IF cg IS NOT NULL THEN
+                UPDATE warren.runs rr SET cap_released_at = NULL WHERE rr.run_key = k;
+                PERFORM warren.wp_cap_release(cg, ct);
             END IF;
             RETURN;
         END IF;
