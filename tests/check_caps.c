@@ -405,6 +405,23 @@ START_TEST(test_caps_per_tenant_cap_is_never_exceeded_and_small_tenants_are_not_
     ck_assert_int_ge(sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE tenant = 'big' AND "
                                     "note LIKE '%released at%'"),
                      80);
+    /* How soon a released run was published and started (no assertion on
+     * times: a JSON line, as benchmarks print). published_at is the relay's
+     * transaction start, just before its select. */
+    char *lat = testenv_sql1(
+        e.db,
+        "SELECT format('{\"bench\":\"caps_release\",\"released\":%s,\"publish_ms_p50\":%s,"
+        "\"publish_ms_p99\":%s,\"start_ms_p50\":%s,\"start_ms_p99\":%s}', count(*), "
+        "round(percentile_cont(0.5) WITHIN GROUP (ORDER BY pub)::numeric, 1), "
+        "round(percentile_cont(0.99) WITHIN GROUP (ORDER BY pub)::numeric, 1), "
+        "round(percentile_cont(0.5) WITHIN GROUP (ORDER BY st)::numeric, 1), "
+        "round(percentile_cont(0.99) WITHIN GROUP (ORDER BY st)::numeric, 1)) "
+        "FROM (SELECT extract(epoch FROM published_at - rel) * 1000 AS pub, "
+        "extract(epoch FROM started_at - rel) * 1000 AS st FROM (SELECT published_at, started_at, "
+        "substring(note FROM 'released at ([0-9T:.Z-]+)')::timestamptz AS rel FROM warren.runs "
+        "WHERE note LIKE '%released at%') r) x");
+    fprintf(stderr, "%s\n", lat ? lat : "(no released runs)");
+    free(lat);
     /* Every run ran once: a single attempt each. */
     ck_assert_int_eq(sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE attempt <> 1"), 0);
 

@@ -46,10 +46,14 @@ COMMENT ON FUNCTION warren.wp_cap_lock(text, text, int, int) IS
     'max_running_per_tenant is set)';
 
 -- How a note names a group: the template, or the config job itself.
+-- (plpgsql: function files are applied on every intermediate schema of a
+-- stepwise migration, and an SQL function's body is checked at creation.)
 CREATE OR REPLACE FUNCTION warren.wp_cap_label(g text)
-RETURNS text LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT CASE WHEN coalesce((SELECT jb.is_template FROM warren.jobs jb WHERE jb.name = g), false)
-                THEN 'template ' ELSE 'job ' END || g
+RETURNS text LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN CASE WHEN coalesce((SELECT jb.is_template FROM warren.jobs jb WHERE jb.name = g), false)
+                THEN 'template ' ELSE 'job ' END || g;
+END
 $$;
 COMMENT ON FUNCTION warren.wp_cap_label(text) IS
     'How notes name a cap group: template NAME or job NAME';
