@@ -464,6 +464,27 @@ BEGIN
       FROM warren.runs rr
      WHERE rr.run_key = ANY (keys) AND rr.state || '' = 'running' AND rr.lease_owner = w
        AND rr.lease_login = session_user AND rr.started_at = t0;
+    -- The cap locks (caps.sql) of every capped group and tenant among the
+    -- rest, taken now in (group, tenant) order, the order of every caller
+    -- that takes several: the per-key claims below would take them in key
+    -- order, and two batches with runs of tenants X and Y in opposite key
+    -- orders would deadlock. wp_claim takes them again (re-entrant). The
+    -- rows are not locked yet: a duplicate delivery of a run that a
+    -- completion of the group holds can still wait here in the other order
+    -- (PostgreSQL's deadlock detection then cancels one, and the worker
+    -- retries).
+    PERFORM warren.wp_cap_lock(x.g, x.t, x.mr, x.mrt)
+       FROM (SELECT DISTINCT coalesce(jb.template, jb.name) AS g,
+                    coalesce(rr.tenant, jb.tenant, '') AS t,
+                    gj.max_running AS mr, gj.max_running_per_tenant AS mrt
+               FROM unnest(keys) kk(k)
+               JOIN warren.runs rr ON rr.run_key = kk.k
+               JOIN warren.jobs jb ON jb.name = rr.job
+               JOIN warren.jobs gj ON gj.name = coalesce(jb.template, jb.name)
+              WHERE (gj.max_running IS NOT NULL OR gj.max_running_per_tenant IS NOT NULL)
+                AND rr.state IN ('planned', 'published', 'retrying', 'running')
+                AND (done_ IS NULL OR NOT (kk.k = ANY (done_)))
+              ORDER BY 1, 2) x;
     RETURN QUERY
     SELECT t.k, cl.attempt, cl.job, cl.scheduled_at, cl.payload, cl.lease_seconds
       FROM (SELECT DISTINCT x AS k FROM unnest(keys) x
