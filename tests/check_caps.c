@@ -474,6 +474,101 @@ END_TEST
  * of the group completes), and the relay publishes it. The claims are made
  * in SQL here (no worker runs API jobs before the handler lookup by
  * template lands). */
+/* The state of run capt@2026-01-01T00:00:0N Z. */
+static char *state_of(env *e, int n)
+{
+    return testenv_sql1f(
+        e->db,
+        "SELECT state || CASE WHEN cap_released_at IS NOT NULL THEN '+slot' "
+        "ELSE '' END FROM warren.runs WHERE run_key = 'capt@2026-01-01T00:00:0%dZ'",
+        n);
+}
+
+static void assert_state(env *e, int n, const char *want)
+{
+    char *got = state_of(e, n);
+    ck_assert_msg(got != NULL && strcmp(got, want) == 0, "run %d is %s, want %s", n,
+                  got ? got : "(none)", want);
+    free(got);
+}
+
+static long claim_n(env *e, int n)
+{
+    char *sql =
+        testenv_fmt("SELECT count(*) FROM warren.claim('capt@2026-01-01T00:00:0%dZ', 'sqlw')", n);
+    long got = sql_long(e->db, sql);
+    free(sql);
+    return got;
+}
+
+/* Every way out of 'running' hands the slot on at once, in due order, and
+ * the run given the slot holds it until its claim: complete retry, complete
+ * failed (dead), the reaper, a takeover that finds the budget used up, and
+ * complete_many. Claims in SQL, one cap of 1 for tenant x. */
+START_TEST(test_caps_every_way_out_of_running_releases_the_next_waiting_run)
+{
+    env e;
+
+    env_setup(&e);
+    set_caps(&e, 0, 1);
+    qx(e.db, "UPDATE warren.jobs SET retry_max_attempts = 2 WHERE name = 'capt'");
+    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) "
+             "SELECT 'capt', '2026-01-01T00:00:00Z'::timestamptz + make_interval(secs => g), "
+             "now() - make_interval(secs => 10 - g), 'trigger', 'x' FROM generate_series(1, 6) g");
+    ck_assert_int_eq(claim_n(&e, 1), 1);
+    for (int n = 2; n <= 6; n++) {
+        ck_assert_int_eq(claim_n(&e, n), 0);
+        assert_state(&e, n, "waiting");
+    }
+    /* complete retry: run 1 retries later; the oldest waiting run (2) gets
+     * the slot, and a newer run's claim cannot take it first. */
+    qx(e.db, "SELECT warren.complete('capt@2026-01-01T00:00:01Z', 1, 'retry', 'again')");
+    assert_state(&e, 1, "retrying");
+    assert_state(&e, 2, "planned+slot");
+    assert_state(&e, 3, "waiting");
+    /* its retry due now, first in due order (the relay would publish it) */
+    qx(e.db, "UPDATE warren.runs SET state = 'planned', due_at = now() - interval '1 minute' "
+             "WHERE run_key = 'capt@2026-01-01T00:00:01Z'");
+    ck_assert_int_eq(claim_n(&e, 1), 0); /* the slot is run 2's */
+    assert_state(&e, 1, "waiting");
+    ck_assert_int_eq(claim_n(&e, 2), 1);
+    assert_state(&e, 2, "running");
+    /* complete failed: dead, next: run 1 (due first) */
+    qx(e.db, "SELECT warren.complete('capt@2026-01-01T00:00:02Z', 1, 'failed', 'no')");
+    assert_state(&e, 2, "dead");
+    assert_state(&e, 1, "planned+slot");
+    ck_assert_int_eq(claim_n(&e, 1), 1);
+    /* the reaper: run 1's lease ran out (its worker died); the reconciler's
+     * reap hands the slot to run 3 */
+    qx(e.db, "UPDATE warren.runs SET lease_until = now() - interval '1 second' WHERE run_key = "
+             "'capt@2026-01-01T00:00:01Z'");
+    ck_assert_int_eq(sql_long(e.db, "SELECT warren.reap_expired_leases(10)"), 1);
+    assert_state(&e, 1, "dead"); /* its second attempt: max_attempts 2 */
+    assert_state(&e, 3, "planned+slot");
+    ck_assert_int_eq(claim_n(&e, 3), 1);
+    /* a takeover by a claim that finds the budget used up: dead, and the slot
+     * goes to run 4 */
+    qx(e.db, "UPDATE warren.jobs SET retry_max_attempts = 1 WHERE name = 'capt';"
+             "UPDATE warren.runs SET lease_until = now() - interval '1 second' WHERE run_key = "
+             "'capt@2026-01-01T00:00:03Z'");
+    ck_assert_int_eq(claim_n(&e, 3), 0);
+    assert_state(&e, 3, "dead");
+    assert_state(&e, 4, "planned+slot");
+    ck_assert_int_eq(claim_n(&e, 4), 1);
+    /* complete_many: succeeded, run 5 next */
+    qx(e.db, "SELECT * FROM warren.complete_many(ARRAY['capt@2026-01-01T00:00:04Z'], ARRAY[1])");
+    assert_state(&e, 4, "succeeded");
+    assert_state(&e, 5, "planned+slot");
+    assert_state(&e, 6, "waiting");
+    /* Each wait noted the reason: runs 2-6, and run 1 once behind run 2. */
+    ck_assert_int_eq(sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE note LIKE 'waiting: "
+                                    "tenant x has 1 of max_running_per_tenant 1 running (job "
+                                    "capt) at %'"),
+                     6);
+    env_teardown(&e);
+}
+END_TEST
+
 START_TEST(test_caps_template_group_and_a_raised_cap_released_by_the_reconciler)
 {
     env e;
@@ -559,6 +654,7 @@ static Suite *caps_suite(void)
                    test_caps_per_tenant_cap_is_never_exceeded_and_small_tenants_are_not_delayed);
     tcase_add_test(tc, test_caps_max_running_total_cap_with_a_tenant_cap);
     tcase_add_test(tc, test_caps_template_group_and_a_raised_cap_released_by_the_reconciler);
+    tcase_add_test(tc, test_caps_every_way_out_of_running_releases_the_next_waiting_run);
     suite_add_tcase(s, tc);
     return s;
 }
