@@ -569,6 +569,80 @@ START_TEST(test_caps_every_way_out_of_running_releases_the_next_waiting_run)
 }
 END_TEST
 
+static PGconn *connect_ok(const char *url)
+{
+    PGconn *c = PQconnectdb(url);
+    ck_assert_msg(PQstatus(c) == CONNECTION_OK, "connect: %s", PQerrorMessage(c));
+    return c;
+}
+
+static void exec_ok(PGconn *c, const char *sql)
+{
+    PGresult *r = PQexec(c, sql);
+    ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK,
+                  "%s: %s", sql, PQerrorMessage(c));
+    PQclear(r);
+}
+
+/* The rows of the one query sent on c (-1 and the message on an error). */
+static int result_rows(PGconn *c, char *msg, size_t len)
+{
+    int n = -1;
+    PGresult *r;
+    msg[0] = '\0';
+    while ((r = PQgetResult(c)) != NULL) {
+        if (PQresultStatus(r) == PGRES_TUPLES_OK)
+            n = PQntuples(r);
+        else
+            snprintf(msg, len, "%s", PQresultErrorMessage(r));
+        PQclear(r);
+    }
+    return msg[0] ? -1 : n;
+}
+
+/* Two claim_many batches whose keys have the tenants in opposite orders (A:
+ * y then x; B: x then y) take the cap locks in (group, tenant) order, not in
+ * key order: no deadlock. A third session holds tenant y's lock while both
+ * start, so that in key order A would hold y and B x, each waiting for the
+ * other, when it lets go. */
+START_TEST(test_caps_batches_with_tenants_in_opposite_key_orders_do_not_deadlock)
+{
+    env e;
+    char msg_a[512], msg_b[512];
+
+    env_setup(&e);
+    set_caps(&e, 0, 5);
+    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) VALUES "
+             "('capt', '2026-01-01T00:00:01Z', now(), 'trigger', 'y'),"
+             "('capt', '2026-01-01T00:00:02Z', now(), 'trigger', 'x'),"
+             "('capt', '2026-01-01T00:00:03Z', now(), 'trigger', 'x'),"
+             "('capt', '2026-01-01T00:00:04Z', now(), 'trigger', 'y')");
+    PGconn *c = connect_ok(e.db), *a = connect_ok(e.db), *b = connect_ok(e.db);
+    exec_ok(c, "BEGIN; SELECT pg_advisory_xact_lock(hashtextextended('warren.cap:capt|y', 0))");
+    exec_ok(a, "SET deadlock_timeout = '100ms'");
+    exec_ok(b, "SET deadlock_timeout = '100ms'");
+    ck_assert_int_eq(PQsendQuery(a, "SELECT * FROM warren.claim_many(ARRAY["
+                                    "'capt@2026-01-01T00:00:01Z', 'capt@2026-01-01T00:00:02Z'], "
+                                    "'wa')"),
+                     1);
+    sleep_ms(300);
+    ck_assert_int_eq(PQsendQuery(b, "SELECT * FROM warren.claim_many(ARRAY["
+                                    "'capt@2026-01-01T00:00:03Z', 'capt@2026-01-01T00:00:04Z'], "
+                                    "'wb')"),
+                     1);
+    sleep_ms(300);
+    exec_ok(c, "COMMIT");
+    int na = result_rows(a, msg_a, sizeof(msg_a));
+    int nb = result_rows(b, msg_b, sizeof(msg_b));
+    ck_assert_msg(na == 2, "batch A: %d rows %s", na, msg_a);
+    ck_assert_msg(nb == 2, "batch B: %d rows %s", nb, msg_b);
+    PQfinish(a);
+    PQfinish(b);
+    PQfinish(c);
+    env_teardown(&e);
+}
+END_TEST
+
 START_TEST(test_caps_template_group_and_a_raised_cap_released_by_the_reconciler)
 {
     env e;
@@ -654,6 +728,7 @@ static Suite *caps_suite(void)
                    test_caps_per_tenant_cap_is_never_exceeded_and_small_tenants_are_not_delayed);
     tcase_add_test(tc, test_caps_max_running_total_cap_with_a_tenant_cap);
     tcase_add_test(tc, test_caps_template_group_and_a_raised_cap_released_by_the_reconciler);
+    tcase_add_test(tc, test_caps_batches_with_tenants_in_opposite_key_orders_do_not_deadlock);
     tcase_add_test(tc, test_caps_every_way_out_of_running_releases_the_next_waiting_run);
     suite_add_tcase(s, tc);
     return s;
