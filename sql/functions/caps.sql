@@ -28,22 +28,33 @@
 
 -- Internal (prefix wp_): called by the SECURITY DEFINER functions only.
 
--- Takes the cap lock(s) of group g, tenant t, for caps (mr, mrt).
-CREATE OR REPLACE FUNCTION warren.wp_cap_lock(g text, t text, mr int, mrt int)
-RETURNS void LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+-- Takes the cap lock(s) of group g, tenant t, for caps (mr, mrt); with
+-- try_only, only if free at once (returns false when not taken: the locks
+-- already taken stay held until the end of the transaction).
+CREATE OR REPLACE FUNCTION warren.wp_cap_lock(g text, t text, mr int, mrt int,
+                                              try_only boolean DEFAULT false)
+RETURNS boolean LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    kg bigint := hashtextextended('warren.cap:' || g, 0);
+    kt bigint := hashtextextended('warren.cap:' || g || '|' || coalesce(t, ''), 0);
 BEGIN
     IF mr IS NULL AND mrt IS NOT NULL THEN
-        PERFORM pg_advisory_xact_lock_shared(hashtextextended('warren.cap:' || g, 0));
-        PERFORM pg_advisory_xact_lock(
-            hashtextextended('warren.cap:' || g || '|' || coalesce(t, ''), 0));
+        IF try_only THEN
+            RETURN pg_try_advisory_xact_lock_shared(kg) AND pg_try_advisory_xact_lock(kt);
+        END IF;
+        PERFORM pg_advisory_xact_lock_shared(kg);
+        PERFORM pg_advisory_xact_lock(kt);
+    ELSIF try_only THEN
+        RETURN pg_try_advisory_xact_lock(kg);
     ELSE
-        PERFORM pg_advisory_xact_lock(hashtextextended('warren.cap:' || g, 0));
+        PERFORM pg_advisory_xact_lock(kg);
     END IF;
+    RETURN true;
 END
 $$;
-COMMENT ON FUNCTION warren.wp_cap_lock(text, text, int, int) IS
+COMMENT ON FUNCTION warren.wp_cap_lock(text, text, int, int, boolean) IS
     'Takes the cap lock of group g (exclusive; shared plus tenant t''s exclusive lock when only '
-    'max_running_per_tenant is set)';
+    'max_running_per_tenant is set); try_only: only if free at once (false: not taken)';
 
 -- How a note names a group: the template, or the config job itself.
 -- (plpgsql: function files are applied on every intermediate schema of a
@@ -66,8 +77,12 @@ COMMENT ON FUNCTION warren.wp_cap_label(text) IS
 -- max_running_per_tenant alone only tenant t's runs can fit; with
 -- max_running any tenant's (skipping tenants at their own cap, at most
 -- 10,000 rows looked at). A group without caps any more releases its
--- waiting runs, 1,000 per call. Returns how many were released.
-CREATE OR REPLACE FUNCTION warren.wp_cap_release(g text, t text)
+-- waiting runs, 1,000 per call. Returns how many were released. With
+-- try_only (the reconciler's sweep) a group whose lock is taken is left for
+-- the next pass instead of waited for: its holder is a claim or a release of
+-- the group anyway, and a reconciler that holds reaped rows must not wait
+-- for a claim batch that waits for one of those rows.
+CREATE OR REPLACE FUNCTION warren.wp_cap_release(g text, t text, try_only boolean DEFAULT false)
 RETURNS int LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     mr int;
@@ -85,7 +100,9 @@ BEGIN
     t := coalesce(t, '');
     SELECT jb.max_running, jb.max_running_per_tenant INTO mr, mrt
       FROM warren.jobs jb WHERE jb.name = g;
-    PERFORM warren.wp_cap_lock(g, t, mr, mrt);
+    IF NOT warren.wp_cap_lock(g, t, mr, mrt, try_only) THEN
+        RETURN 0; -- the sweep, and the group busy: next pass
+    END IF;
     t0 := clock_timestamp(); -- after the lock: notes order releases as they happened
     IF mr IS NULL AND mrt IS NOT NULL THEN
         SELECT count(*) INTO held FROM warren.runs o
@@ -156,15 +173,15 @@ BEGIN
     RETURN n;
 END
 $fn$;
-COMMENT ON FUNCTION warren.wp_cap_release(text, text) IS
+COMMENT ON FUNCTION warren.wp_cap_release(text, text, boolean) IS
     'Under the cap lock: the oldest waiting runs of group g (tenant t) that fit go back to '
     'planned (due_at unchanged, holding their slot until claimed) and the planners are woken; '
-    'returns how many';
+    'returns how many; try_only: nothing when the lock is not free at once';
 
 -- The reconciler's safety net (called by warren.reap_expired_leases every
 -- few seconds): every group and tenant with waiting runs gets a release, in
 -- (group, tenant) order (one lock order for every caller that takes several
--- groups' locks). It catches what no completion released: a cap raised or
+-- groups' locks), skipping those whose lock is taken (try_only above). It catches what no completion released: a cap raised or
 -- removed by `warren sync`, a released run that became dead before its claim
 -- (its slot is free again), a run reaped by another run's overlap check.
 CREATE OR REPLACE FUNCTION warren.wp_cap_release_all(max int)
@@ -177,7 +194,7 @@ BEGIN
               WHERE o.state = 'waiting' AND o.cap_group IS NOT NULL
               ORDER BY 1, 2 LIMIT greatest(coalesce(max, 1000), 0)
     LOOP
-        n := n + warren.wp_cap_release(x.cap_group, x.cap_tenant);
+        n := n + warren.wp_cap_release(x.cap_group, x.cap_tenant, true);
     END LOOP;
     RETURN n;
 END
