@@ -600,6 +600,19 @@ static int result_rows(PGconn *c, char *msg, size_t len)
     return msg[0] ? -1 : n;
 }
 
+/* Waits until the backend of c waits for a lock (pg_stat_activity,
+ * wait_event_type Lock), up to 60 s: the next step then runs while it
+ * waits, whatever the machine's load. */
+static void wait_lock_wait(const char *url, PGconn *c)
+{
+    char *sql = testenv_fmt("SELECT count(*) FROM pg_stat_activity WHERE pid = %d "
+                            "AND wait_event_type = 'Lock'",
+                            PQbackendPID(c));
+    ck_assert_msg(wait_for(url, "1", 60000, sql), "backend %d never waited for a lock",
+                  PQbackendPID(c));
+    free(sql);
+}
+
 /* Two claim_many batches whose keys have the tenants in opposite orders (A:
  * y then x; B: x then y) take the cap locks in (group, tenant) order, not in
  * key order: no deadlock. A third session holds tenant y's lock while both
@@ -639,6 +652,99 @@ START_TEST(test_caps_batches_with_tenants_in_opposite_key_orders_do_not_deadlock
     PQfinish(a);
     PQfinish(b);
     PQfinish(c);
+    env_teardown(&e);
+}
+END_TEST
+
+/* A capped job with an overlap policy: a claim_many whose overlap check
+ * locks a running run of the job (b) while b's completion is under way.
+ * Session h holds the group's lock; the batch (claiming k) queues for it
+ * first, then the completion of b. In the old order (row, overlap, cap) the
+ * completion held b's row and waited for the cap lock, which the batch got
+ * first and then waited for b's row: a deadlock. Now both take the cap lock
+ * before any row. For skip and queue. */
+START_TEST(test_caps_overlap_claim_many_and_a_completion_do_not_deadlock)
+{
+    static const char *const pols[] = {"skip", "queue"};
+    for (int p = 0; p < 2; p++) {
+        env e;
+        char msg_m[512], msg_x[512];
+        env_setup(&e);
+        set_caps(&e, 5, 0);
+        char *sql =
+            testenv_fmt("UPDATE warren.jobs SET overlap = '%s' WHERE name = 'capt'", pols[p]);
+        qx(e.db, sql);
+        free(sql);
+        qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) VALUES "
+                 "('capt', '2026-01-01T00:00:01Z', now() - interval '1 minute', 'trigger', 'x'),"
+                 "('capt', '2026-01-01T00:00:02Z', now(), 'trigger', 'x')");
+        ck_assert_int_eq(sql_long(e.db, "SELECT count(*) FROM "
+                                        "warren.claim('capt@2026-01-01T00:00:01Z', 'wb')"),
+                         1);
+        PGconn *h = connect_ok(e.db), *m = connect_ok(e.db), *x = connect_ok(e.db);
+        exec_ok(m, "SET deadlock_timeout = '100ms'");
+        exec_ok(x, "SET deadlock_timeout = '100ms'");
+        exec_ok(h, "BEGIN; SELECT pg_advisory_xact_lock(hashtextextended('warren.cap:capt', 0))");
+        ck_assert_int_eq(PQsendQuery(m, "SELECT * FROM warren.claim_many("
+                                        "ARRAY['capt@2026-01-01T00:00:02Z'], 'wm')"),
+                         1);
+        wait_lock_wait(e.db, m);
+        ck_assert_int_eq(PQsendQuery(x, "SELECT warren.complete('capt@2026-01-01T00:00:01Z', 1, "
+                                        "'succeeded')"),
+                         1);
+        wait_lock_wait(e.db, x);
+        exec_ok(h, "COMMIT");
+        int nm = result_rows(m, msg_m, sizeof(msg_m));
+        int nx = result_rows(x, msg_x, sizeof(msg_x));
+        ck_assert_msg(nm == 0, "%s: batch: %d rows %s", pols[p], nm, msg_m);
+        ck_assert_msg(nx == 1, "%s: completion: %d rows %s", pols[p], nx, msg_x);
+        assert_state(&e, 1, "succeeded");
+        assert_state(&e, 2, p == 0 ? "skipped" : "retrying");
+        PQfinish(h);
+        PQfinish(m);
+        PQfinish(x);
+        env_teardown(&e);
+    }
+}
+END_TEST
+
+/* Mixed fleets: a claim_many and a single warren.claim of two runs of one
+ * capped job with overlap queue. Session h holds the group's lock; the
+ * batch queues for it first, then the single claim. In the old order the
+ * single claim took its row and the job's overlap lock, then waited for
+ * the cap lock, which the batch got first and then waited for the overlap
+ * lock: a deadlock. Now both take the cap lock, then the overlap lock. */
+START_TEST(test_caps_claim_and_claim_many_of_one_overlap_job_do_not_deadlock)
+{
+    env e;
+    char msg_m[512], msg_s[512];
+    env_setup(&e);
+    set_caps(&e, 5, 0);
+    qx(e.db, "UPDATE warren.jobs SET overlap = 'queue' WHERE name = 'capt'");
+    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) VALUES "
+             "('capt', '2026-01-01T00:00:01Z', now(), 'trigger', 'x'),"
+             "('capt', '2026-01-01T00:00:02Z', now(), 'trigger', 'y')");
+    PGconn *h = connect_ok(e.db), *m = connect_ok(e.db), *s1 = connect_ok(e.db);
+    exec_ok(m, "SET deadlock_timeout = '100ms'");
+    exec_ok(s1, "SET deadlock_timeout = '100ms'");
+    exec_ok(h, "BEGIN; SELECT pg_advisory_xact_lock(hashtextextended('warren.cap:capt', 0))");
+    ck_assert_int_eq(PQsendQuery(m, "SELECT * FROM warren.claim_many("
+                                    "ARRAY['capt@2026-01-01T00:00:02Z'], 'wm')"),
+                     1);
+    wait_lock_wait(e.db, m);
+    ck_assert_int_eq(
+        PQsendQuery(s1, "SELECT * FROM warren.claim('capt@2026-01-01T00:00:01Z', 'ws')"), 1);
+    wait_lock_wait(e.db, s1);
+    exec_ok(h, "COMMIT");
+    int nm = result_rows(m, msg_m, sizeof(msg_m));
+    int ns = result_rows(s1, msg_s, sizeof(msg_s));
+    ck_assert_msg(nm == 1, "batch: %d rows %s", nm, msg_m);
+    ck_assert_msg(ns == 0, "single claim: %d rows %s", ns, msg_s);
+    assert_state(&e, 2, "running");
+    assert_state(&e, 1, "retrying"); /* queue: run 2 was running */
+    PQfinish(h);
+    PQfinish(m);
+    PQfinish(s1);
     env_teardown(&e);
 }
 END_TEST
@@ -729,6 +835,8 @@ static Suite *caps_suite(void)
     tcase_add_test(tc, test_caps_max_running_total_cap_with_a_tenant_cap);
     tcase_add_test(tc, test_caps_template_group_and_a_raised_cap_released_by_the_reconciler);
     tcase_add_test(tc, test_caps_batches_with_tenants_in_opposite_key_orders_do_not_deadlock);
+    tcase_add_test(tc, test_caps_overlap_claim_many_and_a_completion_do_not_deadlock);
+    tcase_add_test(tc, test_caps_claim_and_claim_many_of_one_overlap_job_do_not_deadlock);
     tcase_add_test(tc, test_caps_every_way_out_of_running_releases_the_next_waiting_run);
     suite_add_tcase(s, tc);
     return s;

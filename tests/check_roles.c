@@ -43,6 +43,7 @@ static const struct {
     {"warren.wp_backoff_ms(bigint,bigint,integer)", ""},
     {"warren.wp_cap_label(text)", ""},
     {"warren.wp_cap_lock(text,text,integer,integer,boolean)", ""},
+    {"warren.wp_overlap_lock(text,boolean)", ""},
     {"warren.wp_cap_release(text,text,boolean)", ""},
     {"warren.wp_cap_release_all(integer)", ""},
     {"warren.wp_check_batch(text,text[])", ""},

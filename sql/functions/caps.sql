@@ -17,9 +17,14 @@
 -- when its lease ran out (until the reaper or a takeover settles it): a
 -- holder that was only paused must not find its slot given away.
 --
--- Locks, always in this order: the claimed or completed run's row, the
--- job's overlap lock (claim.sql), then the group's cap lock(s) here, then
--- (SKIP LOCKED, never waiting) the waiting rows a release moves. With
+-- Locks, always in this order (docs/delivery.md, "Lock order"): the
+-- group's cap lock(s) here, several in (group, tenant) order; the job's
+-- overlap lock(s) (claim.sql), several in name order; then row locks: the
+-- claimed or completed run's, the job's other running rows (a claim's
+-- overlap check), and last the waiting rows a release moves (never waited
+-- for). No cap or overlap lock is waited for after a row lock: the claim
+-- and the completion read a run's group without a lock first; a lock
+-- found needed only under the row lock (a sync in between) is tried. With
 -- max_running the group's lock is exclusive (every claim and release of the
 -- group serialises: the total and every tenant's count are exact); with
 -- max_running_per_tenant alone it is shared and the tenant's lock exclusive

@@ -61,6 +61,21 @@ COMMENT ON FUNCTION warren.wp_wait_until(timestamptz) IS
 -- recorded as overlapping. Reaping it in the claim that lets the next run
 -- start closes that: the old attempt becomes lease_lost in the same
 -- transaction, and the resumed holder's heartbeat returns false.
+-- The overlap lock of job jn (see wp_claim); try_only: only if free at once.
+CREATE OR REPLACE FUNCTION warren.wp_overlap_lock(jn text, try_only boolean)
+RETURNS boolean LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF try_only THEN
+        RETURN pg_try_advisory_xact_lock(hashtextextended('warren.overlap:' || jn, 0));
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtextextended('warren.overlap:' || jn, 0));
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION warren.wp_overlap_lock(text, boolean) IS
+    'Takes the overlap lock of job jn (claims of its runs serialise); try_only: only if free at '
+    'once (false: not taken)';
+
 CREATE OR REPLACE FUNCTION warren.wp_claim(run_key text, worker text, may_wait boolean)
 RETURNS TABLE(attempt int, job text, scheduled_at timestamptz, payload jsonb, lease_seconds int)
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
@@ -86,6 +101,13 @@ DECLARE
     ct text;
     held bigint;
     wline text;
+    lu timestamptz;
+    jn0 text;
+    pol0 text;
+    cg0 text;
+    ct0 text;
+    mr0 int;
+    mrt0 int;
 BEGIN
     IF k IS NULL THEN
         RAISE EXCEPTION 'warren.claim: run_key and worker are required' USING ERRCODE = '22023';
@@ -96,11 +118,24 @@ BEGIN
     -- (warren.wp_max_wait) it is not claimable: its own message comes later.
     -- The login must be granted the run's queue (access.sql), checked before
     -- it may sleep; a sleeping claim takes one of its login's wait slots.
-    SELECT rr.state, rr.due_at, jb.queue INTO st, due, q
-      FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job WHERE rr.run_key = k;
+    SELECT rr.state, rr.due_at, jb.queue, rr.lease_until, jb.name, jb.overlap,
+           coalesce(jb.template, jb.name), coalesce(rr.tenant, jb.tenant, ''),
+           gj.max_running, gj.max_running_per_tenant
+      INTO st, due, q, lu, jn0, pol0, cg0, ct0, mr0, mrt0
+      FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job
+      LEFT JOIN warren.jobs gj ON gj.name = coalesce(jb.template, jb.name)
+     WHERE rr.run_key = k;
     PERFORM warren.wp_require_queue('warren.claim', k, q);
     IF st = 'waiting' THEN
         RETURN; -- held back by a cap (caps.sql): released by a completion, not by a message
+    END IF;
+    -- Finished, or leased by a live worker (a duplicate delivery): no row,
+    -- before any lock (the latest committed state; a run that leaves
+    -- running later gets a message of its own, from the relay or the
+    -- reaper). Only claimable runs take locks, below.
+    IF st NOT IN ('planned', 'published', 'retrying', 'running')
+       OR (st = 'running' AND lu >= clock_timestamp()) THEN
+        RETURN;
     END IF;
     IF st IN ('planned', 'published', 'retrying') AND due > clock_timestamp() THEN
         IF NOT may_wait THEN
@@ -112,6 +147,24 @@ BEGIN
         PERFORM warren.wp_wait_until(due);
     END IF;
     t0 := clock_timestamp(); -- the claim's time, after the wait (now() is the call's start)
+    -- Lock order (caps.sql; docs/delivery.md, "Lock order"): the cap lock(s)
+    -- of the run's group and tenant, then the job's overlap lock, then the
+    -- run's row, then the job's other running rows; never a cap or overlap
+    -- lock after a row lock. They are taken from the unlocked read above
+    -- (a run's job and tenant do not change; a job's template, tenant, caps
+    -- and overlap only by a sync). claim_many took them already, sorted,
+    -- for its whole batch: there (may_wait false) they are only tried, and
+    -- so are, in every claim, locks that the row read under its lock asks
+    -- for beyond them (a sync in between). Not free at once: no row and
+    -- nothing written (the run's message comes again: the reconciler
+    -- republishes a published run not started within its grace).
+    IF (mr0 IS NOT NULL OR mrt0 IS NOT NULL)
+       AND NOT warren.wp_cap_lock(cg0, ct0, mr0, mrt0, NOT may_wait) THEN
+        RETURN;
+    END IF;
+    IF pol0 <> 'allow' AND NOT warren.wp_overlap_lock(jn0, NOT may_wait) THEN
+        RETURN;
+    END IF;
     -- The run (locked) and its job in one statement.
     SELECT rr AS run, jb AS job INTO both_
       FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job
@@ -126,12 +179,26 @@ BEGIN
     -- (q NULL), or a sync may have moved its job to another queue since.
     PERFORM warren.wp_require_queue('warren.claim', k, j.queue);
     pol := j.overlap;
+    -- The group's caps as of now (a sync may have changed them since the
+    -- unlocked read): locks beyond those taken above are only tried.
+    cg := coalesce(j.template, j.name);
+    IF j.template IS NULL THEN
+        mr := j.max_running;
+        mrt := j.max_running_per_tenant;
+    ELSE
+        SELECT gj.max_running, gj.max_running_per_tenant INTO mr, mrt
+          FROM warren.jobs gj WHERE gj.name = j.template;
+    END IF;
+    ct := coalesce(r.tenant, j.tenant, '');
+    IF (mr IS NOT NULL OR mrt IS NOT NULL) AND NOT warren.wp_cap_lock(cg, ct, mr, mrt, true) THEN
+        RETURN;
+    END IF;
     -- Claims of one job's runs serialise so the overlap check (a statement
     -- after the lock, so with a fresh snapshot) sees every committed claim.
     -- An advisory lock: the planner's FOR UPDATE SKIP LOCKED on warren.jobs
-    -- is not disturbed. Taken after the run's row lock, in every claim alike.
-    IF pol <> 'allow' THEN
-        PERFORM pg_advisory_xact_lock(hashtextextended('warren.overlap:' || j.name, 0));
+    -- is not disturbed.
+    IF pol <> 'allow' AND NOT warren.wp_overlap_lock(j.name, true) THEN
+        RETURN;
     END IF;
 
     IF r.state = 'running' THEN
@@ -147,7 +214,7 @@ BEGIN
                 format('lease of attempt %s (worker %s) expired at %s', r.attempt,
                        r.lease_owner, warren.wp_utc_ms(r.lease_until)));
             IF r.cap_group IS NOT NULL THEN
-                PERFORM warren.wp_cap_release(r.cap_group, r.cap_tenant); -- its slot is free
+                PERFORM warren.wp_cap_release(r.cap_group, r.cap_tenant, true); -- its slot is free
             END IF;
             RETURN;
         END IF;
@@ -212,8 +279,7 @@ BEGIN
         IF newer_key IS NOT NULL THEN
             -- A run released from waiting held a slot of its cap group
             -- (caps.sql): it is not running after all, so the slot goes to
-            -- the next waiting run (lock order as everywhere: after the
-            -- row and overlap locks).
+            -- the next waiting run (its group's lock is held already).
             IF r.cap_released_at IS NOT NULL AND r.cap_group IS NOT NULL THEN
                 cg := r.cap_group;
                 ct := r.cap_tenant;
@@ -237,27 +303,19 @@ BEGIN
             END IF;
             IF cg IS NOT NULL THEN
                 UPDATE warren.runs rr SET cap_released_at = NULL WHERE rr.run_key = k;
-                PERFORM warren.wp_cap_release(cg, ct);
+                PERFORM warren.wp_cap_release(cg, ct, true);
             END IF;
             RETURN;
         END IF;
     END IF;
 
-    -- Caps (caps.sql): the group's caps, its lock after every row lock and
-    -- the overlap lock, then a count that sees every committed claim. Over a
-    -- cap the run waits: no row, and the message is acknowledged; a
+    -- Caps (caps.sql): the group's lock is held since the start of the
+    -- claim; a count (a statement after it) sees every committed claim.
+    -- Over a cap the run waits: no row, and the message is acknowledged; a
     -- completion of the group releases it in due order.
     cg := coalesce(j.template, j.name);
-    IF j.template IS NULL THEN
-        mr := j.max_running;
-        mrt := j.max_running_per_tenant;
-    ELSE
-        SELECT gj.max_running, gj.max_running_per_tenant INTO mr, mrt
-          FROM warren.jobs gj WHERE gj.name = j.template;
-    END IF;
+    ct := coalesce(r.tenant, j.tenant, '');
     IF mr IS NOT NULL OR mrt IS NOT NULL THEN
-        ct := coalesce(r.tenant, j.tenant, '');
-        PERFORM warren.wp_cap_lock(cg, ct, mr, mrt);
         IF mr IS NOT NULL THEN
             SELECT count(*) INTO held FROM warren.runs o
              WHERE o.cap_group = cg AND o.run_key <> k
@@ -407,6 +465,35 @@ BEGIN
         PERFORM warren.wp_wait_until(due); -- at most 1 s: no wait slot (access.sql)
     END IF;
     t0 := clock_timestamp(); -- the claim's time, after the wait (now() is the call's start)
+    -- Lock order (caps.sql; docs/delivery.md, "Lock order"): before any row
+    -- lock, the cap locks of every capped group and tenant among the
+    -- claimable keys in (group, tenant) order, then the overlap locks of
+    -- their jobs in name order; the per-key claims below only try them
+    -- again (held: re-entrant). In key order two batches with runs of
+    -- tenants X and Y in opposite key orders would deadlock, and so would a
+    -- batch and a completion or a single claim. Runs that are finished or
+    -- leased by a live worker (duplicates) take none.
+    PERFORM CASE WHEN x.kind = 0 THEN warren.wp_cap_lock(x.g, x.t, x.mr, x.mrt)
+                 ELSE warren.wp_overlap_lock(x.g, false) END
+       FROM (SELECT DISTINCT 0 AS kind, coalesce(jb.template, jb.name) AS g,
+                    coalesce(rr.tenant, jb.tenant, '') AS t,
+                    gj.max_running AS mr, gj.max_running_per_tenant AS mrt
+               FROM unnest(tids) kk(tid)
+               JOIN warren.runs rr ON rr.ctid = kk.tid
+               JOIN warren.jobs jb ON jb.name = rr.job
+               JOIN warren.jobs gj ON gj.name = coalesce(jb.template, jb.name)
+              WHERE (gj.max_running IS NOT NULL OR gj.max_running_per_tenant IS NOT NULL)
+                AND (rr.state IN ('planned', 'published', 'retrying')
+                     OR (rr.state = 'running' AND rr.lease_until < clock_timestamp()))
+             UNION
+             SELECT DISTINCT 1, jb.name, '', NULL::int, NULL::int
+               FROM unnest(tids) kk(tid)
+               JOIN warren.runs rr ON rr.ctid = kk.tid
+               JOIN warren.jobs jb ON jb.name = rr.job
+              WHERE jb.overlap <> 'allow'
+                AND (rr.state IN ('planned', 'published', 'retrying')
+                     OR (rr.state = 'running' AND rr.lease_until < clock_timestamp()))
+              ORDER BY 1, 2, 3) x;
     -- Fast path: fresh runs of jobs without an overlap check or a cap. Rows are locked
     -- in physical order (the TID scan sorts), the same order in every batch.
     -- A row updated since its TID was read fails the recheck and goes to the
@@ -464,27 +551,6 @@ BEGIN
       FROM warren.runs rr
      WHERE rr.run_key = ANY (keys) AND rr.state || '' = 'running' AND rr.lease_owner = w
        AND rr.lease_login = session_user AND rr.started_at = t0;
-    -- The cap locks (caps.sql) of every capped group and tenant among the
-    -- rest, taken now in (group, tenant) order, the order of every caller
-    -- that takes several: the per-key claims below would take them in key
-    -- order, and two batches with runs of tenants X and Y in opposite key
-    -- orders would deadlock. wp_claim takes them again (re-entrant). The
-    -- rows are not locked yet: a duplicate delivery of a run that a
-    -- completion of the group holds can still wait here in the other order
-    -- (PostgreSQL's deadlock detection then cancels one, and the worker
-    -- retries).
-    PERFORM warren.wp_cap_lock(x.g, x.t, x.mr, x.mrt)
-       FROM (SELECT DISTINCT coalesce(jb.template, jb.name) AS g,
-                    coalesce(rr.tenant, jb.tenant, '') AS t,
-                    gj.max_running AS mr, gj.max_running_per_tenant AS mrt
-               FROM unnest(keys) kk(k)
-               JOIN warren.runs rr ON rr.run_key = kk.k
-               JOIN warren.jobs jb ON jb.name = rr.job
-               JOIN warren.jobs gj ON gj.name = coalesce(jb.template, jb.name)
-              WHERE (gj.max_running IS NOT NULL OR gj.max_running_per_tenant IS NOT NULL)
-                AND rr.state IN ('planned', 'published', 'retrying', 'running')
-                AND (done_ IS NULL OR NOT (kk.k = ANY (done_)))
-              ORDER BY 1, 2) x;
     RETURN QUERY
     SELECT t.k, cl.attempt, cl.job, cl.scheduled_at, cl.payload, cl.lease_seconds
       FROM (SELECT DISTINCT x AS k FROM unnest(keys) x
