@@ -749,6 +749,39 @@ START_TEST(test_caps_claim_and_claim_many_of_one_overlap_job_do_not_deadlock)
 }
 END_TEST
 
+/* max_running with max_running_per_tenant: a release looks at every tenant
+ * with waiting runs, not at the oldest rows only. 10,001 waiting runs of
+ * tenant a (at its cap of 1) are older than tenant b's waiting run 2; the
+ * completion of a's running run releases one of a's and b's run 2. */
+START_TEST(test_caps_release_with_both_caps_reaches_every_tenant)
+{
+    env e;
+    env_setup(&e);
+    set_caps(&e, 3, 1);
+    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) VALUES "
+             "('capt', '2026-01-01T00:00:01Z', now() - interval '2 hours', 'trigger', 'a')");
+    ck_assert_int_eq(claim_n(&e, 1), 1);
+    qx(e.db,
+       "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant, state, cap_group, "
+       "cap_tenant) SELECT 'capt', '2025-01-01T00:00:00Z'::timestamptz + "
+       "make_interval(secs => g), now() - interval '1 hour' + make_interval(secs => g / "
+       "1000.0), 'trigger', 'a', 'waiting', 'capt', 'a' FROM generate_series(1, 10001) g;"
+       "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant, state, cap_group, "
+       "cap_tenant) VALUES ('capt', '2026-01-01T00:00:02Z', now(), 'trigger', 'b', "
+       "'waiting', 'capt', 'b')");
+    qx(e.db, "SELECT warren.complete('capt@2026-01-01T00:00:01Z', 1, 'succeeded')");
+    assert_state(&e, 2, "planned+slot");
+    ck_assert_int_eq(sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE tenant = 'a' AND "
+                                    "cap_released_at IS NOT NULL"),
+                     1);
+    ck_assert_int_eq(sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE tenant = 'a' AND "
+                                    "cap_released_at IS NOT NULL AND scheduled_at = "
+                                    "'2025-01-01T00:00:01Z'"),
+                     1); /* a's oldest */
+    env_teardown(&e);
+}
+END_TEST
+
 START_TEST(test_caps_template_group_and_a_raised_cap_released_by_the_reconciler)
 {
     env e;
@@ -837,6 +870,7 @@ static Suite *caps_suite(void)
     tcase_add_test(tc, test_caps_batches_with_tenants_in_opposite_key_orders_do_not_deadlock);
     tcase_add_test(tc, test_caps_overlap_claim_many_and_a_completion_do_not_deadlock);
     tcase_add_test(tc, test_caps_claim_and_claim_many_of_one_overlap_job_do_not_deadlock);
+    tcase_add_test(tc, test_caps_release_with_both_caps_reaches_every_tenant);
     tcase_add_test(tc, test_caps_every_way_out_of_running_releases_the_next_waiting_run);
     suite_add_tcase(s, tc);
     return s;

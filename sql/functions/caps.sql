@@ -80,8 +80,8 @@ COMMENT ON FUNCTION warren.wp_cap_label(text) IS
 -- a note; a NOTIFY (at commit) wakes the planners, whose relay publishes
 -- them at once (they are due: first in its due order). With
 -- max_running_per_tenant alone only tenant t's runs can fit; with
--- max_running any tenant's (skipping tenants at their own cap, at most
--- 10,000 rows looked at). A group without caps any more releases its
+-- max_running any tenant's (with both, per tenant: each tenant's oldest
+-- that fit its own cap, then the oldest of those). A group without caps any more releases its
 -- waiting runs, 1,000 per call. Returns how many were released. With
 -- try_only (the reconciler's sweep) a group whose lock is taken is left for
 -- the next pass instead of waited for: its holder is a claim or a release of
@@ -94,9 +94,6 @@ DECLARE
     mrt int;
     held bigint;
     room bigint;
-    c bigint;
-    m jsonb;
-    w record;
     keys text[] := '{}';
     n int;
     t0 timestamptz;
@@ -143,24 +140,36 @@ BEGIN
                            WHERE o.cap_group = g AND o.state = 'waiting'
                            ORDER BY o.due_at, o.run_key LIMIT room FOR UPDATE SKIP LOCKED);
         ELSE
-            SELECT coalesce(jsonb_object_agg(x.ct, x.n), '{}') INTO m
-              FROM (SELECT o.cap_tenant AS ct, count(*) AS n FROM warren.runs o
-                     WHERE o.cap_group = g
-                       AND (o.state = 'running'
-                            OR (o.cap_released_at IS NOT NULL
-                                AND o.state IN ('planned', 'published')))
-                     GROUP BY 1) x;
-            FOR w IN SELECT o.run_key, o.cap_tenant FROM warren.runs o
+            -- Per tenant (a skip scan of runs_waiting_tenant): the oldest
+            -- waiting runs of each tenant below its own cap, as many as fit
+            -- it, then the oldest of those overall. No FOR UPDATE: the
+            -- group's exclusive lock serialises every claim and release of
+            -- the group, and the UPDATE below checks the state again.
+            keys := ARRAY(
+                WITH RECURSIVE tn AS (
+                    (SELECT o.cap_tenant AS t FROM warren.runs o
                       WHERE o.cap_group = g AND o.state = 'waiting'
-                      ORDER BY o.due_at, o.run_key LIMIT 10000 FOR UPDATE SKIP LOCKED
-            LOOP
-                c := coalesce((m ->> w.cap_tenant)::bigint, 0);
-                CONTINUE WHEN c >= mrt;
-                m := jsonb_set(m, ARRAY[w.cap_tenant], to_jsonb(c + 1));
-                keys := keys || w.run_key;
-                room := room - 1;
-                EXIT WHEN room <= 0;
-            END LOOP;
+                      ORDER BY o.cap_tenant LIMIT 1)
+                    UNION ALL
+                    SELECT (SELECT o.cap_tenant FROM warren.runs o
+                             WHERE o.cap_group = g AND o.state = 'waiting' AND o.cap_tenant > tn.t
+                             ORDER BY o.cap_tenant LIMIT 1)
+                      FROM tn WHERE tn.t IS NOT NULL
+                )
+                SELECT c.run_key
+                  FROM tn
+                 CROSS JOIN LATERAL (
+                       SELECT mrt - count(*) AS free FROM warren.runs o
+                        WHERE o.cap_group = g AND o.cap_tenant = tn.t
+                          AND (o.state = 'running'
+                               OR (o.cap_released_at IS NOT NULL
+                                   AND o.state IN ('planned', 'published')))) h
+                 CROSS JOIN LATERAL (
+                       SELECT o.run_key, o.due_at FROM warren.runs o
+                        WHERE o.cap_group = g AND o.cap_tenant = tn.t AND o.state = 'waiting'
+                        ORDER BY o.due_at, o.run_key LIMIT least(greatest(h.free, 0), room)) c
+                 WHERE tn.t IS NOT NULL
+                 ORDER BY c.due_at, c.run_key LIMIT room);
             why := why || format(', its tenant below max_running_per_tenant %s', mrt);
         END IF;
     END IF;
