@@ -782,6 +782,28 @@ START_TEST(test_caps_release_with_both_caps_reaches_every_tenant)
 }
 END_TEST
 
+/* The sweep visits only tenants below their cap: with room for one release
+ * per call, tenant a at its cap (first in order) does not strand tenant b. */
+START_TEST(test_caps_sweep_skips_tenants_at_their_cap)
+{
+    env e;
+    env_setup(&e);
+    set_caps(&e, 0, 1);
+    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) VALUES "
+             "('capt', '2026-01-01T00:00:01Z', now() - interval '1 minute', 'trigger', 'a')");
+    ck_assert_int_eq(claim_n(&e, 1), 1);
+    qx(e.db,
+       "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant, state, cap_group, "
+       "cap_tenant) VALUES "
+       "('capt', '2026-01-01T00:00:02Z', now(), 'trigger', 'a', 'waiting', 'capt', 'a'),"
+       "('capt', '2026-01-01T00:00:03Z', now(), 'trigger', 'b', 'waiting', 'capt', 'b')");
+    ck_assert_int_eq(sql_long(e.db, "SELECT warren.wp_cap_release_all(1)"), 1);
+    assert_state(&e, 2, "waiting");
+    assert_state(&e, 3, "planned+slot");
+    env_teardown(&e);
+}
+END_TEST
+
 START_TEST(test_caps_template_group_and_a_raised_cap_released_by_the_reconciler)
 {
     env e;
@@ -871,6 +893,7 @@ static Suite *caps_suite(void)
     tcase_add_test(tc, test_caps_overlap_claim_many_and_a_completion_do_not_deadlock);
     tcase_add_test(tc, test_caps_claim_and_claim_many_of_one_overlap_job_do_not_deadlock);
     tcase_add_test(tc, test_caps_release_with_both_caps_reaches_every_tenant);
+    tcase_add_test(tc, test_caps_sweep_skips_tenants_at_their_cap);
     tcase_add_test(tc, test_caps_every_way_out_of_running_releases_the_next_waiting_run);
     suite_add_tcase(s, tc);
     return s;

@@ -193,26 +193,72 @@ COMMENT ON FUNCTION warren.wp_cap_release(text, text, boolean) IS
     'returns how many; try_only: nothing when the lock is not free at once';
 
 -- The reconciler's safety net (called by warren.reap_expired_leases every
--- few seconds): every group and tenant with waiting runs gets a release, in
--- (group, tenant) order (one lock order for every caller that takes several
--- groups' locks), skipping those whose lock is taken (try_only above). It catches what no completion released: a cap raised or
--- removed by `warren sync`, a released run that became dead before its claim
--- (its slot is free again), a run reaped by another run's overlap check.
+-- few seconds): a release for every group with waiting runs that has room:
+-- one per group with max_running (or without caps any more: it releases
+-- any tenant's), one per tenant below its cap with max_running_per_tenant
+-- alone, up to max of them per call. The groups and tenants with waiting
+-- runs are found by a skip scan of runs_waiting_tenant (one index probe per
+-- pair, not a scan of every waiting run), and the pass starts at a random
+-- point of that order and wraps around, so that with more than max pairs
+-- none is left behind for good. Locks are only tried (try_only above): a
+-- group or tenant whose lock is taken is left for the next pass (order
+-- does not matter for locks that never wait). It catches what no
+-- completion released: a cap raised or removed by `warren sync`, a
+-- released run that became dead before its claim (its slot is free again),
+-- a run reaped by another run's overlap check.
 CREATE OR REPLACE FUNCTION warren.wp_cap_release_all(max int)
 RETURNS int LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     x record;
     n int := 0;
+    calls int := 0;
+    lim int := greatest(coalesce(max, 1000), 0);
+    pivot text := md5(random()::text);
 BEGIN
-    FOR x IN SELECT DISTINCT o.cap_group, o.cap_tenant FROM warren.runs o
+    FOR x IN
+        WITH RECURSIVE pr AS (
+            (SELECT o.cap_group AS g, o.cap_tenant AS t FROM warren.runs o
               WHERE o.state = 'waiting' AND o.cap_group IS NOT NULL
-              ORDER BY 1, 2 LIMIT greatest(coalesce(max, 1000), 0)
+              ORDER BY o.cap_group, o.cap_tenant LIMIT 1)
+            UNION ALL
+            SELECT nx.g, nx.t
+              FROM pr CROSS JOIN LATERAL (
+                   SELECT o.cap_group AS g, o.cap_tenant AS t FROM warren.runs o
+                    WHERE o.state = 'waiting' AND o.cap_group IS NOT NULL
+                      AND (o.cap_group, o.cap_tenant) > (pr.g, pr.t)
+                    ORDER BY o.cap_group, o.cap_tenant LIMIT 1) nx
+        ), u AS (
+            -- one row per group with max_running or no caps, one per tenant otherwise
+            SELECT DISTINCT pr.g,
+                   CASE WHEN jb.max_running IS NULL AND jb.max_running_per_tenant IS NOT NULL
+                        THEN pr.t END AS t,
+                   jb.max_running AS mr, jb.max_running_per_tenant AS mrt
+              FROM pr LEFT JOIN warren.jobs jb ON jb.name = pr.g
+        )
+        SELECT u.g, u.t FROM u
+         WHERE CASE WHEN u.mr IS NOT NULL
+                    THEN (SELECT count(*) FROM warren.runs o
+                           WHERE o.cap_group = u.g
+                             AND (o.state = 'running'
+                                  OR (o.cap_released_at IS NOT NULL
+                                      AND o.state IN ('planned', 'published')))) < u.mr
+                    WHEN u.mrt IS NOT NULL
+                    THEN (SELECT count(*) FROM warren.runs o
+                           WHERE o.cap_group = u.g AND o.cap_tenant = u.t
+                             AND (o.state = 'running'
+                                  OR (o.cap_released_at IS NOT NULL
+                                      AND o.state IN ('planned', 'published')))) < u.mrt
+                    ELSE true END
+         ORDER BY (u.g || '|' || coalesce(u.t, '')) < pivot, u.g, u.t
     LOOP
-        n := n + warren.wp_cap_release(x.cap_group, x.cap_tenant, true);
+        EXIT WHEN calls >= lim;
+        calls := calls + 1;
+        n := n + warren.wp_cap_release(x.g, x.t, true);
     END LOOP;
     RETURN n;
 END
 $fn$;
 COMMENT ON FUNCTION warren.wp_cap_release_all(int) IS
-    'Releases the waiting runs that fit, for up to max (group, tenant) pairs with waiting runs, '
-    'in that order (the reconciler''s safety net); returns how many were released';
+    'Releases the waiting runs that fit, one release per group with max_running and per tenant '
+    'below its cap otherwise, up to max releases, from a random point of (group, tenant) order '
+    '(the reconciler''s safety net); returns how many runs were released';
