@@ -804,6 +804,31 @@ START_TEST(test_caps_sweep_skips_tenants_at_their_cap)
 }
 END_TEST
 
+/* A slot freed without a release (here as cancel_previous frees it: the
+ * running run cancelled by another job's claim) goes to the older waiting
+ * run, not to a newer run whose claim comes first. */
+START_TEST(test_caps_a_slot_freed_without_a_release_keeps_due_order)
+{
+    env e;
+    env_setup(&e);
+    set_caps(&e, 0, 1);
+    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) VALUES "
+             "('capt', '2026-01-01T00:00:01Z', now() - interval '3 minutes', 'trigger', 'x'),"
+             "('capt', '2026-01-01T00:00:02Z', now() - interval '2 minutes', 'trigger', 'x'),"
+             "('capt', '2026-01-01T00:00:03Z', now() - interval '1 minute', 'trigger', 'x')");
+    ck_assert_int_eq(claim_n(&e, 1), 1);
+    ck_assert_int_eq(claim_n(&e, 2), 0);
+    assert_state(&e, 2, "waiting");
+    qx(e.db, "UPDATE warren.runs SET state = 'cancelled', finished_at = now(), lease_owner = NULL, "
+             "lease_until = NULL WHERE run_key = 'capt@2026-01-01T00:00:01Z'");
+    ck_assert_int_eq(claim_n(&e, 3), 0);
+    assert_state(&e, 3, "waiting");
+    assert_state(&e, 2, "planned+slot");
+    ck_assert_int_eq(claim_n(&e, 2), 1);
+    env_teardown(&e);
+}
+END_TEST
+
 START_TEST(test_caps_template_group_and_a_raised_cap_released_by_the_reconciler)
 {
     env e;
@@ -894,6 +919,7 @@ static Suite *caps_suite(void)
     tcase_add_test(tc, test_caps_claim_and_claim_many_of_one_overlap_job_do_not_deadlock);
     tcase_add_test(tc, test_caps_release_with_both_caps_reaches_every_tenant);
     tcase_add_test(tc, test_caps_sweep_skips_tenants_at_their_cap);
+    tcase_add_test(tc, test_caps_a_slot_freed_without_a_release_keeps_due_order);
     tcase_add_test(tc, test_caps_every_way_out_of_running_releases_the_next_waiting_run);
     suite_add_tcase(s, tc);
     return s;

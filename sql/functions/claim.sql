@@ -316,6 +316,24 @@ BEGIN
     cg := coalesce(j.template, j.name);
     ct := coalesce(r.tenant, j.tenant, '');
     IF mr IS NOT NULL OR mrt IS NOT NULL THEN
+        -- A slot can come free without a release (an overlap reap,
+        -- cancel_previous, a released run that died): a run that holds no
+        -- released slot releases the older waiting runs of its scope first
+        -- (the tenant's with max_running_per_tenant alone, the group's
+        -- otherwise), so that they take the free slots before it, in due
+        -- order; the counts below then see them.
+        IF r.cap_released_at IS NULL
+           AND ((mr IS NULL
+                 AND EXISTS (SELECT 1 FROM warren.runs o
+                              WHERE o.cap_group = cg AND o.cap_tenant = ct
+                                AND o.state = 'waiting'
+                                AND (o.due_at, o.run_key) < (r.due_at, k)))
+                OR (mr IS NOT NULL
+                    AND EXISTS (SELECT 1 FROM warren.runs o
+                                 WHERE o.cap_group = cg AND o.state = 'waiting'
+                                   AND (o.due_at, o.run_key) < (r.due_at, k)))) THEN
+            PERFORM warren.wp_cap_release(cg, ct, true);
+        END IF;
         IF mr IS NOT NULL THEN
             SELECT count(*) INTO held FROM warren.runs o
              WHERE o.cap_group = cg AND o.run_key <> k
