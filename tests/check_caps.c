@@ -749,6 +749,18 @@ START_TEST(test_caps_claim_and_claim_many_of_one_overlap_job_do_not_deadlock)
 }
 END_TEST
 
+/* sql fails on c with SQLSTATE state and a message containing needle. */
+static void exec_fails(PGconn *c, const char *sql, const char *state, const char *needle)
+{
+    PGresult *r = PQexec(c, sql);
+    const char *got = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+    const char *msg = PQresultErrorMessage(r);
+    ck_assert_msg(PQresultStatus(r) == PGRES_FATAL_ERROR && got != NULL && strcmp(got, state) == 0,
+                  "%s: want SQLSTATE %s, got %s: %s", sql, state, got ? got : "none", msg);
+    ck_assert_msg(strstr(msg, needle) != NULL, "%s: message lacks \"%s\": %s", sql, needle, msg);
+    PQclear(r);
+}
+
 /* max_running with max_running_per_tenant: a release looks at every tenant
  * with waiting runs, not at the oldest rows only. 10,001 waiting runs of
  * tenant a (at its cap of 1) are older than tenant b's waiting run 2; the
@@ -825,6 +837,31 @@ START_TEST(test_caps_a_slot_freed_without_a_release_keeps_due_order)
     assert_state(&e, 3, "waiting");
     assert_state(&e, 2, "planned+slot");
     ck_assert_int_eq(claim_n(&e, 2), 1);
+    env_teardown(&e);
+}
+END_TEST
+
+/* A capped claim needs READ COMMITTED (its count must see every committed
+ * claim). */
+START_TEST(test_caps_a_capped_claim_needs_read_committed)
+{
+    env e;
+    env_setup(&e);
+    set_caps(&e, 0, 1);
+    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) VALUES "
+             "('capt', '2026-01-01T00:00:01Z', now() - interval '1 minute', 'trigger', 'x')");
+    PGconn *c = connect_ok(e.db);
+    exec_ok(c, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+    exec_fails(c, "SELECT * FROM warren.claim('capt@2026-01-01T00:00:01Z', 'rr')", "0A000",
+               "needs isolation level READ COMMITTED, not REPEATABLE READ");
+    exec_ok(c, "ROLLBACK");
+    exec_ok(c, "BEGIN ISOLATION LEVEL SERIALIZABLE");
+    exec_fails(c, "SELECT * FROM warren.claim_many(ARRAY['capt@2026-01-01T00:00:01Z'], 'rr')",
+               "0A000", "not SERIALIZABLE");
+    exec_ok(c, "ROLLBACK");
+    assert_state(&e, 1, "planned");
+    ck_assert_int_eq(claim_n(&e, 1), 1);
+    PQfinish(c);
     env_teardown(&e);
 }
 END_TEST
@@ -920,6 +957,7 @@ static Suite *caps_suite(void)
     tcase_add_test(tc, test_caps_release_with_both_caps_reaches_every_tenant);
     tcase_add_test(tc, test_caps_sweep_skips_tenants_at_their_cap);
     tcase_add_test(tc, test_caps_a_slot_freed_without_a_release_keeps_due_order);
+    tcase_add_test(tc, test_caps_a_capped_claim_needs_read_committed);
     tcase_add_test(tc, test_caps_every_way_out_of_running_releases_the_next_waiting_run);
     suite_add_tcase(s, tc);
     return s;

@@ -190,6 +190,18 @@ BEGIN
           FROM warren.jobs gj WHERE gj.name = j.template;
     END IF;
     ct := coalesce(r.tenant, j.tenant, '');
+    -- A cap's count must see every committed claim: a statement's snapshot
+    -- taken after the lock, which only READ COMMITTED gives (in REPEATABLE
+    -- READ or SERIALIZABLE it is the transaction's first, and two claims
+    -- could both count one slot free).
+    IF (mr IS NOT NULL OR mrt IS NOT NULL)
+       AND current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'warren.claim: run % is in cap group % (max_running / '
+                        'max_running_per_tenant), which needs isolation level READ COMMITTED, '
+                        'not %: claim it in a READ COMMITTED transaction', k,
+                        warren.wp_cap_label(cg), upper(current_setting('transaction_isolation'))
+            USING ERRCODE = '0A000';
+    END IF;
     IF (mr IS NOT NULL OR mrt IS NOT NULL) AND NOT warren.wp_cap_lock(cg, ct, mr, mrt, true) THEN
         RETURN;
     END IF;
