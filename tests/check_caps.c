@@ -866,6 +866,22 @@ START_TEST(test_caps_a_capped_claim_needs_read_committed)
 }
 END_TEST
 
+/* A run's tenant has the grammar of a job's: '' (the claim's "none") is
+ * refused. */
+START_TEST(test_caps_run_tenant_grammar)
+{
+    env e;
+    env_setup(&e);
+    PGconn *c = connect_ok(e.db);
+    exec_fails(c,
+               "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) VALUES "
+               "('capt', '2026-01-01T00:00:02Z', now(), 'trigger', '')",
+               "23514", "runs_tenant_grammar");
+    PQfinish(c);
+    env_teardown(&e);
+}
+END_TEST
+
 START_TEST(test_caps_template_group_and_a_raised_cap_released_by_the_reconciler)
 {
     env e;
@@ -958,6 +974,7 @@ static Suite *caps_suite(void)
     tcase_add_test(tc, test_caps_sweep_skips_tenants_at_their_cap);
     tcase_add_test(tc, test_caps_a_slot_freed_without_a_release_keeps_due_order);
     tcase_add_test(tc, test_caps_a_capped_claim_needs_read_committed);
+    tcase_add_test(tc, test_caps_run_tenant_grammar);
     tcase_add_test(tc, test_caps_every_way_out_of_running_releases_the_next_waiting_run);
     suite_add_tcase(s, tc);
     return s;

@@ -8,6 +8,20 @@
 -- Plain SQL, appliable with psql and safe to re-run; records its own version.
 -- Never edit this file once landed: add NNN_*.sql instead.
 
+-- A run's tenant has the grammar of warren.jobs.tenant (migration 012): ''
+-- would otherwise count as the same tenant as none (the claim counts
+-- coalesce(tenant, '')), so one tenant could take another's slots.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint
+                    WHERE conname = 'runs_tenant_grammar'
+                      AND conrelid = 'warren.runs'::regclass) THEN
+        ALTER TABLE warren.runs ADD CONSTRAINT runs_tenant_grammar
+            CHECK (tenant ~ '^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$');
+    END IF;
+END
+$$;
+
 -- Set by the claim for runs of a capped group only (NULL for every other
 -- run: the claim's fast path does not touch them).
 ALTER TABLE warren.runs ADD COLUMN IF NOT EXISTS cap_group text;
