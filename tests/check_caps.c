@@ -101,7 +101,7 @@ static long sql_long(const char *url, const char *sql)
  * of it: the tests insert its runs). */
 #define CAP_JOB                                                                                    \
     "{ name = \"capt\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qcap\"; overlap = \"allow\";"     \
-    "  lease = \"10s\"; retry = { max_attempts = 3; base = \"100ms\"; cap = \"200ms\"; };"         \
+    "  lease = \"60s\"; retry = { max_attempts = 3; base = \"100ms\"; cap = \"200ms\"; };"         \
     "  handler = { sql = \"WITH x AS (INSERT INTO execs (run_key, who) VALUES ($1, "               \
     "current_setting('application_name'))) SELECT pg_sleep(0.2)\"; }; }"
 
@@ -638,12 +638,12 @@ START_TEST(test_caps_batches_with_tenants_in_opposite_key_orders_do_not_deadlock
                                     "'capt@2026-01-01T00:00:01Z', 'capt@2026-01-01T00:00:02Z'], "
                                     "'wa')"),
                      1);
-    sleep_ms(300);
+    wait_lock_wait(e.db, a);
     ck_assert_int_eq(PQsendQuery(b, "SELECT * FROM warren.claim_many(ARRAY["
                                     "'capt@2026-01-01T00:00:03Z', 'capt@2026-01-01T00:00:04Z'], "
                                     "'wb')"),
                      1);
-    sleep_ms(300);
+    wait_lock_wait(e.db, b);
     exec_ok(c, "COMMIT");
     int na = result_rows(a, msg_a, sizeof(msg_a));
     int nb = result_rows(b, msg_b, sizeof(msg_b));
