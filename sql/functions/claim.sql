@@ -503,26 +503,29 @@ BEGIN
     -- tenants X and Y in opposite key orders would deadlock, and so would a
     -- batch and a completion or a single claim. Runs that are finished or
     -- leased by a live worker (duplicates) take none.
+    -- (One pass over the keys, one probe per distinct job: the fast path
+    -- of an uncapped fleet pays a heap fetch per key here.)
     PERFORM CASE WHEN x.kind = 0 THEN warren.wp_cap_lock(x.g, x.t, x.mr, x.mrt)
                  ELSE warren.wp_overlap_lock(x.g, false) END
-       FROM (SELECT DISTINCT 0 AS kind, coalesce(jb.template, jb.name) AS g,
-                    coalesce(rr.tenant, jb.tenant, '') AS t,
-                    gj.max_running AS mr, gj.max_running_per_tenant AS mrt
-               FROM unnest(tids) kk(tid)
-               JOIN warren.runs rr ON rr.ctid = kk.tid
-               JOIN warren.jobs jb ON jb.name = rr.job
-               JOIN warren.jobs gj ON gj.name = coalesce(jb.template, jb.name)
-              WHERE (gj.max_running IS NOT NULL OR gj.max_running_per_tenant IS NOT NULL)
-                AND (rr.state IN ('planned', 'published', 'retrying')
-                     OR (rr.state = 'running' AND rr.lease_until < clock_timestamp()))
+       FROM (WITH kr AS (
+                 SELECT rr.job, rr.tenant FROM unnest(tids) kk(tid)
+                   JOIN warren.runs rr ON rr.ctid = kk.tid
+                  WHERE rr.state IN ('planned', 'published', 'retrying')
+                     OR (rr.state = 'running' AND rr.lease_until < clock_timestamp())
+             ), jc AS (
+                 SELECT jb.name, jb.tenant, jb.overlap, coalesce(jb.template, jb.name) AS g,
+                        gj.max_running AS mr, gj.max_running_per_tenant AS mrt
+                   FROM (SELECT DISTINCT kr.job FROM kr) d
+                   JOIN warren.jobs jb ON jb.name = d.job
+                   JOIN warren.jobs gj ON gj.name = coalesce(jb.template, jb.name)
+                  WHERE jb.overlap <> 'allow' OR gj.max_running IS NOT NULL
+                     OR gj.max_running_per_tenant IS NOT NULL
+             )
+             SELECT DISTINCT 0 AS kind, jc.g, coalesce(kr.tenant, jc.tenant, '') AS t, jc.mr, jc.mrt
+               FROM jc JOIN kr ON kr.job = jc.name
+              WHERE jc.mr IS NOT NULL OR jc.mrt IS NOT NULL
              UNION
-             SELECT DISTINCT 1, jb.name, '', NULL::int, NULL::int
-               FROM unnest(tids) kk(tid)
-               JOIN warren.runs rr ON rr.ctid = kk.tid
-               JOIN warren.jobs jb ON jb.name = rr.job
-              WHERE jb.overlap <> 'allow'
-                AND (rr.state IN ('planned', 'published', 'retrying')
-                     OR (rr.state = 'running' AND rr.lease_until < clock_timestamp()))
+             SELECT 1, jc.name, '', NULL::int, NULL::int FROM jc WHERE jc.overlap <> 'allow'
               ORDER BY 1, 2, 3) x;
     -- Fast path: fresh runs of jobs without an overlap check or a cap. Rows are locked
     -- in physical order (the TID scan sorts), the same order in every batch.
