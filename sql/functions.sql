@@ -10,6 +10,7 @@
 \ir functions/access.sql
 \ir functions/outbox.sql
 \ir functions/retry.sql
+\ir functions/caps.sql
 \ir functions/claim.sql
 \ir functions/lease.sql
 \ir functions/complete.sql

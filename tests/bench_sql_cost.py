@@ -14,6 +14,9 @@ backend's CPU time (from /proc, so the server must be on this machine) per
 run. Each VARIANT.sql (e.g. another CREATE OR REPLACE FUNCTION
 warren.complete_many) is applied before its own rounds, interleaved with the
 shipped functions ("shipped"), so that A/B pairs share the machine's noise.
+With --tenants T the job gets max_running_per_tenant = --per-tenant (default:
+high enough that no run waits) and the runs T tenants in turn: the cost of
+the capped claim (docs/delivery.md, "Caps") instead of claim_many's fast path.
 The database is dropped at the end. Needs psycopg2 (Debian python3-psycopg2).
 """
 import argparse
@@ -49,7 +52,7 @@ def backend_cpu_s(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def one_round(url, label, variant, runs, batch):
+def one_round(url, label, variant, runs, batch, tenants=0, per_tenant=None):
     conn = psycopg2.connect(url)
     conn.autocommit = True
     cur = conn.cursor()
@@ -63,12 +66,15 @@ def one_round(url, label, variant, runs, batch):
         "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, overlap) "
         "VALUES ('bench', 'at', '2099-01-01T00:00:00Z', 'bench', 'allow') "
         "ON CONFLICT (name) DO NOTHING")
+    cur.execute("UPDATE warren.jobs SET max_running_per_tenant = %s WHERE name = 'bench'",
+                (per_tenant or runs,) if tenants > 0 else (None,))
     cur.execute("DELETE FROM warren.attempts; DELETE FROM warren.outbox; DELETE FROM warren.runs")
     cur.execute(
-        "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, payload, state) "
+        "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, payload, state, tenant) "
         "SELECT 'bench', date_trunc('second', now()) - make_interval(secs => g), now(), "
-        "'backfill', '{\"bench\": \"sql\"}', 'published' FROM generate_series(1, %s) g",
-        (runs,))
+        "'backfill', '{\"bench\": \"sql\"}', 'published', "
+        "CASE WHEN %s > 0 THEN 't' || g %% greatest(%s, 1) END FROM generate_series(1, %s) g",
+        (tenants, tenants, runs))
     cur.execute("VACUUM ANALYZE warren.runs, warren.attempts, warren.outbox")
     cur.execute("CHECKPOINT")
     cur.execute("SELECT run_key FROM warren.runs ORDER BY run_key")
@@ -94,9 +100,9 @@ def one_round(url, label, variant, runs, batch):
         sys.exit("bench_sql_cost: %s claimed %d and completed %d of %d runs"
                  % (label, len(attempt), recorded, runs))
     per = 1e6 / runs
-    print('{"bench":"sql_cost","variant":"%s","runs":%d,"batch":%d,'
+    print('{"bench":"sql_cost","variant":"%s","runs":%d,"batch":%d,"tenants":%d,'
           '"claim_us":%.1f,"claim_cpu_us":%.1f,"complete_us":%.1f,"complete_cpu_us":%.1f}'
-          % (label, runs, batch, (t1 - t0) * per, (c1 - c0) * per, (t2 - t1) * per,
+          % (label, runs, batch, tenants, (t1 - t0) * per, (c1 - c0) * per, (t2 - t1) * per,
              (c2 - c1) * per), flush=True)
 
 
@@ -105,6 +111,8 @@ def main():
     ap.add_argument("--runs", type=int, default=20000)
     ap.add_argument("--batch", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--tenants", type=int, default=0)
+    ap.add_argument("--per-tenant", type=int, default=None)
     ap.add_argument("variants", nargs="*")
     a = ap.parse_args()
     server = os.environ.get("WARREN_TEST_PG_URL")
@@ -118,9 +126,9 @@ def main():
     url = base + "/" + name
     try:
         for _ in range(a.rounds):
-            one_round(url, "shipped", None, a.runs, a.batch)
+            one_round(url, "shipped", None, a.runs, a.batch, a.tenants, a.per_tenant)
             for v in a.variants:
-                one_round(url, os.path.basename(v), v, a.runs, a.batch)
+                one_round(url, os.path.basename(v), v, a.runs, a.batch, a.tenants, a.per_tenant)
     finally:
         admin.cursor().execute('DROP DATABASE IF EXISTS "%s" WITH (FORCE)' % name)
         admin.close()

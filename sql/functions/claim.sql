@@ -61,6 +61,21 @@ COMMENT ON FUNCTION warren.wp_wait_until(timestamptz) IS
 -- recorded as overlapping. Reaping it in the claim that lets the next run
 -- start closes that: the old attempt becomes lease_lost in the same
 -- transaction, and the resumed holder's heartbeat returns false.
+-- The overlap lock of job jn (see wp_claim); try_only: only if free at once.
+CREATE OR REPLACE FUNCTION warren.wp_overlap_lock(jn text, try_only boolean)
+RETURNS boolean LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF try_only THEN
+        RETURN pg_try_advisory_xact_lock(hashtextextended('warren.overlap:' || jn, 0));
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtextextended('warren.overlap:' || jn, 0));
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION warren.wp_overlap_lock(text, boolean) IS
+    'Takes the overlap lock of job jn (claims of its runs serialise); try_only: only if free at '
+    'once (false: not taken)';
+
 CREATE OR REPLACE FUNCTION warren.wp_claim(run_key text, worker text, may_wait boolean)
 RETURNS TABLE(attempt int, job text, scheduled_at timestamptz, payload jsonb, lease_seconds int)
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
@@ -80,6 +95,19 @@ DECLARE
     st text;
     due timestamptz;
     q text;
+    mr int;
+    mrt int;
+    cg text;
+    ct text;
+    held bigint;
+    wline text;
+    lu timestamptz;
+    jn0 text;
+    pol0 text;
+    cg0 text;
+    ct0 text;
+    mr0 int;
+    mrt0 int;
 BEGIN
     IF k IS NULL THEN
         RAISE EXCEPTION 'warren.claim: run_key and worker are required' USING ERRCODE = '22023';
@@ -90,9 +118,25 @@ BEGIN
     -- (warren.wp_max_wait) it is not claimable: its own message comes later.
     -- The login must be granted the run's queue (access.sql), checked before
     -- it may sleep; a sleeping claim takes one of its login's wait slots.
-    SELECT rr.state, rr.due_at, jb.queue INTO st, due, q
-      FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job WHERE rr.run_key = k;
+    SELECT rr.state, rr.due_at, jb.queue, rr.lease_until, jb.name, jb.overlap,
+           coalesce(jb.template, jb.name), coalesce(rr.tenant, jb.tenant, ''),
+           gj.max_running, gj.max_running_per_tenant
+      INTO st, due, q, lu, jn0, pol0, cg0, ct0, mr0, mrt0
+      FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job
+      LEFT JOIN warren.jobs gj ON gj.name = coalesce(jb.template, jb.name)
+     WHERE rr.run_key = k;
     PERFORM warren.wp_require_queue('warren.claim', k, q);
+    IF st = 'waiting' THEN
+        RETURN; -- held back by a cap (caps.sql): released by a completion, not by a message
+    END IF;
+    -- Finished, or leased by a live worker (a duplicate delivery): no row,
+    -- before any lock (the latest committed state; a run that leaves
+    -- running later gets a message of its own, from the relay or the
+    -- reaper). Only claimable runs take locks, below.
+    IF st NOT IN ('planned', 'published', 'retrying', 'running')
+       OR (st = 'running' AND lu >= clock_timestamp()) THEN
+        RETURN;
+    END IF;
     IF st IN ('planned', 'published', 'retrying') AND due > clock_timestamp() THEN
         IF NOT may_wait THEN
             RETURN; -- not due (claim_many waited for the keys due within 1 s)
@@ -103,6 +147,24 @@ BEGIN
         PERFORM warren.wp_wait_until(due);
     END IF;
     t0 := clock_timestamp(); -- the claim's time, after the wait (now() is the call's start)
+    -- Lock order (caps.sql; docs/delivery.md, "Lock order"): the cap lock(s)
+    -- of the run's group and tenant, then the job's overlap lock, then the
+    -- run's row, then the job's other running rows; never a cap or overlap
+    -- lock after a row lock. They are taken from the unlocked read above
+    -- (a run's job and tenant do not change; a job's template, tenant, caps
+    -- and overlap only by a sync). claim_many took them already, sorted,
+    -- for its whole batch: there (may_wait false) they are only tried, and
+    -- so are, in every claim, locks that the row read under its lock asks
+    -- for beyond them (a sync in between). Not free at once: no row and
+    -- nothing written (the run's message comes again: the reconciler
+    -- republishes a published run not started within its grace).
+    IF (mr0 IS NOT NULL OR mrt0 IS NOT NULL)
+       AND NOT warren.wp_cap_lock(cg0, ct0, mr0, mrt0, NOT may_wait) THEN
+        RETURN;
+    END IF;
+    IF pol0 <> 'allow' AND NOT warren.wp_overlap_lock(jn0, NOT may_wait) THEN
+        RETURN;
+    END IF;
     -- The run (locked) and its job in one statement.
     SELECT rr AS run, jb AS job INTO both_
       FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job
@@ -117,12 +179,38 @@ BEGIN
     -- (q NULL), or a sync may have moved its job to another queue since.
     PERFORM warren.wp_require_queue('warren.claim', k, j.queue);
     pol := j.overlap;
+    -- The group's caps as of now (a sync may have changed them since the
+    -- unlocked read): locks beyond those taken above are only tried.
+    cg := coalesce(j.template, j.name);
+    IF j.template IS NULL THEN
+        mr := j.max_running;
+        mrt := j.max_running_per_tenant;
+    ELSE
+        SELECT gj.max_running, gj.max_running_per_tenant INTO mr, mrt
+          FROM warren.jobs gj WHERE gj.name = j.template;
+    END IF;
+    ct := coalesce(r.tenant, j.tenant, '');
+    -- A cap's count must see every committed claim: a statement's snapshot
+    -- taken after the lock, which only READ COMMITTED gives (in REPEATABLE
+    -- READ or SERIALIZABLE it is the transaction's first, and two claims
+    -- could both count one slot free).
+    IF (mr IS NOT NULL OR mrt IS NOT NULL)
+       AND current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'warren.claim: run % is in cap group % (max_running / '
+                        'max_running_per_tenant), which needs isolation level READ COMMITTED, '
+                        'not %: claim it in a READ COMMITTED transaction', k,
+                        warren.wp_cap_label(cg), upper(current_setting('transaction_isolation'))
+            USING ERRCODE = '0A000';
+    END IF;
+    IF (mr IS NOT NULL OR mrt IS NOT NULL) AND NOT warren.wp_cap_lock(cg, ct, mr, mrt, true) THEN
+        RETURN;
+    END IF;
     -- Claims of one job's runs serialise so the overlap check (a statement
     -- after the lock, so with a fresh snapshot) sees every committed claim.
     -- An advisory lock: the planner's FOR UPDATE SKIP LOCKED on warren.jobs
-    -- is not disturbed. Taken after the run's row lock, in every claim alike.
-    IF pol <> 'allow' THEN
-        PERFORM pg_advisory_xact_lock(hashtextextended('warren.overlap:' || j.name, 0));
+    -- is not disturbed.
+    IF pol <> 'allow' AND NOT warren.wp_overlap_lock(j.name, true) THEN
+        RETURN;
     END IF;
 
     IF r.state = 'running' THEN
@@ -137,6 +225,9 @@ BEGIN
             PERFORM warren.wp_after_failure(k, 'lease_lost', r.last_error, w,
                 format('lease of attempt %s (worker %s) expired at %s', r.attempt,
                        r.lease_owner, warren.wp_utc_ms(r.lease_until)));
+            IF r.cap_group IS NOT NULL THEN
+                PERFORM warren.wp_cap_release(r.cap_group, r.cap_tenant, true); -- its slot is free
+            END IF;
             RETURN;
         END IF;
         PERFORM warren.wp_event(r, 'lease_lost', NULL, r.lease_owner);
@@ -198,6 +289,13 @@ BEGIN
         END LOOP;
 
         IF newer_key IS NOT NULL THEN
+            -- A run released from waiting held a slot of its cap group
+            -- (caps.sql): it is not running after all, so the slot goes to
+            -- the next waiting run (its group's lock is held already).
+            IF r.cap_released_at IS NOT NULL AND r.cap_group IS NOT NULL THEN
+                cg := r.cap_group;
+                ct := r.cap_tenant;
+            END IF;
             IF pol = 'queue' THEN
                 line := format('held back by overlap policy queue: %s was still running', newer_key);
                 UPDATE warren.runs rr
@@ -215,15 +313,83 @@ BEGIN
                 RETURNING * INTO r;
                 PERFORM warren.wp_event(r, 'skipped', NULL, w);
             END IF;
+            IF cg IS NOT NULL THEN
+                UPDATE warren.runs rr SET cap_released_at = NULL WHERE rr.run_key = k;
+                PERFORM warren.wp_cap_release(cg, ct, true);
+            END IF;
             RETURN;
         END IF;
+    END IF;
+
+    -- Caps (caps.sql): the group's lock is held since the start of the
+    -- claim; a count (a statement after it) sees every committed claim.
+    -- Over a cap the run waits: no row, and the message is acknowledged; a
+    -- completion of the group releases it in due order.
+    cg := coalesce(j.template, j.name);
+    ct := coalesce(r.tenant, j.tenant, '');
+    IF mr IS NOT NULL OR mrt IS NOT NULL THEN
+        -- A slot can come free without a release (an overlap reap,
+        -- cancel_previous, a released run that died): a run that holds no
+        -- released slot releases the older waiting runs of its scope first
+        -- (the tenant's with max_running_per_tenant alone, the group's
+        -- otherwise), so that they take the free slots before it, in due
+        -- order; the counts below then see them.
+        IF r.cap_released_at IS NULL
+           AND ((mr IS NULL
+                 AND EXISTS (SELECT 1 FROM warren.runs o
+                              WHERE o.cap_group = cg AND o.cap_tenant = ct
+                                AND o.state = 'waiting'
+                                AND (o.due_at, o.run_key) < (r.due_at, k)))
+                OR (mr IS NOT NULL
+                    AND EXISTS (SELECT 1 FROM warren.runs o
+                                 WHERE o.cap_group = cg AND o.state = 'waiting'
+                                   AND (o.due_at, o.run_key) < (r.due_at, k)))) THEN
+            PERFORM warren.wp_cap_release(cg, ct, true);
+        END IF;
+        IF mr IS NOT NULL THEN
+            SELECT count(*) INTO held FROM warren.runs o
+             WHERE o.cap_group = cg AND o.run_key <> k
+               AND (o.state = 'running'
+                    OR (o.cap_released_at IS NOT NULL AND o.state IN ('planned', 'published')));
+            IF held >= mr THEN
+                wline := format('waiting: %s of max_running %s running (%s)', held, mr,
+                                warren.wp_cap_label(cg));
+            END IF;
+        END IF;
+        IF wline IS NULL AND mrt IS NOT NULL THEN
+            SELECT count(*) INTO held FROM warren.runs o
+             WHERE o.cap_group = cg AND o.cap_tenant = ct AND o.run_key <> k
+               AND (o.state = 'running'
+                    OR (o.cap_released_at IS NOT NULL AND o.state IN ('planned', 'published')));
+            IF held >= mrt THEN
+                wline := format('waiting: tenant %s has %s of max_running_per_tenant %s running (%s)',
+                                CASE WHEN ct = '' THEN '(none)' ELSE ct END, held, mrt,
+                                warren.wp_cap_label(cg));
+            END IF;
+        END IF;
+        IF wline IS NOT NULL THEN
+            IF r.state = 'running' THEN
+                -- a takeover (its lease ran out) finding the cap lowered: the
+                -- lost attempt is closed above; the run waits like the others
+                UPDATE warren.runs rr SET lease_owner = NULL, lease_until = NULL
+                 WHERE rr.run_key = k;
+            END IF;
+            UPDATE warren.runs rr
+               SET state = 'waiting', cap_group = cg, cap_tenant = ct, cap_released_at = NULL,
+                   note = warren.wp_note(rr.note,
+                                         wline || ' at ' || warren.wp_utc_ms(clock_timestamp()))
+             WHERE rr.run_key = k;
+            RETURN;
+        END IF;
+    ELSE
+        cg := NULL;
     END IF;
 
     UPDATE warren.runs rr
        SET state = 'running', attempt = rr.attempt + 1, lease_owner = w,
            lease_login = session_user, lease_ms = j.lease_ms,
            lease_until = t0 + make_interval(secs => j.lease_ms / 1000.0),
-           started_at = t0
+           started_at = t0, cap_group = cg, cap_tenant = ct, cap_released_at = NULL
      WHERE rr.run_key = k
     RETURNING * INTO r;
     INSERT INTO warren.attempts (run_key, attempt, worker, login, started_at)
@@ -250,9 +416,10 @@ LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT * FROM warren.wp_claim($1, $2, true) $fn$;
 COMMENT ON FUNCTION warren.claim(text, text) IS
     'Claims a run for worker: one row (attempt = fencing token, lease from the claim) or none '
-    'when the run is finished, unknown, leased by a live worker, due more than 15 s ahead, or '
-    'held back by the job''s overlap policy (skip, queue, cancel_previous). A run due within '
-    '15 s is waited for: the claim returns when it is due';
+    'when the run is finished, unknown, leased by a live worker, due more than 15 s ahead, '
+    'held back by the job''s overlap policy (skip, queue, cancel_previous), or over a cap of its '
+    'template (max_running, max_running_per_tenant: then waiting until a slot is free). A run '
+    'due within 15 s is waited for: the claim returns when it is due';
 
 -- ------------------------------------------------------------ batch claim
 
@@ -328,7 +495,39 @@ BEGIN
         PERFORM warren.wp_wait_until(due); -- at most 1 s: no wait slot (access.sql)
     END IF;
     t0 := clock_timestamp(); -- the claim's time, after the wait (now() is the call's start)
-    -- Fast path: fresh runs of jobs without an overlap check. Rows are locked
+    -- Lock order (caps.sql; docs/delivery.md, "Lock order"): before any row
+    -- lock, the cap locks of every capped group and tenant among the
+    -- claimable keys in (group, tenant) order, then the overlap locks of
+    -- their jobs in name order; the per-key claims below only try them
+    -- again (held: re-entrant). In key order two batches with runs of
+    -- tenants X and Y in opposite key orders would deadlock, and so would a
+    -- batch and a completion or a single claim. Runs that are finished or
+    -- leased by a live worker (duplicates) take none.
+    -- (One pass over the keys, one probe per distinct job: the fast path
+    -- of an uncapped fleet pays a heap fetch per key here.)
+    PERFORM CASE WHEN x.kind = 0 THEN warren.wp_cap_lock(x.g, x.t, x.mr, x.mrt)
+                 ELSE warren.wp_overlap_lock(x.g, false) END
+       FROM (WITH kr AS (
+                 SELECT rr.job, rr.tenant FROM unnest(tids) kk(tid)
+                   JOIN warren.runs rr ON rr.ctid = kk.tid
+                  WHERE rr.state IN ('planned', 'published', 'retrying')
+                     OR (rr.state = 'running' AND rr.lease_until < clock_timestamp())
+             ), jc AS (
+                 SELECT jb.name, jb.tenant, jb.overlap, coalesce(jb.template, jb.name) AS g,
+                        gj.max_running AS mr, gj.max_running_per_tenant AS mrt
+                   FROM (SELECT DISTINCT kr.job FROM kr) d
+                   JOIN warren.jobs jb ON jb.name = d.job
+                   JOIN warren.jobs gj ON gj.name = coalesce(jb.template, jb.name)
+                  WHERE jb.overlap <> 'allow' OR gj.max_running IS NOT NULL
+                     OR gj.max_running_per_tenant IS NOT NULL
+             )
+             SELECT DISTINCT 0 AS kind, jc.g, coalesce(kr.tenant, jc.tenant, '') AS t, jc.mr, jc.mrt
+               FROM jc JOIN kr ON kr.job = jc.name
+              WHERE jc.mr IS NOT NULL OR jc.mrt IS NOT NULL
+             UNION
+             SELECT 1, jc.name, '', NULL::int, NULL::int FROM jc WHERE jc.overlap <> 'allow'
+              ORDER BY 1, 2, 3) x;
+    -- Fast path: fresh runs of jobs without an overlap check or a cap. Rows are locked
     -- in physical order (the TID scan sorts), the same order in every batch.
     -- A row updated since its TID was read fails the recheck and goes to the
     -- full path below.
@@ -342,7 +541,18 @@ BEGIN
                    (SELECT jb.lease_ms FROM warren.jobs jb WHERE jb.name = rr.job) / 1000.0),
                started_at = t0
          WHERE rr.ctid = ANY (tids)
-           AND (SELECT jb.overlap FROM warren.jobs jb WHERE jb.name = rr.job) = 'allow'
+           -- no overlap check and no cap (caps.sql): a config job's caps are
+           -- on its own row, read with its overlap; an API job's on its
+           -- template's, one more probe
+           AND (SELECT CASE WHEN jb.overlap <> 'allow' THEN false
+                            WHEN jb.template IS NULL
+                            THEN jb.max_running IS NULL AND jb.max_running_per_tenant IS NULL
+                            ELSE NOT EXISTS (SELECT 1 FROM warren.jobs gj
+                                              WHERE gj.name = jb.template
+                                                AND (gj.max_running IS NOT NULL
+                                                     OR gj.max_running_per_tenant IS NOT NULL))
+                       END
+                  FROM warren.jobs jb WHERE jb.name = rr.job)
            AND rr.state IN ('planned', 'published', 'retrying') AND rr.due_at <= t0
            -- the grant again, in the statement that claims (access.sql): a
            -- run inserted or a job moved since `bad` was computed

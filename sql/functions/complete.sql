@@ -16,6 +16,10 @@ DECLARE
     err text := left(complete.error, 4000);
     r warren.runs%ROWTYPE;
     priv boolean := warren.wp_privileged();
+    cg text;
+    ct text;
+    mr int;
+    mrt int;
 BEGIN
     IF o IS NULL OR o NOT IN ('succeeded', 'retry', 'failed') THEN
         RAISE EXCEPTION 'warren.complete: outcome must be succeeded, retry or failed, not %',
@@ -23,6 +27,16 @@ BEGIN
     END IF;
     IF NOT priv AND cardinality(warren.wp_ungranted('warren.complete', ARRAY[k])) > 0 THEN
         RETURN false; -- not granted (any more): a stale token (access.sql)
+    END IF;
+    -- Lock order (caps.sql): a run counted under a cap takes its group's
+    -- cap lock(s) before its row (read without a lock: the claim of this
+    -- attempt committed them; another attempt fails the fence below).
+    SELECT rr.cap_group, rr.cap_tenant INTO cg, ct FROM warren.runs rr
+     WHERE rr.run_key = k AND rr.state = 'running' AND rr.attempt = fence;
+    IF cg IS NOT NULL THEN
+        SELECT jb.max_running, jb.max_running_per_tenant INTO mr, mrt
+          FROM warren.jobs jb WHERE jb.name = cg;
+        PERFORM warren.wp_cap_lock(cg, ct, mr, mrt);
     END IF;
     -- Only the login that claimed the attempt may complete it (access.sql):
     -- another login's call is a stale token.
@@ -38,6 +52,9 @@ BEGIN
         UPDATE warren.attempts a SET finished_at = now(), outcome = o, error = err
          WHERE a.run_key = k AND a.attempt = fence;
         PERFORM warren.wp_event(r, 'succeeded', err, r.lease_owner);
+        IF r.cap_group IS NOT NULL THEN
+            PERFORM warren.wp_cap_release(r.cap_group, r.cap_tenant, true); -- held: caps.sql
+        END IF;
         RETURN true;
     END IF;
     SELECT * INTO r FROM warren.runs rr WHERE rr.run_key = k FOR UPDATE;
@@ -48,6 +65,9 @@ BEGIN
     UPDATE warren.attempts a SET finished_at = now(), outcome = o, error = err
      WHERE a.run_key = k AND a.attempt = fence;
     PERFORM warren.wp_after_failure(k, o, coalesce(err, o), r.lease_owner, NULL);
+    IF r.cap_group IS NOT NULL THEN
+        PERFORM warren.wp_cap_release(r.cap_group, r.cap_tenant, true); -- held: caps.sql
+    END IF;
     RETURN true;
 END
 $fn$;
@@ -73,6 +93,10 @@ AS $fn$
 DECLARE
     priv boolean := warren.wp_privileged();
     bad text[];
+    ks text[];
+    recs boolean[];
+    groups text[];
+    tenants text[];
 BEGIN
     IF coalesce(array_length(complete_many.run_keys, 1), 0)
        <> coalesce(array_length(complete_many.attempts, 1), 0) THEN
@@ -83,9 +107,24 @@ BEGIN
     -- Keys of queues the login is not granted are not recorded (access.sql).
     bad := CASE WHEN priv THEN '{}'
                 ELSE warren.wp_ungranted('warren.complete_many', complete_many.run_keys) END;
-    RETURN QUERY
+    -- Lock order (caps.sql): the cap locks of the capped groups and tenants
+    -- among the runs this call may record, in (group, tenant) order, before
+    -- any row (read without a lock: the claims of these attempts committed
+    -- them; another attempt fails the fence below).
+    PERFORM warren.wp_cap_lock(x.g, x.t, x.mr, x.mrt)
+       FROM (SELECT DISTINCT rr.cap_group AS g, coalesce(rr.cap_tenant, '') AS t,
+                    gj.max_running AS mr, gj.max_running_per_tenant AS mrt
+               FROM unnest(complete_many.run_keys, complete_many.attempts) t(k, a)
+               JOIN warren.runs rr ON rr.run_key = t.k
+               LEFT JOIN warren.jobs gj ON gj.name = rr.cap_group
+              WHERE rr.cap_group IS NOT NULL AND rr.attempt = t.a AND rr.state || '' = 'running'
+              ORDER BY 1, 2) x;
+    -- The answer is collected first: the runs of capped groups that
+    -- succeeded release their groups' waiting runs afterwards (caps.sql), in
+    -- a statement of their own (after the cap lock, with a fresh snapshot).
     WITH t AS (
-        SELECT * FROM unnest(complete_many.run_keys, complete_many.attempts) AS t(k, a)
+        SELECT * FROM unnest(complete_many.run_keys, complete_many.attempts)
+                      WITH ORDINALITY AS t(k, a, i)
     ), u AS (
         -- Driven by the keys, one runs_run_key probe each. `state || ''`
         -- keeps the planner off the partial index runs_running_job: its
@@ -98,7 +137,8 @@ BEGIN
          WHERE rr.run_key = tk.k AND rr.attempt = tk.a AND rr.state || '' = 'running'
            AND (priv OR rr.lease_login IS NULL OR rr.lease_login = session_user)
            AND NOT (tk.k = ANY (bad))
-        RETURNING rr.run_key, rr.job, rr.attempt, rr.scheduled_at, rr.due_at, rr.lease_owner
+        RETURNING rr.run_key, rr.job, rr.attempt, rr.scheduled_at, rr.due_at, rr.lease_owner,
+                  rr.cap_group, rr.cap_tenant
     ), at AS (
         UPDATE warren.attempts x SET finished_at = now(), outcome = 'succeeded', error = NULL
           FROM u WHERE x.run_key = u.run_key AND x.attempt = u.attempt
@@ -122,8 +162,24 @@ BEGIN
           FROM (SELECT u.*, to_char(u.scheduled_at AT TIME ZONE 'UTC',
                                     'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS sched FROM u) u
          ORDER BY u.run_key
+    ), g AS (
+        SELECT DISTINCT u.cap_group, coalesce(u.cap_tenant, '') AS cap_tenant FROM u
+         WHERE u.cap_group IS NOT NULL
+    ), r AS (
+        -- the EXISTS in a plain select list, where it is a hashed subplan
+        -- (inside an aggregate it was probed once per key: 30 us per run)
+        SELECT t.k, t.i, EXISTS (SELECT 1 FROM u WHERE u.run_key = t.k) AS rec FROM t
     )
-    SELECT t.k, EXISTS (SELECT 1 FROM u WHERE u.run_key = t.k) FROM t;
+    SELECT (SELECT array_agg(r.k ORDER BY r.i) FROM r), (SELECT array_agg(r.rec ORDER BY r.i) FROM r),
+           (SELECT array_agg(g.cap_group ORDER BY g.cap_group, g.cap_tenant) FROM g),
+           (SELECT array_agg(g.cap_tenant ORDER BY g.cap_group, g.cap_tenant) FROM g)
+      INTO ks, recs, groups, tenants;
+    -- In (group, tenant) order: one lock order for every caller that
+    -- releases several groups.
+    FOR i IN 1 .. coalesce(cardinality(groups), 0) LOOP
+        PERFORM warren.wp_cap_release(groups[i], tenants[i], true); -- held
+    END LOOP;
+    RETURN QUERY SELECT * FROM unnest(ks, recs);
 END
 $fn$;
 COMMENT ON FUNCTION warren.complete_many(text[], int[]) IS

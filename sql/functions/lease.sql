@@ -57,9 +57,15 @@ BEGIN
                    r.lease_owner, warren.wp_utc_ms(r.lease_until), warren.wp_utc_ms(now())));
         n := n + 1;
     END LOOP;
+    -- Caps (caps.sql): the reaped runs' slots, and any other group with
+    -- waiting runs that fit (a cap raised by sync, a release that was
+    -- missed), in (group, tenant) order after the loop, so that two
+    -- reconcilers never take two groups' locks in opposite orders.
+    PERFORM warren.wp_cap_release_all(1000);
     RETURN n;
 END
 $fn$;
 COMMENT ON FUNCTION warren.reap_expired_leases(int) IS
     'Reconciler: runs whose lease expired go to retrying (backoff) or dead per their job''s '
-    'retry policy, with attempts.outcome = lease_lost and a note; returns how many';
+    'retry policy, with attempts.outcome = lease_lost and a note; then waiting runs that fit '
+    'their caps again are released; returns how many leases were reaped';

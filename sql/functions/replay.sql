@@ -14,6 +14,7 @@ BEGIN
     UPDATE warren.runs rr
        SET state = 'planned', due_at = now(), finished_at = NULL, lease_owner = NULL,
            lease_until = NULL, attempt_base = rr.attempt,
+           cap_released_at = NULL, -- a slot a released run held (caps.sql) ended with it
            note = warren.wp_note(rr.note, format('replayed at %s%s after %s attempts',
                   warren.wp_utc_ms(now()), coalesce(' by ' || replay.who, ''),
                   rr.attempt - rr.attempt_base))
