@@ -45,7 +45,7 @@ jobs = (
   { name = \"usage-report\"; template = true; queue = \"reports\";
     handler = { sql = \"SELECT 1\"; }; max_running_per_tenant = 1; },
   { name = \"account-sync\"; template = true; queue = \"sync\"; handler = { sql = \"SELECT 1\"; }; },
-  { name = \"welcome\"; template = true; queue = \"welcome\";
+  { name = \"welcome\"; template = true; queue = \"welcome\"; overlap = \"allow\";
     handler = { sql = \"INSERT INTO app_welcome_log (run_key, payload) VALUES (\$1, \$3)\"; }; }
 );"
 q "CREATE TABLE app_customers (id bigserial PRIMARY KEY, tenant text NOT NULL UNIQUE,
