@@ -540,6 +540,153 @@ fail:
     return *stmt_error ? 0 : warren_error_set(err, WARREN_ENOMEM, "out of memory");
 }
 
+/* The statement of run r inside the batch transaction, in its savepoint
+ * (taken by the caller): 0 with r->stmt_error set if it failed (rolled back
+ * to the savepoint), WARREN_EDBCONN if the connection failed. */
+static int sql_batch_statement(warren_store *st, warren_sql_run *r, warren_error *err)
+{
+    char tbuf[WARREN_TIME_BUF], setting[24];
+    PGresult *res;
+    int64_t timeout_ms = r->timeout_ms > INT32_MAX ? INT32_MAX : r->timeout_ms;
+    int rc;
+
+    snprintf(setting, sizeof(setting), "%lld", (long long)(timeout_ms > 0 ? timeout_ms : 0));
+    {
+        const char *params[2] = {setting, r->tag};
+        rc = warren__store_exec(st,
+                                "SELECT set_config('statement_timeout', $1, true), "
+                                "set_config('application_name', coalesce($2, "
+                                "current_setting('application_name')), true)",
+                                2, params, NULL, "set the sql handler's timeout", err);
+    }
+    if (rc != 0)
+        return rc == WARREN_EDBCONN ? rc : WARREN_EDB;
+    const Oid types[3] = {OID_TEXT, OID_TIMESTAMPTZ, OID_JSONB};
+    const char *params[3] = {r->run_key,
+                             warren__store_us_param(r->scheduled_at, tbuf, sizeof(tbuf)),
+                             r->payload_json ? r->payload_json : "{}"};
+    res = PQexecParams(warren__store_conn(st), r->sql, 3, types, params, NULL, NULL, 0);
+    if (PQresultStatus(res) == PGRES_COMMAND_OK || PQresultStatus(res) == PGRES_TUPLES_OK) {
+        PQclear(res);
+        return 0;
+    }
+    warren_error serr = {0};
+    rc = warren__store_fail(st, res, "sql handler", &serr);
+    PQclear(res);
+    if (rc == WARREN_EDBCONN)
+        return warren_error_set(err, rc, "%s", serr.message);
+    if ((r->stmt_error = strdup(serr.message)) == NULL)
+        return warren_error_set(err, WARREN_ENOMEM, "out of memory");
+    /* back to before this run: the others' effects stay */
+    return warren__store_exec(st, "ROLLBACK TO SAVEPOINT warren_run", 0, NULL, NULL,
+                              "roll back the sql handler's statement", err);
+}
+
+static int sql_run_lost(const warren_sql_run *r)
+{
+    return r->lost != NULL && atomic_load(r->lost);
+}
+
+int warren_store_complete_sql_batch(warren_store *st, warren_sql_run *runs, size_t n,
+                                    warren_error *err)
+{
+    warren_completion *c = NULL;
+    size_t *which = NULL;
+    int *rec = NULL;
+    int rc = 0;
+
+    if (st == NULL || (n > 0 && runs == NULL))
+        return warren_error_set(err, WARREN_EINVAL,
+                                "warren_store_complete_sql_batch: bad arguments");
+    for (size_t i = 0; i < n; i++) {
+        runs[i].recorded = runs[i].done = 0;
+        runs[i].stmt_error = NULL;
+    }
+    if (n == 0)
+        return 0;
+    c = calloc(n, sizeof(*c));
+    which = calloc(n, sizeof(*which));
+    rec = calloc(n, sizeof(*rec));
+    if (c == NULL || which == NULL || rec == NULL) {
+        rc = warren_error_set(err, WARREN_ENOMEM, "out of memory");
+        goto out;
+    }
+    /* Each pass settles at least one run (a stale or lost one is left out of
+     * the next), or all of them: at most n + 1 passes. */
+    for (;;) {
+        size_t m = 0, todo = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (!runs[i].done && sql_run_lost(&runs[i]))
+                runs[i].done = 1; /* lost before it started: no effect, not completed */
+            todo += !runs[i].done;
+        }
+        if (todo == 0)
+            break;
+        if ((rc = warren__store_begin(st, err)) != 0)
+            goto fail;
+        for (size_t i = 0; i < n; i++) {
+            warren_sql_run *r = &runs[i];
+            if (r->done)
+                continue;
+            free(r->stmt_error);
+            r->stmt_error = NULL;
+            rc = warren__store_exec(st, "SAVEPOINT warren_run", 0, NULL, NULL,
+                                    "take the sql handler's savepoint", err);
+            if (rc == 0)
+                rc = sql_batch_statement(st, r, err);
+            if (rc != 0)
+                goto fail;
+            if (r->stmt_error == NULL) {
+                c[m] = (warren_completion){r->run_key, r->attempt, "succeeded", NULL};
+                which[m++] = i;
+            }
+        }
+        /* The completions last: the runs' rows are locked from here to COMMIT. */
+        int again = 0;
+        for (size_t j = 0; j < m; j++)
+            if (sql_run_lost(&runs[which[j]])) {
+                runs[which[j]].done = 1; /* its effect must not commit: again without it */
+                again = 1;
+            }
+        if (!again && m > 0) {
+            if ((rc = warren_store_complete_batch(st, c, m, rec, err)) != 0)
+                goto fail;
+            for (size_t j = 0; j < m; j++)
+                if (!rec[j]) {
+                    runs[which[j]].done = 1; /* stale: again without its effect */
+                    again = 1;
+                }
+        }
+        if (again) {
+            warren__store_rollback(st);
+            continue;
+        }
+        if ((rc = warren__store_commit(st, err)) != 0)
+            goto fail;
+        for (size_t i = 0; i < n; i++)
+            if (!runs[i].done) {
+                runs[i].done = 1;
+                runs[i].recorded = runs[i].stmt_error == NULL;
+            }
+        break;
+    }
+    rc = 0;
+    goto out;
+fail:
+    warren__store_rollback(st);
+    /* nothing of this pass committed: its runs are not done */
+    for (size_t i = 0; i < n; i++)
+        if (!runs[i].done) {
+            free(runs[i].stmt_error);
+            runs[i].stmt_error = NULL;
+        }
+out:
+    free(c);
+    free(which);
+    free(rec);
+    return rc;
+}
+
 /* ------------------------------------------------------------ cancel */
 
 #define SQL_CANCEL_TAGGED                                                                          \

@@ -748,7 +748,8 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
     w->nfree = w->concurrency;
     {
         warren_error e = {0};
-        if ((w->hp = warren__hpool_new(w->wake[1], w->concurrency, &e)) == NULL) {
+        if ((w->hp = warren__hpool_new(w->wake[1], w->concurrency, w->cfg->worker.sql_batch, &e)) ==
+            NULL) {
             rc = warren_error_set(err, e.code, "%s", e.message);
             goto out;
         }
@@ -770,6 +771,22 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
     if ((rc = warren_store_set_timeouts(w->st, w->db_timeout_ms, w->db_timeout_ms,
                                         2 * w->db_timeout_ms, err)) != 0)
         goto out;
+    {
+        /* The sql handlers' connections before the first run (not during a
+         * burst): enough for every slot's run in batches of sql_batch, and
+         * one spare. A failure here is not fatal: they are opened on demand. */
+        int sql_jobs = 0;
+        for (size_t i = 0; i < w->cfg->njobs; i++)
+            sql_jobs += w->cfg->jobs[i].sql != NULL;
+        int batch = w->cfg->worker.sql_batch > 0 ? w->cfg->worker.sql_batch : 1;
+        warren_error e = {0};
+        if (sql_jobs > 0 &&
+            warren__hpool_prefill(w->hp, w->db_url, (w->concurrency + batch - 1) / batch + 1, &e) !=
+                0)
+            warren_log(w->lg, WARREN_LOG_WARN,
+                       "worker %s: could not open the sql handlers' connections ahead: %s", w->id,
+                       e.message);
+    }
     if ((rc = broker_setup(w, err)) != 0)
         goto out;
     {

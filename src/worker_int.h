@@ -235,8 +235,12 @@ void warren__complete_done(warren_worker *w, int64_t now);
 /* ------------------------------------------------------------ worker_pool.c */
 
 /* The handler thread pool (c and sql handlers), writing to wake_fd (its own
- * duplicate) when a handler finishes while the loop waits. At most max threads. */
-struct hpool *warren__hpool_new(int wake_fd, int max, warren_error *err);
+ * duplicate) when a handler finishes while the loop waits. At most max threads;
+ * up to sql_batch sql runs queued together share one transaction. */
+struct hpool *warren__hpool_new(int wake_fd, int max, int sql_batch, warren_error *err);
+/* Opens n (at most the pool's cap) sql handler connections to url now, so
+ * that the first runs do not wait for them. */
+int warren__hpool_prefill(struct hpool *hp, const char *url, int n, warren_error *err);
 /* Stops the pool; returns how many busy threads were left behind with it. */
 int warren__hpool_free(struct hpool *hp, int wait_ms);
 /* Waits up to ms for a handler thread to finish. */

@@ -21,7 +21,6 @@
 #define DEADLETTER_CONFIRM_MS 5000
 #define DEADLETTER_OWN_HEADERS 4      /* error, dead-lettered-by, source queue, headers-dropped */
 #define DEADLETTER_HEADER_BYTES 65536 /* of the original's headers kept (frames are 128 KiB) */
-#define ACK_HOLD_MS 50                /* an ack behind an open delivery waits this long for it */
 
 /* ------------------------------------------------------------ acks, dead letters */
 
@@ -41,12 +40,14 @@ void warren__ack(warren_worker *w, uint64_t tag, uint64_t gen, const char *key)
 
 /* Sends the acknowledgements warren__ack() collected (multiple-acks where the
  * settled deliveries are consecutive). Those behind a delivery still open
- * wait up to ACK_HOLD_MS for it unless all is set (the end of the run). */
+ * wait up to worker.ack_hold (default 0: not at all) for it unless all is
+ * set (the end of the run): a held acknowledgement keeps its prefetch slot
+ * from the next delivery. */
 void warren__ack_flush(warren_worker *w, int all)
 {
     warren_error e = {0};
-    if (w->b != NULL &&
-        warren_broker_ack_flush_held(w->b, all ? 0 : ACK_HOLD_MS, &e) == WARREN_EBROKERCONN)
+    if (w->b != NULL && warren_broker_ack_flush_held(w->b, all ? 0 : w->cfg->worker.ack_hold_ms,
+                                                     &e) == WARREN_EBROKERCONN)
         warren__worker_broker_lost(w, &e);
 }
 

@@ -322,14 +322,16 @@ static void report(const char *db, const char *bench, const char *where, long n,
         "started_at, finished_at, due_at FROM warren.runs WHERE %s AND state = 'succeeded'), "
         "g AS (SELECT s.run_key, count(*) AS k, min(s.start_ms) AS t FROM starts s JOIN r USING "
         "(run_key) GROUP BY 1), "
-        "h AS (SELECT g.t - extract(epoch FROM r.due_at) * 1000 AS l FROM g JOIN r USING (run_key) "
+        "h AS (SELECT g.t - extract(epoch FROM r.due_at) * 1000 AS l, "
+        "g.t - extract(epoch FROM r.started_at) * 1000 AS c2h FROM g JOIN r USING (run_key) "
         "WHERE g.t IS NOT NULL) "
         "SELECT format('\"min_start_lateness_ms\":%%s,"
         "\"p50_start_lateness_ms\":%%s,\"p90_start_lateness_ms\":%%s,"
         "\"p99_start_lateness_ms\":%%s,\"max_start_lateness_ms\":%%s,"
         "\"all_started_after_due_s\":%%s,"
         "\"all_completed_after_due_s\":%%s,\"completions_per_s\":%%s,\"succeeded\":%%s,"
-        "\"handler_start_ms\":%%s,\"log_rows\":%%s,\"log_distinct\":%%s', "
+        "\"handler_start_ms\":%%s,\"claim_to_handler_ms\":%%s,\"log_rows\":%%s,\"log_distinct\":%%"
+        "s', "
         " round(min(l)::numeric, 1),"
         " round(percentile_cont(0.5) WITHIN GROUP (ORDER BY l)::numeric, 1),"
         " round(percentile_cont(0.9) WITHIN GROUP (ORDER BY l)::numeric, 1),"
@@ -344,6 +346,10 @@ static void report(const char *db, const char *bench, const char *where, long n,
         "round(percentile_cont(0.5) WITHIN GROUP (ORDER BY l)::numeric, 1), "
         "round(percentile_cont(0.99) WITHIN GROUP (ORDER BY l)::numeric, 1), "
         "round(max(l)::numeric, 1)), 'null') FROM h), "
+        /* the claim (runs.started_at) -> the statement's start */
+        " (SELECT coalesce(format('{\"p50\":%%s,\"p99\":%%s}', "
+        "round(percentile_cont(0.5) WITHIN GROUP (ORDER BY c2h)::numeric, 1), "
+        "round(percentile_cont(0.99) WITHIN GROUP (ORDER BY c2h)::numeric, 1)), 'null') FROM h), "
         " (SELECT coalesce(sum(k), 0) FROM g), (SELECT count(*) FROM g)) FROM r",
         where);
     long rows = -1, distinct = -1;
