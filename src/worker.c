@@ -327,7 +327,7 @@ static int broker_setup(warren_worker *w, warren_error *err)
         return rc;
     if ((rc = warren_broker_confirm_select(b, err)) != 0 ||
         (rc = warren_broker_set_max_body(b, WARREN_MSG_MAX_BODY, err)) != 0 ||
-        (rc = warren_broker_qos(b, w->concurrency, err)) != 0)
+        (rc = warren_broker_qos(b, w->prefetch, err)) != 0)
         goto fail;
     for (size_t i = 0; i < w->nqueues; i++) {
         if ((rc = warren_broker_ready_queue_name(w->queues[i], name, sizeof(name), err)) != 0 ||
@@ -733,6 +733,12 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
 
     if ((rc = default_queues(w, err)) != 0)
         return rc;
+    /* Deliveries beyond the slots wait in the worker, unclaimed, so that a
+     * slot that frees up is filled from memory at once, not after the
+     * broker's round trip for the next delivery. */
+    w->prefetch = w->cfg->worker.prefetch > 0 ? w->cfg->worker.prefetch : 2 * w->concurrency;
+    if (w->prefetch < w->concurrency)
+        w->prefetch = w->concurrency;
     if (w->db_url == NULL || w->amqp_url == NULL)
         return warren_error_set(err, WARREN_EINVAL, "worker: no database or broker URL");
     if ((w->slots = calloc((size_t)w->concurrency, sizeof(slot))) == NULL ||

@@ -132,6 +132,7 @@ struct warren_worker {
     char **queues;
     size_t nqueues;
     int concurrency;
+    int prefetch; /* basic.qos per consumer (worker.prefetch; at least concurrency) */
     handler_reg *regs;
     size_t nregs;
     warren_run_report_fn report_fn;

@@ -107,6 +107,9 @@ typedef struct warren_worker_config {
     /* sql_batch: at most this many sql-handler runs share one transaction
      * (a savepoint each); default 16, 1 = a transaction per run */
     int sql_batch;
+    /* prefetch: unacknowledged deliveries per consumer; default 0 = 2 x
+     * concurrency; never below concurrency */
+    int prefetch;
 } warren_worker_config;
 
 typedef struct warren_config {
