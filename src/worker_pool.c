@@ -20,7 +20,7 @@
 #include "worker_int.h"
 
 #define SQL_POOL_MAX 64
-#define SQL_BATCH_MAX 256 /* worker.sql_batch at most */
+#define SQL_BATCH_MAX 64 /* worker.sql_batch at most (subtransactions: see config.md) */
 
 void warren__ctx_free(warren_handler_ctx *c)
 {
