@@ -736,15 +736,23 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
     /* Deliveries beyond the slots wait in the worker, unclaimed, so that a
      * slot that frees up is filled from memory at once, not after the
      * broker's round trip for the next delivery. */
-    w->prefetch = w->cfg->worker.prefetch > 0 ? w->cfg->worker.prefetch : 2 * w->concurrency;
+    /* Unset: 2 x concurrency up to 256 slots; a larger worker keeps prefetch
+     * = concurrency, as before (its slots are plenty of buffer, and 2 x
+     * 4,096 deliveries per worker only lengthened its turns). */
+    w->prefetch = w->cfg->worker.prefetch > 0 ? w->cfg->worker.prefetch
+                  : w->concurrency <= 256     ? 2 * w->concurrency
+                                              : w->concurrency;
     if (w->prefetch < w->concurrency)
         w->prefetch = w->concurrency;
     if (w->db_url == NULL || w->amqp_url == NULL)
         return warren_error_set(err, WARREN_EINVAL, "worker: no database or broker URL");
     if ((w->slots = calloc((size_t)w->concurrency, sizeof(slot))) == NULL ||
-        (w->free_idx = calloc((size_t)w->concurrency, sizeof(int))) == NULL) {
+        (w->free_idx = calloc((size_t)w->concurrency, sizeof(int))) == NULL ||
+        (w->pfds = calloc((size_t)w->concurrency + 1, sizeof(*w->pfds))) == NULL) {
         free(w->slots);
         w->slots = NULL;
+        free(w->free_idx);
+        w->free_idx = NULL;
         return warren_error_set(err, WARREN_ENOMEM, "out of memory");
     }
     for (int i = 0; i < w->concurrency; i++) {
@@ -838,7 +846,10 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
         for (int i = 0; i < w->concurrency; i++) {
             if (w->slots[i].state == SLOT_DONE)
                 busy = 1;
-            if (w->slots[i].state == SLOT_RUNNING && w->slots[i].has_thread)
+            /* a handler thread, or an exec handler (its exit wakes no
+             * broker wait): look again after 1 ms, not after IDLE_WAIT_MS */
+            if (w->slots[i].state == SLOT_RUNNING &&
+                (w->slots[i].has_thread || w->slots[i].kind == KIND_EXEC))
                 threads = 1;
         }
         /* due deliveries (or new ones, not looked at yet) and a free slot */
@@ -900,6 +911,8 @@ out:
     }
     free(w->free_idx);
     w->free_idx = NULL;
+    free(w->pfds);
+    w->pfds = NULL;
     w->nfree = 0;
     if (warren__hpool_free(w->hp, 1000) > 0)
         warren_log(w->lg, WARREN_LOG_WARN,

@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <poll.h>
 
 #include <warren/broker.h>
 #include <warren/codec.h>
@@ -161,8 +162,9 @@ struct warren_worker {
     refusal refused[REFUSALS];
     size_t refused_next; /* the entry replaced next when all are taken */
 
-    int wake[2];      /* handler threads write a byte when done (non-blocking) */
-    struct hpool *hp; /* persistent handler threads (c and sql handlers) */
+    int wake[2];         /* handler threads write a byte when done (non-blocking) */
+    struct pollfd *pfds; /* warren__wait_wake: the wake pipe and every exec handler's output */
+    struct hpool *hp;    /* persistent handler threads (c and sql handlers) */
 
     warren_worker_stats stats;
 };

@@ -120,8 +120,20 @@ static void hpool_destroy(hpool *hp)
 void warren__wait_wake(warren_worker *w, int ms)
 {
     char buf[256];
-    struct pollfd p = {w->wake[0], POLLIN, 0};
+    struct pollfd one = {w->wake[0], POLLIN, 0}, *p = &one;
+    nfds_t np = 1;
     hpool *hp = w->hp;
+    /* Running exec handlers' output pipes too: a handler that exits closes
+     * its end (POLLHUP), so its slot is reaped at once rather than when the
+     * wait times out. */
+    if (w->pfds != NULL) {
+        p = w->pfds;
+        p[0] = one;
+        for (int i = 0; i < w->concurrency; i++)
+            if (w->slots[i].state == SLOT_RUNNING && w->slots[i].kind == KIND_EXEC &&
+                w->slots[i].ex.out_fd >= 0)
+                p[np++] = (struct pollfd){w->slots[i].ex.out_fd, POLLIN, 0};
+    }
     if (hp != NULL) {
         /* Handler threads write to the pipe only while loop_waiting is set;
          * what finished before that is seen through ndone. */
@@ -136,7 +148,7 @@ void warren__wait_wake(warren_worker *w, int ms)
     }
     /* A byte per finished handler, written only while the loop waits: a few
      * reads empty it; what is left wakes the next wait at once (bounded). */
-    if (poll(&p, 1, ms) > 0)
+    if (poll(p, np, ms) > 0 && (p[0].revents & POLLIN))
         for (int i = 0; i < 4 && read(w->wake[0], buf, sizeof(buf)) == (ssize_t)sizeof(buf); i++)
             ;
     if (hp != NULL) {

@@ -341,15 +341,16 @@ static void report(const char *db, const char *bench, const char *where, long n,
         " round(extract(epoch FROM max(finished_at) - min(due_at))::numeric, 3),"
         " round((count(*) / greatest(extract(epoch FROM max(finished_at) - min(started_at)), "
         "0.001))::numeric, 0), count(*), "
-        " (SELECT coalesce(format('{\"min\":%%s,\"p50\":%%s,\"p99\":%%s,\"max\":%%s}', "
+        " (SELECT CASE WHEN count(*) = 0 THEN 'null' ELSE "
+        "format('{\"min\":%%s,\"p50\":%%s,\"p99\":%%s,\"max\":%%s}', "
         "round(min(l)::numeric, 1), "
         "round(percentile_cont(0.5) WITHIN GROUP (ORDER BY l)::numeric, 1), "
         "round(percentile_cont(0.99) WITHIN GROUP (ORDER BY l)::numeric, 1), "
-        "round(max(l)::numeric, 1)), 'null') FROM h), "
+        "round(max(l)::numeric, 1)) END FROM h), "
         /* the claim (runs.started_at) -> the statement's start */
-        " (SELECT coalesce(format('{\"p50\":%%s,\"p99\":%%s}', "
+        " (SELECT CASE WHEN count(*) = 0 THEN 'null' ELSE format('{\"p50\":%%s,\"p99\":%%s}', "
         "round(percentile_cont(0.5) WITHIN GROUP (ORDER BY c2h)::numeric, 1), "
-        "round(percentile_cont(0.99) WITHIN GROUP (ORDER BY c2h)::numeric, 1)), 'null') FROM h), "
+        "round(percentile_cont(0.99) WITHIN GROUP (ORDER BY c2h)::numeric, 1)) END FROM h), "
         " (SELECT coalesce(sum(k), 0) FROM g), (SELECT count(*) FROM g)) FROM r",
         where);
     long rows = -1, distinct = -1;
@@ -757,6 +758,16 @@ int main(int argc, char **argv)
     pc.stop = 1;
     pthread_join(th, NULL);
     warren_planner_free(pc.p);
+    if (getenv("BENCH_FUNC_STATS") != NULL) {
+        /* with BENCH_EXTRA_SQL setting track_functions: where PostgreSQL's
+         * time went, by function (the sessions have ended: flushed) */
+        sleep_ms(1500);
+        char *t = sql1(db, "SELECT string_agg(format('%%s calls=%%s self_ms=%%s total_ms=%%s', "
+                           "funcname, calls, round(self_time), round(total_time)), E'\n' ORDER BY "
+                           "self_time DESC) FROM pg_stat_user_functions");
+        fprintf(stderr, "function stats:\n%s\n", t ? t : "?");
+        free(t);
+    }
     warren_store_free(st);
     warren_config_free(cfg);
     {

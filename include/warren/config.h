@@ -108,7 +108,7 @@ typedef struct warren_worker_config {
      * (a savepoint each); default 16, 1 = a transaction per run */
     int sql_batch;
     /* prefetch: unacknowledged deliveries per consumer; default 0 = 2 x
-     * concurrency; never below concurrency */
+     * concurrency up to 256 slots, concurrency above; never below concurrency */
     int prefetch;
 } warren_worker_config;
 
