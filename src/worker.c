@@ -846,10 +846,7 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
         for (int i = 0; i < w->concurrency; i++) {
             if (w->slots[i].state == SLOT_DONE)
                 busy = 1;
-            /* a handler thread, or an exec handler (its exit wakes no
-             * broker wait): look again after 1 ms, not after IDLE_WAIT_MS */
-            if (w->slots[i].state == SLOT_RUNNING &&
-                (w->slots[i].has_thread || w->slots[i].kind == KIND_EXEC))
+            if (w->slots[i].state == SLOT_RUNNING && w->slots[i].has_thread)
                 threads = 1;
         }
         /* due deliveries (or new ones, not looked at yet) and a free slot */

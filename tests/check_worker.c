@@ -1738,6 +1738,51 @@ START_TEST(test_worker_sql_batches_run_every_statement_once)
 }
 END_TEST
 
+/* worker.prefetch beyond the slots: with 2 slots and prefetch 4, four of
+ * six runs are delivered (two are left ready in the queue, an exact count)
+ * while only two are claimed and running (the other two wait in the worker
+ * unclaimed: no lease, no attempt); then every run runs exactly once. With
+ * prefetch = slots (before) four would be left in the queue. */
+START_TEST(test_worker_prefetch_holds_deliveries_beyond_the_slots_unclaimed)
+{
+    env e;
+    worker_thread wt = {0};
+    env_setup(
+        &e,
+        "{ name = \"pf\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qpf\"; overlap = "
+        "\"allow\";"
+        "  handler = { exec = [\"/bin/sh\", \"-c\", \"$MARK_DIR/log-exec pf; sleep 6\"]; }; }",
+        "concurrency = 2; prefetch = 4; shutdown_grace = \"8s\"; heartbeat_margin = "
+        "\"500ms\";",
+        5);
+    worker_thread_start(&e, &wt, NULL, NULL, NULL);
+    planner_start(&e);
+    add_runs(&e, "pf", 6, 5);
+    ck_assert(
+        wait_for(e.db, "2", 15000, "SELECT count(*) FROM warren.runs WHERE state = 'running'"));
+    long ready = -1;
+    for (int i = 0; i < 40 && ready != 2; i++) {
+        ready = testenv_queue_depth(e.amqp, "warren.ready.qpf");
+        if (ready != 2)
+            sleep_ms(100);
+    }
+    ck_assert_int_eq(ready, 2);
+    /* the first two still run (6 s): the other four are published, two of
+     * them held in the worker, and nothing else was claimed */
+    ck_assert(wait_for(e.db, "2|4|2", 0,
+                       "SELECT (SELECT count(*) FROM warren.runs WHERE state = 'running') || '|' "
+                       "|| (SELECT count(*) FROM warren.runs WHERE state = 'published') || '|' || "
+                       "(SELECT count(*) FROM warren.attempts)"));
+    ck_assert(
+        wait_for(e.db, "6", 60000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
+    assert_executions_of(&e, "SELECT run_key FROM warren.runs", NULL);
+    assert_one_execution_per_attempt(&e);
+    worker_thread_join(&wt);
+    warren_worker_free(wt.w);
+    env_teardown(&e);
+}
+END_TEST
+
 /* ------------------------------------------------------------ bad messages */
 
 static void publish_raw(env *e, const char *queue, const char *body, const char *message_id)
@@ -2196,11 +2241,12 @@ static Suite *worker_suite(void)
     tcase_add_test(tc, test_worker_exec_exit_64_and_65_fail_permanently);
     suite_add_tcase(s, tc);
 
-    tc = tcase_create("sql_batches");
+    tc = tcase_create("throughput");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_worker_sql_batch_rolls_back_only_the_failing_and_stale_runs);
     tcase_add_test(tc, test_worker_sql_batch_whose_commit_fails_is_run_one_by_one);
     tcase_add_test(tc, test_worker_sql_batches_run_every_statement_once);
+    tcase_add_test(tc, test_worker_prefetch_holds_deliveries_beyond_the_slots_unclaimed);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("leases");
