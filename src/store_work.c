@@ -540,6 +540,216 @@ fail:
     return *stmt_error ? 0 : warren_error_set(err, WARREN_ENOMEM, "out of memory");
 }
 
+/* The results of one query sent in pipeline mode, up to its terminating
+ * NULL: the first non-success (kept in *bad, new) or none. 0, or
+ * WARREN_EDBCONN if the connection ended before its results did. */
+static int pipeline_results(PGconn *conn, PGresult **bad)
+{
+    PGresult *res;
+    int got = 0;
+    while ((res = PQgetResult(conn)) != NULL) {
+        ExecStatusType t = PQresultStatus(res);
+        got = 1;
+        if (t != PGRES_COMMAND_OK && t != PGRES_TUPLES_OK && *bad == NULL) {
+            *bad = res;
+            continue;
+        }
+        PQclear(res);
+    }
+    return got || PQstatus(conn) == CONNECTION_OK ? 0 : WARREN_EDBCONN;
+}
+
+/* Run r inside the batch transaction: its savepoint, its settings
+ * (statement_timeout, application_name = its tag) and its statement, sent
+ * together in one pipeline (one round trip instead of three). 0 with
+ * r->stmt_error set if the statement failed (rolled back to the savepoint,
+ * the other runs' effects stay); WARREN_EDBCONN if the connection failed;
+ * WARREN_EDB if the savepoint or the settings were refused. */
+static int sql_batch_statement(warren_store *st, warren_sql_run *r, warren_error *err)
+{
+    char tbuf[WARREN_TIME_BUF], setting[24];
+    PGconn *conn = warren__store_conn(st);
+    PGresult *bad[3] = {NULL, NULL, NULL}, *sync;
+    int64_t timeout_ms = r->timeout_ms > INT32_MAX ? INT32_MAX : r->timeout_ms;
+    int rc = 0;
+
+    snprintf(setting, sizeof(setting), "%lld", (long long)(timeout_ms > 0 ? timeout_ms : 0));
+    const char *set_params[2] = {setting, r->tag};
+    const Oid types[3] = {OID_TEXT, OID_TIMESTAMPTZ, OID_JSONB};
+    const char *params[3] = {r->run_key,
+                             warren__store_us_param(r->scheduled_at, tbuf, sizeof(tbuf)),
+                             r->payload_json ? r->payload_json : "{}"};
+    if (PQenterPipelineMode(conn) != 1)
+        return warren_error_set(err, WARREN_EDBCONN, "sql handler: cannot enter pipeline mode: %s",
+                                PQerrorMessage(conn));
+    if (PQsendQueryParams(conn, "SAVEPOINT warren_run", 0, NULL, NULL, NULL, NULL, 0) != 1 ||
+        PQsendQueryParams(conn,
+                          "SELECT set_config('statement_timeout', $1, true), "
+                          "set_config('application_name', coalesce($2, "
+                          "current_setting('application_name')), true)",
+                          2, NULL, set_params, NULL, NULL, 0) != 1 ||
+        PQsendQueryParams(conn, r->sql, 3, types, params, NULL, NULL, 0) != 1 ||
+        PQpipelineSync(conn) != 1) {
+        rc = warren_error_set(err, WARREN_EDBCONN, "sql handler: lost connection: %s",
+                              PQerrorMessage(conn));
+        goto out;
+    }
+    for (int q = 0; q < 3 && rc == 0; q++)
+        rc = pipeline_results(conn, &bad[q]);
+    if (rc == 0) {
+        /* the pipeline's end (a sync result), or the connection's */
+        if ((sync = PQgetResult(conn)) == NULL || PQresultStatus(sync) != PGRES_PIPELINE_SYNC)
+            rc = WARREN_EDBCONN;
+        PQclear(sync);
+    }
+    if (rc != 0) {
+        rc = warren_error_set(err, WARREN_EDBCONN, "sql handler: lost connection: %s",
+                              PQerrorMessage(conn));
+        goto out;
+    }
+    if (bad[0] != NULL || bad[1] != NULL) {
+        /* the savepoint or the settings: not the statement's fault */
+        rc = warren__store_fail(st, bad[0] != NULL ? bad[0] : bad[1],
+                                "set up the sql handler's statement", err);
+        goto out;
+    }
+    if (bad[2] != NULL) {
+        warren_error serr = {0};
+        rc = warren__store_fail(st, bad[2], "sql handler", &serr);
+        if (rc == WARREN_EDBCONN) {
+            warren_error_set(err, rc, "%s", serr.message);
+            goto out;
+        }
+        rc = 0;
+        if ((r->stmt_error = strdup(serr.message)) == NULL)
+            rc = warren_error_set(err, WARREN_ENOMEM, "out of memory");
+    }
+out:
+    for (int q = 0; q < 3; q++)
+        PQclear(bad[q]);
+    /* Out of pipeline mode whatever happened (results left unread after a
+     * failure are read first, a bounded number), so the connection goes back
+     * to the pool usable, or broken and then dropped. */
+    for (int i = 0; i < 16 && PQpipelineStatus(conn) != PQ_PIPELINE_OFF; i++) {
+        if (PQexitPipelineMode(conn) == 1)
+            break;
+        PGresult *left = PQgetResult(conn);
+        if (left == NULL && PQstatus(conn) != CONNECTION_OK)
+            break;
+        PQclear(left);
+    }
+    if (PQpipelineStatus(conn) != PQ_PIPELINE_OFF && rc == 0)
+        rc = warren_error_set(err, WARREN_EDBCONN, "sql handler: cannot leave pipeline mode: %s",
+                              PQerrorMessage(conn));
+    if (rc == 0 && r->stmt_error != NULL)
+        /* back to before this run: the others' effects stay */
+        rc = warren__store_exec(st, "ROLLBACK TO SAVEPOINT warren_run", 0, NULL, NULL,
+                                "roll back the sql handler's statement", err);
+    return rc;
+}
+
+static int sql_run_lost(const warren_sql_run *r)
+{
+    return r->lost != NULL && atomic_load(r->lost);
+}
+
+int warren_store_complete_sql_batch(warren_store *st, warren_sql_run *runs, size_t n,
+                                    warren_error *err)
+{
+    warren_completion *c = NULL;
+    size_t *which = NULL;
+    int *rec = NULL;
+    int rc = 0;
+
+    if (st == NULL || (n > 0 && runs == NULL))
+        return warren_error_set(err, WARREN_EINVAL,
+                                "warren_store_complete_sql_batch: bad arguments");
+    for (size_t i = 0; i < n; i++) {
+        runs[i].recorded = runs[i].done = 0;
+        runs[i].stmt_error = NULL;
+    }
+    if (n == 0)
+        return 0;
+    c = calloc(n, sizeof(*c));
+    which = calloc(n, sizeof(*which));
+    rec = calloc(n, sizeof(*rec));
+    if (c == NULL || which == NULL || rec == NULL) {
+        rc = warren_error_set(err, WARREN_ENOMEM, "out of memory");
+        goto out;
+    }
+    /* Each pass settles at least one run (a stale or lost one is left out of
+     * the next), or all of them: at most n + 1 passes. */
+    for (;;) {
+        size_t m = 0, todo = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (!runs[i].done && sql_run_lost(&runs[i]))
+                runs[i].done = 1; /* lost before it started: no effect, not completed */
+            todo += !runs[i].done;
+        }
+        if (todo == 0)
+            break;
+        if ((rc = warren__store_begin(st, err)) != 0)
+            goto fail;
+        for (size_t i = 0; i < n; i++) {
+            warren_sql_run *r = &runs[i];
+            if (r->done)
+                continue;
+            free(r->stmt_error);
+            r->stmt_error = NULL;
+            rc = sql_batch_statement(st, r, err);
+            if (rc != 0)
+                goto fail;
+            if (r->stmt_error == NULL) {
+                c[m] = (warren_completion){r->run_key, r->attempt, "succeeded", NULL};
+                which[m++] = i;
+            }
+        }
+        /* The completions last: the runs' rows are locked from here to COMMIT. */
+        int again = 0;
+        for (size_t j = 0; j < m; j++)
+            if (sql_run_lost(&runs[which[j]])) {
+                runs[which[j]].done = 1; /* its effect must not commit: again without it */
+                again = 1;
+            }
+        if (!again && m > 0) {
+            if ((rc = warren_store_complete_batch(st, c, m, rec, err)) != 0)
+                goto fail;
+            for (size_t j = 0; j < m; j++)
+                if (!rec[j]) {
+                    runs[which[j]].done = 1; /* stale: again without its effect */
+                    again = 1;
+                }
+        }
+        if (again) {
+            warren__store_rollback(st);
+            continue;
+        }
+        if ((rc = warren__store_commit(st, err)) != 0)
+            goto fail;
+        for (size_t i = 0; i < n; i++)
+            if (!runs[i].done) {
+                runs[i].done = 1;
+                runs[i].recorded = runs[i].stmt_error == NULL;
+            }
+        break;
+    }
+    rc = 0;
+    goto out;
+fail:
+    warren__store_rollback(st);
+    /* nothing of this pass committed: its runs are not done */
+    for (size_t i = 0; i < n; i++)
+        if (!runs[i].done) {
+            free(runs[i].stmt_error);
+            runs[i].stmt_error = NULL;
+        }
+out:
+    free(c);
+    free(which);
+    free(rec);
+    return rc;
+}
+
 /* ------------------------------------------------------------ cancel */
 
 #define SQL_CANCEL_TAGGED                                                                          \

@@ -91,6 +91,39 @@ int warren_store_complete_sql(warren_store *st, const char *run_key, int attempt
                               int64_t timeout_ms, const char *tag, const atomic_int *lost,
                               int *recorded, char **stmt_error, warren_error *err);
 
+/* One run of warren_store_complete_sql_batch: the arguments of
+ * warren_store_complete_sql, and its results. */
+typedef struct warren_sql_run {
+    const char *run_key;
+    int attempt;
+    warren_us scheduled_at;
+    const char *payload_json, *sql;
+    int64_t timeout_ms;
+    const char *tag;
+    const atomic_int *lost;
+    int recorded;     /* out: committed with its effect */
+    char *stmt_error; /* out (new): its statement failed; its effect rolled back */
+    int done;         /* out: settled (recorded, stale, lost or stmt_error); 0: not tried */
+} warren_sql_run;
+
+/* Several sql handler runs in ONE transaction: for each run, in a savepoint,
+ * its statement (application_name = its tag, statement_timeout = its
+ * timeout); a statement that fails rolls back to its savepoint only (its
+ * stmt_error is set, the others go on). Then the completions of the runs
+ * whose statement succeeded, all at the end (warren.complete_many, keys
+ * sorted), so a run's row is locked only from then until the COMMIT, never
+ * while another run's statement runs. If any of them is stale, or lost
+ * (*lost set) by then, the whole transaction is rolled back and run again
+ * without it (marked done, recorded = 0): so only the effects of runs
+ * recorded succeeded commit, each exactly once, and fencing stays per run.
+ * Returns 0 when every run is done; WARREN_EDBCONN (nothing committed, or the
+ * commit's answer lost: a run tried again is then found stale); any other
+ * error (a refused completion, a failing COMMIT: a deferred constraint) with
+ * nothing committed and no run done: the caller runs them one by one with
+ * warren_store_complete_sql, which knows whose error it is. */
+int warren_store_complete_sql_batch(warren_store *st, warren_sql_run *runs, size_t n,
+                                    warren_error *err);
+
 /* Cancels (pg_cancel_backend, on st's own connection) the statement of every
  * other session whose application_name is tag: an sql handler of this
  * worker whose lease was lost. *cancelled = 1 if one was

@@ -713,7 +713,7 @@ out:
 /* Reads what the broker has (waiting up to wait_ms for the first). */
 void warren__receive(warren_worker *w, int wait_ms, int stopping)
 {
-    int max = w->concurrency * 2 + 16;
+    int max = w->prefetch * 2 + 16;
     for (int k = 0; k < max && w->b != NULL; k++) {
         pend p;
         int got = 0;

@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <poll.h>
 
 #include <warren/broker.h>
 #include <warren/codec.h>
@@ -132,6 +133,7 @@ struct warren_worker {
     char **queues;
     size_t nqueues;
     int concurrency;
+    int prefetch; /* basic.qos per consumer (worker.prefetch; at least concurrency) */
     handler_reg *regs;
     size_t nregs;
     warren_run_report_fn report_fn;
@@ -160,8 +162,9 @@ struct warren_worker {
     refusal refused[REFUSALS];
     size_t refused_next; /* the entry replaced next when all are taken */
 
-    int wake[2];      /* handler threads write a byte when done (non-blocking) */
-    struct hpool *hp; /* persistent handler threads (c and sql handlers) */
+    int wake[2];         /* handler threads write a byte when done (non-blocking) */
+    struct pollfd *pfds; /* warren__wait_wake: the wake pipe and every exec handler's output */
+    struct hpool *hp;    /* persistent handler threads (c and sql handlers) */
 
     warren_worker_stats stats;
 };
@@ -235,8 +238,12 @@ void warren__complete_done(warren_worker *w, int64_t now);
 /* ------------------------------------------------------------ worker_pool.c */
 
 /* The handler thread pool (c and sql handlers), writing to wake_fd (its own
- * duplicate) when a handler finishes while the loop waits. At most max threads. */
-struct hpool *warren__hpool_new(int wake_fd, int max, warren_error *err);
+ * duplicate) when a handler finishes while the loop waits. At most max threads;
+ * up to sql_batch sql runs queued together share one transaction. */
+struct hpool *warren__hpool_new(int wake_fd, int max, int sql_batch, warren_error *err);
+/* Opens n (at most the pool's cap) sql handler connections to url now, so
+ * that the first runs do not wait for them. */
+int warren__hpool_prefill(struct hpool *hp, const char *url, int n, warren_error *err);
 /* Stops the pool; returns how many busy threads were left behind with it. */
 int warren__hpool_free(struct hpool *hp, int wait_ms);
 /* Waits up to ms for a handler thread to finish. */

@@ -20,6 +20,7 @@
 #include "worker_int.h"
 
 #define SQL_POOL_MAX 64
+#define SQL_BATCH_MAX 64 /* worker.sql_batch at most (subtransactions: see config.md) */
 
 void warren__ctx_free(warren_handler_ctx *c)
 {
@@ -46,6 +47,7 @@ typedef struct hpool {
     pthread_cond_t cv;
     warren_handler_ctx *head, *tail; /* queued, not yet taken */
     int nqueued, nidle, nthreads, nbusy, max, quit;
+    int sql_batch;       /* at most this many sql runs share one transaction */
     int nwaking;         /* signalled or started, not yet running: at most one */
     int wake_fd;         /* the loop's wake pipe (a duplicate of its write end) */
     int loop_waiting;    /* the loop sleeps in warren__wait_wake: write to wake_fd */
@@ -89,6 +91,19 @@ static void pool_put(hpool *hp, warren_store *st)
     warren_store_free(st);
 }
 
+int warren__hpool_prefill(struct hpool *hp, const char *url, int n, warren_error *err)
+{
+    if (n > SQL_POOL_MAX)
+        n = SQL_POOL_MAX;
+    for (int i = 0; i < n; i++) {
+        warren_store *st = NULL;
+        if (warren_store_open(url, NULL, &st, err) != 0)
+            return err != NULL && err->code ? err->code : WARREN_EDBCONN;
+        pool_put(hp, st);
+    }
+    return 0;
+}
+
 /* Frees a pool no thread uses any more. */
 static void hpool_destroy(hpool *hp)
 {
@@ -105,8 +120,20 @@ static void hpool_destroy(hpool *hp)
 void warren__wait_wake(warren_worker *w, int ms)
 {
     char buf[256];
-    struct pollfd p = {w->wake[0], POLLIN, 0};
+    struct pollfd one = {w->wake[0], POLLIN, 0}, *p = &one;
+    nfds_t np = 1;
     hpool *hp = w->hp;
+    /* Running exec handlers' output pipes too: a handler that exits closes
+     * its end (POLLHUP), so its slot is reaped at once rather than when the
+     * wait times out. */
+    if (w->pfds != NULL) {
+        p = w->pfds;
+        p[0] = one;
+        for (int i = 0; i < w->concurrency; i++)
+            if (w->slots[i].state == SLOT_RUNNING && w->slots[i].kind == KIND_EXEC &&
+                w->slots[i].ex.out_fd >= 0)
+                p[np++] = (struct pollfd){w->slots[i].ex.out_fd, POLLIN, 0};
+    }
     if (hp != NULL) {
         /* Handler threads write to the pipe only while loop_waiting is set;
          * what finished before that is seen through ndone. */
@@ -121,7 +148,7 @@ void warren__wait_wake(warren_worker *w, int ms)
     }
     /* A byte per finished handler, written only while the loop waits: a few
      * reads empty it; what is left wakes the next wait at once (bounded). */
-    if (poll(&p, 1, ms) > 0)
+    if (poll(p, np, ms) > 0 && (p[0].revents & POLLIN))
         for (int i = 0; i < 4 && read(w->wake[0], buf, sizeof(buf)) == (ssize_t)sizeof(buf); i++)
             ;
     if (hp != NULL) {
@@ -153,6 +180,59 @@ static void sql_run(warren_handler_ctx *c)
             snprintf(c->error, sizeof(c->error), "%s", e.message);
         pool_put(c->hp, st);
     }
+}
+
+/* Several sql runs (n > 1) in one transaction, a savepoint each
+ * (warren_store_complete_sql_batch); one by one on the same connection if
+ * the batch fails for a reason that is not the connection's (a deferred
+ * constraint at COMMIT, a refused completion): the single-run path knows
+ * whose error it is. */
+static void sql_run_batch(warren_handler_ctx **cs, size_t n)
+{
+    warren_error e = {0};
+    warren_sql_run *runs = calloc(n, sizeof(*runs));
+    warren_store *st = pool_get(cs[0]->hp, cs[0]->db_url, &e);
+    int rc;
+
+    if (st == NULL || runs == NULL) {
+        for (size_t i = 0; i < n; i++) {
+            cs[i]->sql_rc = st == NULL ? (e.code ? e.code : WARREN_EDBCONN) : WARREN_ENOMEM;
+            snprintf(cs[i]->error, sizeof(cs[i]->error), "%s",
+                     st == NULL ? e.message : "out of memory");
+        }
+        pool_put(cs[0]->hp, st);
+        free(runs);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        runs[i] = (warren_sql_run){.run_key = cs[i]->run_key,
+                                   .attempt = cs[i]->attempt,
+                                   .scheduled_at = cs[i]->scheduled_at,
+                                   .payload_json = cs[i]->payload,
+                                   .sql = cs[i]->sql,
+                                   .timeout_ms = cs[i]->timeout_ms,
+                                   .tag = cs[i]->sql_tag,
+                                   .lost = &cs[i]->lost};
+    rc = warren_store_complete_sql_batch(st, runs, n, &e);
+    for (size_t i = 0; i < n; i++) {
+        warren_handler_ctx *c = cs[i];
+        if (rc == 0) {
+            c->sql_recorded = runs[i].recorded;
+            c->sql_stmt_error = runs[i].stmt_error;
+        } else if (rc == WARREN_EDBCONN || rc == WARREN_ENOMEM || !warren_store_connected(st)) {
+            c->sql_rc = rc;
+            snprintf(c->error, sizeof(c->error), "%s", e.message);
+        } else {
+            warren_error e1 = {0};
+            c->sql_rc = warren_store_complete_sql(
+                st, c->run_key, c->attempt, c->scheduled_at, c->payload, c->sql, c->timeout_ms,
+                c->sql_tag, &c->lost, &c->sql_recorded, &c->sql_stmt_error, &e1);
+            if (c->sql_rc != 0)
+                snprintf(c->error, sizeof(c->error), "%s", e1.message);
+        }
+    }
+    pool_put(cs[0]->hp, st);
+    free(runs);
 }
 
 static void *hpool_main(void *arg);
@@ -203,29 +283,44 @@ static void *hpool_main(void *arg)
         }
         if (hp->head == NULL)
             break; /* quit */
-        warren_handler_ctx *c = hp->head;
-        hp->head = c->next;
-        if (hp->head == NULL)
-            hp->tail = NULL;
-        hp->nqueued--;
-        if (hp->quit && atomic_load_explicit(&c->done, memory_order_acquire) == 2) {
-            /* left behind before it started: the worker is gone, do not run it */
-            warren__ctx_free(c);
-            continue;
+        /* One item, or for sql runs up to sql_batch of those queued next:
+         * they share one transaction (sql_run_batch). */
+        warren_handler_ctx *batch[SQL_BATCH_MAX];
+        size_t nb = 0;
+        while (hp->head != NULL && nb < SQL_BATCH_MAX) {
+            warren_handler_ctx *c = hp->head;
+            if (nb > 0 &&
+                (c->kind != KIND_SQL || batch[0]->kind != KIND_SQL || nb >= (size_t)hp->sql_batch))
+                break;
+            hp->head = c->next;
+            if (hp->head == NULL)
+                hp->tail = NULL;
+            hp->nqueued--;
+            if (hp->quit && atomic_load_explicit(&c->done, memory_order_acquire) == 2) {
+                /* left behind before it started: the worker is gone, do not run it */
+                warren__ctx_free(c);
+                continue;
+            }
+            batch[nb++] = c;
         }
+        if (nb == 0)
+            continue;
         hp->nbusy++;
         hpool_wake_one(hp); /* more queued: the next thread (failure: a busy one takes it) */
         pthread_mutex_unlock(&hp->mu);
-        if (c->kind == KIND_SQL)
-            sql_run(c);
+        if (batch[0]->kind == KIND_SQL && nb > 1)
+            sql_run_batch(batch, nb);
+        else if (batch[0]->kind == KIND_SQL)
+            sql_run(batch[0]);
         else
-            c_run(c);
-        /* c belongs to the loop from here on, unless the loop abandoned it
+            c_run(batch[0]);
+        /* each belongs to the loop from here on, unless the loop abandoned it
          * (done = 2: it stopped waiting for this handler). */
-        if (atomic_exchange_explicit(&c->done, 1, memory_order_acq_rel) == 2)
-            warren__ctx_free(c);
+        for (size_t i = 0; i < nb; i++)
+            if (atomic_exchange_explicit(&batch[i]->done, 1, memory_order_acq_rel) == 2)
+                warren__ctx_free(batch[i]);
         pthread_mutex_lock(&hp->mu);
-        hp->ndone++;
+        hp->ndone += nb;
         if (hp->loop_waiting && hp->quit != 2) {
             /* Only when the loop sleeps in warren__wait_wake (otherwise it polls the
              * slots anyway). Under the lock: once the pool is abandoned
@@ -245,7 +340,7 @@ static void *hpool_main(void *arg)
     return NULL;
 }
 
-hpool *warren__hpool_new(int wake_fd, int max, warren_error *err)
+hpool *warren__hpool_new(int wake_fd, int max, int sql_batch, warren_error *err)
 {
     hpool *hp = calloc(1, sizeof(*hp));
     if (hp == NULL) {
@@ -260,6 +355,7 @@ hpool *warren__hpool_new(int wake_fd, int max, warren_error *err)
     pthread_mutex_init(&hp->mu, NULL);
     pthread_cond_init(&hp->cv, NULL);
     hp->max = max;
+    hp->sql_batch = sql_batch < 1 ? 1 : sql_batch > SQL_BATCH_MAX ? SQL_BATCH_MAX : sql_batch;
     return hp;
 }
 

@@ -28,6 +28,7 @@
 #include <warren/store.h>
 #include <warren/worker.h>
 
+#include "store_work.h"
 #include "testenv.h"
 
 /* ------------------------------------------------------------ harness */
@@ -1515,6 +1516,273 @@ START_TEST(test_worker_cancels_an_sql_handler_whose_run_was_taken_over)
 }
 END_TEST
 
+/* ------------------------------------------------------------ sql handler batches */
+
+/* wait_for of a printf-formatted statement. */
+static int wait_forf(const char *url, const char *want, long timeout_ms, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int wait_forf(const char *url, const char *want, long timeout_ms, const char *fmt, ...)
+{
+    char sql[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(sql, sizeof(sql), fmt, ap);
+    va_end(ap);
+    return wait_for(url, want, timeout_ms, sql);
+}
+
+/* Runs of job sb claimed by hand as worker "w" (attempt 1): keys[0..n). */
+static void claim_by_hand(env *e, int n, char keys[][WARREN_RUN_KEY_MAX])
+{
+    add_runs(e, "sb", n, 5);
+    for (int i = 0; i < n; i++) {
+        char *k = testenv_sql1f(e->db,
+                                "SELECT run_key FROM warren.runs WHERE job = 'sb' ORDER BY "
+                                "scheduled_at OFFSET %d LIMIT 1",
+                                i);
+        ck_assert_ptr_nonnull(k);
+        snprintf(keys[i], WARREN_RUN_KEY_MAX, "%s", k);
+        free(k);
+        ck_assert(wait_forf(e->db, "1", 0, "SELECT attempt FROM warren.claim('%s', 'w')", keys[i]));
+    }
+}
+
+/* Five sql runs in one batch transaction: run 1's statement fails (division
+ * by zero), run 2 was taken over by another worker (its attempt is stale),
+ * run 3's lease was lost before it started; runs 0 and 4 commit, once, in
+ * one transaction (one xmin), and nothing of the other three does. The
+ * execution log (no unique key) shows every statement that committed: each
+ * of runs 0 and 4 once, although the batch ran its statements again after
+ * finding run 2 stale. */
+START_TEST(test_worker_sql_batch_rolls_back_only_the_failing_and_stale_runs)
+{
+    env e;
+    warren_error err = {0};
+    warren_store *st = NULL;
+    char keys[5][WARREN_RUN_KEY_MAX];
+    /* who = the top-level transaction (txid_current() inside a savepoint;
+     * xmin would be the savepoint's own subtransaction) */
+    const char *sql = "WITH x AS (INSERT INTO execs VALUES ($1, 0, 'sb')) INSERT INTO sink "
+                      "(run_key, attempt, who) SELECT $1, 1 / (SELECT count(*) FROM ok WHERE k = "
+                      "$1)::int, txid_current()::text";
+    env_setup(&e,
+              "{ name = \"sb\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qsb\"; overlap = "
+              "\"allow\"; }",
+              NULL, 5);
+    qx(e.db, "CREATE TABLE ok (k text)");
+    claim_by_hand(&e, 5, keys);
+    for (int i = 0; i < 5; i++)
+        if (i != 1)
+            ck_assert(wait_forf(e.db, "1", 0, "INSERT INTO ok VALUES ('%s'); SELECT 1", keys[i]));
+    /* run 2 taken over: its lease ran out and "thief" claimed it (attempt 2) */
+    ck_assert(wait_forf(e.db, "2", 0,
+                        "UPDATE warren.runs SET lease_until = now() - interval '1 second' WHERE "
+                        "run_key = '%s'; SELECT attempt FROM warren.claim('%s', 'thief')",
+                        keys[2], keys[2]));
+    atomic_int lost[5];
+    warren_sql_run runs[5];
+    for (int i = 0; i < 5; i++) {
+        atomic_init(&lost[i], i == 3);
+        runs[i] = (warren_sql_run){.run_key = keys[i],
+                                   .attempt = 1,
+                                   .scheduled_at = 0,
+                                   .payload_json = "{}",
+                                   .sql = sql,
+                                   .timeout_ms = 10000,
+                                   .tag = NULL,
+                                   .lost = &lost[i]};
+    }
+    ck_assert_int_eq(warren_store_open(e.db, NULL, &st, &err), 0);
+    ck_assert_msg(warren_store_complete_sql_batch(st, runs, 5, &err) == 0, "batch: %s",
+                  err.message);
+    for (int i = 0; i < 5; i++)
+        ck_assert_int_eq(runs[i].done, 1);
+    ck_assert_int_eq(runs[0].recorded, 1);
+    ck_assert_int_eq(runs[1].recorded, 0);
+    ck_assert_ptr_nonnull(runs[1].stmt_error);
+    ck_assert_msg(strstr(runs[1].stmt_error, "division by zero") != NULL, "%s", runs[1].stmt_error);
+    ck_assert_int_eq(runs[2].recorded, 0);
+    ck_assert_ptr_null(runs[2].stmt_error);
+    ck_assert_int_eq(runs[3].recorded, 0);
+    ck_assert_int_eq(runs[4].recorded, 1);
+    free(runs[1].stmt_error);
+    /* the effects of runs 0 and 4 only, committed together */
+    char want[3 * WARREN_RUN_KEY_MAX];
+    snprintf(want, sizeof(want), "%s,%s|1", keys[0], keys[4]);
+    ck_assert(wait_for(e.db, want, 0,
+                       "SELECT string_agg(run_key, ',' ORDER BY run_key) || '|' || count(DISTINCT "
+                       "who) FROM sink"));
+    snprintf(want, sizeof(want), "%s,%s", keys[0], keys[4]);
+    ck_assert(
+        wait_for(e.db, want, 0, "SELECT string_agg(run_key, ',' ORDER BY run_key) FROM execs"));
+    /* recorded succeeded: 0 and 4; 1 and 3 still running as attempt 1 (the
+     * caller completes 1 as a retry; 3 is left to its lease); 2 under the
+     * thief's attempt 2 */
+    ck_assert(wait_for(e.db, "succeeded:1,running:1,running:2,running:1,succeeded:1", 0,
+                       "SELECT string_agg(state || ':' || attempt, ',' ORDER BY scheduled_at) "
+                       "FROM warren.runs WHERE job = 'sb'"));
+    warren_store_free(st);
+    env_teardown(&e);
+}
+END_TEST
+
+/* A batch whose COMMIT fails (a deferred foreign key of one run) commits
+ * nothing and reports no run done; the worker then runs them one by one:
+ * the good runs succeed once, the bad one fails with its own error. */
+START_TEST(test_worker_sql_batch_whose_commit_fails_is_run_one_by_one)
+{
+    env e;
+    warren_error err = {0};
+    warren_store *st = NULL;
+    char keys[3][WARREN_RUN_KEY_MAX];
+    env_setup(&e,
+              "{ name = \"sb\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qsb\"; overlap = "
+              "\"allow\"; }",
+              NULL, 5);
+    qx(e.db, "CREATE TABLE parent (id int PRIMARY KEY);"
+             "CREATE TABLE child (ref int REFERENCES parent DEFERRABLE INITIALLY DEFERRED)");
+    claim_by_hand(&e, 3, keys);
+    /* run 1 inserts a child without a parent: only its COMMIT fails */
+    char *sql = testenv_fmt("WITH x AS (INSERT INTO execs VALUES ($1, 0, 'sb')) INSERT INTO child "
+                            "SELECT 42 WHERE $1 = '%s'",
+                            keys[1]);
+    warren_sql_run runs[3];
+    for (int i = 0; i < 3; i++)
+        runs[i] = (warren_sql_run){.run_key = keys[i],
+                                   .attempt = 1,
+                                   .payload_json = "{}",
+                                   .sql = sql,
+                                   .timeout_ms = 10000};
+    ck_assert_int_eq(warren_store_open(e.db, NULL, &st, &err), 0);
+    int rc = warren_store_complete_sql_batch(st, runs, 3, &err);
+    ck_assert_msg(rc != 0 && rc != WARREN_EDBCONN, "rc %d: %s", rc, err.message);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(runs[i].done, 0);
+    ck_assert(wait_for(e.db, "0|0|3", 0,
+                       "SELECT (SELECT count(*) FROM execs) || '|' || (SELECT count(*) FROM "
+                       "child) || '|' || (SELECT count(*) FROM warren.runs WHERE state = "
+                       "'running')"));
+    warren_store_free(st);
+    env_teardown(&e);
+    free(sql);
+
+    /* Through the worker: 8 runs of a good job and one of the bad, one queue,
+     * sql_batch 16: they arrive together and share batches. */
+    env_setup(
+        &e,
+        "{ name = \"good\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qsb\"; overlap = \"allow\";"
+        "  handler = { sql = \"WITH x AS (INSERT INTO execs VALUES ($1, 0, 'good')) INSERT "
+        "INTO sink (run_key, attempt) VALUES ($1, 0)\"; }; },"
+        "{ name = \"bad\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qsb\";"
+        "  handler = { sql = \"WITH x AS (INSERT INTO execs VALUES ($1, 0, 'bad')) INSERT "
+        "INTO child VALUES (42)\"; }; retry = { max_attempts = 1; }; }",
+        "concurrency = 16; sql_batch = 16; shutdown_grace = \"3s\"; heartbeat_margin = "
+        "\"500ms\";",
+        5);
+    qx(e.db, "CREATE TABLE parent (id int PRIMARY KEY);"
+             "CREATE TABLE child (ref int REFERENCES parent DEFERRABLE INITIALLY DEFERRED)");
+    worker_thread wt = {0};
+    worker_thread_start(&e, &wt, NULL, NULL, NULL);
+    /* the runs first, then the planner: they are published together */
+    add_runs(&e, "good", 8, 5);
+    add_runs(&e, "bad", 1, 5);
+    planner_start(&e);
+    ck_assert(wait_for(e.db, "8", 15000,
+                       "SELECT count(*) FROM warren.runs WHERE job = 'good' AND state = "
+                       "'succeeded'"));
+    ck_assert(wait_for(e.db, "dead|true", 15000,
+                       "SELECT state || '|' || (last_error LIKE '%foreign key%') FROM "
+                       "warren.runs WHERE job = 'bad'"));
+    ck_assert(
+        wait_for(e.db, "8|0", 0,
+                 "SELECT (SELECT count(*) FROM sink) || '|' || (SELECT count(*) FROM child)"));
+    /* each good run's statement committed once; the bad one's never */
+    assert_executions_of(&e, "SELECT run_key FROM warren.runs WHERE job = 'good'", NULL);
+    worker_thread_join(&wt);
+    warren_worker_free(wt.w);
+    env_teardown(&e);
+}
+END_TEST
+
+/* 200 sql runs through two workers of 8 slots in batches of 4: every run
+ * succeeded, and its statement committed exactly once (the execution log
+ * has no unique key). */
+START_TEST(test_worker_sql_batches_run_every_statement_once)
+{
+    env e;
+    worker_thread a = {0}, b = {0};
+    env_setup(&e,
+              "{ name = \"many\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qm\"; overlap = "
+              "\"allow\";"
+              "  handler = { sql = \"WITH x AS (INSERT INTO execs VALUES ($1, 0, 'many')) INSERT "
+              "INTO sink (run_key, attempt, who) VALUES ($1, 0, txid_current()::text)\"; }; }",
+              "concurrency = 8; sql_batch = 4; shutdown_grace = \"3s\"; heartbeat_margin = "
+              "\"500ms\";",
+              5);
+    worker_thread_start(&e, &a, NULL, NULL, NULL);
+    worker_thread_start(&e, &b, NULL, NULL, NULL);
+    /* the runs first, then the planner: they are published together */
+    add_runs(&e, "many", 200, 5);
+    planner_start(&e);
+    ck_assert(
+        wait_for(e.db, "200", 60000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
+    /* some statements shared a transaction (else this tests nothing new) */
+    ck_assert(wait_for(e.db, "t", 0, "SELECT count(DISTINCT who) < 200 FROM sink"));
+    assert_executions_of(&e, "SELECT run_key FROM warren.runs", NULL);
+    ck_assert(wait_for(e.db, "200", 0, "SELECT count(*) FROM warren.attempts"));
+    worker_thread_join(&a);
+    worker_thread_join(&b);
+    warren_worker_free(a.w);
+    warren_worker_free(b.w);
+    env_teardown(&e);
+}
+END_TEST
+
+/* worker.prefetch beyond the slots: with 2 slots and prefetch 4, four of
+ * six runs are delivered (two are left ready in the queue, an exact count)
+ * while only two are claimed and running (the other two wait in the worker
+ * unclaimed: no lease, no attempt); then every run runs exactly once. With
+ * prefetch = slots (before) four would be left in the queue. */
+START_TEST(test_worker_prefetch_holds_deliveries_beyond_the_slots_unclaimed)
+{
+    env e;
+    worker_thread wt = {0};
+    env_setup(
+        &e,
+        "{ name = \"pf\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qpf\"; overlap = "
+        "\"allow\";"
+        "  handler = { exec = [\"/bin/sh\", \"-c\", \"$MARK_DIR/log-exec pf; sleep 6\"]; }; }",
+        "concurrency = 2; prefetch = 4; shutdown_grace = \"8s\"; heartbeat_margin = "
+        "\"500ms\";",
+        5);
+    worker_thread_start(&e, &wt, NULL, NULL, NULL);
+    planner_start(&e);
+    add_runs(&e, "pf", 6, 5);
+    ck_assert(
+        wait_for(e.db, "2", 15000, "SELECT count(*) FROM warren.runs WHERE state = 'running'"));
+    long ready = -1;
+    for (int i = 0; i < 40 && ready != 2; i++) {
+        ready = testenv_queue_depth(e.amqp, "warren.ready.qpf");
+        if (ready != 2)
+            sleep_ms(100);
+    }
+    ck_assert_int_eq(ready, 2);
+    /* the first two still run (6 s): the other four are published, two of
+     * them held in the worker, and nothing else was claimed */
+    ck_assert(wait_for(e.db, "2|4|2", 0,
+                       "SELECT (SELECT count(*) FROM warren.runs WHERE state = 'running') || '|' "
+                       "|| (SELECT count(*) FROM warren.runs WHERE state = 'published') || '|' || "
+                       "(SELECT count(*) FROM warren.attempts)"));
+    ck_assert(
+        wait_for(e.db, "6", 60000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
+    assert_executions_of(&e, "SELECT run_key FROM warren.runs", NULL);
+    assert_one_execution_per_attempt(&e);
+    worker_thread_join(&wt);
+    warren_worker_free(wt.w);
+    env_teardown(&e);
+}
+END_TEST
+
 /* ------------------------------------------------------------ bad messages */
 
 static void publish_raw(env *e, const char *queue, const char *body, const char *message_id)
@@ -1971,6 +2239,14 @@ static Suite *worker_suite(void)
     tcase_add_test(tc, test_warren_run_prints_one_line_per_finished_run);
     tcase_add_test(tc, test_worker_queue_policy_runs_the_newer_run_after_the_older);
     tcase_add_test(tc, test_worker_exec_exit_64_and_65_fail_permanently);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("throughput");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_worker_sql_batch_rolls_back_only_the_failing_and_stale_runs);
+    tcase_add_test(tc, test_worker_sql_batch_whose_commit_fails_is_run_one_by_one);
+    tcase_add_test(tc, test_worker_sql_batches_run_every_statement_once);
+    tcase_add_test(tc, test_worker_prefetch_holds_deliveries_beyond_the_slots_unclaimed);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("leases");

@@ -106,6 +106,15 @@ typedef struct warren_worker_config {
      * also get, beyond the allow-list (docs/config.md); NULL-terminated,
      * NULL when none are named. */
     char **exec_env;
+    /* ack_hold: an acknowledgement settled behind a delivery still open
+     * waits up to this long for it (one multiple-ack for both); default 0 */
+    int64_t ack_hold_ms;
+    /* sql_batch: at most this many sql-handler runs share one transaction
+     * (a savepoint each); default 16, 1 = a transaction per run */
+    int sql_batch;
+    /* prefetch: unacknowledged deliveries per consumer; default 0 = 2 x
+     * concurrency up to 256 slots, concurrency above; never below concurrency */
+    int prefetch;
 } warren_worker_config;
 
 typedef struct warren_config {
