@@ -445,7 +445,7 @@ static int start_exec(const warren_worker *w, slot *s, const warren_run_msg *msg
 {
     warren__exec_run run = {
         .run_key = s->run_key,
-        .job = s->job->name,
+        .job = s->claim.job,
         .scheduled_at = s->claim.scheduled_at,
         .attempt = s->claim.attempt,
         .due_at = msg->due_at,

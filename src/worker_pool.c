@@ -421,7 +421,7 @@ int warren__start_thread(warren_worker *w, slot *s, warren_error *err)
         return warren_error_set(err, WARREN_ENOMEM, "out of memory");
     snprintf(key, sizeof(key), "%s", s->run_key);
     c->run_key = strdup(key);
-    c->job = strdup(s->job->name);
+    c->job = strdup(s->claim.job);
     c->payload = strdup(s->claim.payload_json ? s->claim.payload_json : "{}");
     c->scheduled_at = s->claim.scheduled_at;
     c->attempt = s->claim.attempt;

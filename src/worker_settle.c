@@ -212,7 +212,7 @@ static void report(warren_worker *w, slot *s)
         memset(&t, 0, sizeof(t));
     warren_run_report r = {
         .run_key = s->run_key,
-        .job = s->job->name,
+        .job = s->claim.job,
         .attempt = s->claim.attempt,
         .outcome = outcome_name(s->outcome),
         .state = t.state[0] ? t.state : "?",
