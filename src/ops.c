@@ -33,7 +33,7 @@ static const char SQL_TRIGGER[] =
     "ON CONFLICT DO NOTHING RETURNING run_key";
 
 static const char SQL_RUN_STATE[] =
-    "SELECT run_key, state FROM warren.runs WHERE job = $1 AND scheduled_at = $2::timestamptz";
+    "SELECT run_key, state FROM warren.runs WHERE run_key = warren.run_key($1, $2::timestamptz)";
 
 /* An operator's pause or resume owns the job's state from then on: a
  * template coming back to the config no longer resumes it (paused_by_template,
@@ -65,7 +65,8 @@ static const char SQL_RESUME_RUNS[] =
 
 static const char SQL_RUNS_EXIST[] =
     "SELECT " US("scheduled_at") " FROM warren.runs WHERE job = $1 "
-                                 "AND scheduled_at = ANY($2::timestamptz[]) ORDER BY scheduled_at";
+                                 "AND scheduled_at = ANY($2::timestamptz[]) "
+                                 "AND origin <> 'enqueue' ORDER BY scheduled_at";
 
 static const char SQL_REPLAY[] = "SELECT warren.replay($1::text, $2::text)";
 

@@ -219,13 +219,13 @@ static const char SQL_RECONCILE[] =
     "UPDATE warren.runs r SET state = 'planned', "
     "note = warren.plan_note(r.note, format('republished by reconciler at %s: not started %s s "
     "after due', warren.plan_utc(now()), floor(extract(epoch FROM now() - r.due_at))::bigint)) "
-    "FROM (SELECT job, scheduled_at FROM warren.runs "
+    "FROM (SELECT run_key FROM warren.runs "
     "      WHERE state = 'published' "
     "      AND due_at < now() - $1::bigint * interval '1 millisecond' "
     "      AND published_at < now() - $1::bigint * interval '1 millisecond' "
     "          * power(2, least(greatest(publish_count - 1, 0), 6)) "
     "      ORDER BY due_at LIMIT $2::int FOR UPDATE SKIP LOCKED) s "
-    "WHERE r.job = s.job AND r.scheduled_at = s.scheduled_at AND r.state = 'published'";
+    "WHERE r.run_key = s.run_key AND r.state = 'published'";
 
 static const char SQL_REAP_EXISTS[] =
     "SELECT to_regprocedure('warren.reap_expired_leases(integer)') IS NOT NULL";

@@ -472,6 +472,17 @@ int warren_store_sync(warren_store *st, const warren_config *cfg, warren_sync_re
                             "take the sync lock", err);
     if (rc != 0)
         goto fail;
+    /* The partition count's row before any job (the order warren.upsert_jobs
+     * takes them in): an API job an upsert is inserting now is committed
+     * before this sync repartitions, or reads the count this sync writes. */
+    if (rc == 0)
+        rc = warren__store_exec_simple(
+            st,
+            "DO $$ BEGIN IF to_regclass('warren.sync_state') IS NOT NULL THEN "
+            "PERFORM 1 FROM warren.sync_state FOR UPDATE; END IF; END $$",
+            "lock warren.sync_state", err);
+    if (rc != 0)
+        goto fail;
     rc = warren__store_exec(st, "SELECT to_regclass('warren.jobs') IS NOT NULL", 0, NULL, &res,
                             "look for warren.jobs", err);
     if (rc != 0)

@@ -312,9 +312,14 @@ BEGIN
             bad.first - 1, bad.second - 1, to_json(bad.n) USING ERRCODE = '22023';
     END IF;
 
-    -- Templates are locked FOR SHARE (a sync changing them waits), existing
-    -- jobs FOR UPDATE (a concurrent upsert of the same names waits), in name
-    -- order; each statement below then reads them as they are now.
+    -- The partition count first (FOR SHARE: a sync changing it waits for
+    -- this transaction, and its repartitioning then sees these jobs; a sync
+    -- holding it, FOR UPDATE from its start, is waited for, and its count
+    -- read after), then templates FOR SHARE (a sync changing them waits),
+    -- existing jobs FOR UPDATE (a concurrent upsert of the same names
+    -- waits), in name order; each statement below then reads them as they
+    -- are now. The same order as sync's: sync_state, then jobs.
+    PERFORM 1 FROM warren.sync_state s FOR SHARE;
     PERFORM 1 FROM warren.jobs t
      WHERE t.name IN (SELECT DISTINCT x.e ->> 'template' FROM jsonb_array_elements(jobs) AS x(e))
      ORDER BY t.name FOR SHARE;

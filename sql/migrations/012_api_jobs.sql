@@ -16,7 +16,10 @@ DO $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_constraint
                     WHERE conrelid = 'warren.jobs'::regclass AND conname = 'jobs_name_check'
-                      AND pg_get_constraintdef(oid) LIKE '%{0,199}%') THEN
+                      AND (pg_get_constraintdef(oid) LIKE '%{0,199}%'
+                           OR pg_get_constraintdef(oid) LIKE '%length(name) <= 200%')) THEN
+        -- (the second form: 015's, equivalent and faster; a psql re-run of
+        -- install.sql must not swap it back and re-check every job twice)
         ALTER TABLE warren.jobs DROP CONSTRAINT IF EXISTS jobs_name_check;
         ALTER TABLE warren.jobs ADD CONSTRAINT jobs_name_check
             CHECK (name ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$');
