@@ -32,10 +32,7 @@
 typedef struct env {
     char *db, *amqp, *dir, *cfg_path;
     warren_config *cfg;
-    warren_planner *planner;
-    pthread_t planner_th;
-    volatile sig_atomic_t planner_stop;
-    int planner_running;
+    testenv_planner planner;
     pid_t workers[2];
     int nworkers;
 } env;
@@ -145,23 +142,13 @@ static void env_setup(env *e, const char *planner_tick, int concurrency)
     qx(e->db, "CREATE TABLE signups (email text PRIMARY KEY)");
 }
 
-static void *planner_main(void *arg)
-{
-    env *e = arg;
-    warren_error err = {0};
-    if (warren_planner_run(e->planner, &e->planner_stop, &err) != 0)
-        fprintf(stderr, "planner: %s\n", err.message);
-    return NULL;
-}
-
 /* The real planner on a thread, and n `warren worker` processes. */
 static void start(env *e, int nworkers)
 {
     warren_error err = {0};
-    ck_assert_msg(warren_planner_new(e->cfg, e->db, e->amqp, &test_logger, &e->planner, &err) == 0,
+    ck_assert_msg(testenv_planner_start(&e->planner, e->cfg, e->db, e->amqp, &test_logger, &err) ==
+                      0,
                   "planner: %s", err.message);
-    ck_assert_int_eq(pthread_create(&e->planner_th, NULL, planner_main, e), 0);
-    e->planner_running = 1;
     for (int i = 0; i < nworkers; i++) {
         char id[16];
         snprintf(id, sizeof(id), "w%d", i);
@@ -184,11 +171,7 @@ static void env_teardown(env *e)
         kill(e->workers[i], SIGKILL);
         waitpid(e->workers[i], &status, 0);
     }
-    if (e->planner_running) {
-        e->planner_stop = 1;
-        pthread_join(e->planner_th, NULL);
-        warren_planner_free(e->planner);
-    }
+    testenv_planner_stop(&e->planner);
     warren_config_free(e->cfg);
     free(e->db);
     free(e->amqp);

@@ -36,10 +36,7 @@
 typedef struct env {
     char *db, *amqp, *dir, *cfg_path;
     warren_config *cfg;
-    warren_planner *planner;
-    pthread_t planner_th;
-    volatile sig_atomic_t planner_stop;
-    int planner_running;
+    testenv_planner planner;
 } env;
 
 static warren_logger test_logger = {warren_log_stderr, NULL, WARREN_LOG_WARN};
@@ -205,35 +202,18 @@ static void env_setup(env *e, const char *jobs, const char *worker_settings, int
                       worker_settings, delivery_limit);
 }
 
-static void *planner_main(void *arg)
-{
-    env *e = arg;
-    warren_error err = {0};
-    if (warren_planner_run(e->planner, &e->planner_stop, &err) != 0)
-        fprintf(stderr, "planner: %s\n", err.message);
-    return NULL;
-}
-
 /* The real planner (relay, outbox, reconciler) on a thread of this process. */
 static void planner_start(env *e)
 {
     warren_error err = {0};
-    ck_assert_msg(warren_planner_new(e->cfg, e->db, e->amqp, &test_logger, &e->planner, &err) == 0,
+    ck_assert_msg(testenv_planner_start(&e->planner, e->cfg, e->db, e->amqp, &test_logger, &err) ==
+                      0,
                   "planner: %s", err.message);
-    e->planner_stop = 0;
-    ck_assert_int_eq(pthread_create(&e->planner_th, NULL, planner_main, e), 0);
-    e->planner_running = 1;
 }
 
 static void planner_stop(env *e)
 {
-    if (!e->planner_running)
-        return;
-    e->planner_stop = 1;
-    pthread_join(e->planner_th, NULL);
-    warren_planner_free(e->planner);
-    e->planner = NULL;
-    e->planner_running = 0;
+    testenv_planner_stop(&e->planner);
 }
 
 static void env_teardown(env *e)

@@ -975,3 +975,40 @@ char *testenv_server_identity(const char *which)
     }
     fail("testenv_server_identity: \"%s\" is neither \"pg\" nor \"rabbit\"", which);
 }
+
+/* ------------------------------------------------------------ planner */
+
+static void *planner_thread(void *arg)
+{
+    testenv_planner *tp = arg;
+    warren_error err = {0};
+    if (warren_planner_run(tp->planner, &tp->stop, &err) != 0)
+        fprintf(stderr, "planner: %s\n", err.message);
+    return NULL;
+}
+
+int testenv_planner_start(testenv_planner *tp, const warren_config *cfg, const char *db_url,
+                          const char *amqp_url, const warren_logger *log, warren_error *err)
+{
+    memset(tp, 0, sizeof(*tp));
+    if (warren_planner_new(cfg, db_url, amqp_url, log, &tp->planner, err) != 0)
+        return -1;
+    if (pthread_create(&tp->th, NULL, planner_thread, tp) != 0) {
+        warren_planner_free(tp->planner);
+        tp->planner = NULL;
+        return warren_error_set(err, WARREN_ENOMEM, "cannot start the planner's thread");
+    }
+    tp->running = 1;
+    return 0;
+}
+
+void testenv_planner_stop(testenv_planner *tp)
+{
+    if (!tp->running)
+        return;
+    tp->stop = 1;
+    pthread_join(tp->th, NULL);
+    warren_planner_free(tp->planner);
+    tp->planner = NULL;
+    tp->running = 0;
+}

@@ -29,6 +29,13 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <sys/types.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <warren/config.h>
+#include <warren/error.h>
+#include <warren/log.h>
+#include <warren/planner.h>
 
 /* The admin URL (WARREN_TEST_PG_URL), borrowed from the environment. Fails the
  * test when unset. */
@@ -177,5 +184,20 @@ char *testenv_executions_mismatch(const char *db_url, const char *runs_sql, cons
  * string, or NULL when the server cannot be reached (message on stderr). Fault tests compare
  * it before and after a restart to prove the restart happened. */
 char *testenv_server_identity(const char *which);
+
+/* The real planner (relay, outbox, reconciler) on a thread of this process,
+ * as `warren planner` runs it: testenv_planner_start creates it from cfg and
+ * starts the thread (0, or -1 with err set and nothing started);
+ * testenv_planner_stop asks it to stop, joins and frees it (nothing if it
+ * was not started). */
+typedef struct testenv_planner {
+    warren_planner *planner;
+    pthread_t th;
+    volatile sig_atomic_t stop;
+    int running;
+} testenv_planner;
+int testenv_planner_start(testenv_planner *tp, const warren_config *cfg, const char *db_url,
+                          const char *amqp_url, const warren_logger *log, warren_error *err);
+void testenv_planner_stop(testenv_planner *tp);
 
 #endif
