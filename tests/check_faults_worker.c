@@ -271,7 +271,7 @@ static void run_restart_scenario(const char *which)
         "},\n"
         " { name = \"fe\"; at = \"2099-01-01T00:00:00Z\"; queue = \"f\"; overlap = \"allow\";\n"
         "   handler = { exec = [\"/bin/sh\", \"-c\", \"echo $WARREN_RUN_KEY $WARREN_ATTEMPT >> "
-        "$MARK_DIR/execs.log; sleep 2; psql \\\"$SINK_URL\\\" -qAtc \\\"INSERT "
+        "$MARK_DIR/execs.log; sleep 6; psql \\\"$SINK_URL\\\" -qAtc \\\"INSERT "
         "INTO esink VALUES ('$WARREN_RUN_KEY') ON CONFLICT DO NOTHING\\\"\"]; };\n"
         "   lease = \"10s\"; retry = { base = \"100ms\"; cap = \"500ms\"; max_attempts = 20; }; }\n"
         ");\n",
@@ -294,8 +294,10 @@ static void run_restart_scenario(const char *which)
     testenv_psql(db, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'", &before);
     char *server = identity(which);
     ck_assert_int_eq(testenv_restart(which), 0);
-    /* The exec runs take 2 s each, 16 at a time: some were still running or
-     * queued when the server went down, or the restart proved nothing. Read
+    /* The exec runs take 6 s each, at most 16 at a time (at least 22 s for
+     * the 60; a restarted RabbitMQ node under load took over 10 s): some
+     * were still running or queued when the server went down, or the
+     * restart proved nothing. Read
      * at once, before the identity check, which may wait up to 30 s for a
      * restarted RabbitMQ node to report its pid while the workers go on. */
     char *after = NULL;
