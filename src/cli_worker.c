@@ -359,7 +359,7 @@ static void runs_usage(FILE *f)
 {
     fprintf(f, "usage: warren runs [-c FILE] [--job J] [--state S] [--limit N]\n\n"
                "Lists runs, newest scheduled time first (default limit 50). States: planned,\n"
-               "published, running, retrying, succeeded, dead, skipped, cancelled.\n");
+               "published, running, retrying, waiting, succeeded, dead, skipped, cancelled.\n");
 }
 
 static const char *utc(warren_us t, char *buf, size_t len)
@@ -392,7 +392,7 @@ int cli_runs(int argc, char **argv)
             if (!warren_ops_state_valid(state)) {
                 fprintf(stderr,
                         "warren runs: --state takes planned, published, running, retrying, "
-                        "succeeded, dead, skipped or cancelled, not \"%s\"\n",
+                        "waiting, succeeded, dead, skipped or cancelled, not \"%s\"\n",
                         state);
                 return WARREN_EXIT_USAGE;
             }

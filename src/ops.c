@@ -546,7 +546,7 @@ void warren_ops_runs_free(warren_ops_run *rows, size_t n)
 
 int warren_ops_state_valid(const char *state)
 {
-    static const char *const states[] = {"planned",   "published", "running", "retrying",
+    static const char *const states[] = {"planned",   "published", "running", "retrying", "waiting",
                                          "succeeded", "dead",      "skipped", "cancelled"};
     for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++)
         if (strcmp(state, states[i]) == 0)

@@ -201,7 +201,10 @@ START_TEST(test_runs_rejects_an_unknown_state_and_a_zero_limit_naming_the_flag)
     ck_assert_int_eq(r.rc, 2);
     ck_assert_str_eq(r.out, "");
     ck_assert_str_eq(r.err, "warren runs: --state takes planned, published, running, retrying, "
-                            "succeeded, dead, skipped or cancelled, not \"bogus\"\n");
+                            "waiting, succeeded, dead, skipped or cancelled, not \"bogus\"\n");
+    /* the state of a run held back by a cap (caps.sql) */
+    cli(&e, &r, "runs --state waiting");
+    ck_assert_msg(r.rc == 0, "runs --state waiting: %s", r.err);
 
     cli(&e, &r, "runs --limit 0");
     ck_assert_int_eq(r.rc, 2);
