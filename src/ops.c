@@ -4,7 +4,6 @@
  * libpq only through store_int.h's helpers, so libpq errors are still
  * translated in store.c alone. The planner's job read and run insert are
  * shared through store_plan.h. */
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,19 +139,6 @@ static int no_job(warren_error *err, const char *job)
                             "job \"%s\" is not in the database (is it in the config? run "
                             "`warren sync`)",
                             job);
-}
-
-/* The row count of an UPDATE/DELETE result. */
-static int cmd_tuples(PGresult *res)
-{
-    const char *s = PQcmdTuples(res);
-    char *end = NULL;
-    long n;
-
-    if (s == NULL || *s == '\0')
-        return 0;
-    n = strtol(s, &end, 10);
-    return *end == '\0' && n >= 0 && n <= INT_MAX ? (int)n : 0;
 }
 
 /* An instant column, 0 for SQL NULL. */
@@ -291,7 +277,7 @@ int warren_ops_pause(warren_store *st, const char *job, warren_ops_pause_result 
     if ((rc = warren__store_exec_prepared(st, "ops_pause_runs", SQL_PAUSE_RUNS, 1, p, &res,
                                           "cancelling planned runs of a paused job", err)) != 0)
         goto fail;
-    out->cancelled = cmd_tuples(res);
+    out->cancelled = warren__store_cmd_tuples(res);
     PQclear(res);
     if ((rc = notify(st, job, err)) != 0)
         goto fail;
@@ -909,7 +895,7 @@ static int change_grants(warren_store *st, const char *sql, const char *what, co
         rc = warren__store_exec(st, sql, 2, params, &res, what, err);
     }
     if (rc == 0) {
-        out->changed = cmd_tuples(res);
+        out->changed = warren__store_cmd_tuples(res);
         PQclear(res);
     }
     free(arr);

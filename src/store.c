@@ -490,6 +490,15 @@ int warren__store_get_int64(const PGresult *res, int row, int col, int64_t *out)
     return parse_int64(PQgetvalue(res, row, col), out);
 }
 
+int warren__store_cmd_tuples(PGresult *res)
+{
+    int64_t n;
+
+    if (parse_int64(PQcmdTuples(res), &n) != 0 || n < 0 || n > INT32_MAX)
+        return 0;
+    return (int)n;
+}
+
 int warren__store_get_int(const PGresult *res, int row, int col, int *out)
 {
     int64_t v;

@@ -80,6 +80,9 @@ void warren__store_rollback(warren_store *st);
 const char *warren__store_get_text(const PGresult *res, int row, int col);
 int warren__store_get_int64(const PGresult *res, int row, int col, int64_t *out);
 int warren__store_get_int(const PGresult *res, int row, int col, int *out);
+/* The row count of an INSERT/UPDATE/DELETE result (PQcmdTuples), 0 when it
+ * has none or it does not parse. */
+int warren__store_cmd_tuples(PGresult *res);
 int warren__store_get_bool(const PGresult *res, int row, int col, int *out);
 int warren__store_get_us(const PGresult *res, int row, int col, warren_us *out);
 

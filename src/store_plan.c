@@ -3,7 +3,6 @@
  * the server as text array literals built here (elements always quoted and
  * escaped), so a batch is one statement. */
 #include <stdio.h>
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -302,18 +301,6 @@ void warren_plan_rollback(warren_store *st)
     warren__store_rollback(st);
 }
 
-static int cmd_tuples(PGresult *res)
-{
-    const char *s = PQcmdTuples(res);
-    char *end = NULL;
-    long n;
-
-    if (s == NULL || *s == '\0')
-        return 0;
-    n = strtol(s, &end, 10);
-    return *end == '\0' && n >= 0 && n <= INT_MAX ? (int)n : 0;
-}
-
 /* ------------------------------------------------------------------ leases */
 
 int warren_plan_heartbeat(warren_store *st, const char *owner, int64_t ttl_ms, int partitions,
@@ -388,7 +375,7 @@ int warren_plan_leases(warren_store *st, const char *owner, int partitions, int6
                                               "giving up partitions above the fair share", err)) !=
             0)
             goto fail;
-        moved = cmd_tuples(res);
+        moved = warren__store_cmd_tuples(res);
         PQclear(res);
         res = NULL;
         have -= moved;
@@ -399,7 +386,7 @@ int warren_plan_leases(warren_store *st, const char *owner, int partitions, int6
         if ((rc = warren__store_exec_prepared(st, "plan_lease_take", SQL_LEASE_TAKE, 4, p, &res,
                                               "taking free partitions", err)) != 0)
             goto fail;
-        moved = cmd_tuples(res);
+        moved = warren__store_cmd_tuples(res);
         PQclear(res);
         res = NULL;
         have += moved;
@@ -602,7 +589,7 @@ int warren_plan_insert_runs(warren_store *st, const warren_plan_run *runs, size_
                                          "inserting runs", err);
         if (rc == 0) {
             if (inserted)
-                *inserted = cmd_tuples(res);
+                *inserted = warren__store_cmd_tuples(res);
             PQclear(res);
         }
     }
@@ -776,7 +763,7 @@ int warren_plan_mark_published(warren_store *st, const char *const *keys, size_t
     if (rc != 0)
         return rc;
     if (marked)
-        *marked = cmd_tuples(res);
+        *marked = warren__store_cmd_tuples(res);
     PQclear(res);
     return 0;
 }
@@ -985,7 +972,7 @@ int warren_plan_reconcile_published(warren_store *st, int64_t grace_ms, int limi
     *n = 0;
     if (rc != 0)
         return rc;
-    *n = cmd_tuples(res);
+    *n = warren__store_cmd_tuples(res);
     PQclear(res);
     return 0;
 }

@@ -404,16 +404,13 @@ static const char SYNC_API_REPARTITION_SQL[] =
     "UPDATE warren.jobs SET partition = warren.wp_job_partition(name, $1::int)"
     " WHERE origin = 'api' AND partition <> warren.wp_job_partition(name, $1::int)";
 
+/* The count a one-row, one-column answer carries (0 when there is none). */
 static int count_of(PGresult *res)
 {
-    const char *s = PQntuples(res) == 1 ? PQgetvalue(res, 0, 0) : NULL;
-    return s != NULL ? atoi(s) : 0;
-}
-
-static int rows_of(PGresult *res)
-{
-    const char *s = PQcmdTuples(res);
-    return s != NULL && *s != '\0' ? atoi(s) : 0;
+    int n = 0;
+    if (PQntuples(res) != 1 || warren__store_get_int(res, 0, 0, &n) != 0 || n < 0)
+        return 0;
+    return n;
 }
 
 static int report_add(char ***arr, size_t *n, const char *name)
@@ -563,7 +560,8 @@ int warren_store_sync(warren_store *st, const warren_config *cfg, warren_sync_re
         rc = warren__store_exec(st, SYNC_STATE_SQL, 1, pp, &res, "record the partition count", err);
         if (rc != 0)
             goto fail;
-        int changed = PQgetisnull(res, 0, 0) || atoi(PQgetvalue(res, 0, 0)) != partitions;
+        int before = 0;
+        int changed = warren__store_get_int(res, 0, 0, &before) != 0 || before != partitions;
         PQclear(res);
         res = NULL;
         if (changed) {
@@ -579,7 +577,7 @@ int warren_store_sync(warren_store *st, const warren_config *cfg, warren_sync_re
                             "copy changed templates to their API jobs", err);
     if (rc != 0)
         goto fail;
-    rep.api_updated = (size_t)rows_of(res);
+    rep.api_updated = (size_t)warren__store_cmd_tuples(res);
     PQclear(res);
     res = NULL;
     rc = warren__store_exec(st, SYNC_API_PAUSE_SQL, 0, NULL, &res,
@@ -593,7 +591,7 @@ int warren_store_sync(warren_store *st, const warren_config *cfg, warren_sync_re
                             "resume the API jobs of templates back in the config", err);
     if (rc != 0)
         goto fail;
-    rep.api_resumed = (size_t)rows_of(res);
+    rep.api_resumed = (size_t)warren__store_cmd_tuples(res);
     PQclear(res);
     res = NULL;
     /* Delivered on commit: planners wake up and plan the new definitions. */
