@@ -129,13 +129,20 @@ e2e_execlog() {
 }
 
 e2e_close_worker_connections() {
-    local names c
-    names=$(curl -sf "$E2E_MGMT/api/vhosts/$E2E_NAME/connections" | "$PY" -c '
+    local names c i
+    # The management API lists a connection only once its statistics have
+    # been collected (every 5 s by default): a connection opened a moment ago
+    # may not be listed yet, so ask again for up to 20 s.
+    for i in $(seq 1 40); do
+        names=$(curl -sf "$E2E_MGMT/api/vhosts/$E2E_NAME/connections" | "$PY" -c '
 import json, sys, urllib.parse
 for c in json.load(sys.stdin):
     if (c.get("client_properties") or {}).get("product") != "rabbitmq-c":  # not the planner
         print(urllib.parse.quote(c["name"], safe=""))') || fail "cannot list the vhost's connections"
-    [ -n "$names" ] || fail "no worker connection to close in vhost $E2E_NAME"
+        [ -n "$names" ] && break
+        sleep 0.5
+    done
+    [ -n "$names" ] || fail "no worker connection to close in vhost $E2E_NAME after $i tries (20 s)"
     for c in $names; do
         curl -sf -X DELETE "$E2E_MGMT/api/connections/$c" >/dev/null ||
             fail "cannot close connection $c through the management API"
