@@ -860,6 +860,19 @@ int warren_store_listen(warren_store *st, warren_error *err)
     return rc;
 }
 
+/* What a notification asks of the planner: WARREN_NOTIFY_RELAY for runs that
+ * exist already and only need publishing (an enqueue, a cap's release, a
+ * replay: sql/functions/), WARREN_NOTIFY_PLAN for everything else (a sync, a
+ * job's change, an unknown payload: the safe side). */
+static int notify_kind(const char *payload)
+{
+    static const char *const relay_only[] = {"enqueue", "release", "replay"};
+    for (size_t i = 0; payload != NULL && i < sizeof(relay_only) / sizeof(relay_only[0]); i++)
+        if (strcmp(payload, relay_only[i]) == 0)
+            return WARREN_NOTIFY_RELAY;
+    return WARREN_NOTIFY_PLAN;
+}
+
 static int drain_notifies(warren_store *st)
 {
     PGnotify *n;
@@ -868,8 +881,8 @@ static int drain_notifies(warren_store *st)
     while ((n = PQnotifies(st->conn)) != NULL) {
         warren_log(st->lg, WARREN_LOG_DEBUG, "notification on %s: %s", n->relname,
                    n->extra ? n->extra : "");
+        got |= notify_kind(n->extra);
         PQfreemem(n);
-        got = 1;
     }
     return got;
 }
@@ -889,10 +902,8 @@ int warren_store_wait_notify(warren_store *st, int timeout_ms, int *got, warren_
     *got = 0;
     if ((rc = consume(st, err)) != 0)
         return rc;
-    if (drain_notifies(st)) {
-        *got = 1;
+    if ((*got = drain_notifies(st)) != 0)
         return 0;
-    }
     sock = PQsocket(st->conn);
     if (sock < 0)
         return warren__store_fail(st, NULL, "waiting for notifications", err);

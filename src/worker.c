@@ -440,21 +440,6 @@ static int64_t kill_grace(const warren_worker *w)
     return g > KILL_GRACE_MAX_MS ? KILL_GRACE_MAX_MS : g;
 }
 
-/* Starts slot s's exec handler with the run's facts (worker_exec.c). */
-static int start_exec(const warren_worker *w, slot *s, const warren_run_msg *msg, warren_error *err)
-{
-    warren__exec_run run = {
-        .run_key = s->run_key,
-        .job = s->claim.job,
-        .scheduled_at = s->claim.scheduled_at,
-        .attempt = s->claim.attempt,
-        .due_at = msg->due_at,
-        .payload = s->claim.payload_json,
-        .pass_env = (const char *const *)w->cfg->worker.exec_env,
-    };
-    return warren__exec_start(&s->ex, s->job->exec_argv, s->job->exec_shell, &run, err);
-}
-
 /* Starts a claimed run in slot s. On failure the run is completed as retry. */
 void warren__slot_start(warren_worker *w, slot *s, pend *p, warren_claim *cl, int64_t claimed_mono)
 {
@@ -512,7 +497,7 @@ void warren__slot_start(warren_worker *w, slot *s, pend *p, warren_claim *cl, in
     switch (s->job->handler) {
     case WARREN_HANDLER_EXEC:
         s->kind = KIND_EXEC;
-        rc = start_exec(w, s, &p->msg, &e);
+        rc = warren__start_spawn(w, s, p->msg.due_at, &e); /* started by a pool thread */
         break;
     case WARREN_HANDLER_SQL:
         s->kind = KIND_SQL;
@@ -629,6 +614,31 @@ static void poll_slot(warren_worker *w, slot *s, int64_t now)
     cancel_lost_sql(w, s, now);
     if (s->kind == KIND_EXEC) {
         int status;
+        if (s->ctx != NULL) {
+            /* its start is with a pool thread (warren__start_spawn) */
+            warren_handler_ctx *c = s->ctx;
+            if (!atomic_load_explicit(&c->done, memory_order_acquire))
+                return;
+            s->ctx = NULL;
+            s->has_thread = 0;
+            if (c->exec_rc != 0) {
+                warren_log(w->lg, WARREN_LOG_ERROR, "worker %s: %s: %s", w->id, s->run_key,
+                           c->error);
+                s->state = SLOT_DONE;
+                s->outcome = WARREN_OUTCOME_RETRY;
+                s->error = strdup(c->error);
+                warren__ctx_free(c);
+                return;
+            }
+            s->ex = c->ex; /* the process is the slot's from here on */
+            warren__exec_init(&c->ex);
+            warren__ctx_free(c);
+            if (s->stop_reason != STOP_NONE) {
+                /* stopped (lease lost, timeout, shutdown) while it started */
+                warren__exec_kill(&s->ex, SIGTERM);
+                s->kill_at = now + kill_grace(w);
+            }
+        }
         warren__exec_read(&s->ex);
         if (s->kill_at != 0 && now >= s->kill_at) {
             warren__exec_kill(&s->ex, SIGKILL);

@@ -1,7 +1,8 @@
 /* worker_exec.c: exec handler processes (DESIGN §6): PATH lookup, the run
  * facts in a scrubbed environment, the payload on stdin, a process group per
- * handler, the tail of its output, and its exit status as an outcome. The
- * worker's loop drives them (start, read, kill, reap) from its one thread. */
+ * handler, the tail of its output, and its exit status as an outcome. A
+ * handler pool thread starts them (worker_pool.c: the loop thread never waits
+ * for a spawn); the worker's loop reads, kills and reaps them. */
 /* posix_spawn_file_actions_addclosefrom_np (glibc 2.34+) is a GNU extension. */
 #define _GNU_SOURCE
 #include <errno.h>

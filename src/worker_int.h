@@ -47,7 +47,7 @@ struct warren_handler_ctx {
     void *ud;
     struct hpool *hp;                /* sql: its connection pool lives with the threads */
     struct warren_handler_ctx *next; /* the handler pool's queue */
-    int kind;                        /* KIND_C or KIND_SQL */
+    int kind;                        /* KIND_C, KIND_SQL or KIND_EXEC (a spawn) */
     atomic_int stop;
     atomic_int done;
     atomic_int lost;  /* sql: the lease was lost: no effect, no completion */
@@ -60,6 +60,15 @@ struct warren_handler_ctx {
     int sql_rc; /* 0, or a WARREN_E* code for the protocol/connection */
     int sql_recorded;
     char *sql_stmt_error;
+    /* exec: the process a pool thread starts (warren__start_spawn), so that
+     * the loop thread never waits for posix_spawn. The command, the run's
+     * facts and pass_env are copies: a spawn the loop abandoned at shutdown
+     * may outlive the worker's config. */
+    char **argv, **pass_env;
+    int shell;
+    warren_us due_at;
+    warren__exec ex; /* the started process, handed to the slot once done */
+    int exec_rc;     /* 0, or the WARREN_E* code warren__exec_start returned (error: why) */
 };
 
 typedef struct handler_reg {
@@ -250,6 +259,10 @@ int warren__hpool_free(struct hpool *hp, int wait_ms);
 void warren__wait_wake(warren_worker *w, int ms);
 /* Hands slot s's run (c or sql) to a pool thread. */
 int warren__start_thread(warren_worker *w, slot *s, warren_error *err);
+/* Hands the start of slot s's exec handler to a pool thread (its context is
+ * s->ctx until the loop takes the process: worker.c, poll_slot). due_at: the
+ * due time the message was released for. */
+int warren__start_spawn(warren_worker *w, slot *s, warren_us due_at, warren_error *err);
 void warren__ctx_free(warren_handler_ctx *c);
 
 #endif

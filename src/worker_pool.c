@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,7 +33,33 @@ void warren__ctx_free(warren_handler_ctx *c)
     free(c->sql);
     free(c->db_url);
     free(c->sql_stmt_error);
+    for (size_t i = 0; c->argv != NULL && c->argv[i] != NULL; i++)
+        free(c->argv[i]);
+    free(c->argv);
+    for (size_t i = 0; c->pass_env != NULL && c->pass_env[i] != NULL; i++)
+        free(c->pass_env[i]);
+    free(c->pass_env);
+    warren__exec_close(&c->ex);
     free(c);
+}
+
+/* A copy of the NULL-terminated list v (NULL: NULL); *ok = 0 when out of memory. */
+static char **strv_dup(char *const *v, int *ok)
+{
+    size_t n = 0;
+    char **d;
+    if (v == NULL)
+        return NULL;
+    while (v[n] != NULL)
+        n++;
+    if ((d = calloc(n + 1, sizeof(*d))) == NULL) {
+        *ok = 0;
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++)
+        if ((d[i] = strdup(v[i])) == NULL)
+            *ok = 0;
+    return d;
 }
 
 /* The handler pool: threads that outlive the runs they execute (a thread
@@ -162,6 +189,39 @@ void warren__wait_wake(warren_worker *w, int ms)
 static void c_run(warren_handler_ctx *c)
 {
     c->outcome = c->fn(c, c->ud);
+}
+
+/* An exec handler's start (posix_spawn: 1-4 ms a process on this machine,
+ * docs/benchmarks.md), here rather than on the loop thread, which meanwhile
+ * claims, completes and heartbeats for the other slots. */
+static void exec_spawn_run(warren_handler_ctx *c)
+{
+    warren_error e = {0};
+    warren__exec_run run = {
+        .run_key = c->run_key,
+        .job = c->job,
+        .scheduled_at = c->scheduled_at,
+        .attempt = c->attempt,
+        .due_at = c->due_at,
+        .payload = c->payload,
+        .pass_env = (const char *const *)c->pass_env,
+    };
+    if ((c->exec_rc = warren__exec_start(&c->ex, c->argv, c->shell, &run, &e)) != 0) {
+        snprintf(c->error, sizeof(c->error), "%s", e.message);
+        c->has_error = 1;
+    }
+}
+
+/* A started process nobody will take (the loop abandoned its spawn at
+ * shutdown): stopped at once, as a run left to its lease must not go on. */
+static void exec_abandoned(warren_handler_ctx *c)
+{
+    int status;
+    if (c->kind != KIND_EXEC || c->ex.pid <= 0)
+        return;
+    warren__exec_kill(&c->ex, SIGKILL);
+    while (!warren__exec_reap(&c->ex, &status))
+        warren__sleep_ms(1);
 }
 
 static void sql_run(warren_handler_ctx *c)
@@ -312,13 +372,17 @@ static void *hpool_main(void *arg)
             sql_run_batch(batch, nb);
         else if (batch[0]->kind == KIND_SQL)
             sql_run(batch[0]);
+        else if (batch[0]->kind == KIND_EXEC)
+            exec_spawn_run(batch[0]);
         else
             c_run(batch[0]);
         /* each belongs to the loop from here on, unless the loop abandoned it
          * (done = 2: it stopped waiting for this handler). */
         for (size_t i = 0; i < nb; i++)
-            if (atomic_exchange_explicit(&batch[i]->done, 1, memory_order_acq_rel) == 2)
+            if (atomic_exchange_explicit(&batch[i]->done, 1, memory_order_acq_rel) == 2) {
+                exec_abandoned(batch[i]);
                 warren__ctx_free(batch[i]);
+            }
         pthread_mutex_lock(&hp->mu);
         hp->ndone += nb;
         if (hp->loop_waiting && hp->quit != 2) {
@@ -419,6 +483,8 @@ int warren__start_thread(warren_worker *w, slot *s, warren_error *err)
 
     if (c == NULL)
         return warren_error_set(err, WARREN_ENOMEM, "out of memory");
+    warren__exec_init(&c->ex); /* none: out_fd -1 */
+    c->kind = s->kind;
     snprintf(key, sizeof(key), "%s", s->run_key);
     c->run_key = strdup(key);
     c->job = strdup(s->claim.job);
@@ -450,6 +516,42 @@ int warren__start_thread(warren_worker *w, slot *s, warren_error *err)
         (s->kind == KIND_SQL && (c->sql == NULL || c->db_url == NULL))) {
         warren__ctx_free(c);
         return warren_error_set(err, WARREN_ENOMEM, "out of memory");
+    }
+    if ((prc = hpool_submit(w->hp, c, err)) != 0) {
+        warren__ctx_free(c);
+        return prc;
+    }
+    s->has_thread = 1;
+    s->ctx = c;
+    return 0;
+}
+
+int warren__start_spawn(warren_worker *w, slot *s, warren_us due_at, warren_error *err)
+{
+    warren_handler_ctx *c = calloc(1, sizeof(*c));
+    int ok = 1, prc;
+
+    if (c == NULL)
+        return warren_error_set(err, WARREN_ENOMEM, "out of memory");
+    warren__exec_init(&c->ex);
+    c->run_key = strdup(s->run_key);
+    c->job = strdup(s->claim.job);
+    c->payload = s->claim.payload_json ? strdup(s->claim.payload_json) : NULL;
+    c->scheduled_at = s->claim.scheduled_at;
+    c->attempt = s->claim.attempt;
+    c->due_at = due_at;
+    c->hp = w->hp;
+    c->kind = KIND_EXEC;
+    c->shell = s->job->exec_shell;
+    c->argv = strv_dup(s->job->exec_argv, &ok);
+    c->pass_env = strv_dup(w->cfg->worker.exec_env, &ok);
+    atomic_init(&c->stop, 0);
+    atomic_init(&c->done, 0);
+    atomic_init(&c->lost, 0);
+    if (!ok || c->run_key == NULL || c->job == NULL || c->argv == NULL ||
+        (s->claim.payload_json != NULL && c->payload == NULL)) {
+        warren__ctx_free(c);
+        return warren_error_set(err, WARREN_ENOMEM, "out of memory starting a handler");
     }
     if ((prc = hpool_submit(w->hp, c, err)) != 0) {
         warren__ctx_free(c);

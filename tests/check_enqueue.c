@@ -319,8 +319,9 @@ END_TEST
 /* With a 5 min tick, the planner ticks at start and then only when woken.
  * The first run may go out in that first tick; the second is enqueued after
  * the first has run, so after the tick that published the first one had
- * relayed: only a tick woken by an enqueue's NOTIFY (nothing else here
- * notifies: successful completions do not) can publish it. */
+ * relayed: only the relay's pass woken by an enqueue's NOTIFY (nothing
+ * else here notifies: successful completions do not; and an enqueue wakes
+ * the relay alone, not a whole tick: warren_planner_run) can publish it. */
 START_TEST(test_enqueue_wakes_the_planner_by_notify)
 {
     env e;

@@ -399,9 +399,15 @@ START_TEST(test_worker_end_to_end_sink_gets_one_row_per_run)
      * succeeded run: a duplicate execution (which the sink's key would hide)
      * fails the test, and each one was attempt 1. */
     assert_executions_of(&e, "SELECT run_key FROM warren.runs WHERE state = 'succeeded'", NULL);
-    ck_assert(wait_for(e.db, "0", 1000,
-                       "SELECT count(*) FROM warren.attempts WHERE attempt <> 1 OR outcome IS "
-                       "DISTINCT FROM 'succeeded'"));
+    if (!wait_for(e.db, "0", 1000,
+                  "SELECT count(*) FROM warren.attempts WHERE attempt <> 1 OR outcome IS "
+                  "DISTINCT FROM 'succeeded'")) {
+        char *bad = testenv_sql1f(e.db, "SELECT string_agg(concat_ws(' | ', run_key, attempt, "
+                                        "worker, outcome, started_at, finished_at, error), E'\n') "
+                                        "FROM warren.attempts WHERE attempt <> 1 OR outcome IS "
+                                        "DISTINCT FROM 'succeeded'");
+        ck_abort_msg("attempts other than a first that succeeded:\n%s", bad);
+    }
     /* Each success is in the outbox or already published as an event. */
     ck_assert(wait_for(e.db, "t", 1000,
                        "SELECT count(*) = 0 FROM warren.attempts WHERE outcome IS NULL"));

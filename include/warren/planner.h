@@ -84,6 +84,7 @@ typedef struct warren_planner_stats {
     uint64_t reconnects;
     int partitions_owned;    /* at the last tick */
     uint64_t materialise_us; /* time spent materialising (wall, monotonic) */
+    uint64_t relay_passes;   /* relay-only passes woken by an enqueue, release or replay */
 } warren_planner_stats;
 void warren_planner_stats_get(const warren_planner *p, warren_planner_stats *out);
 
@@ -95,7 +96,10 @@ void warren_planner_stats_get(const warren_planner *p, warren_planner_stats *out
 int warren_planner_tick(warren_planner *p, warren_error *err);
 
 /* Ticks until *stop becomes non-zero (set it from a signal handler), sleeping
- * between ticks on LISTEN (a NOTIFY wakes it at once). Lost connections are
+ * between ticks on LISTEN (a NOTIFY wakes it at once: a whole tick for a
+ * notification that needs planning, only the relay's pass for one whose runs
+ * exist already, an enqueue, a cap's release or a replay, whose next whole
+ * tick stays at its time; WARREN_NOTIFY_* in store.h). Lost connections are
  * re-established with capped exponential backoff (100 ms doubling to 10 s),
  * logged at warn; while RabbitMQ is unreachable the planner keeps
  * materialising (runs wait in the database). On stop: finishes the current batch, releases its

@@ -145,10 +145,18 @@ int warren_store_sync(warren_store *st, const warren_config *cfg, warren_sync_re
 /* PostgreSQL's clock: SELECT clock_timestamp(). Every due/late decision uses it. */
 int warren_store_now(warren_store *st, warren_us *now, warren_error *err);
 
+/* What woke warren_store_wait_notify (bits of *got): a notification that needs
+ * planning (a sync, a job created, changed, paused, resumed or deleted, any
+ * payload not listed next), and one whose runs exist already and only need
+ * publishing (payloads "enqueue", "release" and "replay"). */
+#define WARREN_NOTIFY_PLAN 1
+#define WARREN_NOTIFY_RELAY 2
+
 /* LISTEN on WARREN_NOTIFY_CHANNEL (re-issued by warren_store_reconnect); then
  * warren_store_wait_notify blocks up to timeout_ms (< 0: no limit) for a
- * notification and returns 0 with *got = 1 (all pending notifications are
- * consumed: several NOTIFYs wake the caller once), or 0 with *got = 0 after
+ * notification and returns 0 with *got != 0, the WARREN_NOTIFY_* bits of
+ * what arrived (all pending notifications are consumed: several NOTIFYs wake
+ * the caller once), or 0 with *got = 0 after
  * the timeout or when a signal interrupted the wait (so a daemon's loop can
  * look at its flags). Notifications that arrived during other queries on the
  * same store count. Errors: WARREN_EDBCONN when the connection is lost. */
