@@ -20,6 +20,7 @@
 
 #include "internal.h"
 #include "relay.h"
+#include "store_int.h"
 #include "store_plan.h"
 
 /* Jobs locked per materialise transaction. */
@@ -152,6 +153,7 @@ struct warren_planner {
     int64_t stall_ms;
     int64_t last_reconcile_ms;
     int reap_missing_logged;
+    int has_sync_state; /* migration 015: warren.sync_state holds the jobs' partition count */
     volatile sig_atomic_t *stop;
     warren_planner_stats stats;
 };
@@ -264,6 +266,9 @@ int warren_planner_new(const warren_config *cfg, const char *store_url, const ch
                               "needs: run `warren migrate` first");
         goto fail;
     }
+    if ((rc = warren_store_has_migration(p->st, 15, err)) < 0)
+        goto fail;
+    p->has_sync_state = rc;
     if ((rc = connect_broker(p, err)) != 0)
         goto fail;
     if ((rc = warren_relay_new(p->st, p->b, &p->pc, lg, &p->relay, err)) != 0)
@@ -685,6 +690,35 @@ done:
     return rc;
 }
 
+/* The jobs were placed in partitions by the last `warren sync`'s
+ * planner.partitions (warren.sync_state; API jobs by warren.wp_job_partition
+ * with it). A planner whose own config counts fewer would never plan the
+ * jobs of the partitions it does not count, a silent miss, and planners
+ * counting differently would not share them fairly: the database's count
+ * wins, with a warning naming both and the fix. */
+static int follow_sync_partitions(warren_planner *p, warren_error *err)
+{
+    PGresult *res = NULL;
+    int n = 0, rc;
+
+    if (!p->has_sync_state)
+        return 0;
+    if ((rc = warren__store_exec(p->st, "SELECT partitions FROM warren.sync_state", 0, NULL, &res,
+                                 "read the partition count of the last sync", err)) != 0)
+        return rc;
+    if (PQntuples(res) == 1 && warren__store_get_int(res, 0, 0, &n) == 0 && n > 0 &&
+        n != p->pc.partitions) {
+        warren_log(p->lg, WARREN_LOG_WARN,
+                   "planner %s: planner.partitions is %d in this planner's config, but the last "
+                   "`warren sync` placed the jobs in %d partitions: planning %d; give every "
+                   "planner and `warren sync` the same planner.partitions",
+                   p->id, p->pc.partitions, n, n);
+        p->pc.partitions = n;
+    }
+    PQclear(res);
+    return 0;
+}
+
 int warren_planner_tick(warren_planner *p, warren_error *err)
 {
     int rc, owned = 0, taken = 0, dropped = 0, live = 0, inserted = 0, published = 0,
@@ -694,6 +728,8 @@ int warren_planner_tick(warren_planner *p, warren_error *err)
     uint64_t skipped_before = p->stats.runs_skipped;
 
     p->stats.ticks++;
+    if ((rc = follow_sync_partitions(p, err)) != 0)
+        return rc;
     if ((rc = warren_plan_heartbeat(p->st, p->id, lease_ms(p), p->pc.partitions, err)) != 0)
         return rc;
     if ((rc = warren_plan_leases(p->st, p->id, p->pc.partitions, lease_ms(p), &owned, &taken,

@@ -1107,6 +1107,37 @@ START_TEST(test_unusable_job_row_is_marked_broken_and_the_batch_goes_on)
 }
 END_TEST
 
+/* The jobs were placed in 8 partitions (the last sync's count, in
+ * warren.sync_state); a planner whose config says 2 plans all 8, not only
+ * the jobs of partitions 0 and 1 (which it does while no sync recorded a
+ * count: the first tick, the control). */
+START_TEST(test_planner_follows_the_partition_count_of_the_last_sync)
+{
+    env e = env_new();
+    warren_config c = test_config(2);
+    warren_planner *p;
+    warren_planner_stats st;
+    char name[32];
+
+    for (int i = 0; i < 24; i++) {
+        snprintf(name, sizeof(name), "part-%d", i);
+        add_job(&e, name, "every", "10s", NULL, NULL, 8);
+    }
+    ck_assert_int_gt(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE partition >= 2"), 0);
+    p = planner_new(&e, &c);
+    tick(p);
+    ck_assert_int_lt(sql_long(&e, "SELECT count(DISTINCT job) FROM warren.runs"), 24);
+    ck_assert_int_ge(
+        testenv_psql(e.db, "INSERT INTO warren.sync_state (partitions) VALUES (8)", NULL), 0);
+    tick(p);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(DISTINCT job) FROM warren.runs"), 24);
+    warren_planner_stats_get(p, &st);
+    ck_assert_int_eq(st.partitions_owned, 8);
+    warren_planner_free(p);
+    env_free(&e);
+}
+END_TEST
+
 static Suite *planner_suite(void)
 {
     Suite *s = suite_create("planner");
@@ -1123,6 +1154,7 @@ static Suite *planner_suite(void)
     tcase_add_test(tc, test_materialise_creates_each_fire_time_once_and_advances_cursor);
     tcase_add_test(tc, test_fair_share_of_partitions);
     tcase_add_test(tc, test_planner_without_lease_does_not_materialise);
+    tcase_add_test(tc, test_planner_follows_the_partition_count_of_the_last_sync);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
 
