@@ -482,6 +482,30 @@ END_TEST
 /* One row per element in array order; a key twice in one array: the first
  * creates, the second is told the run holds it; run_at rounded up to the
  * millisecond; null fields are the defaults. */
+/* An enqueued run's millisecond instant is kept in its events and its dead
+ * letter (headers and body), as in its message; a scheduled run's whole
+ * second stays whole. The protocol by SQL, no planner or worker. */
+START_TEST(test_enqueue_events_and_dead_letter_keep_the_milliseconds)
+{
+    env e;
+    env_setup(&e, "1s", 4);
+    qx(e.db, "CREATE TABLE at0 AS SELECT date_trunc('second', clock_timestamp()) - interval "
+             "'2 s' + interval '250 ms' AS t");
+    qx(e.db, "SELECT * FROM warren.enqueue('mail', 'ms', (SELECT t FROM at0))");
+    ck_q(e.db, "1", "SELECT attempt FROM warren.claim('mail@ms', 'tester')");
+    ck_q(e.db, "t", "SELECT warren.complete('mail@ms', 1, 'failed', 'boom')");
+    ck_q(e.db, "dead", "SELECT state FROM warren.runs WHERE run_key = 'mail@ms'");
+    /* every outbox row of the run: its events and its dead letter */
+    ck_q(e.db, "t",
+         "SELECT count(*) >= 2 AND bool_and(headers->>'x-warren-scheduled-at' = "
+         "to_char((SELECT t FROM at0) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') "
+         "AND body->>'scheduled_at' = headers->>'x-warren-scheduled-at' AND "
+         "headers->>'x-warren-scheduled-at' LIKE '%%.250Z') AND count(*) FILTER (WHERE "
+         "exchange = 'warren.dead') = 1 FROM warren.outbox WHERE message_id = 'mail@ms'");
+    env_teardown(&e);
+}
+END_TEST
+
 START_TEST(test_enqueue_many_answers_per_element_in_order)
 {
     env e;
@@ -521,6 +545,7 @@ static Suite *enqueue_suite(void)
     tc = tcase_create("delivery");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_enqueue_wakes_the_planner_by_notify);
+    tcase_add_test(tc, test_enqueue_events_and_dead_letter_keep_the_milliseconds);
     tcase_add_test(tc, test_enqueue_into_an_api_job_runs_its_templates_handler);
     suite_add_tcase(s, tc);
     tc = tcase_create("input");

@@ -90,6 +90,7 @@ static const struct {
     {"warren.wp_ungranted(text,text[])", ""},
     {"warren.wp_utc(timestamp with time zone)", ""},
     {"warren.wp_utc_ms(timestamp with time zone)", ""},
+    {"warren.wp_utc_run(timestamp with time zone)", ""},
     {"warren.wp_wait_slot(text)", ""},
     {"warren.wp_wait_until(timestamp with time zone)", ""},
 };

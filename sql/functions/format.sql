@@ -21,6 +21,18 @@ RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 $$;
 COMMENT ON FUNCTION warren.wp_utc_ms(timestamptz) IS 'RFC 3339 UTC with milliseconds';
 
+-- A run's scheduled_at as its message has it (src/codec.c): whole seconds,
+-- with milliseconds when the instant has them (an enqueued run's).
+CREATE OR REPLACE FUNCTION warren.wp_utc_run(t timestamptz)
+RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT to_char(t AT TIME ZONE 'UTC', CASE WHEN date_trunc('second', t) = t
+                                             THEN 'YYYY-MM-DD"T"HH24:MI:SS"Z"'
+                                             ELSE 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"' END)
+$$;
+COMMENT ON FUNCTION warren.wp_utc_run(timestamptz) IS
+    'RFC 3339 UTC, whole seconds, with milliseconds when t has them (a run''s scheduled_at, as '
+    'in its message)';
+
 -- Appends a line to a run's note.
 CREATE OR REPLACE FUNCTION warren.wp_note(old text, line text)
 RETURNS text LANGUAGE sql IMMUTABLE AS $$

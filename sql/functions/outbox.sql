@@ -14,13 +14,13 @@ BEGIN
     INSERT INTO warren.outbox (exchange, routing_key, message_id, type, headers, body)
     VALUES ('warren.events', 'run.' || kind || '.' || r.job, r.run_key, r.job,
             jsonb_build_object('x-warren-job', r.job,
-                               'x-warren-scheduled-at', warren.wp_utc(r.scheduled_at),
+                               'x-warren-scheduled-at', warren.wp_utc_run(r.scheduled_at),
                                'x-warren-attempt', r.attempt::text,
                                'x-warren-event', kind,
                                'x-warren-state', r.state),
             jsonb_strip_nulls(jsonb_build_object(
                 'event', kind, 'run_key', r.run_key, 'job', r.job,
-                'scheduled_at', warren.wp_utc(r.scheduled_at),
+                'scheduled_at', warren.wp_utc_run(r.scheduled_at),
                 'due_at', warren.wp_utc_ms(r.due_at),
                 'attempt', r.attempt, 'state', r.state, 'worker', worker,
                 'error', err, 'at', warren.wp_utc_ms(clock_timestamp()))));
@@ -38,13 +38,13 @@ BEGIN
     VALUES ('warren.dead', j.queue, r.run_key, r.job,
             jsonb_strip_nulls(jsonb_build_object(
                 'x-warren-job', r.job,
-                'x-warren-scheduled-at', warren.wp_utc(r.scheduled_at),
+                'x-warren-scheduled-at', warren.wp_utc_run(r.scheduled_at),
                 'x-warren-attempt', r.attempt::text,
                 'x-warren-queue', j.queue,
                 'x-warren-error', left(coalesce(err, 'dead'), 1000))),
             jsonb_build_object(
                 'run_key', r.run_key, 'job', r.job,
-                'scheduled_at', warren.wp_utc(r.scheduled_at),
+                'scheduled_at', warren.wp_utc_run(r.scheduled_at),
                 'due_at', warren.wp_utc_ms(r.due_at),
                 'attempt', r.attempt,
                 'attempts', r.attempt - r.attempt_base,
