@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <warren/codec.h>
 #include <warren/ops.h>
 #include <warren/planner.h>
 #include <warren/tz.h>
@@ -150,10 +151,14 @@ static warren_us get_us0(const PGresult *res, int row, int col)
     return t;
 }
 
-/* NOTIFY the planners (delivered at commit when inside a transaction). */
-static int notify(warren_store *st, const char *payload, warren_error *err)
+/* NOTIFY the planners (delivered at commit when inside a transaction) that
+ * job changed: payload "job:NAME", which no job name can make one of the
+ * relay-only payloads (WARREN_NOTIFY_RELAY in store.h). */
+static int notify(warren_store *st, const char *job, warren_error *err)
 {
+    char payload[WARREN_JOB_NAME_MAX + 8];
     const char *p[] = {payload};
+    snprintf(payload, sizeof(payload), "job:%s", job);
     return warren__store_exec_prepared(st, "ops_notify", SQL_NOTIFY, 1, p, NULL,
                                        "notifying planners", err);
 }
@@ -433,7 +438,7 @@ static int write_runs(warren_store *st, const warren_plan_job *j, warren_ops_bac
     }
     free(runs);
     if (rc == 0 && r->inserted > 0)
-        rc = warren_store_notify(st, j->name, err);
+        rc = notify(st, j->name, err);
     return rc;
 }
 

@@ -154,6 +154,7 @@ struct warren_planner {
     int64_t last_reconcile_ms;
     int reap_missing_logged;
     int has_sync_state; /* migration 015: warren.sync_state holds the jobs' partition count */
+    int cfg_partitions; /* planner.partitions of this planner's config (pc.partitions: in use) */
     volatile sig_atomic_t *stop;
     warren_planner_stats stats;
 };
@@ -217,6 +218,7 @@ int warren_planner_new(const warren_config *cfg, const char *store_url, const ch
         p->pc.reconcile_grace_ms = 30000;
     if (p->pc.partitions <= 0)
         p->pc.partitions = 64;
+    p->cfg_partitions = p->pc.partitions;
     if (p->pc.publish_batch <= 0)
         p->pc.publish_batch = 200;
     if (p->pc.delay_queue_expires_ms <= 0)
@@ -708,11 +710,17 @@ static int follow_sync_partitions(warren_planner *p, warren_error *err)
         return rc;
     if (PQntuples(res) == 1 && warren__store_get_int(res, 0, 0, &n) == 0 && n > 0 &&
         n != p->pc.partitions) {
-        warren_log(p->lg, WARREN_LOG_WARN,
-                   "planner %s: planner.partitions is %d in this planner's config, but the last "
-                   "`warren sync` placed the jobs in %d partitions: planning %d; give every "
-                   "planner and `warren sync` the same planner.partitions",
-                   p->id, p->pc.partitions, n, n);
+        if (n != p->cfg_partitions)
+            warren_log(p->lg, WARREN_LOG_WARN,
+                       "planner %s: planner.partitions is %d in this planner's config, but the "
+                       "last `warren sync` placed the jobs in %d partitions: planning %d; give "
+                       "every planner and `warren sync` the same planner.partitions",
+                       p->id, p->cfg_partitions, n, n);
+        else
+            warren_log(p->lg, WARREN_LOG_INFO,
+                       "planner %s: the last `warren sync` placed the jobs in %d partitions, as "
+                       "this planner's config says: planning %d",
+                       p->id, n, n);
         p->pc.partitions = n;
     }
     PQclear(res);
@@ -881,6 +889,7 @@ int warren_planner_run(warren_planner *p, volatile sig_atomic_t *stop, warren_er
             last_tick = t0;
             rc = warren_planner_tick(p, &e);
         }
+        const char *what = woke == WARREN_NOTIFY_RELAY && last_tick != t0 ? "relay pass" : "tick";
         woke = 0;
         if (rc != 0) {
             warren_plan_rollback(p->st);
@@ -899,7 +908,7 @@ int warren_planner_run(warren_planner *p, volatile sig_atomic_t *stop, warren_er
                 warren_relay_set_broker(p->relay, NULL);
                 mq_next = warren__mono_ms() + mq_backoff;
             } else {
-                warren_log(p->lg, WARREN_LOG_ERROR, "planner %s: tick failed: %s", p->id,
+                warren_log(p->lg, WARREN_LOG_ERROR, "planner %s: %s failed: %s", p->id, what,
                            e.message);
             }
         }
@@ -908,7 +917,7 @@ int warren_planner_run(warren_planner *p, volatile sig_atomic_t *stop, warren_er
         for (;;) {
             int64_t left = p->pc.tick_ms - (warren__mono_ms() - last_tick);
             int got = 0;
-            if (left <= 0 || stopping(p) || db_down)
+            if (left <= 0 || stopping(p))
                 break;
             rc = warren_store_wait_notify(p->st, left > 250 ? 250 : (int)left, &got, &e);
             if (rc != 0 && rc != WARREN_EINTR) {

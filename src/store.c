@@ -862,11 +862,12 @@ int warren_store_listen(warren_store *st, warren_error *err)
 
 /* What a notification asks of the planner: WARREN_NOTIFY_RELAY for runs that
  * exist already and only need publishing (an enqueue, a cap's release, a
- * replay: sql/functions/), WARREN_NOTIFY_PLAN for everything else (a sync, a
- * job's change, an unknown payload: the safe side). */
+ * replay, a retry: sql/functions/), WARREN_NOTIFY_PLAN for everything else
+ * (a sync, a job's change, "job:NAME" from the CLI, an unknown payload: the
+ * safe side). */
 static int notify_kind(const char *payload)
 {
-    static const char *const relay_only[] = {"enqueue", "release", "replay"};
+    static const char *const relay_only[] = {"enqueue", "release", "replay", "retry"};
     for (size_t i = 0; payload != NULL && i < sizeof(relay_only) / sizeof(relay_only[0]); i++)
         if (strcmp(payload, relay_only[i]) == 0)
             return WARREN_NOTIFY_RELAY;

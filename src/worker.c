@@ -546,8 +546,10 @@ void warren__slot_stop(warren_worker *w, slot *s, int reason, int64_t now)
         warren__exec_kill(&s->ex, SIGTERM);
         s->kill_at = now + kill_grace(w);
     } else if (s->ctx != NULL) {
+        /* (an exec handler whose start is still with a pool thread: it is
+         * not started, or killed once started; given up after the grace) */
         atomic_store_explicit(&s->ctx->stop, 1, memory_order_release);
-        if (reason == STOP_TIMEOUT && s->kind == KIND_C)
+        if ((reason == STOP_TIMEOUT && s->kind == KIND_C) || s->kind == KIND_EXEC)
             s->kill_at = now + kill_grace(w); /* then it is left behind: poll_slot */
     }
 }
@@ -581,6 +583,24 @@ static void cancel_lost_sql(warren_worker *w, slot *s, int64_t now)
                    "worker %s: %s attempt %d: cancelled the sql handler's statement (the lease "
                    "was lost); it rolls back",
                    w->id, s->run_key, s->claim.attempt);
+}
+
+/* An exec handler stopped before its process started: done, never run (a
+ * lost lease is not completed: warren__complete_done). */
+static void exec_not_started(warren_worker *w, slot *s)
+{
+    s->state = SLOT_DONE;
+    s->outcome = WARREN_OUTCOME_RETRY;
+    s->error = s->stop_reason == STOP_TIMEOUT
+                   ? warren__fmt_error("timed out after %lld ms before its process started",
+                                       (long long)s->job->timeout_ms)
+               : s->stop_reason == STOP_SHUTDOWN
+                   ? warren__fmt_error("stopped: worker %s shutting down before the handler "
+                                       "started",
+                                       w->id)
+                   : warren__fmt_error("stopped before its process started");
+    warren_log(w->lg, WARREN_LOG_WARN, "worker %s: %s attempt %d: %s", w->id, s->run_key,
+               s->claim.attempt, s->error);
 }
 
 /* Polls one running slot: lease and timeout checks first (a handler whose
@@ -617,10 +637,29 @@ static void poll_slot(warren_worker *w, slot *s, int64_t now)
         if (s->ctx != NULL) {
             /* its start is with a pool thread (warren__start_spawn) */
             warren_handler_ctx *c = s->ctx;
-            if (!atomic_load_explicit(&c->done, memory_order_acquire))
+            int expect = 0;
+            if (atomic_load_explicit(&c->done, memory_order_acquire) == 0) {
+                /* Stopped, and still no thread took it (every one is busy)
+                 * when the grace is over: given up (the pool thread kills
+                 * what it may still start, warren__exec_abandoned). */
+                if (s->kill_at == 0 || now < s->kill_at ||
+                    !atomic_compare_exchange_strong_explicit(
+                        &c->done, &expect, 2, memory_order_acq_rel, memory_order_acquire))
+                    return;
+                s->ctx = NULL;
+                s->has_thread = 0;
+                s->kill_at = 0;
+                exec_not_started(w, s);
                 return;
+            }
             s->ctx = NULL;
             s->has_thread = 0;
+            if (c->exec_skipped) {
+                warren__ctx_free(c);
+                s->kill_at = 0;
+                exec_not_started(w, s);
+                return;
+            }
             if (c->exec_rc != 0) {
                 warren_log(w->lg, WARREN_LOG_ERROR, "worker %s: %s: %s", w->id, s->run_key,
                            c->error);
@@ -908,8 +947,10 @@ out:
             /* done = 2 hands a still running handler's context to its pool
              * thread, which frees it when (if ever) the handler returns. */
             if (s->ctx != NULL &&
-                atomic_exchange_explicit(&s->ctx->done, 2, memory_order_acq_rel) == 1)
+                atomic_exchange_explicit(&s->ctx->done, 2, memory_order_acq_rel) == 1) {
+                warren__exec_abandoned(s->ctx); /* a started exec handler no slot took */
                 warren__ctx_free(s->ctx);
+            }
             s->ctx = NULL;
             slot_reset(s);
         }

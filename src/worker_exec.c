@@ -156,13 +156,12 @@ int warren__exec_start(warren__exec *x, char *const *argv, int shell, const warr
         goto done;
     }
     /* posix_spawn, not fork: glibc starts the child with vfork semantics
-     * (CLONE_VM | CLONE_VFORK), so the worker's loop thread is held only
-     * until the child has exec'd, without copying the worker's page tables
-     * first (9.0-9.3 ms a spawn with fork against 3.6-4.4 ms, a 10 MB
-     * process at load 13: docs/benchmarks.md). In the child, before the
-     * exec: its own process group, every signal's default action, no signal
-     * blocked, stdin = the payload, stdout and stderr = the pipe, nothing
-     * else open. */
+     * (CLONE_VM | CLONE_VFORK), so the calling thread (a handler pool
+     * thread, worker_pool.c) is held only until the child has exec'd,
+     * without copying the worker's page tables first (9.0-9.3 ms a spawn with fork against 3.6-4.4
+     * ms, a 10 MB process at load 13: docs/benchmarks.md). In the child, before the exec: its own
+     * process group, every signal's default action, no signal blocked, stdin = the payload, stdout
+     * and stderr = the pipe, nothing else open. */
     {
         posix_spawnattr_t attr;
         posix_spawn_file_actions_t fa;

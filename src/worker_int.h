@@ -67,8 +67,9 @@ struct warren_handler_ctx {
     char **argv, **pass_env;
     int shell;
     warren_us due_at;
-    warren__exec ex; /* the started process, handed to the slot once done */
-    int exec_rc;     /* 0, or the WARREN_E* code warren__exec_start returned (error: why) */
+    warren__exec ex;  /* the started process, handed to the slot once done */
+    int exec_rc;      /* 0, or the WARREN_E* code warren__exec_start returned (error: why) */
+    int exec_skipped; /* not started: the slot was stopped (ctx->stop) before a thread took it */
 };
 
 typedef struct handler_reg {
@@ -263,6 +264,9 @@ int warren__start_thread(warren_worker *w, slot *s, warren_error *err);
  * s->ctx until the loop takes the process: worker.c, poll_slot). due_at: the
  * due time the message was released for. */
 int warren__start_spawn(warren_worker *w, slot *s, warren_us due_at, warren_error *err);
+/* A started exec handler of context c that no slot will take (the loop gave
+ * it up): its process group is killed and the process reaped. Any thread. */
+void warren__exec_abandoned(warren_handler_ctx *c);
 void warren__ctx_free(warren_handler_ctx *c);
 
 #endif

@@ -1,7 +1,9 @@
 /* worker_pool.c: the C worker's handler pool (DESIGN §6): persistent threads
  * that run in-process C handlers and sql handlers, one run per thread at a
- * time, the sql handlers' PostgreSQL connections, and the wake pipe through
- * which a finished handler wakes the worker's loop. */
+ * time, and start exec handlers' processes (so the loop thread never waits
+ * for a spawn); the sql handlers' PostgreSQL connections; and the wake pipe
+ * through which a finished handler (or a started process) wakes the
+ * worker's loop. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -206,15 +208,21 @@ static void exec_spawn_run(warren_handler_ctx *c)
         .payload = c->payload,
         .pass_env = (const char *const *)c->pass_env,
     };
+    if (atomic_load_explicit(&c->stop, memory_order_acquire)) {
+        /* stopped (lease lost, timeout, shutdown) while queued: never started */
+        c->exec_skipped = 1;
+        return;
+    }
     if ((c->exec_rc = warren__exec_start(&c->ex, c->argv, c->shell, &run, &e)) != 0) {
         snprintf(c->error, sizeof(c->error), "%s", e.message);
         c->has_error = 1;
     }
 }
 
-/* A started process nobody will take (the loop abandoned its spawn at
- * shutdown): stopped at once, as a run left to its lease must not go on. */
-static void exec_abandoned(warren_handler_ctx *c)
+/* A started process nobody will take (the loop abandoned its spawn, at
+ * shutdown or after a stop's grace): stopped at once, as a run left to its
+ * lease must not go on. */
+void warren__exec_abandoned(warren_handler_ctx *c)
 {
     int status;
     if (c->kind != KIND_EXEC || c->ex.pid <= 0)
@@ -380,7 +388,7 @@ static void *hpool_main(void *arg)
          * (done = 2: it stopped waiting for this handler). */
         for (size_t i = 0; i < nb; i++)
             if (atomic_exchange_explicit(&batch[i]->done, 1, memory_order_acq_rel) == 2) {
-                exec_abandoned(batch[i]);
+                warren__exec_abandoned(batch[i]);
                 warren__ctx_free(batch[i]);
             }
         pthread_mutex_lock(&hp->mu);

@@ -333,6 +333,13 @@ START_TEST(test_enqueue_wakes_the_planner_by_notify)
     qx(e.db, "SELECT * FROM warren.enqueue('mail', 'woken')");
     ck_assert(wait_for(e.db, "succeeded", 60000,
                        "SELECT state FROM warren.runs WHERE run_key = 'mail@woken'"));
+    {
+        /* published by the relay's pass alone: no whole tick after the first */
+        warren_planner_stats st;
+        warren_planner_stats_get(e.planner.planner, &st);
+        ck_assert_msg(st.ticks == 1 && st.relay_passes >= 1, "ticks %llu, relay passes %llu",
+                      (unsigned long long)st.ticks, (unsigned long long)st.relay_passes);
+    }
     /* A run enqueued at a millisecond instant keeps it. */
     qx(e.db, "CREATE TABLE later AS SELECT date_trunc('milliseconds', clock_timestamp() + "
              "interval '1.5 s') + interval '0.7 ms' AS t");
@@ -479,12 +486,9 @@ START_TEST(test_enqueue_refuses_bad_input_naming_the_field_and_writes_nothing)
 }
 END_TEST
 
-/* One row per element in array order; a key twice in one array: the first
- * creates, the second is told the run holds it; run_at rounded up to the
- * millisecond; null fields are the defaults. */
 /* An enqueued run's millisecond instant is kept in its events and its dead
- * letter (headers and body), as in its message; a scheduled run's whole
- * second stays whole. The protocol by SQL, no planner or worker. */
+ * letter (headers and body), as in its message. The protocol by SQL, no
+ * planner or worker. */
 START_TEST(test_enqueue_events_and_dead_letter_keep_the_milliseconds)
 {
     env e;
@@ -506,6 +510,9 @@ START_TEST(test_enqueue_events_and_dead_letter_keep_the_milliseconds)
 }
 END_TEST
 
+/* One row per element in array order; a key twice in one array: the first
+ * creates, the second is told the run holds it; run_at rounded up to the
+ * millisecond; null fields are the defaults. */
 START_TEST(test_enqueue_many_answers_per_element_in_order)
 {
     env e;

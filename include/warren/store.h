@@ -148,7 +148,7 @@ int warren_store_now(warren_store *st, warren_us *now, warren_error *err);
 /* What woke warren_store_wait_notify (bits of *got): a notification that needs
  * planning (a sync, a job created, changed, paused, resumed or deleted, any
  * payload not listed next), and one whose runs exist already and only need
- * publishing (payloads "enqueue", "release" and "replay"). */
+ * publishing (payloads "enqueue", "release", "replay" and "retry"). */
 #define WARREN_NOTIFY_PLAN 1
 #define WARREN_NOTIFY_RELAY 2
 
