@@ -110,15 +110,28 @@ BEGIN
     -- Lock order (caps.sql): the cap locks of the capped groups and tenants
     -- among the runs this call may record, in (group, tenant) order, before
     -- any row (read without a lock: the claims of these attempts committed
-    -- them; another attempt fails the fence below).
-    PERFORM warren.wp_cap_lock(x.g, x.t, x.mr, x.mrt)
-       FROM (SELECT DISTINCT rr.cap_group AS g, coalesce(rr.cap_tenant, '') AS t,
-                    gj.max_running AS mr, gj.max_running_per_tenant AS mrt
-               FROM unnest(complete_many.run_keys, complete_many.attempts) t(k, a)
-               JOIN warren.runs rr ON rr.run_key = t.k
-               LEFT JOIN warren.jobs gj ON gj.name = rr.cap_group
-              WHERE rr.cap_group IS NOT NULL AND rr.attempt = t.a AND rr.state || '' = 'running'
-              ORDER BY 1, 2) x;
+    -- them; another attempt fails the fence below). Only when some run
+    -- anywhere holds a cap slot (one probe of the partial index
+    -- runs_cap_held, whose predicate this is): a run this call records was
+    -- claimed, and its cap_group set, by a claim that committed before
+    -- this statement, so when no running run has a cap_group none of these
+    -- keys needs a lock (an uncapped fleet pays one index probe per call,
+    -- not a run_key probe per key).
+    IF EXISTS (SELECT 1 FROM warren.runs rr
+                WHERE rr.cap_group IS NOT NULL
+                  AND (rr.state = 'running'
+                       OR (rr.cap_released_at IS NOT NULL
+                           AND rr.state IN ('planned', 'published')))) THEN
+        PERFORM warren.wp_cap_lock(x.g, x.t, x.mr, x.mrt)
+           FROM (SELECT DISTINCT rr.cap_group AS g, coalesce(rr.cap_tenant, '') AS t,
+                        gj.max_running AS mr, gj.max_running_per_tenant AS mrt
+                   FROM unnest(complete_many.run_keys, complete_many.attempts) t(k, a)
+                   JOIN warren.runs rr ON rr.run_key = t.k
+                   LEFT JOIN warren.jobs gj ON gj.name = rr.cap_group
+                  WHERE rr.cap_group IS NOT NULL AND rr.attempt = t.a
+                    AND rr.state || '' = 'running'
+                  ORDER BY 1, 2) x;
+    END IF;
     -- The answer is collected first: the runs of capped groups that
     -- succeeded release their groups' waiting runs afterwards (caps.sql), in
     -- a statement of their own (after the cap lock, with a fresh snapshot).
