@@ -443,7 +443,8 @@ COMMENT ON FUNCTION warren.claim(text, text) IS
 -- batches (auto_explain, bench_worker burst). Now each key is looked up by an
 -- index probe on the unique run_key, which no estimate can make look worse
 -- than a scan, and the UPDATE is a TID scan over what was found, with the
--- job's settings read per row.
+-- job's row read once per run (from the TIDs into jobs_pkey, never the
+-- other way: see the fast path below).
 --
 -- It waits at most 1 s (for a caller's clock estimate): batch callers hold
 -- deliveries until due, and a long wait would stall a whole batch behind one
@@ -560,21 +561,25 @@ BEGIN
                  SELECT 1, jc.name, '', NULL::int, NULL::int FROM jc WHERE jc.overlap <> 'allow'
                   ORDER BY 1, 2, 3) x;
     END IF;
-    -- Fast path: fresh runs of jobs without an overlap check or a cap. Rows are locked
-    -- in physical order (the TID scan sorts), the same order in every batch.
-    -- A row updated since its TID was read fails the recheck and goes to the
-    -- full path below. The job's row is read once per run (a nested loop
-    -- from the TID scan into jobs_pkey): its lease, its caps and overlap,
-    -- its queue's grant, its payload.
+    -- Fast path: fresh runs of jobs without an overlap check or a cap. The
+    -- job's row is read once per run (f: its lease, caps, overlap, queue
+    -- grant and payload), in the statement that claims, so a sync that
+    -- changed the job is seen as before. `rr.job || ''`: f can only join
+    -- from the TIDs into jobs_pkey, never from jobs into runs_job (every
+    -- run of the job, 004's trap); f is sorted by TID, and the UPDATE joins
+    -- it to warren.runs by TID (the only way in: enable_seqscan is off), so
+    -- rows are locked in physical order, the same order in every batch,
+    -- whatever plan f gets. A row updated since its TID was read fails the
+    -- recheck and goes to the full path below.
     RETURN QUERY
-    WITH c AS (
-        UPDATE warren.runs rr
-           SET state = 'running', attempt = rr.attempt + 1, lease_owner = w,
-               lease_login = session_user, lease_ms = jb.lease_ms,
-               lease_until = t0 + make_interval(secs => jb.lease_ms / 1000.0),
-               started_at = t0
-          FROM warren.jobs jb
-         WHERE rr.ctid = ANY (tids) AND jb.name = rr.job
+    WITH f AS MATERIALIZED (
+        SELECT rr.ctid AS tid, jb.lease_ms, jb.payload
+          FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job || ''
+         WHERE rr.ctid = ANY (tids)
+           -- `state || ''`: no index on state (runs_history, the partial
+           -- ones) for the planner to prefer to the TID scan (with a stale
+           -- estimate of one row it scanned runs_history's every entry)
+           AND rr.state || '' IN ('planned', 'published', 'retrying') AND rr.due_at <= t0
            -- no overlap check and no cap (caps.sql): a config job's caps are
            -- on its own row, read with its overlap; an API job's on its
            -- template's, one more probe
@@ -586,16 +591,22 @@ BEGIN
                                         AND (gj.max_running IS NOT NULL
                                              OR gj.max_running_per_tenant IS NOT NULL))
                END
-           -- `state || ''`: no index on state (runs_history, the partial
-           -- ones) for the planner to prefer to the TID scan (with a stale
-           -- estimate of one row it scanned runs_history's every entry)
-           AND rr.state || '' IN ('planned', 'published', 'retrying') AND rr.due_at <= t0
            -- the grant again, in the statement that claims (access.sql): a
            -- run inserted or a job moved since `bad` was computed
            AND (priv OR EXISTS (SELECT 1 FROM warren.worker_grants g
                                  WHERE g.login = session_user AND g.queue = jb.queue))
+         ORDER BY rr.ctid
+    ), c AS (
+        UPDATE warren.runs rr
+           SET state = 'running', attempt = rr.attempt + 1, lease_owner = w,
+               lease_login = session_user, lease_ms = f.lease_ms,
+               lease_until = t0 + make_interval(secs => f.lease_ms / 1000.0),
+               started_at = t0
+          FROM f
+         WHERE rr.ctid = f.tid
+           AND rr.state || '' IN ('planned', 'published', 'retrying') AND rr.due_at <= t0
         RETURNING rr.run_key, rr.attempt, rr.job, rr.scheduled_at,
-                  coalesce(rr.payload, jb.payload) AS payload, jb.lease_ms
+                  coalesce(rr.payload, f.payload) AS payload, f.lease_ms
     ), a AS (
         INSERT INTO warren.attempts (run_key, attempt, worker, login, started_at)
         SELECT c.run_key, c.attempt, w, session_user, t0 FROM c
