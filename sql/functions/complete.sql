@@ -28,6 +28,16 @@ BEGIN
     IF NOT priv AND cardinality(warren.wp_ungranted('warren.complete', ARRAY[k])) > 0 THEN
         RETURN false; -- not granted (any more): a stale token (access.sql)
     END IF;
+    -- A success without an error text is complete_many's case, with the
+    -- same rules (fence, login, grants, caps) and the same event, written
+    -- without wp_event's four calls of the SQL functions wp_utc/wp_utc_ms
+    -- (not inlined: parsed and planned at each call). The C worker's sql
+    -- handler completes a run alone this way when its pool thread found
+    -- only that run queued.
+    IF o = 'succeeded' AND err IS NULL THEN
+        RETURN coalesce((SELECT cm.recorded
+                           FROM warren.complete_many(ARRAY[k], ARRAY[fence]) cm), false);
+    END IF;
     -- Lock order (caps.sql): a run counted under a cap takes its group's
     -- cap lock(s) before its row (read without a lock: the claim of this
     -- attempt committed them; another attempt fails the fence below).
