@@ -23,6 +23,7 @@ SELECT pg_advisory_xact_lock(8243214190722195001) AS locked \gset
 \ir migrations/012_api_jobs.sql
 \ir migrations/013_caps.sql
 \ir migrations/015_api_jobs_sync.sql
+\ir migrations/016_attempts_fillfactor.sql
 
 \ir functions.sql
 

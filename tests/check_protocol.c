@@ -720,6 +720,93 @@ START_TEST(test_claim_many_does_not_claim_its_own_runs_twice)
 }
 END_TEST
 
+/* Forks a session that holds advisory lock key (a bigint expression) for
+ * hold_s seconds; returns once the lock is taken. */
+static pid_t hold_advisory_lock(const char *url, const char *key, double hold_s)
+{
+    pid_t holder = fork();
+    ck_assert_int_ge(holder, 0);
+    if (holder == 0)
+        _exit(qn(url, "SELECT pg_advisory_lock(%s); SELECT pg_sleep(%g)", key, hold_s) < 0);
+    char *got = NULL;
+    for (int i = 0; i < 100; i++) {
+        free(got);
+        got = testenv_sql1f(url, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND "
+                                 "granted AND database = (SELECT oid FROM pg_database WHERE "
+                                 "datname = current_database())");
+        if (got != NULL && strcmp(got, "1") == 0)
+            break;
+        usleep(20000);
+    }
+    ck_assert_str_eq(got, "1");
+    free(got);
+    return holder;
+}
+
+static void wait_holder(pid_t holder)
+{
+    int status = 0;
+    ck_assert_int_eq(waitpid(holder, &status, 0), holder);
+    ck_assert_int_eq(WEXITSTATUS(status), 0);
+}
+
+/* claim_many and complete_many skip their cap/overlap lock pass when no key
+ * needs it (a batch of uncapped `allow` runs takes no advisory lock), and
+ * take it, waiting, before any row lock when one does: here an API job
+ * whose cap is on its template (max_running = 2), not on its own row. A
+ * batch that skipped the pass would only try the lock in its per-key
+ * claim, find it taken by the holder, and give no row for that run; a
+ * completion that skipped it would find the lock taken at its release and
+ * leave the waiting run waiting. */
+START_TEST(test_batch_calls_take_cap_locks_only_for_runs_that_need_them)
+{
+    char *url = setup("allow", 5, 1000, 60000, 30000);
+    ck_assert_int_ge(
+        qn(url, "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, overlap, "
+                "is_template, max_running, paused, next_fire_at) VALUES "
+                "('tpl', 'none', '', 'q1', 'allow', true, 2, true, 'infinity');"
+                "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, overlap, origin, "
+                "template, next_fire_at) VALUES "
+                "('tpl.a', 'every', '3600', 'q1', 'allow', 'api', 'tpl', 'infinity');"
+                "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) VALUES "
+                "('tpl.a', '2026-01-01T00:00:01Z', now(), 'trigger'),"
+                "('tpl.a', '2026-01-01T00:00:02Z', now(), 'trigger'),"
+                "('tpl.a', '2026-01-01T00:00:03Z', now(), 'trigger')"),
+        0);
+    add_run2(url);
+    /* Uncapped allow runs: claimed, no advisory lock taken. */
+    ck_q(url, "1|0",
+         "BEGIN; CREATE TEMP TABLE got ON COMMIT DROP AS SELECT * FROM "
+         "warren.claim_many(ARRAY['" RK2 "'], 'w1'); SELECT (SELECT count(*) FROM got) || '|' || "
+         "(SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid())");
+    /* The template's lock held elsewhere: the batch waits for it, then claims both. */
+    pid_t holder = hold_advisory_lock(url, "hashtextextended('warren.cap:tpl', 0)", 1.0);
+    ck_q(url, "3",
+         "SELECT count(*) FROM warren.claim_many(ARRAY['" RK "', 'tpl.a@2026-01-01T00:00:01Z', "
+         "'tpl.a@2026-01-01T00:00:02Z'], 'w1')");
+    ck_q(url, "tpl:1,tpl:1,<none>:1",
+         "SELECT string_agg(coalesce(cap_group, '<none>') || ':' || attempt, ',' ORDER BY run_key "
+         "DESC) FROM warren.runs WHERE state = 'running'");
+    wait_holder(holder);
+    /* The third is over the cap and waits. */
+    ck_q(url, "0",
+         "SELECT count(*) FROM warren.claim_many(ARRAY['tpl.a@2026-01-01T00:00:03Z'], "
+         "'w1')");
+    ck_q(url, "waiting",
+         "SELECT state FROM warren.runs WHERE run_key = 'tpl.a@2026-01-01T00:00:03Z'");
+    /* Completing a capped run and an uncapped one while the lock is held
+     * elsewhere: both recorded after the wait, and the waiting run released. */
+    holder = hold_advisory_lock(url, "hashtextextended('warren.cap:tpl', 0)", 1.0);
+    ck_q(url, "2",
+         "SELECT count(*) FROM warren.complete_many(ARRAY['" RK "', "
+         "'tpl.a@2026-01-01T00:00:01Z'], ARRAY[1, 1]) WHERE recorded");
+    wait_holder(holder);
+    ck_q(url, "planned",
+         "SELECT state FROM warren.runs WHERE run_key = 'tpl.a@2026-01-01T00:00:03Z'");
+    free(url);
+}
+END_TEST
+
 /* A claim whose answer was lost: the same worker takes the run again with a
  * new attempt at once; the lost attempt is lease_lost (with its event) and is
  * not counted against max_attempts (here 1: the reaper would have made it
@@ -871,6 +958,7 @@ static Suite *protocol_suite(void)
     tcase_add_test(tc, test_claim_many_claims_fresh_runs_and_applies_the_rules_to_the_rest);
     tcase_add_test(tc, test_reclaim_many_takes_back_a_claim_whose_answer_was_lost);
     tcase_add_test(tc, test_claim_many_does_not_claim_its_own_runs_twice);
+    tcase_add_test(tc, test_batch_calls_take_cap_locks_only_for_runs_that_need_them);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("security");

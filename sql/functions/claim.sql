@@ -443,7 +443,8 @@ COMMENT ON FUNCTION warren.claim(text, text) IS
 -- batches (auto_explain, bench_worker burst). Now each key is looked up by an
 -- index probe on the unique run_key, which no estimate can make look worse
 -- than a scan, and the UPDATE is a TID scan over what was found, with the
--- job's settings read per row.
+-- job's row read once per run (from the TIDs into jobs_pkey, never the
+-- other way: see the fast path below).
 --
 -- It waits at most 1 s (for a caller's clock estimate): batch callers hold
 -- deliveries until due, and a long wait would stall a whole batch behind one
@@ -465,32 +466,58 @@ DECLARE
     tids tid[];
     done_ text[];
     nfast bigint;
+    nkeys bigint;
     t0 timestamptz;
     due timestamptz;
     bad text[];
+    locks boolean;
     priv boolean := warren.wp_privileged();
 BEGIN
     PERFORM warren.wp_check_worker('warren.claim_many', w);
     PERFORM warren.wp_check_batch('warren.claim_many', keys);
     -- Keys of queues the login is not granted give no row (access.sql: a
     -- foreign key must not fail the whole batch).
-    bad := warren.wp_ungranted('warren.claim_many', keys);
-    IF cardinality(bad) > 0 THEN
-        keys := ARRAY(SELECT x FROM unnest(keys) x WHERE NOT (x = ANY (bad)));
+    IF NOT priv THEN
+        bad := warren.wp_ungranted('warren.claim_many', keys);
+        IF cardinality(bad) > 0 THEN
+            keys := ARRAY(SELECT x FROM unnest(keys) x WHERE NOT (x = ANY (bad)));
+        END IF;
     END IF;
-    -- The rows, one run_key index probe per key (a subquery per key: no join
-    -- order for the planner to get wrong when warren.runs has no statistics
-    -- yet, e.g. right after a large backfill).
-    tids := ARRAY(SELECT (SELECT rr.ctid FROM warren.runs rr WHERE rr.run_key = t.k)
-                    FROM (SELECT DISTINCT x AS k FROM unnest(keys) x) t);
+    -- One pass over the distinct keys, one run_key index probe each and one
+    -- probe of its job (a lateral subquery per key: no join order for the
+    -- planner to get wrong when warren.runs has no statistics yet, e.g.
+    -- right after a large backfill): the rows' TIDs; the latest due time of
+    -- those due within 1 s (the wait below); whether any of them may need a
+    -- cap or overlap lock (the pre-pass below, skipped when none does); and
+    -- how many distinct keys there are.
+    SELECT array_agg(p.tid) FILTER (WHERE p.tid IS NOT NULL),
+           max(p.due_at) FILTER (WHERE p.state IN ('planned', 'published', 'retrying')
+                                   AND p.due_at <= clock_timestamp() + interval '1 second'),
+           coalesce(bool_or(p.locks), false), count(*)
+      INTO tids, due, locks, nkeys
+      FROM (SELECT DISTINCT x AS k FROM unnest(keys) x) t
+      LEFT JOIN LATERAL (
+           SELECT rr.ctid AS tid, rr.state, rr.due_at,
+                  -- any run that a claim could still start (the lease test
+                  -- is left to the pre-pass itself), of a job with an
+                  -- overlap check or a cap (its own, or its template's)
+                  rr.state IN ('planned', 'published', 'retrying', 'running')
+                  AND (jb.overlap <> 'allow'
+                       OR CASE WHEN jb.template IS NULL
+                               THEN jb.max_running IS NOT NULL
+                                    OR jb.max_running_per_tenant IS NOT NULL
+                               ELSE EXISTS (SELECT 1 FROM warren.jobs gj
+                                             WHERE gj.name = jb.template
+                                               AND (gj.max_running IS NOT NULL
+                                                    OR gj.max_running_per_tenant IS NOT NULL))
+                          END) AS locks
+             FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job
+            WHERE rr.run_key = t.k) p ON true;
     -- Wait until the latest of them is due, if that is at most 1 s away:
     -- batch callers hold deliveries until due (as the C worker does) and
     -- send keys that are due now. Runs due later give no row. (A longer
     -- wait would stall the caller behind a stale redelivery of a run whose
     -- retry is due in 10 s, with every other key of the batch.)
-    SELECT max(rr.due_at) INTO due FROM warren.runs rr
-     WHERE rr.ctid = ANY (tids) AND rr.state IN ('planned', 'published', 'retrying')
-       AND rr.due_at <= clock_timestamp() + interval '1 second';
     IF due > clock_timestamp() THEN
         PERFORM warren.wp_wait_until(due); -- at most 1 s: no wait slot (access.sql)
     END IF;
@@ -502,64 +529,84 @@ BEGIN
     -- again (held: re-entrant). In key order two batches with runs of
     -- tenants X and Y in opposite key orders would deadlock, and so would a
     -- batch and a completion or a single claim. Runs that are finished or
-    -- leased by a live worker (duplicates) take none.
-    -- (One pass over the keys, one probe per distinct job: the fast path
-    -- of an uncapped fleet pays a heap fetch per key here.)
-    PERFORM CASE WHEN x.kind = 0 THEN warren.wp_cap_lock(x.g, x.t, x.mr, x.mrt)
-                 ELSE warren.wp_overlap_lock(x.g, false) END
-       FROM (WITH kr AS (
-                 SELECT rr.job, rr.tenant FROM unnest(tids) kk(tid)
-                   JOIN warren.runs rr ON rr.ctid = kk.tid
-                  WHERE rr.state IN ('planned', 'published', 'retrying')
-                     OR (rr.state = 'running' AND rr.lease_until < clock_timestamp())
-             ), jc AS (
-                 SELECT jb.name, jb.tenant, jb.overlap, coalesce(jb.template, jb.name) AS g,
-                        gj.max_running AS mr, gj.max_running_per_tenant AS mrt
-                   FROM (SELECT DISTINCT kr.job FROM kr) d
-                   JOIN warren.jobs jb ON jb.name = d.job
-                   JOIN warren.jobs gj ON gj.name = coalesce(jb.template, jb.name)
-                  WHERE jb.overlap <> 'allow' OR gj.max_running IS NOT NULL
-                     OR gj.max_running_per_tenant IS NOT NULL
-             )
-             SELECT DISTINCT 0 AS kind, jc.g, coalesce(kr.tenant, jc.tenant, '') AS t, jc.mr, jc.mrt
-               FROM jc JOIN kr ON kr.job = jc.name
-              WHERE jc.mr IS NOT NULL OR jc.mrt IS NOT NULL
-             UNION
-             SELECT 1, jc.name, '', NULL::int, NULL::int FROM jc WHERE jc.overlap <> 'allow'
-              ORDER BY 1, 2, 3) x;
-    -- Fast path: fresh runs of jobs without an overlap check or a cap. Rows are locked
-    -- in physical order (the TID scan sorts), the same order in every batch.
-    -- A row updated since its TID was read fails the recheck and goes to the
-    -- full path below.
+    -- leased by a live worker (duplicates) take none. Skipped when the pass
+    -- above found no key of a job with an overlap check or a cap (every
+    -- run of an uncapped `allow` fleet): a sync that gives a job a cap or
+    -- an overlap policy after it is seen by the fast path's own read of
+    -- the job (the run goes to the per-key claim), and there the locks are
+    -- only tried, as for any lock beyond those taken.
+    -- (One pass over the keys, one probe per distinct job.)
+    IF locks THEN
+        PERFORM CASE WHEN x.kind = 0 THEN warren.wp_cap_lock(x.g, x.t, x.mr, x.mrt)
+                     ELSE warren.wp_overlap_lock(x.g, false) END
+           FROM (WITH kr AS (
+                     SELECT rr.job, rr.tenant FROM unnest(tids) kk(tid)
+                       JOIN warren.runs rr ON rr.ctid = kk.tid
+                      WHERE rr.state IN ('planned', 'published', 'retrying')
+                         OR (rr.state = 'running' AND rr.lease_until < clock_timestamp())
+                 ), jc AS (
+                     SELECT jb.name, jb.tenant, jb.overlap, coalesce(jb.template, jb.name) AS g,
+                            gj.max_running AS mr, gj.max_running_per_tenant AS mrt
+                       FROM (SELECT DISTINCT kr.job FROM kr) d
+                       JOIN warren.jobs jb ON jb.name = d.job
+                       JOIN warren.jobs gj ON gj.name = coalesce(jb.template, jb.name)
+                      WHERE jb.overlap <> 'allow' OR gj.max_running IS NOT NULL
+                         OR gj.max_running_per_tenant IS NOT NULL
+                 )
+                 SELECT DISTINCT 0 AS kind, jc.g, coalesce(kr.tenant, jc.tenant, '') AS t, jc.mr,
+                        jc.mrt
+                   FROM jc JOIN kr ON kr.job = jc.name
+                  WHERE jc.mr IS NOT NULL OR jc.mrt IS NOT NULL
+                 UNION
+                 SELECT 1, jc.name, '', NULL::int, NULL::int FROM jc WHERE jc.overlap <> 'allow'
+                  ORDER BY 1, 2, 3) x;
+    END IF;
+    -- Fast path: fresh runs of jobs without an overlap check or a cap. The
+    -- job's row is read once per run (f: its lease, caps, overlap, queue
+    -- grant and payload), in the statement that claims, so a sync that
+    -- changed the job is seen as before. `rr.job || ''`: f can only join
+    -- from the TIDs into jobs_pkey, never from jobs into runs_job (every
+    -- run of the job, 004's trap); f is sorted by TID, and the UPDATE joins
+    -- it to warren.runs by TID (the only way in: enable_seqscan is off), so
+    -- rows are locked in physical order, the same order in every batch,
+    -- whatever plan f gets. A row updated since its TID was read fails the
+    -- recheck and goes to the full path below.
     RETURN QUERY
-    WITH c AS (
-        UPDATE warren.runs rr
-           SET state = 'running', attempt = rr.attempt + 1, lease_owner = w,
-               lease_login = session_user,
-               lease_ms = (SELECT jb.lease_ms FROM warren.jobs jb WHERE jb.name = rr.job),
-               lease_until = t0 + make_interval(secs =>
-                   (SELECT jb.lease_ms FROM warren.jobs jb WHERE jb.name = rr.job) / 1000.0),
-               started_at = t0
+    WITH f AS MATERIALIZED (
+        SELECT rr.ctid AS tid, jb.lease_ms, jb.payload
+          FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job || ''
          WHERE rr.ctid = ANY (tids)
+           -- `state || ''`: no index on state (runs_history, the partial
+           -- ones) for the planner to prefer to the TID scan (with a stale
+           -- estimate of one row it scanned runs_history's every entry)
+           AND rr.state || '' IN ('planned', 'published', 'retrying') AND rr.due_at <= t0
            -- no overlap check and no cap (caps.sql): a config job's caps are
            -- on its own row, read with its overlap; an API job's on its
            -- template's, one more probe
-           AND (SELECT CASE WHEN jb.overlap <> 'allow' THEN false
-                            WHEN jb.template IS NULL
-                            THEN jb.max_running IS NULL AND jb.max_running_per_tenant IS NULL
-                            ELSE NOT EXISTS (SELECT 1 FROM warren.jobs gj
-                                              WHERE gj.name = jb.template
-                                                AND (gj.max_running IS NOT NULL
-                                                     OR gj.max_running_per_tenant IS NOT NULL))
-                       END
-                  FROM warren.jobs jb WHERE jb.name = rr.job)
-           AND rr.state IN ('planned', 'published', 'retrying') AND rr.due_at <= t0
+           AND jb.overlap = 'allow'
+           AND CASE WHEN jb.template IS NULL
+                    THEN jb.max_running IS NULL AND jb.max_running_per_tenant IS NULL
+                    ELSE NOT EXISTS (SELECT 1 FROM warren.jobs gj
+                                      WHERE gj.name = jb.template
+                                        AND (gj.max_running IS NOT NULL
+                                             OR gj.max_running_per_tenant IS NOT NULL))
+               END
            -- the grant again, in the statement that claims (access.sql): a
            -- run inserted or a job moved since `bad` was computed
-           AND (priv OR EXISTS (SELECT 1 FROM warren.worker_grants g JOIN warren.jobs jb
-                                    ON jb.queue = g.queue
-                                 WHERE g.login = session_user AND jb.name = rr.job))
-        RETURNING rr.run_key, rr.attempt, rr.job, rr.scheduled_at, rr.payload
+           AND (priv OR EXISTS (SELECT 1 FROM warren.worker_grants g
+                                 WHERE g.login = session_user AND g.queue = jb.queue))
+         ORDER BY rr.ctid
+    ), c AS (
+        UPDATE warren.runs rr
+           SET state = 'running', attempt = rr.attempt + 1, lease_owner = w,
+               lease_login = session_user, lease_ms = f.lease_ms,
+               lease_until = t0 + make_interval(secs => f.lease_ms / 1000.0),
+               started_at = t0
+          FROM f
+         WHERE rr.ctid = f.tid
+           AND rr.state || '' IN ('planned', 'published', 'retrying') AND rr.due_at <= t0
+        RETURNING rr.run_key, rr.attempt, rr.job, rr.scheduled_at,
+                  coalesce(rr.payload, f.payload) AS payload, f.lease_ms
     ), a AS (
         INSERT INTO warren.attempts (run_key, attempt, worker, login, started_at)
         SELECT c.run_key, c.attempt, w, session_user, t0 FROM c
@@ -568,11 +615,11 @@ BEGIN
                 started_at = EXCLUDED.started_at,
                 finished_at = NULL, outcome = NULL, error = NULL
     )
-    SELECT c.run_key, c.attempt, c.job, c.scheduled_at, coalesce(c.payload, jb.payload),
-           greatest(1, ceil(jb.lease_ms / 1000.0))::int
-      FROM c JOIN warren.jobs jb ON jb.name = c.job;
+    SELECT c.run_key, c.attempt, c.job, c.scheduled_at, c.payload,
+           greatest(1, ceil(c.lease_ms / 1000.0))::int
+      FROM c;
     GET DIAGNOSTICS nfast = ROW_COUNT;
-    IF nfast >= (SELECT count(*) FROM (SELECT DISTINCT x FROM unnest(keys) x) d) THEN
+    IF nfast >= nkeys THEN
         RETURN;
     END IF;
     -- What the fast path claimed, by key: its UPDATE gave those rows new

@@ -28,6 +28,16 @@ BEGIN
     IF NOT priv AND cardinality(warren.wp_ungranted('warren.complete', ARRAY[k])) > 0 THEN
         RETURN false; -- not granted (any more): a stale token (access.sql)
     END IF;
+    -- A success without an error text is complete_many's case, with the
+    -- same rules (fence, login, grants, caps) and the same event, written
+    -- without wp_event's four calls of the SQL functions wp_utc/wp_utc_ms
+    -- (not inlined: parsed and planned at each call). The C worker's sql
+    -- handler completes a run alone this way when its pool thread found
+    -- only that run queued.
+    IF o = 'succeeded' AND err IS NULL THEN
+        RETURN coalesce((SELECT cm.recorded
+                           FROM warren.complete_many(ARRAY[k], ARRAY[fence]) cm), false);
+    END IF;
     -- Lock order (caps.sql): a run counted under a cap takes its group's
     -- cap lock(s) before its row (read without a lock: the claim of this
     -- attempt committed them; another attempt fails the fence below).
@@ -110,15 +120,28 @@ BEGIN
     -- Lock order (caps.sql): the cap locks of the capped groups and tenants
     -- among the runs this call may record, in (group, tenant) order, before
     -- any row (read without a lock: the claims of these attempts committed
-    -- them; another attempt fails the fence below).
-    PERFORM warren.wp_cap_lock(x.g, x.t, x.mr, x.mrt)
-       FROM (SELECT DISTINCT rr.cap_group AS g, coalesce(rr.cap_tenant, '') AS t,
-                    gj.max_running AS mr, gj.max_running_per_tenant AS mrt
-               FROM unnest(complete_many.run_keys, complete_many.attempts) t(k, a)
-               JOIN warren.runs rr ON rr.run_key = t.k
-               LEFT JOIN warren.jobs gj ON gj.name = rr.cap_group
-              WHERE rr.cap_group IS NOT NULL AND rr.attempt = t.a AND rr.state || '' = 'running'
-              ORDER BY 1, 2) x;
+    -- them; another attempt fails the fence below). Only when some run
+    -- anywhere holds a cap slot (one probe of the partial index
+    -- runs_cap_held, whose predicate this is): a run this call records was
+    -- claimed, and its cap_group set, by a claim that committed before
+    -- this statement, so when no running run has a cap_group none of these
+    -- keys needs a lock (an uncapped fleet pays one index probe per call,
+    -- not a run_key probe per key).
+    IF EXISTS (SELECT 1 FROM warren.runs rr
+                WHERE rr.cap_group IS NOT NULL
+                  AND (rr.state = 'running'
+                       OR (rr.cap_released_at IS NOT NULL
+                           AND rr.state IN ('planned', 'published')))) THEN
+        PERFORM warren.wp_cap_lock(x.g, x.t, x.mr, x.mrt)
+           FROM (SELECT DISTINCT rr.cap_group AS g, coalesce(rr.cap_tenant, '') AS t,
+                        gj.max_running AS mr, gj.max_running_per_tenant AS mrt
+                   FROM unnest(complete_many.run_keys, complete_many.attempts) t(k, a)
+                   JOIN warren.runs rr ON rr.run_key = t.k
+                   LEFT JOIN warren.jobs gj ON gj.name = rr.cap_group
+                  WHERE rr.cap_group IS NOT NULL AND rr.attempt = t.a
+                    AND rr.state || '' = 'running'
+                  ORDER BY 1, 2) x;
+    END IF;
     -- The answer is collected first: the runs of capped groups that
     -- succeeded release their groups' waiting runs afterwards (caps.sql), in
     -- a statement of their own (after the cap lock, with a fresh snapshot).
