@@ -506,6 +506,19 @@ START_TEST(test_enqueue_events_and_dead_letter_keep_the_milliseconds)
          "AND body->>'scheduled_at' = headers->>'x-warren-scheduled-at' AND "
          "headers->>'x-warren-scheduled-at' LIKE '%%.250Z') AND count(*) FILTER (WHERE "
          "exchange = 'warren.dead') = 1 FROM warren.outbox WHERE message_id = 'mail@ms'");
+    /* a success through complete_many (the C worker's path) writes its own
+     * event: the same format; and warren.complete of a success goes there */
+    qx(e.db, "SELECT * FROM warren.enqueue('mail', 'ok1', (SELECT t FROM at0)); SELECT * FROM "
+             "warren.enqueue('mail', 'ok2', (SELECT t FROM at0))");
+    ck_q(e.db, "2", "SELECT count(*) FROM warren.claim_many(ARRAY['mail@ok1', 'mail@ok2'], 't')");
+    ck_q(e.db, "1",
+         "SELECT count(*) FROM warren.complete_many(ARRAY['mail@ok1'], ARRAY[1]) "
+         "WHERE recorded");
+    ck_q(e.db, "t", "SELECT warren.complete('mail@ok2', 1, 'succeeded')");
+    ck_q(e.db, "2",
+         "SELECT count(*) FROM warren.outbox WHERE message_id IN ('mail@ok1', 'mail@ok2') AND "
+         "routing_key = 'run.succeeded.mail' AND headers->>'x-warren-scheduled-at' LIKE "
+         "'%%.250Z' AND body->>'scheduled_at' = headers->>'x-warren-scheduled-at'");
     env_teardown(&e);
 }
 END_TEST

@@ -180,10 +180,15 @@ BEGIN
                    'attempt', u.attempt, 'state', 'succeeded', 'worker', u.lease_owner,
                    'at', to_char(clock_timestamp() AT TIME ZONE 'UTC',
                                  'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')))
-          -- the formats of wp_utc / wp_utc_ms written out: those SQL functions
-          -- are not inlined (auto_explain logged each of their 4 calls per run)
+          -- the formats of wp_utc_run / wp_utc_ms written out: those SQL
+          -- functions are not inlined (auto_explain logged each of their 4
+          -- calls per run); scheduled_at with its milliseconds when it has
+          -- them (an enqueued run's), as in the run's message
           FROM (SELECT u.*, to_char(u.scheduled_at AT TIME ZONE 'UTC',
-                                    'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS sched FROM u) u
+                                    CASE WHEN date_trunc('second', u.scheduled_at) = u.scheduled_at
+                                         THEN 'YYYY-MM-DD"T"HH24:MI:SS"Z"'
+                                         ELSE 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"' END) AS sched
+                  FROM u) u
          ORDER BY u.run_key
     ), g AS (
         SELECT DISTINCT u.cap_group, coalesce(u.cap_tenant, '') AS cap_tenant FROM u

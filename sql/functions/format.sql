@@ -8,15 +8,20 @@
 -- (changing it means rewriting every run's key: a migration).
 
 -- Internal (prefix wp_): called by the SECURITY DEFINER functions only.
+--
+-- The to_char ones are STABLE, as to_char is (its output may follow the
+-- session's locale for some patterns; not for these): declared IMMUTABLE, a
+-- SQL function around a STABLE call is never inlined, so each call was
+-- parsed and planned again.
 
 CREATE OR REPLACE FUNCTION warren.wp_utc(t timestamptz)
-RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
 $$;
 COMMENT ON FUNCTION warren.wp_utc(timestamptz) IS 'RFC 3339 UTC, whole seconds (NULL stays NULL)';
 
 CREATE OR REPLACE FUNCTION warren.wp_utc_ms(t timestamptz)
-RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
 $$;
 COMMENT ON FUNCTION warren.wp_utc_ms(timestamptz) IS 'RFC 3339 UTC with milliseconds';
@@ -24,7 +29,7 @@ COMMENT ON FUNCTION warren.wp_utc_ms(timestamptz) IS 'RFC 3339 UTC with millisec
 -- A run's scheduled_at as its message has it (src/codec.c): whole seconds,
 -- with milliseconds when the instant has them (an enqueued run's).
 CREATE OR REPLACE FUNCTION warren.wp_utc_run(t timestamptz)
-RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT to_char(t AT TIME ZONE 'UTC', CASE WHEN date_trunc('second', t) = t
                                              THEN 'YYYY-MM-DD"T"HH24:MI:SS"Z"'
                                              ELSE 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"' END)
@@ -52,7 +57,7 @@ COMMENT ON FUNCTION warren.plan_note(text, text) IS 'Appends a line to a run not
 
 -- RFC 3339 UTC, whole seconds, for notes.
 CREATE OR REPLACE FUNCTION warren.plan_utc(t timestamptz)
-RETURNS text LANGUAGE sql IMMUTABLE STRICT AS $$
+RETURNS text LANGUAGE sql STABLE STRICT AS $$
     SELECT to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
 $$;
 COMMENT ON FUNCTION warren.plan_utc(timestamptz) IS 'RFC 3339 UTC with whole seconds (planner notes)';
