@@ -594,7 +594,7 @@ static int materialise_batch(warren_planner *p, size_t *njobs, int *inserted, wa
     job_plan *plans = NULL;
     const char **names = NULL, **bnames = NULL, **whys = NULL;
     warren_us *next = NULL, *bcursors = NULL;
-    int *never = NULL, *bhas = NULL;
+    int *never = NULL, *bhas = NULL, *was = NULL;
     int rc, ins = 0;
     char a[WARREN_TIME_BUF];
 
@@ -614,7 +614,8 @@ static int materialise_batch(warren_planner *p, size_t *njobs, int *inserted, wa
     whys = calloc(n, sizeof(*whys));
     bcursors = calloc(n, sizeof(*bcursors));
     bhas = calloc(n, sizeof(*bhas));
-    if (!plans || !names || !next || !never || !bnames || !whys || !bcursors || !bhas) {
+    was = calloc(n, sizeof(*was));
+    if (!plans || !names || !next || !never || !bnames || !whys || !bcursors || !bhas || !was) {
         rc = warren_error_set(err, WARREN_ENOMEM, "out of memory planning runs");
         goto done;
     }
@@ -652,17 +653,18 @@ static int materialise_batch(warren_planner *p, size_t *njobs, int *inserted, wa
         names[ngood] = j->name;
         next[ngood] = jp->cursor;
         never[ngood] = jp->never;
+        was[ngood] = j->broken_reason != NULL;
         ngood++;
     }
     /* Insert in chunks so one statement stays a reasonable size. */
     for (size_t off = 0; off < rv.n; off += 5000) {
         size_t cnt = rv.n - off < 5000 ? rv.n - off : 5000;
         int k = 0;
-        if ((rc = warren_plan_insert_runs(p->st, rv.v + off, cnt, &k, err)) != 0)
+        if ((rc = warren_plan_insert_new_runs(p->st, rv.v + off, cnt, &k, err)) != 0)
             goto done;
         ins += k;
     }
-    if ((rc = warren_plan_advance(p->st, names, next, never, ngood, err)) != 0)
+    if ((rc = warren_plan_advance(p->st, names, next, never, was, ngood, err)) != 0)
         goto done;
     if ((rc = warren_plan_mark_broken(p->st, bnames, whys, bcursors, bhas, nbroken, err)) != 0)
         goto done;
@@ -681,6 +683,7 @@ done:
     free(whys);
     free(bcursors);
     free(bhas);
+    free(was);
     warren_plan_jobs_free(jobs, n);
     return rc;
 }

@@ -94,11 +94,21 @@ typedef struct warren_plan_run {
 int warren_plan_insert_runs(warren_store *st, const warren_plan_run *runs, size_t n, int *inserted,
                             warren_error *err);
 
+/* The planner's new runs, inside its transaction: a plain INSERT (no
+ * speculative insertion) under a savepoint; if a run key is taken already
+ * (SQLSTATE 23505) the rows again with ON CONFLICT DO NOTHING, so the result
+ * is that of warren_plan_insert_runs. */
+int warren_plan_insert_new_runs(warren_store *st, const warren_plan_run *runs, size_t n,
+                                int *inserted, warren_error *err);
+
 /* Sets next_fire_at of n jobs; never_again[i] != 0 stores 'infinity'. A job
  * that was broken is no longer: its mark is cleared and the event
- * job.recovered.<job> written to the outbox. */
+ * job.recovered.<job> written to the outbox. was_broken[i] says whether job
+ * i's broken_reason was set when it was locked (FOR UPDATE, in the same
+ * transaction): the others take a cheaper statement; NULL: not known, every
+ * job is looked at before its update. */
 int warren_plan_advance(warren_store *st, const char *const *names, const warren_us *next,
-                        const int *never_again, size_t n, warren_error *err);
+                        const int *never_again, const int *was_broken, size_t n, warren_error *err);
 
 /* Marks n jobs broken: their fire times cannot be computed (reasons[i], copied
  * into jobs.broken_reason). broken_since keeps the first failure; the job is

@@ -2,6 +2,7 @@
  *
  *   eval "$(tests/servers.sh start)"
  *   build/tests/bench_api_jobs [--jobs N] [--small N] [--batch B] [--planners P]
+ *                              [--db URL] [--no-planners]
  *
  * Defaults: 1,000,000 jobs, the small size 10,000, batches of 10,000, 3
  * planners. Phases, each a JSON line (with /proc/loadavg at its end):
@@ -19,12 +20,16 @@
  *    processes) plan all N jobs together: the partitions each owned, the
  *    runs each inserted, the time until the horizon was filled (no job left
  *    with a cursor inside it).
+ * --db URL reuses a database an earlier run filled (the planning phases only,
+ * after TRUNCATE warren.runs and every cursor reset); --no-planners leaves
+ * out the last phase (for quick A/B rounds of the one planner).
  * The relay stays out of the way (lead = x-expires / 2 = 1 s). */
 #include <libpq-fe.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -71,6 +76,16 @@ static long rss_peak_kib(void)
     if (f != NULL)
         fclose(f);
     return kib;
+}
+
+/* CPU seconds (user + system) this process used so far. */
+static double cpu_s(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return -1;
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+           ru.ru_stime.tv_usec / 1e6;
 }
 
 static void die(const char *what, const char *msg)
@@ -179,6 +194,7 @@ static void one_planner(const char *db, const char *amqp, long jobs, int idle, i
         warren_planner_stats s;
         char la[64];
         int64_t t0 = mono_us(), worst = 0, sum = 0;
+        double cpu0 = cpu_s();
         if (warren_planner_new(&c, db, amqp, NULL, &p, &err) != 0)
             die("planner", err.message);
         for (;;) {
@@ -195,17 +211,20 @@ static void one_planner(const char *db, const char *amqp, long jobs, int idle, i
                 break;
         }
         int64_t t1 = mono_us();
+        double cpu1 = cpu_s();
         loadavg(la, sizeof(la));
         if (materialise) {
             long long rb = sql_ll(db, "SELECT pg_total_relation_size('warren.runs')");
             long long nr = sql_ll(db, "SELECT count(*) FROM warren.runs");
             printf("{\"bench\": \"api_jobs_materialise\", \"jobs\": %ld, \"runs\": %llu, "
                    "\"materialise_s\": %.2f, \"runs_per_s\": %.0f, \"wall_s\": %.2f, "
+                   "\"planner_cpu_s\": %.2f, "
                    "\"rss_peak_mib\": %.1f, \"runs_table_bytes_per_run\": %.0f, \"horizon\": "
                    "\"2h\", \"partitions\": 64, \"loadavg\": %s}\n",
                    jobs, (unsigned long long)s.runs_inserted, s.materialise_us / 1e6,
                    s.materialise_us ? s.runs_inserted / (s.materialise_us / 1e6) : 0.0,
-                   (t1 - t0) / 1e6, rss_peak_kib() / 1024.0, nr > 0 ? (double)rb / nr : 0.0, la);
+                   (t1 - t0) / 1e6, cpu1 - cpu0, rss_peak_kib() / 1024.0,
+                   nr > 0 ? (double)rb / nr : 0.0, la);
             fflush(stdout);
         }
         /* Nothing due: a planner with a 10 min horizon, while every cursor is
@@ -338,7 +357,7 @@ static void many_planners(const char *db, const char *amqp, long jobs, int np)
 int main(int argc, char **argv)
 {
     long jobs = 1000000, small = 10000, batch = 10000;
-    int planners = 3;
+    int planners = 3, no_planners = 0;
     const char *reuse = NULL; /* a database an earlier run filled: planning phases only */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--jobs") == 0 && i + 1 < argc)
@@ -351,9 +370,11 @@ int main(int argc, char **argv)
             planners = atoi(argv[++i]);
         else if (strcmp(argv[i], "--db") == 0 && i + 1 < argc)
             reuse = argv[++i];
+        else if (strcmp(argv[i], "--no-planners") == 0)
+            no_planners = 1;
         else {
             fprintf(stderr, "usage: bench_api_jobs [--jobs N] [--small N] [--batch B] "
-                            "[--planners P] [--db URL-of-an-earlier-run]\n");
+                            "[--planners P] [--db URL-of-an-earlier-run] [--no-planners]\n");
             return 2;
         }
     }
@@ -377,7 +398,8 @@ int main(int argc, char **argv)
         jobs = sql_ll(db, "SELECT count(*) FROM warren.jobs WHERE origin = 'api'");
         reset(db);
         one_planner(db, amqp, jobs, 20, 1);
-        many_planners(db, amqp, jobs, planners);
+        if (!no_planners)
+            many_planners(db, amqp, jobs, planners);
         free(db);
         free(amqp);
         return 0;
@@ -397,7 +419,8 @@ int main(int argc, char **argv)
         one_planner(db, amqp, jobs, 20, 1);
     }
     PQfinish(c);
-    many_planners(db, amqp, jobs, planners);
+    if (!no_planners)
+        many_planners(db, amqp, jobs, planners);
     free(db);
     free(amqp);
     return 0;
