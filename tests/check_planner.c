@@ -240,6 +240,52 @@ START_TEST(test_materialise_creates_each_fire_time_once_and_advances_cursor)
 }
 END_TEST
 
+/* The planner inserts its runs without ON CONFLICT and, when a key is taken
+ * (here by a trigger of the same second), inserts the batch again with ON
+ * CONFLICT DO NOTHING: the taken run stays as it was, every other fire time
+ * of that job and of the other job in the same batch is planned once, and the
+ * cursors advance. */
+START_TEST(test_taken_run_key_is_kept_and_the_rest_planned)
+{
+    env e = env_new();
+    warren_config c = test_config(4);
+    warren_planner *p;
+
+    add_job(&e, "every2", "every", "2s", NULL, NULL, 4);
+    add_job(&e, "other2", "every", "2s", NULL, NULL, 4);
+    /* the fire time of every2 6 s after the next one, taken by a trigger */
+    ck_assert_int_eq(testenv_psql(e.db,
+                                  "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, "
+                                  "note) SELECT 'every2', t, t, 'trigger', 'taken first' FROM "
+                                  "(SELECT to_timestamp((floor(extract(epoch FROM now()) / 2) + "
+                                  "4) * 2) AS t) x",
+                                  NULL),
+                     1);
+    p = planner_new(&e, &c);
+    tick(p);
+    long n = sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'every2'");
+    ck_assert_msg(n >= 5 && n <= 7, "every2 has %ld runs", n);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'other2'"), n);
+    /* one row per fire time, the taken one untouched */
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) - count(DISTINCT scheduled_at) FROM "
+                                  "warren.runs WHERE job = 'every2'"),
+                     0);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'every2' AND "
+                                  "origin = 'trigger' AND note = 'taken first'"),
+                     1);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'every2' AND "
+                                  "origin = 'schedule'"),
+                     n - 1);
+    /* both cursors past their last run */
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs j WHERE next_fire_at = "
+                                  "(SELECT max(scheduled_at) + interval '2 s' FROM warren.runs r "
+                                  "WHERE r.job = j.name)"),
+                     2);
+    warren_planner_free(p);
+    env_free(&e);
+}
+END_TEST
+
 /* --------------------------------------------------------------- release */
 
 typedef struct arrival {
@@ -1121,6 +1167,7 @@ static Suite *planner_suite(void)
 
     tc = tcase_create("materialise");
     tcase_add_test(tc, test_materialise_creates_each_fire_time_once_and_advances_cursor);
+    tcase_add_test(tc, test_taken_run_key_is_kept_and_the_rest_planned);
     tcase_add_test(tc, test_fair_share_of_partitions);
     tcase_add_test(tc, test_planner_without_lease_does_not_materialise);
     tcase_set_timeout(tc, 60);
