@@ -15,7 +15,10 @@
  *    planner's) with horizon 2h plans every job (2 runs each): runs per second of
  *    materialising, peak RSS, database size per run;
  *  - idle tick: the same planner ticking when nothing is due: mean and
- *    max time of one tick, at `small` jobs and at N jobs;
+ *    max time of one tick, at `small` jobs and at N jobs; of it the
+ *    materialising part (the due-jobs scan that finds nothing), and the runs
+ *    the relay published meanwhile (hourly jobs: jobs/3600 come due a second,
+ *    so the relay's part of a tick grows with the jobs);
  *  - planners: the cursors reset and the runs deleted, P planners (child
  *    processes) plan all N jobs together: the partitions each owned, the
  *    runs each inserted, the time until the horizon was filled (no job left
@@ -218,13 +221,13 @@ static void one_planner(const char *db, const char *amqp, long jobs, int idle, i
             long long nr = sql_ll(db, "SELECT count(*) FROM warren.runs");
             printf("{\"bench\": \"api_jobs_materialise\", \"jobs\": %ld, \"runs\": %llu, "
                    "\"materialise_s\": %.2f, \"runs_per_s\": %.0f, \"wall_s\": %.2f, "
-                   "\"planner_cpu_s\": %.2f, "
+                   "\"planner_cpu_s\": %.2f, \"jobs_on_second_connection\": %llu, "
                    "\"rss_peak_mib\": %.1f, \"runs_table_bytes_per_run\": %.0f, \"horizon\": "
                    "\"2h\", \"partitions\": 64, \"loadavg\": %s}\n",
                    jobs, (unsigned long long)s.runs_inserted, s.materialise_us / 1e6,
                    s.materialise_us ? s.runs_inserted / (s.materialise_us / 1e6) : 0.0,
-                   (t1 - t0) / 1e6, cpu1 - cpu0, rss_peak_kib() / 1024.0,
-                   nr > 0 ? (double)rb / nr : 0.0, la);
+                   (t1 - t0) / 1e6, cpu1 - cpu0, (unsigned long long)s.helper_jobs,
+                   rss_peak_kib() / 1024.0, nr > 0 ? (double)rb / nr : 0.0, la);
             fflush(stdout);
         }
         /* Nothing due: a planner with a 10 min horizon, while every cursor is
@@ -237,7 +240,8 @@ static void one_planner(const char *db, const char *amqp, long jobs, int idle, i
         if (warren_planner_tick(p, &err) != 0) /* leases taken */
             die("tick", err.message);
         warren_planner_stats_get(p, &s);
-        uint64_t planned_before_idle = s.runs_inserted;
+        uint64_t planned_before_idle = s.runs_inserted, mat_before = s.materialise_us,
+                 pub_before = s.runs_published;
         for (int i = 0; i < idle; i++) {
             int64_t a = mono_us();
             if (warren_planner_tick(p, &err) != 0)
@@ -252,10 +256,12 @@ static void one_planner(const char *db, const char *amqp, long jobs, int idle, i
         printf("{\"bench\": \"api_jobs_idle_tick\", \"jobs\": %ld, \"ticks\": %d, \"horizon\": "
                "\"10m\", "
                "\"tick_mean_ms\": %.2f, \"tick_max_ms\": %.2f, \"runs_inserted_while_idle\": %llu, "
+               "\"materialise_mean_ms\": %.3f, \"runs_published_while_idle\": %llu, "
                "\"rss_peak_mib\": %.1f, \"loadavg\": %s}\n",
                jobs, idle, sum / 1000.0 / idle, worst / 1000.0,
-               (unsigned long long)(s.runs_inserted - planned_before_idle), rss_peak_kib() / 1024.0,
-               la);
+               (unsigned long long)(s.runs_inserted - planned_before_idle),
+               (s.materialise_us - mat_before) / 1000.0 / idle,
+               (unsigned long long)(s.runs_published - pub_before), rss_peak_kib() / 1024.0, la);
         fflush(stdout);
         warren_planner_release(p, &err);
         warren_planner_free(p);

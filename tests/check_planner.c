@@ -286,6 +286,51 @@ START_TEST(test_taken_run_key_is_kept_and_the_rest_planned)
 }
 END_TEST
 
+/* A backlog (more jobs due than one batch) is materialised on two
+ * connections: the second one plans a share of the jobs, and every job still
+ * gets each fire time once, without a gap, and its cursor just past them. */
+START_TEST(test_backlog_is_planned_on_two_connections_each_fire_time_once)
+{
+    env e = env_new();
+    warren_config c = test_config(8);
+    warren_planner *p;
+    warren_planner_stats s;
+
+    ck_assert_int_eq(testenv_psql(e.db,
+                                  "INSERT INTO warren.jobs (name, schedule_kind, expression, "
+                                  "queue, partition) SELECT 'bulk-' || g, 'every', '4s', 'q', "
+                                  "g % 8 FROM generate_series(1, 2000) g",
+                                  NULL),
+                     2000);
+    p = planner_new(&e, &c);
+    tick(p);
+    warren_planner_stats_get(p, &s);
+    ck_assert_msg(s.helper_jobs > 0 && s.helper_jobs < 2000,
+                  "the second connection planned %llu of 2000 jobs",
+                  (unsigned long long)s.helper_jobs);
+    for (int i = 0; i < 10 && sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE next_fire_at "
+                                           "IS NULL") > 0;
+         i++)
+        tick(p);
+    warren_planner_stats_get(p, &s);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE next_fire_at IS NULL"),
+                     0);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs"), (long)s.runs_inserted);
+    /* per job: 10 s of 4 s fire times, one row each from the first up to the
+     * cursor */
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM (SELECT r.job, count(*) AS n, "
+                                  "min(r.scheduled_at) AS first, j.next_fire_at AS cursor FROM "
+                                  "warren.runs r JOIN warren.jobs j ON j.name = r.job GROUP BY "
+                                  "r.job, j.next_fire_at) x WHERE n < 2 OR n <> extract(epoch FROM "
+                                  "cursor - first) / 4 OR n <> (SELECT count(DISTINCT "
+                                  "scheduled_at) FROM warren.runs WHERE job = x.job)"),
+                     0);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(DISTINCT job) FROM warren.runs"), 2000);
+    warren_planner_free(p);
+    env_free(&e);
+}
+END_TEST
+
 /* --------------------------------------------------------------- release */
 
 typedef struct arrival {
@@ -1168,6 +1213,7 @@ static Suite *planner_suite(void)
     tc = tcase_create("materialise");
     tcase_add_test(tc, test_materialise_creates_each_fire_time_once_and_advances_cursor);
     tcase_add_test(tc, test_taken_run_key_is_kept_and_the_rest_planned);
+    tcase_add_test(tc, test_backlog_is_planned_on_two_connections_each_fire_time_once);
     tcase_add_test(tc, test_fair_share_of_partitions);
     tcase_add_test(tc, test_planner_without_lease_does_not_materialise);
     tcase_set_timeout(tc, 60);
