@@ -168,7 +168,9 @@ struct warren_planner {
     warren_planner_config pc;
     char *store_url;
     char *amqp_url;
-    const warren_logger *lg;
+    const warren_logger *lg; /* &locked_lg, or NULL */
+    warren_logger user_lg, locked_lg;
+    pthread_mutex_t log_mu; /* the helper thread logs too: one message at a time */
     warren_store *st;
     warren_broker *b;
     warren_relay *relay;
@@ -182,6 +184,16 @@ struct warren_planner {
     volatile sig_atomic_t *stop;
     warren_planner_stats stats;
 };
+
+/* The program's logger, called under log_mu (a callback need not be
+ * thread-safe). */
+static void locked_log(void *ud, warren_log_level level, const char *msg)
+{
+    warren_planner *p = ud;
+    pthread_mutex_lock(&p->log_mu);
+    p->user_lg.fn(p->user_lg.ud, level, msg);
+    pthread_mutex_unlock(&p->log_mu);
+}
 
 static int stopping(const warren_planner *p)
 {
@@ -231,6 +243,7 @@ int warren_planner_new(const warren_config *cfg, const char *store_url, const ch
     *out = NULL;
     if ((p = calloc(1, sizeof(*p))) == NULL)
         return warren_error_set(err, WARREN_ENOMEM, "out of memory creating the planner");
+    pthread_mutex_init(&p->log_mu, NULL);
     p->pc = cfg->planner;
     if (p->pc.tick_ms <= 0)
         p->pc.tick_ms = 1000;
@@ -246,7 +259,13 @@ int warren_planner_new(const warren_config *cfg, const char *store_url, const ch
         p->pc.publish_batch = 200;
     if (p->pc.delay_queue_expires_ms <= 0)
         p->pc.delay_queue_expires_ms = 600000;
-    p->lg = lg;
+    if (lg != NULL) {
+        p->user_lg = *lg;
+        p->locked_lg.fn = lg->fn != NULL ? locked_log : NULL;
+        p->locked_lg.ud = p;
+        p->locked_lg.min_level = lg->min_level;
+        p->lg = &p->locked_lg;
+    }
     p->store_url = strdup(store_url ? store_url : "");
     p->amqp_url = strdup(amqp_url ? amqp_url : "");
     p->tzdb = warren_tzdb_new(NULL);
@@ -312,6 +331,7 @@ void warren_planner_free(warren_planner *p)
     warren_tzdb_free(p->tzdb);
     warren_store_free(p->helper.m.st);
     warren_tzdb_free(p->helper.m.tzdb);
+    pthread_mutex_destroy(&p->log_mu);
     free(p->store_url);
     free(p->amqp_url);
     free(p);
