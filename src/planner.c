@@ -149,10 +149,11 @@ int64_t warren_jitter_offset_s(const char *job, int64_t jitter_ms)
 typedef struct mat_ctx {
     warren_store *st;
     warren_tzdb *tzdb;
-    uint64_t skipped;  /* runs recorded as skipped */
-    uint64_t inserted; /* runs inserted */
-    size_t jobs;       /* jobs locked */
-    int last_full;     /* the last batch was full */
+    uint64_t skipped;    /* runs recorded as skipped */
+    uint64_t inserted;   /* runs inserted */
+    size_t jobs;         /* jobs locked */
+    int last_full;       /* the last batch was full */
+    warren_plan_pos pos; /* this tick's batches got this far (store_plan.h) */
 } mat_ctx;
 
 /* The helper thread's share of a tick (materialise_helper). */
@@ -652,7 +653,8 @@ static int materialise_batch(warren_planner *p, mat_ctx *m, size_t *njobs, int *
     *inserted = 0;
     if ((rc = warren_plan_begin(m->st, err)) != 0)
         return rc;
-    rc = warren_plan_lock_due_jobs(m->st, p->id, p->pc.horizon_ms, JOB_BATCH, &jobs, &n, &now, err);
+    rc = warren_plan_lock_due_jobs(m->st, p->id, p->pc.horizon_ms, JOB_BATCH, &m->pos, &jobs, &n,
+                                   &now, err);
     if (rc != 0 || n == 0)
         goto done;
     *njobs = n;
@@ -785,6 +787,7 @@ static int helper_start(warren_planner *p, int64_t start_ms, int64_t budget_ms, 
     h->m.skipped = h->m.inserted = 0;
     h->m.jobs = 0;
     h->m.last_full = 0;
+    warren_plan_pos_start(&h->m.pos);
     if (h->m.tzdb == NULL && (h->m.tzdb = warren_tzdb_new(NULL)) == NULL)
         rc = warren_error_set(&e, WARREN_ENOMEM, "out of memory");
     if (rc == 0 && h->m.st == NULL)
@@ -832,7 +835,7 @@ static void helper_join(warren_planner *p, pthread_t t, mat_ctx *m)
 static int materialise(warren_planner *p, int64_t start_ms, int64_t budget_ms, size_t *jobs,
                        int *inserted, warren_error *err)
 {
-    mat_ctx m = {p->st, p->tzdb, 0, 0, 0, 0};
+    mat_ctx m = {p->st, p->tzdb, 0, 0, 0, 0, {0}};
     pthread_t t;
     int first_full = 0, helper = 0, rc;
 

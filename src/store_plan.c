@@ -74,7 +74,12 @@ static const char SQL_LOCK_LEASES[] =
 
 /* coalesce(next_fire_at, '-infinity') (NULL: never planned, first) is the
  * key of index jobs_due_at (015): the range bounds the scan, so a tick when
- * nothing is due reads no job, however many there are. */
+ * nothing is due reads no job, however many there are. The scan starts after
+ * ($4, $5), the (key, name) of the last job the previous batch of this tick
+ * locked: the index entries before it are the old cursors of the jobs just
+ * planned (a cursor update is not HOT), dead until a vacuum, and a scan from
+ * '-infinity' stepped over all of them, batch after batch (34 µs a job at
+ * 1,000,000 jobs, measured). */
 static const char SQL_LOCK_DUE_JOBS[] =
     "SELECT " JOB_COLS
     ", " US("now()") " "
@@ -84,6 +89,8 @@ static const char SQL_LOCK_DUE_JOBS[] =
                      "$2::bigint * interval '1 millisecond' "
                      "AND (j.broken_retry_at IS NULL OR j.broken_retry_at <= now() "
                      "OR j.updated_at > j.broken_since) "
+                     "AND (coalesce(j.next_fire_at, '-infinity'::timestamptz), j.name) > "
+                     "($4::timestamptz, $5::text) "
                      "ORDER BY coalesce(j.next_fire_at, '-infinity'::timestamptz), j.name "
                      "LIMIT $3::int FOR UPDATE OF j SKIP LOCKED";
 
@@ -495,12 +502,20 @@ static int read_job(const PGresult *res, int i, warren_plan_job *j)
     return 0;
 }
 
-int warren_plan_lock_due_jobs(warren_store *st, const char *owner, int64_t horizon_ms, int limit,
-                              warren_plan_job **jobs, size_t *n, warren_us *now, warren_error *err)
+void warren_plan_pos_start(warren_plan_pos *pos)
 {
-    char h[24], l[24];
+    memset(pos, 0, sizeof(*pos));
+}
+
+int warren_plan_lock_due_jobs(warren_store *st, const char *owner, int64_t horizon_ms, int limit,
+                              warren_plan_pos *pos, warren_plan_job **jobs, size_t *n,
+                              warren_us *now, warren_error *err)
+{
+    char h[24], l[24], tb[WARREN_TIME_BUF];
     const char *p[] = {owner, warren__store_int_param(horizon_ms, h, sizeof(h)),
-                       warren__store_int_param(limit, l, sizeof(l))};
+                       warren__store_int_param(limit, l, sizeof(l)),
+                       pos->set ? warren__store_us_param(pos->key, tb, sizeof(tb)) : "-infinity",
+                       pos->name};
     PGresult *res = NULL;
     warren_plan_job *out = NULL;
     int rc, rows;
@@ -519,7 +534,7 @@ int warren_plan_lock_due_jobs(warren_store *st, const char *owner, int64_t horiz
         if (parts == NULL)
             return oom(err);
         p[0] = parts;
-        rc = warren__store_exec_prepared(st, "plan_lock_due_jobs", SQL_LOCK_DUE_JOBS, 3, p, &res,
+        rc = warren__store_exec_prepared(st, "plan_lock_due_jobs", SQL_LOCK_DUE_JOBS, 5, p, &res,
                                          "locking due jobs", err);
         free(parts);
     }
@@ -540,6 +555,19 @@ int warren_plan_lock_due_jobs(warren_store *st, const char *owner, int64_t horiz
         }
     }
     PQclear(res);
+    if (rows > 0) {
+        /* the last row's key: its cursor, '-infinity' for none (NULL, or
+         * -infinity written into the table) */
+        const warren_plan_job *last = &out[rows - 1];
+        int finite = last->has_next && last->next_fire_at != INT64_MAX;
+        if (strlen(last->name) >= sizeof(pos->name)) {
+            warren_plan_jobs_free(out, (size_t)rows);
+            return bad_row(err, "locking due jobs (a job name over 255 bytes)");
+        }
+        pos->set = finite;
+        pos->key = finite ? last->next_fire_at : 0;
+        snprintf(pos->name, sizeof(pos->name), "%s", last->name);
+    }
     *jobs = out;
     *n = (size_t)rows;
     return 0;

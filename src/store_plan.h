@@ -64,15 +64,27 @@ typedef struct warren_plan_job {
 void warren_plan_job_clear(warren_plan_job *j);
 void warren_plan_jobs_free(warren_plan_job *jobs, size_t n);
 
-/* Inside a transaction: locks up to limit jobs of partitions leased (and not
+/* Inside a transaction: locks up to limit jobs after *pos (which moves to the
+ * last one locked) of partitions leased (and not
  * expired) by owner that are not paused/removed and have a next_fire_at NULL
  * or <= now + horizon_ms and are not broken with a retry time still ahead
  * (unless changed since they broke),
  * with FOR UPDATE SKIP LOCKED (and FOR SHARE on the
  * lease rows, so the lease cannot change hands before commit). *jobs is new
  * (warren_plan_jobs_free), *now gets the transaction's now(). */
+/* Where a tick's batches got to in the due-jobs order (coalesce(next_fire_at,
+ * '-infinity'), name): the next batch locks only jobs after it. Start each
+ * tick with warren_plan_pos_start (everything due). */
+typedef struct warren_plan_pos {
+    int set;       /* 0: key is '-infinity' */
+    warren_us key; /* the last job's cursor */
+    char name[256];
+} warren_plan_pos;
+void warren_plan_pos_start(warren_plan_pos *pos);
+
 int warren_plan_lock_due_jobs(warren_store *st, const char *owner, int64_t horizon_ms, int limit,
-                              warren_plan_job **jobs, size_t *n, warren_us *now, warren_error *err);
+                              warren_plan_pos *pos, warren_plan_job **jobs, size_t *n,
+                              warren_us *now, warren_error *err);
 
 /* Reads one job (ENOENT if there is none). */
 int warren_plan_job_get(warren_store *st, const char *name, warren_plan_job *out,
