@@ -23,12 +23,11 @@
 #include "relay.h"
 #include "store_plan.h"
 
-/* Jobs locked per materialise transaction. */
+/* Jobs locked per materialise transaction. A tick whose first batch is full
+ * (a backlog) materialises on a second connection too, in a helper thread:
+ * the work is the server's (one backend runs one core flat out), and FOR
+ * UPDATE SKIP LOCKED gives each connection its own jobs (materialise). */
 #define JOB_BATCH 500
-/* A tick whose first batch is full (a backlog) materialises on a second
- * connection too, in a helper thread: the work is the server's (one backend
- * runs one core flat out), and FOR UPDATE SKIP LOCKED gives each connection
- * its own jobs. */
 /* Runs one job may create in one tick (the cursor continues next tick). */
 #define MAX_RUNS_PER_JOB 10000
 /* Missed fire times looked at per job before the rest are coalesced. */
