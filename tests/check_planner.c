@@ -331,6 +331,62 @@ START_TEST(test_backlog_is_planned_on_two_connections_each_fire_time_once)
 }
 END_TEST
 
+/* The second connection lost (its backend terminated between ticks): the
+ * next backlog's tick does not fail, the planner's own connection plans
+ * everything once, and the backlog after it opens a new second connection. */
+START_TEST(test_lost_second_connection_does_not_fail_the_tick)
+{
+    env e = env_new();
+    warren_config c = test_config(8);
+    warren_planner *p;
+    warren_planner_stats s;
+    uint64_t helper_before;
+    static const char reset[] = "DELETE FROM warren.runs; UPDATE warren.jobs SET next_fire_at = "
+                                "NULL";
+    static const char done[] = "SELECT count(*) FROM warren.jobs WHERE next_fire_at IS NULL";
+
+    ck_assert_int_eq(testenv_psql(e.db,
+                                  "INSERT INTO warren.jobs (name, schedule_kind, expression, "
+                                  "queue, partition) SELECT 'bulk-' || g, 'every', '4s', 'q', "
+                                  "g % 8 FROM generate_series(1, 2000) g",
+                                  NULL),
+                     2000);
+    p = planner_new(&e, &c);
+    tick(p);
+    warren_planner_stats_get(p, &s);
+    ck_assert(s.helper_jobs > 0);
+    /* the planner's two connections; the newer one is the second */
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                                  "current_database() AND pid <> pg_backend_pid()"),
+                     2);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM "
+                                  "pg_stat_activity WHERE datname = current_database() AND pid "
+                                  "<> pg_backend_pid() ORDER BY backend_start DESC LIMIT 1) k"),
+                     1);
+    ck_assert_int_ge(testenv_psql(e.db, reset, NULL), 0);
+    tick(p); /* the second connection fails at once: logged, dropped */
+    for (int i = 0; i < 10 && sql_long(&e, done) > 0; i++)
+        tick(p);
+    ck_assert_int_eq(sql_long(&e, done), 0);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM (SELECT r.job, count(*) AS n, "
+                                  "min(r.scheduled_at) AS first, j.next_fire_at AS cursor FROM "
+                                  "warren.runs r JOIN warren.jobs j ON j.name = r.job GROUP BY "
+                                  "r.job, j.next_fire_at) x WHERE n < 2 OR n <> extract(epoch FROM "
+                                  "cursor - first) / 4"),
+                     0);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(DISTINCT job) FROM warren.runs"), 2000);
+    /* the next backlog opens a new second connection */
+    ck_assert_int_ge(testenv_psql(e.db, reset, NULL), 0);
+    warren_planner_stats_get(p, &s);
+    helper_before = s.helper_jobs;
+    tick(p);
+    warren_planner_stats_get(p, &s);
+    ck_assert_msg(s.helper_jobs > helper_before, "no second connection after the lost one");
+    warren_planner_free(p);
+    env_free(&e);
+}
+END_TEST
+
 /* --------------------------------------------------------------- release */
 
 typedef struct arrival {
@@ -1214,6 +1270,7 @@ static Suite *planner_suite(void)
     tcase_add_test(tc, test_materialise_creates_each_fire_time_once_and_advances_cursor);
     tcase_add_test(tc, test_taken_run_key_is_kept_and_the_rest_planned);
     tcase_add_test(tc, test_backlog_is_planned_on_two_connections_each_fire_time_once);
+    tcase_add_test(tc, test_lost_second_connection_does_not_fail_the_tick);
     tcase_add_test(tc, test_fair_share_of_partitions);
     tcase_add_test(tc, test_planner_without_lease_does_not_materialise);
     tcase_set_timeout(tc, 60);
