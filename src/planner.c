@@ -4,6 +4,7 @@
  * docs/delivery.md explains the decisions. */
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,10 +21,12 @@
 
 #include "internal.h"
 #include "relay.h"
-#include "store_int.h"
 #include "store_plan.h"
 
-/* Jobs locked per materialise transaction. */
+/* Jobs locked per materialise transaction. A tick whose first batch is full
+ * (a backlog) materialises on a second connection too, in a helper thread:
+ * the work is the server's (one backend runs one core flat out), and FOR
+ * UPDATE SKIP LOCKED gives each connection its own jobs (materialise). */
 #define JOB_BATCH 500
 /* Runs one job may create in one tick (the cursor continues next tick). */
 #define MAX_RUNS_PER_JOB 10000
@@ -140,15 +143,40 @@ int64_t warren_jitter_offset_s(const char *job, int64_t jitter_ms)
 
 /* ------------------------------------------------------------------ planner */
 
+/* What one connection materialises with: its store, its zone cache (the
+ * caches are not shared between threads) and its counters. */
+typedef struct mat_ctx {
+    warren_store *st;
+    warren_tzdb *tzdb;
+    uint64_t skipped;    /* runs recorded as skipped */
+    uint64_t inserted;   /* runs inserted */
+    size_t jobs;         /* jobs locked */
+    int last_full;       /* the last batch was full */
+    warren_plan_pos pos; /* this tick's batches got this far (store_plan.h) */
+} mat_ctx;
+
+/* The helper thread's share of a tick (materialise_helper). */
+typedef struct mat_helper {
+    struct warren_planner *p;
+    mat_ctx m;
+    int64_t start_ms, budget_ms;
+    int rc;
+    warren_error err;
+} mat_helper;
+
 struct warren_planner {
     warren_planner_config pc;
     char *store_url;
     char *amqp_url;
-    const warren_logger *lg;
+    const warren_logger *lg; /* &locked_lg, or NULL */
+    warren_logger user_lg, locked_lg;
+    pthread_mutex_t log_mu; /* the helper thread logs too: one message at a time */
     warren_store *st;
     warren_broker *b;
     warren_relay *relay;
     warren_tzdb *tzdb;
+    mat_helper helper; /* its store is opened at the first backlog, kept */
+    int helper_logged; /* a failure of the second connection was said */
     char id[128];
     int64_t stall_ms;
     int64_t last_reconcile_ms;
@@ -158,6 +186,16 @@ struct warren_planner {
     volatile sig_atomic_t *stop;
     warren_planner_stats stats;
 };
+
+/* The program's logger, called under log_mu (a callback need not be
+ * thread-safe). */
+static void locked_log(void *ud, warren_log_level level, const char *msg)
+{
+    warren_planner *p = ud;
+    pthread_mutex_lock(&p->log_mu);
+    p->user_lg.fn(p->user_lg.ud, level, msg);
+    pthread_mutex_unlock(&p->log_mu);
+}
 
 static int stopping(const warren_planner *p)
 {
@@ -207,6 +245,7 @@ int warren_planner_new(const warren_config *cfg, const char *store_url, const ch
     *out = NULL;
     if ((p = calloc(1, sizeof(*p))) == NULL)
         return warren_error_set(err, WARREN_ENOMEM, "out of memory creating the planner");
+    pthread_mutex_init(&p->log_mu, NULL);
     p->pc = cfg->planner;
     if (p->pc.tick_ms <= 0)
         p->pc.tick_ms = 1000;
@@ -223,7 +262,13 @@ int warren_planner_new(const warren_config *cfg, const char *store_url, const ch
         p->pc.publish_batch = 200;
     if (p->pc.delay_queue_expires_ms <= 0)
         p->pc.delay_queue_expires_ms = 600000;
-    p->lg = lg;
+    if (lg != NULL) {
+        p->user_lg = *lg;
+        p->locked_lg.fn = lg->fn != NULL ? locked_log : NULL;
+        p->locked_lg.ud = p;
+        p->locked_lg.min_level = lg->min_level;
+        p->lg = &p->locked_lg;
+    }
     p->store_url = strdup(store_url ? store_url : "");
     p->amqp_url = strdup(amqp_url ? amqp_url : "");
     p->tzdb = warren_tzdb_new(NULL);
@@ -290,6 +335,9 @@ void warren_planner_free(warren_planner *p)
     warren_broker_free(p->b);
     warren_store_free(p->st);
     warren_tzdb_free(p->tzdb);
+    warren_store_free(p->helper.m.st);
+    warren_tzdb_free(p->helper.m.tzdb);
+    pthread_mutex_destroy(&p->log_mu);
     free(p->store_url);
     free(p->amqp_url);
     free(p);
@@ -423,8 +471,8 @@ static void set_broken(const warren_plan_job *j, warren_us now, const char *why,
  * the rows computed before the failure are kept only if they leave no gap,
  * and the caller marks the job broken. Returns nonzero only for errors that
  * end the batch (out of memory). */
-static int plan_job(warren_planner *p, const warren_plan_job *j, warren_us now, runvec *rv,
-                    job_plan *jp, warren_error *err)
+static int plan_job(warren_planner *p, mat_ctx *m, const warren_plan_job *j, warren_us now,
+                    runvec *rv, job_plan *jp, warren_error *err)
 {
     warren_schedule *s = NULL;
     warren_error e = {0};
@@ -434,7 +482,7 @@ static int plan_job(warren_planner *p, const warren_plan_job *j, warren_us now, 
     unsigned flags = 0;
     int rc, exhausted = 0, deferred = 0, ontime = 0;
     size_t rv_start = rv->n;
-    uint64_t skipped_before = p->stats.runs_skipped;
+    uint64_t skipped_before = m->skipped;
     char a[WARREN_TIME_BUF], b[WARREN_TIME_BUF], thr[32], note[1024], brk[600] = "";
 
     memset(jp, 0, sizeof(*jp));
@@ -455,7 +503,7 @@ static int plan_job(warren_planner *p, const warren_plan_job *j, warren_us now, 
         set_broken(j, now, note, jp);
         return 0;
     }
-    if ((rc = warren_schedule_new(p->tzdb, j->name, j->kind, j->expression, j->timezone, &s, &e)) !=
+    if ((rc = warren_schedule_new(m->tzdb, j->name, j->kind, j->expression, j->timezone, &s, &e)) !=
         0) {
         if (rc == WARREN_ENOMEM)
             return warren_error_set(err, rc, "%s", e.message);
@@ -515,7 +563,7 @@ static int plan_job(warren_planner *p, const warren_plan_job *j, warren_us now, 
             if ((rc = runvec_add(rv, j->name, t, jit, "skipped", "misfire", note, err)) != 0)
                 goto out;
             skipped_rows++;
-            p->stats.runs_skipped++;
+            m->skipped++;
         }
         if (nmissed >= MAX_MISSED_SCAN) {
             /* Coalesce the rest of a very long outage without enumerating it. */
@@ -582,7 +630,7 @@ failed:
         jp->cursor = (last_ontime + 1) * WARREN_US_PER_S;
     } else {
         runvec_truncate(rv, rv_start);
-        p->stats.runs_skipped = skipped_before;
+        m->skipped = skipped_before;
     }
     rc = 0;
 out:
@@ -592,7 +640,8 @@ out:
 
 /* One transaction: lock a batch of due jobs, insert their runs, advance them.
  * *njobs gets the number of jobs locked. */
-static int materialise_batch(warren_planner *p, size_t *njobs, int *inserted, warren_error *err)
+static int materialise_batch(warren_planner *p, mat_ctx *m, size_t *njobs, int *inserted,
+                             warren_error *err)
 {
     warren_plan_job *jobs = NULL;
     size_t n = 0, ngood = 0, nbroken = 0;
@@ -601,15 +650,16 @@ static int materialise_batch(warren_planner *p, size_t *njobs, int *inserted, wa
     job_plan *plans = NULL;
     const char **names = NULL, **bnames = NULL, **whys = NULL;
     warren_us *next = NULL, *bcursors = NULL;
-    int *never = NULL, *bhas = NULL;
+    int *never = NULL, *bhas = NULL, *was = NULL;
     int rc, ins = 0;
     char a[WARREN_TIME_BUF];
 
     *njobs = 0;
     *inserted = 0;
-    if ((rc = warren_plan_begin(p->st, err)) != 0)
+    if ((rc = warren_plan_begin(m->st, err)) != 0)
         return rc;
-    rc = warren_plan_lock_due_jobs(p->st, p->id, p->pc.horizon_ms, JOB_BATCH, &jobs, &n, &now, err);
+    rc = warren_plan_lock_due_jobs(m->st, p->id, p->pc.horizon_ms, JOB_BATCH, &m->pos, &jobs, &n,
+                                   &now, err);
     if (rc != 0 || n == 0)
         goto done;
     *njobs = n;
@@ -621,14 +671,15 @@ static int materialise_batch(warren_planner *p, size_t *njobs, int *inserted, wa
     whys = calloc(n, sizeof(*whys));
     bcursors = calloc(n, sizeof(*bcursors));
     bhas = calloc(n, sizeof(*bhas));
-    if (!plans || !names || !next || !never || !bnames || !whys || !bcursors || !bhas) {
+    was = calloc(n, sizeof(*was));
+    if (!plans || !names || !next || !never || !bnames || !whys || !bcursors || !bhas || !was) {
         rc = warren_error_set(err, WARREN_ENOMEM, "out of memory planning runs");
         goto done;
     }
     for (size_t i = 0; i < n; i++) {
         const warren_plan_job *j = &jobs[i];
         job_plan *jp = &plans[i];
-        if ((rc = plan_job(p, j, now, &rv, jp, err)) != 0)
+        if ((rc = plan_job(p, m, j, now, &rv, jp, err)) != 0)
             goto done;
         if (jp->broken) {
             /* Said once per reason at error level (and as the event
@@ -659,26 +710,27 @@ static int materialise_batch(warren_planner *p, size_t *njobs, int *inserted, wa
         names[ngood] = j->name;
         next[ngood] = jp->cursor;
         never[ngood] = jp->never;
+        was[ngood] = j->broken_reason != NULL;
         ngood++;
     }
     /* Insert in chunks so one statement stays a reasonable size. */
     for (size_t off = 0; off < rv.n; off += 5000) {
         size_t cnt = rv.n - off < 5000 ? rv.n - off : 5000;
         int k = 0;
-        if ((rc = warren_plan_insert_runs(p->st, rv.v + off, cnt, &k, err)) != 0)
+        if ((rc = warren_plan_insert_new_runs(m->st, rv.v + off, cnt, &k, err)) != 0)
             goto done;
         ins += k;
     }
-    if ((rc = warren_plan_advance(p->st, names, next, never, ngood, err)) != 0)
+    if ((rc = warren_plan_advance(m->st, names, next, never, was, ngood, err)) != 0)
         goto done;
-    if ((rc = warren_plan_mark_broken(p->st, bnames, whys, bcursors, bhas, nbroken, err)) != 0)
+    if ((rc = warren_plan_mark_broken(m->st, bnames, whys, bcursors, bhas, nbroken, err)) != 0)
         goto done;
-    if ((rc = warren_plan_commit(p->st, err)) != 0)
+    if ((rc = warren_plan_commit(m->st, err)) != 0)
         goto done;
     *inserted = ins;
 done:
     if (rc != 0 || n == 0)
-        warren_plan_rollback(p->st);
+        warren_plan_rollback(m->st);
     runvec_free(&rv);
     free(plans);
     free(names);
@@ -688,6 +740,7 @@ done:
     free(whys);
     free(bcursors);
     free(bhas);
+    free(was);
     warren_plan_jobs_free(jobs, n);
     return rc;
 }
@@ -700,16 +753,13 @@ done:
  * wins, with a warning naming both and the fix. */
 static int follow_sync_partitions(warren_planner *p, warren_error *err)
 {
-    PGresult *res = NULL;
     int n = 0, rc;
 
     if (!p->has_sync_state)
         return 0;
-    if ((rc = warren__store_exec(p->st, "SELECT partitions FROM warren.sync_state", 0, NULL, &res,
-                                 "read the partition count of the last sync", err)) != 0)
+    if ((rc = warren_plan_sync_partitions(p->st, &n, err)) != 0)
         return rc;
-    if (PQntuples(res) == 1 && warren__store_get_int(res, 0, 0, &n) == 0 && n > 0 &&
-        n != p->pc.partitions) {
+    if (n > 0 && n != p->pc.partitions) {
         if (n != p->cfg_partitions)
             warren_log(p->lg, WARREN_LOG_WARN,
                        "planner %s: planner.partitions is %d in this planner's config, but the "
@@ -723,8 +773,122 @@ static int follow_sync_partitions(warren_planner *p, warren_error *err)
                        p->id, n, n);
         p->pc.partitions = n;
     }
-    PQclear(res);
     return 0;
+}
+
+/* Batches on m until one is not full (nothing more is due, or the rest is
+ * locked by the other connection or another planner), the planner stops or
+ * the tick's budget is spent. */
+static int materialise_loop(warren_planner *p, mat_ctx *m, int64_t start_ms, int64_t budget_ms,
+                            int *first_full, warren_error *err)
+{
+    while (!stopping(p)) {
+        size_t n = 0;
+        int k = 0, rc = materialise_batch(p, m, &n, &k, err);
+        if (rc != 0)
+            return rc;
+        m->jobs += n;
+        m->inserted += (uint64_t)k;
+        m->last_full = n == JOB_BATCH;
+        if (!m->last_full || warren__mono_ms() - start_ms > budget_ms)
+            break;
+        if (first_full != NULL && *first_full == 0) {
+            *first_full = 1;
+            return 0; /* the caller starts the helper, then calls again */
+        }
+    }
+    return 0;
+}
+
+static void *materialise_helper(void *arg)
+{
+    mat_helper *h = arg;
+    h->rc = materialise_loop(h->p, &h->m, h->start_ms, h->budget_ms, NULL, &h->err);
+    return NULL;
+}
+
+/* Opens the second connection (once) and starts the helper thread; nonzero
+ * if it cannot (the tick goes on with one connection: said once). */
+static int helper_start(warren_planner *p, int64_t start_ms, int64_t budget_ms, pthread_t *t)
+{
+    mat_helper *h = &p->helper;
+    warren_error e = {0};
+    int rc = 0;
+
+    h->p = p;
+    h->start_ms = start_ms;
+    h->budget_ms = budget_ms;
+    h->rc = 0;
+    warren_error_clear(&h->err);
+    h->m.skipped = h->m.inserted = 0;
+    h->m.jobs = 0;
+    h->m.last_full = 0;
+    warren_plan_pos_start(&h->m.pos);
+    if (h->m.tzdb == NULL && (h->m.tzdb = warren_tzdb_new(NULL)) == NULL)
+        rc = warren_error_set(&e, WARREN_ENOMEM, "out of memory");
+    if (rc == 0 && h->m.st == NULL)
+        rc = warren_store_open(p->store_url, p->lg, &h->m.st, &e);
+    if (rc == 0 && pthread_create(t, NULL, materialise_helper, h) != 0)
+        rc = warren_error_set(&e, WARREN_ENOMEM, "cannot start a thread");
+    if (rc != 0) {
+        if (!p->helper_logged)
+            warren_log(p->lg, WARREN_LOG_WARN,
+                       "planner %s: materialising on one connection only (a second one: %s)", p->id,
+                       e.message);
+        p->helper_logged = 1;
+        warren_store_free(h->m.st);
+        h->m.st = NULL;
+        return rc;
+    }
+    return 0;
+}
+
+/* Waits for the helper and adds its counts; a failure of its connection is
+ * logged and the connection dropped (its transaction rolled back: what it
+ * had locked is planned by the next batch), never the tick's failure. */
+static void helper_join(warren_planner *p, pthread_t t, mat_ctx *m)
+{
+    mat_helper *h = &p->helper;
+    pthread_join(t, NULL);
+    m->skipped += h->m.skipped;
+    m->inserted += h->m.inserted;
+    m->jobs += h->m.jobs;
+    p->stats.helper_jobs += h->m.jobs;
+    if (h->rc != 0) {
+        warren_log(p->lg, WARREN_LOG_WARN,
+                   "planner %s: the second materialising connection failed: %s; reopened at "
+                   "the next backlog",
+                   p->id, h->err.message);
+        warren_plan_rollback(h->m.st);
+        warren_store_free(h->m.st);
+        h->m.st = NULL;
+    }
+}
+
+/* Materialises what is due: on the planner's connection, and at a backlog (a
+ * full first batch) on the helper's as well; then, the helper done, on the
+ * planner's alone until a batch is not full. */
+static int materialise(warren_planner *p, int64_t start_ms, int64_t budget_ms, size_t *jobs,
+                       int *inserted, warren_error *err)
+{
+    mat_ctx m = {p->st, p->tzdb, 0, 0, 0, 0, {0}};
+    pthread_t t;
+    int first_full = 0, helper = 0, rc;
+
+    rc = materialise_loop(p, &m, start_ms, budget_ms, &first_full, err);
+    if (rc == 0 && first_full) {
+        helper = helper_start(p, start_ms, budget_ms, &t) == 0;
+        rc = materialise_loop(p, &m, start_ms, budget_ms, NULL, err);
+    }
+    if (helper) {
+        helper_join(p, t, &m);
+        if (rc == 0 && warren__mono_ms() - start_ms <= budget_ms)
+            rc = materialise_loop(p, &m, start_ms, budget_ms, NULL, err);
+    }
+    p->stats.runs_skipped += m.skipped;
+    *jobs = m.jobs;
+    *inserted = (int)m.inserted;
+    return rc;
 }
 
 int warren_planner_tick(warren_planner *p, warren_error *err)
@@ -749,18 +913,12 @@ int warren_planner_tick(warren_planner *p, warren_error *err)
                    "planner %s: partitions: took %d, gave up %d, own %d of %d (%d live planners)",
                    p->id, taken, dropped, owned, p->pc.partitions, live);
 
-    while (owned > 0 && !stopping(p)) {
-        size_t n = 0;
-        int k = 0;
+    if (owned > 0 && !stopping(p)) {
         int64_t m0 = warren__mono_us();
-        rc = materialise_batch(p, &n, &k, err);
+        rc = materialise(p, start, budget, &jobs_seen, &inserted, err);
         p->stats.materialise_us += (uint64_t)(warren__mono_us() - m0);
         if (rc != 0)
             return rc;
-        jobs_seen += n;
-        inserted += k;
-        if (n < JOB_BATCH || warren__mono_ms() - start > budget)
-            break;
     }
     p->stats.runs_inserted += (uint64_t)inserted;
 

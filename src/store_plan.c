@@ -38,10 +38,12 @@ static const char SQL_LEASE_COUNT[] =
     "SELECT count(*) FROM warren.planner_leases WHERE owner = $1 AND lease_until > now() "
     "AND partition < $2::int";
 
+/* (Leases of partitions at or above the count, after the count shrank: not
+ * renewed, not counted, so not dropped here either; they expire.) */
 static const char SQL_LEASE_DROP[] =
     "UPDATE warren.planner_leases SET owner = '', lease_until = '-infinity', renewed_at = now() "
     "WHERE partition IN (SELECT partition FROM warren.planner_leases WHERE owner = $1 "
-    "ORDER BY partition DESC LIMIT $2::int)";
+    "AND partition < $3::int ORDER BY partition DESC LIMIT $2::int)";
 
 static const char SQL_LEASE_TAKE[] =
     "UPDATE warren.planner_leases l SET owner = $1, "
@@ -74,7 +76,12 @@ static const char SQL_LOCK_LEASES[] =
 
 /* coalesce(next_fire_at, '-infinity') (NULL: never planned, first) is the
  * key of index jobs_due_at (015): the range bounds the scan, so a tick when
- * nothing is due reads no job, however many there are. */
+ * nothing is due reads no job, however many there are. The scan starts after
+ * ($4, $5), the (key, name) of the last job the previous batch of this tick
+ * locked: the index entries before it are the old cursors of the jobs just
+ * planned (a cursor update is not HOT), dead until a vacuum, and a scan from
+ * '-infinity' stepped over all of them, batch after batch (34 µs a job at
+ * 1,000,000 jobs, measured). */
 static const char SQL_LOCK_DUE_JOBS[] =
     "SELECT " JOB_COLS
     ", " US("now()") " "
@@ -84,6 +91,8 @@ static const char SQL_LOCK_DUE_JOBS[] =
                      "$2::bigint * interval '1 millisecond' "
                      "AND (j.broken_retry_at IS NULL OR j.broken_retry_at <= now() "
                      "OR j.updated_at > j.broken_since) "
+                     "AND (coalesce(j.next_fire_at, '-infinity'::timestamptz), j.name) > "
+                     "($4::timestamptz, $5::text) "
                      "ORDER BY coalesce(j.next_fire_at, '-infinity'::timestamptz), j.name "
                      "LIMIT $3::int FOR UPDATE OF j SKIP LOCKED";
 
@@ -97,6 +106,18 @@ static const char SQL_INSERT_RUNS[] =
     "FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[], $4::text[], $5::text[], "
     "$6::text[], $7::text[]) AS u(job, sched, due, state, origin, note, payload) "
     "ON CONFLICT DO NOTHING";
+
+/* The same rows without ON CONFLICT, for the planner's runs, which are new
+ * but for rare races (warren_plan_insert_new_runs): a speculative insertion
+ * (the index probe and the extra WAL record of every row ON CONFLICT needs)
+ * cost a fifth of the statement (measured, docs/benchmarks.md). */
+static const char SQL_INSERT_NEW_RUNS[] =
+    "INSERT INTO warren.runs (job, scheduled_at, due_at, state, origin, note, payload, "
+    "finished_at) "
+    "SELECT u.job, u.sched, u.due, u.state, u.origin, u.note, u.payload::jsonb, "
+    "CASE WHEN u.state = 'skipped' THEN now() END "
+    "FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[], $4::text[], $5::text[], "
+    "$6::text[], $7::text[]) AS u(job, sched, due, state, origin, note, payload)";
 
 /* A job planned again after it was broken loses its mark and says so on
  * warren.events (job.recovered.<job>); `o` is the row before the update. */
@@ -112,6 +133,14 @@ static const char SQL_ADVANCE[] =
     "jsonb_build_object('event', 'job.recovered', 'job', a.name, 'broken_since', "
     "warren.plan_utc(a.since), 'error', a.was, 'at', warren.plan_utc(now())) "
     "FROM a WHERE a.was IS NOT NULL";
+
+/* The cursors of jobs that were not broken (the planner read their mark under
+ * its row lock): no event to write, so no second look at the row before the
+ * update (a fifth of SQL_ADVANCE, measured). */
+static const char SQL_ADVANCE_PLAIN[] =
+    "UPDATE warren.jobs j SET next_fire_at = u.nf, broken_reason = NULL, broken_since = NULL, "
+    "broken_retry_at = NULL FROM unnest($1::text[], $2::timestamptz[]) AS u(name, nf) "
+    "WHERE j.name = u.name";
 
 /* Broken jobs (docs/delivery.md, "Broken jobs"): the reason, since when (a
  * job changed since it broke, by sync, pause or resume, breaks anew), the
@@ -303,6 +332,19 @@ void warren_plan_rollback(warren_store *st)
 
 /* ------------------------------------------------------------------ leases */
 
+static int count_query(warren_store *st, const char *name, const char *sql, int np,
+                       const char *const *params, int *out, const char *what, warren_error *err);
+
+static const char SQL_SYNC_PARTITIONS[] =
+    "SELECT coalesce((SELECT partitions FROM warren.sync_state), 0)";
+
+int warren_plan_sync_partitions(warren_store *st, int *n, warren_error *err)
+{
+    *n = 0;
+    return count_query(st, "plan_sync_partitions", SQL_SYNC_PARTITIONS, 0, NULL, n,
+                       "reading the partition count of the last sync", err);
+}
+
 int warren_plan_heartbeat(warren_store *st, const char *owner, int64_t ttl_ms, int partitions,
                           warren_error *err)
 {
@@ -370,8 +412,8 @@ int warren_plan_leases(warren_store *st, const char *owner, int partitions, int6
     }
     fair = (partitions + nlive - 1) / nlive;
     if (have > fair) {
-        const char *p[] = {owner, warren__store_int_param(have - fair, nb, sizeof(nb))};
-        if ((rc = warren__store_exec_prepared(st, "plan_lease_drop", SQL_LEASE_DROP, 2, p, &res,
+        const char *p[] = {owner, warren__store_int_param(have - fair, nb, sizeof(nb)), parts};
+        if ((rc = warren__store_exec_prepared(st, "plan_lease_drop", SQL_LEASE_DROP, 3, p, &res,
                                               "giving up partitions above the fair share", err)) !=
             0)
             goto fail;
@@ -475,12 +517,20 @@ static int read_job(const PGresult *res, int i, warren_plan_job *j)
     return 0;
 }
 
-int warren_plan_lock_due_jobs(warren_store *st, const char *owner, int64_t horizon_ms, int limit,
-                              warren_plan_job **jobs, size_t *n, warren_us *now, warren_error *err)
+void warren_plan_pos_start(warren_plan_pos *pos)
 {
-    char h[24], l[24];
+    memset(pos, 0, sizeof(*pos));
+}
+
+int warren_plan_lock_due_jobs(warren_store *st, const char *owner, int64_t horizon_ms, int limit,
+                              warren_plan_pos *pos, warren_plan_job **jobs, size_t *n,
+                              warren_us *now, warren_error *err)
+{
+    char h[24], l[24], tb[WARREN_TIME_BUF];
     const char *p[] = {owner, warren__store_int_param(horizon_ms, h, sizeof(h)),
-                       warren__store_int_param(limit, l, sizeof(l))};
+                       warren__store_int_param(limit, l, sizeof(l)),
+                       pos->set ? warren__store_us_param(pos->key, tb, sizeof(tb)) : "-infinity",
+                       pos->name};
     PGresult *res = NULL;
     warren_plan_job *out = NULL;
     int rc, rows;
@@ -499,7 +549,7 @@ int warren_plan_lock_due_jobs(warren_store *st, const char *owner, int64_t horiz
         if (parts == NULL)
             return oom(err);
         p[0] = parts;
-        rc = warren__store_exec_prepared(st, "plan_lock_due_jobs", SQL_LOCK_DUE_JOBS, 3, p, &res,
+        rc = warren__store_exec_prepared(st, "plan_lock_due_jobs", SQL_LOCK_DUE_JOBS, 5, p, &res,
                                          "locking due jobs", err);
         free(parts);
     }
@@ -520,6 +570,19 @@ int warren_plan_lock_due_jobs(warren_store *st, const char *owner, int64_t horiz
         }
     }
     PQclear(res);
+    if (rows > 0) {
+        /* the last row's key: its cursor, '-infinity' for none (NULL, or
+         * -infinity written into the table) */
+        const warren_plan_job *last = &out[rows - 1];
+        int finite = last->has_next && last->next_fire_at != INT64_MAX;
+        if (strlen(last->name) >= sizeof(pos->name)) {
+            warren_plan_jobs_free(out, (size_t)rows);
+            return bad_row(err, "locking due jobs (a job name over 255 bytes)");
+        }
+        pos->set = finite;
+        pos->key = finite ? last->next_fire_at : 0;
+        snprintf(pos->name, sizeof(pos->name), "%s", last->name);
+    }
     *jobs = out;
     *n = (size_t)rows;
     return 0;
@@ -554,17 +617,10 @@ int warren_plan_job_get(warren_store *st, const char *name, warren_plan_job *out
     return 0;
 }
 
-int warren_plan_insert_runs(warren_store *st, const warren_plan_run *runs, size_t n, int *inserted,
-                            warren_error *err)
+/* The seven array parameters of SQL_INSERT_RUNS and SQL_INSERT_NEW_RUNS. */
+static int runs_arrays(const warren_plan_run *runs, size_t n, buf a[7], warren_error *err)
 {
-    buf a[7] = {{0}};
-    PGresult *res = NULL;
     int rc = 0;
-
-    if (inserted)
-        *inserted = 0;
-    if (n == 0)
-        return 0;
     for (int k = 0; k < 7; k++)
         arr_open(&a[k]);
     for (size_t i = 0; i < n; i++) {
@@ -578,37 +634,97 @@ int warren_plan_insert_runs(warren_store *st, const warren_plan_run *runs, size_
     }
     for (int k = 0; k < 7; k++) {
         arr_close(&a[k]);
-        if (a[k].err)
+        if (a[k].err && rc == 0)
             rc = oom(err);
     }
+    return rc;
+}
+
+static int insert_runs(warren_store *st, const char *name, const char *sql, const buf a[7],
+                       int *inserted, warren_error *err)
+{
+    const char *p[7];
+    PGresult *res = NULL;
+    int rc;
+    for (int k = 0; k < 7; k++)
+        p[k] = a[k].p;
+    rc = warren__store_exec_prepared(st, name, sql, 7, p, &res, "inserting runs", err);
     if (rc == 0) {
-        const char *p[7];
-        for (int k = 0; k < 7; k++)
-            p[k] = a[k].p;
-        rc = warren__store_exec_prepared(st, "plan_insert_runs", SQL_INSERT_RUNS, 7, p, &res,
-                                         "inserting runs", err);
-        if (rc == 0) {
-            if (inserted)
-                *inserted = warren__store_cmd_tuples(res);
-            PQclear(res);
-        }
+        if (inserted)
+            *inserted = warren__store_cmd_tuples(res);
+        PQclear(res);
     }
+    return rc;
+}
+
+int warren_plan_insert_runs(warren_store *st, const warren_plan_run *runs, size_t n, int *inserted,
+                            warren_error *err)
+{
+    buf a[7] = {{0}};
+    int rc;
+
+    if (inserted)
+        *inserted = 0;
+    if (n == 0)
+        return 0;
+    if ((rc = runs_arrays(runs, n, a, err)) == 0)
+        rc = insert_runs(st, "plan_insert_runs", SQL_INSERT_RUNS, a, inserted, err);
     for (int k = 0; k < 7; k++)
         free(a[k].p);
     return rc;
 }
 
-int warren_plan_advance(warren_store *st, const char *const *names, const warren_us *next,
-                        const int *never_again, size_t n, warren_error *err)
+int warren_plan_insert_new_runs(warren_store *st, const warren_plan_run *runs, size_t n,
+                                int *inserted, warren_error *err)
 {
-    buf a = {0}, b = {0};
-    int rc = 0;
+    buf a[7] = {{0}};
+    int rc;
 
+    if (inserted)
+        *inserted = 0;
     if (n == 0)
         return 0;
+    if ((rc = runs_arrays(runs, n, a, err)) != 0)
+        goto out;
+    if ((rc = warren__store_exec_simple(st, "SAVEPOINT warren_plan_insert",
+                                        "inserting runs (savepoint)", err)) != 0)
+        goto out;
+    rc = insert_runs(st, "plan_insert_new_runs", SQL_INSERT_NEW_RUNS, a, inserted, err);
+    if (rc == 0) {
+        rc = warren__store_exec_simple(st, "RELEASE SAVEPOINT warren_plan_insert",
+                                       "inserting runs (release savepoint)", err);
+    } else if (strcmp(warren__store_sqlstate(st), "23505") == 0) {
+        /* A run key taken already (a trigger in the same second, a second
+         * planner after a lease moved, a cursor set back): the rows again,
+         * the taken ones skipped. */
+        warren_error_clear(err);
+        if ((rc = warren__store_exec_simple(st, "ROLLBACK TO SAVEPOINT warren_plan_insert",
+                                            "inserting runs (rollback to savepoint)", err)) == 0)
+            rc = insert_runs(st, "plan_insert_runs", SQL_INSERT_RUNS, a, inserted, err);
+    }
+out:
+    for (int k = 0; k < 7; k++)
+        free(a[k].p);
+    return rc;
+}
+
+/* The cursors of the jobs whose broken_reason is NULL (broken == 0) or not
+ * NULL (broken == 1) as it was read; was_broken NULL: every job with the
+ * statement that looks at the row before the update. */
+static int advance(warren_store *st, const char *const *names, const warren_us *next,
+                   const int *never_again, const int *was_broken, int broken, size_t n,
+                   warren_error *err)
+{
+    buf a = {0}, b = {0};
+    size_t m = 0;
+    int rc = 0;
+
     arr_open(&a);
     arr_open(&b);
     for (size_t i = 0; i < n; i++) {
+        if (was_broken != NULL && (was_broken[i] != 0) != broken)
+            continue;
+        m++;
         arr_elem(&a, names[i]);
         if (never_again && never_again[i])
             arr_elem(&b, "infinity");
@@ -619,14 +735,32 @@ int warren_plan_advance(warren_store *st, const char *const *names, const warren
     arr_close(&b);
     if (a.err || b.err) {
         rc = oom(err);
-    } else {
+    } else if (m > 0) {
         const char *p[] = {a.p, b.p};
-        rc = warren__store_exec_prepared(st, "plan_advance", SQL_ADVANCE, 2, p, NULL,
-                                         "advancing job cursors", err);
+        if (broken)
+            rc = warren__store_exec_prepared(st, "plan_advance", SQL_ADVANCE, 2, p, NULL,
+                                             "advancing job cursors", err);
+        else
+            rc = warren__store_exec_prepared(st, "plan_advance_plain", SQL_ADVANCE_PLAIN, 2, p,
+                                             NULL, "advancing job cursors", err);
     }
     free(a.p);
     free(b.p);
     return rc;
+}
+
+int warren_plan_advance(warren_store *st, const char *const *names, const warren_us *next,
+                        const int *never_again, const int *was_broken, size_t n, warren_error *err)
+{
+    int rc;
+
+    if (n == 0)
+        return 0;
+    if (was_broken == NULL)
+        return advance(st, names, next, never_again, NULL, 1, n, err);
+    if ((rc = advance(st, names, next, never_again, was_broken, 0, n, err)) != 0)
+        return rc;
+    return advance(st, names, next, never_again, was_broken, 1, n, err);
 }
 
 int warren_plan_mark_broken(warren_store *st, const char *const *names, const char *const *reasons,

@@ -24,6 +24,10 @@ void warren_plan_rollback(warren_store *st);
 
 /* ------------------------------------------------------------------ leases */
 
+/* The partition count the last `warren sync` placed the jobs by
+ * (warren.sync_state; migration 015): *n, or 0 when no sync recorded one. */
+int warren_plan_sync_partitions(warren_store *st, int *n, warren_error *err);
+
 /* Announces planner owner as live until now + ttl_ms and makes sure lease rows
  * 0..partitions-1 exist. Own transaction. */
 int warren_plan_heartbeat(warren_store *st, const char *owner, int64_t ttl_ms, int partitions,
@@ -64,15 +68,27 @@ typedef struct warren_plan_job {
 void warren_plan_job_clear(warren_plan_job *j);
 void warren_plan_jobs_free(warren_plan_job *jobs, size_t n);
 
-/* Inside a transaction: locks up to limit jobs of partitions leased (and not
+/* Inside a transaction: locks up to limit jobs after *pos (which moves to the
+ * last one locked) of partitions leased (and not
  * expired) by owner that are not paused/removed and have a next_fire_at NULL
  * or <= now + horizon_ms and are not broken with a retry time still ahead
  * (unless changed since they broke),
  * with FOR UPDATE SKIP LOCKED (and FOR SHARE on the
  * lease rows, so the lease cannot change hands before commit). *jobs is new
  * (warren_plan_jobs_free), *now gets the transaction's now(). */
+/* Where a tick's batches got to in the due-jobs order (coalesce(next_fire_at,
+ * '-infinity'), name): the next batch locks only jobs after it. Start each
+ * tick with warren_plan_pos_start (everything due). */
+typedef struct warren_plan_pos {
+    int set;       /* 0: key is '-infinity' */
+    warren_us key; /* the last job's cursor */
+    char name[256];
+} warren_plan_pos;
+void warren_plan_pos_start(warren_plan_pos *pos);
+
 int warren_plan_lock_due_jobs(warren_store *st, const char *owner, int64_t horizon_ms, int limit,
-                              warren_plan_job **jobs, size_t *n, warren_us *now, warren_error *err);
+                              warren_plan_pos *pos, warren_plan_job **jobs, size_t *n,
+                              warren_us *now, warren_error *err);
 
 /* Reads one job (ENOENT if there is none). */
 int warren_plan_job_get(warren_store *st, const char *name, warren_plan_job *out,
@@ -94,11 +110,21 @@ typedef struct warren_plan_run {
 int warren_plan_insert_runs(warren_store *st, const warren_plan_run *runs, size_t n, int *inserted,
                             warren_error *err);
 
+/* The planner's new runs, inside its transaction: a plain INSERT (no
+ * speculative insertion) under a savepoint; if a run key is taken already
+ * (SQLSTATE 23505) the rows again with ON CONFLICT DO NOTHING, so the result
+ * is that of warren_plan_insert_runs. */
+int warren_plan_insert_new_runs(warren_store *st, const warren_plan_run *runs, size_t n,
+                                int *inserted, warren_error *err);
+
 /* Sets next_fire_at of n jobs; never_again[i] != 0 stores 'infinity'. A job
  * that was broken is no longer: its mark is cleared and the event
- * job.recovered.<job> written to the outbox. */
+ * job.recovered.<job> written to the outbox. was_broken[i] says whether job
+ * i's broken_reason was set when it was locked (FOR UPDATE, in the same
+ * transaction): the others take a cheaper statement; NULL: not known, every
+ * job is looked at before its update. */
 int warren_plan_advance(warren_store *st, const char *const *names, const warren_us *next,
-                        const int *never_again, size_t n, warren_error *err);
+                        const int *never_again, const int *was_broken, size_t n, warren_error *err);
 
 /* Marks n jobs broken: their fire times cannot be computed (reasons[i], copied
  * into jobs.broken_reason). broken_since keeps the first failure; the job is

@@ -2,6 +2,7 @@
  *
  *   eval "$(tests/servers.sh start)"
  *   build/tests/bench_api_jobs [--jobs N] [--small N] [--batch B] [--planners P]
+ *                              [--db URL] [--no-planners]
  *
  * Defaults: 1,000,000 jobs, the small size 10,000, batches of 10,000, 3
  * planners. Phases, each a JSON line (with /proc/loadavg at its end):
@@ -14,17 +15,27 @@
  *    planner's) with horizon 2h plans every job (2 runs each): runs per second of
  *    materialising, peak RSS, database size per run;
  *  - idle tick: the same planner ticking when nothing is due: mean and
- *    max time of one tick, at `small` jobs and at N jobs;
+ *    max time of one tick, at `small` jobs and at N jobs; of it the
+ *    materialising part (the due-jobs scan that finds nothing), and the runs
+ *    the relay published meanwhile (hourly jobs: jobs/3600 come due a second,
+ *    so the relay's part of a tick grows with the jobs); at N twice: right
+ *    after materialising (jobs_due_at still holds the index entries of every
+ *    cursor's old value, dead but not yet vacuumed, and the scan from
+ *    '-infinity' steps over them) and after a VACUUM of warren.jobs;
  *  - planners: the cursors reset and the runs deleted, P planners (child
  *    processes) plan all N jobs together: the partitions each owned, the
  *    runs each inserted, the time until the horizon was filled (no job left
  *    with a cursor inside it).
+ * --db URL reuses a database an earlier run filled (the planning phases only,
+ * after TRUNCATE warren.runs and every cursor reset); --no-planners leaves
+ * out the last phase (for quick A/B rounds of the one planner).
  * The relay stays out of the way (lead = x-expires / 2 = 1 s). */
 #include <libpq-fe.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -71,6 +82,16 @@ static long rss_peak_kib(void)
     if (f != NULL)
         fclose(f);
     return kib;
+}
+
+/* CPU seconds (user + system) this process used so far. */
+static double cpu_s(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return -1;
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+           ru.ru_stime.tv_usec / 1e6;
 }
 
 static void die(const char *what, const char *msg)
@@ -169,7 +190,8 @@ static void print_create(const char *db, long n, long batch, double s)
 
 /* In a child: one planner plans until a tick inserts nothing, then ticks
  * idle `idle` times; prints materialise and idle-tick lines. */
-static void one_planner(const char *db, const char *amqp, long jobs, int idle, int materialise)
+static void one_planner(const char *db, const char *amqp, long jobs, int idle, int materialise,
+                        int vacuum_too)
 {
     pid_t pid = fork();
     if (pid == 0) {
@@ -179,6 +201,7 @@ static void one_planner(const char *db, const char *amqp, long jobs, int idle, i
         warren_planner_stats s;
         char la[64];
         int64_t t0 = mono_us(), worst = 0, sum = 0;
+        double cpu0 = cpu_s();
         if (warren_planner_new(&c, db, amqp, NULL, &p, &err) != 0)
             die("planner", err.message);
         for (;;) {
@@ -195,17 +218,20 @@ static void one_planner(const char *db, const char *amqp, long jobs, int idle, i
                 break;
         }
         int64_t t1 = mono_us();
+        double cpu1 = cpu_s();
         loadavg(la, sizeof(la));
         if (materialise) {
             long long rb = sql_ll(db, "SELECT pg_total_relation_size('warren.runs')");
             long long nr = sql_ll(db, "SELECT count(*) FROM warren.runs");
             printf("{\"bench\": \"api_jobs_materialise\", \"jobs\": %ld, \"runs\": %llu, "
                    "\"materialise_s\": %.2f, \"runs_per_s\": %.0f, \"wall_s\": %.2f, "
+                   "\"planner_cpu_s\": %.2f, \"jobs_on_second_connection\": %llu, "
                    "\"rss_peak_mib\": %.1f, \"runs_table_bytes_per_run\": %.0f, \"horizon\": "
                    "\"2h\", \"partitions\": 64, \"loadavg\": %s}\n",
                    jobs, (unsigned long long)s.runs_inserted, s.materialise_us / 1e6,
                    s.materialise_us ? s.runs_inserted / (s.materialise_us / 1e6) : 0.0,
-                   (t1 - t0) / 1e6, rss_peak_kib() / 1024.0, nr > 0 ? (double)rb / nr : 0.0, la);
+                   (t1 - t0) / 1e6, cpu1 - cpu0, (unsigned long long)s.helper_jobs,
+                   rss_peak_kib() / 1024.0, nr > 0 ? (double)rb / nr : 0.0, la);
             fflush(stdout);
         }
         /* Nothing due: a planner with a 10 min horizon, while every cursor is
@@ -217,27 +243,38 @@ static void one_planner(const char *db, const char *amqp, long jobs, int idle, i
             die("planner", err.message);
         if (warren_planner_tick(p, &err) != 0) /* leases taken */
             die("tick", err.message);
-        warren_planner_stats_get(p, &s);
-        uint64_t planned_before_idle = s.runs_inserted;
-        for (int i = 0; i < idle; i++) {
-            int64_t a = mono_us();
-            if (warren_planner_tick(p, &err) != 0)
-                die("tick", err.message);
-            int64_t d = mono_us() - a;
-            sum += d;
-            if (d > worst)
-                worst = d;
+        for (int round = 0; round < (vacuum_too ? 2 : 1); round++) {
+            if (round == 1 && testenv_psql(db, "VACUUM warren.jobs", NULL) < 0)
+                die("vacuum", "");
+            warren_planner_stats_get(p, &s);
+            uint64_t planned_before_idle = s.runs_inserted, mat_before = s.materialise_us,
+                     pub_before = s.runs_published;
+            sum = worst = 0;
+            for (int i = 0; i < idle; i++) {
+                int64_t a = mono_us();
+                if (warren_planner_tick(p, &err) != 0)
+                    die("tick", err.message);
+                int64_t d = mono_us() - a;
+                sum += d;
+                if (d > worst)
+                    worst = d;
+            }
+            warren_planner_stats_get(p, &s);
+            loadavg(la, sizeof(la));
+            printf("{\"bench\": \"api_jobs_idle_tick\", \"jobs\": %ld, \"ticks\": %d, \"horizon\": "
+                   "\"10m\", \"jobs_vacuumed\": %s, ",
+                   jobs, idle, round == 1 ? "true" : "false");
+            printf("\"tick_mean_ms\": %.2f, \"tick_max_ms\": %.2f, \"runs_inserted_while_idle\": "
+                   "%llu, "
+                   "\"materialise_mean_ms\": %.3f, \"runs_published_while_idle\": %llu, "
+                   "\"rss_peak_mib\": %.1f, \"loadavg\": %s}\n",
+                   sum / 1000.0 / idle, worst / 1000.0,
+                   (unsigned long long)(s.runs_inserted - planned_before_idle),
+                   (s.materialise_us - mat_before) / 1000.0 / idle,
+                   (unsigned long long)(s.runs_published - pub_before), rss_peak_kib() / 1024.0,
+                   la);
+            fflush(stdout);
         }
-        warren_planner_stats_get(p, &s);
-        loadavg(la, sizeof(la));
-        printf("{\"bench\": \"api_jobs_idle_tick\", \"jobs\": %ld, \"ticks\": %d, \"horizon\": "
-               "\"10m\", "
-               "\"tick_mean_ms\": %.2f, \"tick_max_ms\": %.2f, \"runs_inserted_while_idle\": %llu, "
-               "\"rss_peak_mib\": %.1f, \"loadavg\": %s}\n",
-               jobs, idle, sum / 1000.0 / idle, worst / 1000.0,
-               (unsigned long long)(s.runs_inserted - planned_before_idle), rss_peak_kib() / 1024.0,
-               la);
-        fflush(stdout);
         warren_planner_release(p, &err);
         warren_planner_free(p);
         _exit(0);
@@ -338,7 +375,7 @@ static void many_planners(const char *db, const char *amqp, long jobs, int np)
 int main(int argc, char **argv)
 {
     long jobs = 1000000, small = 10000, batch = 10000;
-    int planners = 3;
+    int planners = 3, no_planners = 0;
     const char *reuse = NULL; /* a database an earlier run filled: planning phases only */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--jobs") == 0 && i + 1 < argc)
@@ -351,9 +388,11 @@ int main(int argc, char **argv)
             planners = atoi(argv[++i]);
         else if (strcmp(argv[i], "--db") == 0 && i + 1 < argc)
             reuse = argv[++i];
+        else if (strcmp(argv[i], "--no-planners") == 0)
+            no_planners = 1;
         else {
             fprintf(stderr, "usage: bench_api_jobs [--jobs N] [--small N] [--batch B] "
-                            "[--planners P] [--db URL-of-an-earlier-run]\n");
+                            "[--planners P] [--db URL-of-an-earlier-run] [--no-planners]\n");
             return 2;
         }
     }
@@ -376,8 +415,9 @@ int main(int argc, char **argv)
     if (reuse != NULL) {
         jobs = sql_ll(db, "SELECT count(*) FROM warren.jobs WHERE origin = 'api'");
         reset(db);
-        one_planner(db, amqp, jobs, 20, 1);
-        many_planners(db, amqp, jobs, planners);
+        one_planner(db, amqp, jobs, 20, 1, 1);
+        if (!no_planners)
+            many_planners(db, amqp, jobs, planners);
         free(db);
         free(amqp);
         return 0;
@@ -389,15 +429,16 @@ int main(int argc, char **argv)
     double s = create_jobs(c, 0, small, batch);
     print_create(db, small, batch, s);
     testenv_psql(db, "ANALYZE warren.jobs", NULL);
-    one_planner(db, amqp, small, 20, 0);
+    one_planner(db, amqp, small, 20, 0, 0);
     if (jobs > small) {
         s += create_jobs(c, small, jobs, batch);
         print_create(db, jobs, batch, s);
         testenv_psql(db, "VACUUM ANALYZE warren.jobs", NULL);
-        one_planner(db, amqp, jobs, 20, 1);
+        one_planner(db, amqp, jobs, 20, 1, 1);
     }
     PQfinish(c);
-    many_planners(db, amqp, jobs, planners);
+    if (!no_planners)
+        many_planners(db, amqp, jobs, planners);
     free(db);
     free(amqp);
     return 0;

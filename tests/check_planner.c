@@ -240,6 +240,153 @@ START_TEST(test_materialise_creates_each_fire_time_once_and_advances_cursor)
 }
 END_TEST
 
+/* The planner inserts its runs without ON CONFLICT and, when a key is taken
+ * (here by a trigger of the same second), inserts the batch again with ON
+ * CONFLICT DO NOTHING: the taken run stays as it was, every other fire time
+ * of that job and of the other job in the same batch is planned once, and the
+ * cursors advance. */
+START_TEST(test_taken_run_key_is_kept_and_the_rest_planned)
+{
+    env e = env_new();
+    warren_config c = test_config(4);
+    warren_planner *p;
+
+    add_job(&e, "every2", "every", "2s", NULL, NULL, 4);
+    add_job(&e, "other2", "every", "2s", NULL, NULL, 4);
+    /* the fire time of every2 6 s after the next one, taken by a trigger */
+    ck_assert_int_eq(testenv_psql(e.db,
+                                  "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, "
+                                  "note) SELECT 'every2', t, t, 'trigger', 'taken first' FROM "
+                                  "(SELECT to_timestamp((floor(extract(epoch FROM now()) / 2) + "
+                                  "4) * 2) AS t) x",
+                                  NULL),
+                     1);
+    p = planner_new(&e, &c);
+    tick(p);
+    long n = sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'every2'");
+    ck_assert_msg(n >= 5 && n <= 7, "every2 has %ld runs", n);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'other2'"), n);
+    /* one row per fire time, the taken one untouched */
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) - count(DISTINCT scheduled_at) FROM "
+                                  "warren.runs WHERE job = 'every2'"),
+                     0);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'every2' AND "
+                                  "origin = 'trigger' AND note = 'taken first'"),
+                     1);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'every2' AND "
+                                  "origin = 'schedule'"),
+                     n - 1);
+    /* both cursors past their last run */
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs j WHERE next_fire_at = "
+                                  "(SELECT max(scheduled_at) + interval '2 s' FROM warren.runs r "
+                                  "WHERE r.job = j.name)"),
+                     2);
+    warren_planner_free(p);
+    env_free(&e);
+}
+END_TEST
+
+/* A backlog (more jobs due than one batch) is materialised on two
+ * connections: the second one plans a share of the jobs, and every job still
+ * gets each fire time once, without a gap, and its cursor just past them. */
+START_TEST(test_backlog_is_planned_on_two_connections_each_fire_time_once)
+{
+    env e = env_new();
+    warren_config c = test_config(8);
+    warren_planner *p;
+    warren_planner_stats s;
+
+    ck_assert_int_eq(testenv_psql(e.db,
+                                  "INSERT INTO warren.jobs (name, schedule_kind, expression, "
+                                  "queue, partition) SELECT 'bulk-' || g, 'every', '4s', 'q', "
+                                  "g % 8 FROM generate_series(1, 2000) g",
+                                  NULL),
+                     2000);
+    p = planner_new(&e, &c);
+    tick(p);
+    warren_planner_stats_get(p, &s);
+    ck_assert_msg(s.helper_jobs > 0 && s.helper_jobs < 2000,
+                  "the second connection planned %llu of 2000 jobs",
+                  (unsigned long long)s.helper_jobs);
+    for (int i = 0; i < 10 && sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE next_fire_at "
+                                           "IS NULL") > 0;
+         i++)
+        tick(p);
+    warren_planner_stats_get(p, &s);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE next_fire_at IS NULL"),
+                     0);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs"), (long)s.runs_inserted);
+    /* per job: 10 s of 4 s fire times, one row each from the first up to the
+     * cursor */
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM (SELECT r.job, count(*) AS n, "
+                                  "min(r.scheduled_at) AS first, j.next_fire_at AS cursor FROM "
+                                  "warren.runs r JOIN warren.jobs j ON j.name = r.job GROUP BY "
+                                  "r.job, j.next_fire_at) x WHERE n < 2 OR n <> extract(epoch FROM "
+                                  "cursor - first) / 4 OR n <> (SELECT count(DISTINCT "
+                                  "scheduled_at) FROM warren.runs WHERE job = x.job)"),
+                     0);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(DISTINCT job) FROM warren.runs"), 2000);
+    warren_planner_free(p);
+    env_free(&e);
+}
+END_TEST
+
+/* The second connection lost (its backend terminated between ticks): the
+ * next backlog's tick does not fail, the planner's own connection plans
+ * everything once, and the backlog after it opens a new second connection. */
+START_TEST(test_lost_second_connection_does_not_fail_the_tick)
+{
+    env e = env_new();
+    warren_config c = test_config(8);
+    warren_planner *p;
+    warren_planner_stats s;
+    uint64_t helper_before;
+    static const char reset[] = "DELETE FROM warren.runs; UPDATE warren.jobs SET next_fire_at = "
+                                "NULL";
+    static const char done[] = "SELECT count(*) FROM warren.jobs WHERE next_fire_at IS NULL";
+
+    ck_assert_int_eq(testenv_psql(e.db,
+                                  "INSERT INTO warren.jobs (name, schedule_kind, expression, "
+                                  "queue, partition) SELECT 'bulk-' || g, 'every', '4s', 'q', "
+                                  "g % 8 FROM generate_series(1, 2000) g",
+                                  NULL),
+                     2000);
+    p = planner_new(&e, &c);
+    tick(p);
+    warren_planner_stats_get(p, &s);
+    ck_assert(s.helper_jobs > 0);
+    /* the planner's two connections; the newer one is the second */
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                                  "current_database() AND pid <> pg_backend_pid()"),
+                     2);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM "
+                                  "pg_stat_activity WHERE datname = current_database() AND pid "
+                                  "<> pg_backend_pid() ORDER BY backend_start DESC LIMIT 1) k"),
+                     1);
+    ck_assert_int_ge(testenv_psql(e.db, reset, NULL), 0);
+    tick(p); /* the second connection fails at once: logged, dropped */
+    for (int i = 0; i < 10 && sql_long(&e, done) > 0; i++)
+        tick(p);
+    ck_assert_int_eq(sql_long(&e, done), 0);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM (SELECT r.job, count(*) AS n, "
+                                  "min(r.scheduled_at) AS first, j.next_fire_at AS cursor FROM "
+                                  "warren.runs r JOIN warren.jobs j ON j.name = r.job GROUP BY "
+                                  "r.job, j.next_fire_at) x WHERE n < 2 OR n <> extract(epoch FROM "
+                                  "cursor - first) / 4"),
+                     0);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(DISTINCT job) FROM warren.runs"), 2000);
+    /* the next backlog opens a new second connection */
+    ck_assert_int_ge(testenv_psql(e.db, reset, NULL), 0);
+    warren_planner_stats_get(p, &s);
+    helper_before = s.helper_jobs;
+    tick(p);
+    warren_planner_stats_get(p, &s);
+    ck_assert_msg(s.helper_jobs > helper_before, "no second connection after the lost one");
+    warren_planner_free(p);
+    env_free(&e);
+}
+END_TEST
+
 /* --------------------------------------------------------------- release */
 
 typedef struct arrival {
@@ -1152,6 +1299,9 @@ static Suite *planner_suite(void)
 
     tc = tcase_create("materialise");
     tcase_add_test(tc, test_materialise_creates_each_fire_time_once_and_advances_cursor);
+    tcase_add_test(tc, test_taken_run_key_is_kept_and_the_rest_planned);
+    tcase_add_test(tc, test_backlog_is_planned_on_two_connections_each_fire_time_once);
+    tcase_add_test(tc, test_lost_second_connection_does_not_fail_the_tick);
     tcase_add_test(tc, test_fair_share_of_partitions);
     tcase_add_test(tc, test_planner_without_lease_does_not_materialise);
     tcase_add_test(tc, test_planner_follows_the_partition_count_of_the_last_sync);

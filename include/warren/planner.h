@@ -85,6 +85,8 @@ typedef struct warren_planner_stats {
     int partitions_owned;    /* at the last tick */
     uint64_t materialise_us; /* time spent materialising (wall, monotonic) */
     uint64_t relay_passes;   /* relay-only passes woken by an enqueue, release or replay */
+    uint64_t helper_jobs;    /* of the jobs planned, those planned on the second connection
+                                (a tick whose first batch is full uses two) */
 } warren_planner_stats;
 void warren_planner_stats_get(const warren_planner *p, warren_planner_stats *out);
 
