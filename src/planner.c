@@ -197,6 +197,9 @@ static void locked_log(void *ud, warren_log_level level, const char *msg)
     pthread_mutex_unlock(&p->log_mu);
 }
 
+/* (Also read by the materialising helper thread: a volatile sig_atomic_t set
+ * by a signal handler, read at batch boundaries; a late read costs at most
+ * one batch.) */
 static int stopping(const warren_planner *p)
 {
     return p->stop != NULL && *p->stop;
@@ -287,7 +290,7 @@ int warren_planner_new(const warren_config *cfg, const char *store_url, const ch
     if (p->pc.delay_ring > 0 &&
         (rc = warren_broker_delay_ring_check(p->pc.delay_ring, relay_lead_ms(p), err)) != 0)
         goto fail;
-    if ((rc = warren_store_open(p->store_url, lg, &p->st, err)) != 0)
+    if ((rc = warren_store_open(p->store_url, p->lg, &p->st, err)) != 0)
         goto fail;
     if ((rc = warren_store_listen(p->st, err)) != 0)
         goto fail;
@@ -318,7 +321,7 @@ int warren_planner_new(const warren_config *cfg, const char *store_url, const ch
     p->has_sync_state = rc;
     if ((rc = connect_broker(p, err)) != 0)
         goto fail;
-    if ((rc = warren_relay_new(p->st, p->b, &p->pc, lg, &p->relay, err)) != 0)
+    if ((rc = warren_relay_new(p->st, p->b, &p->pc, p->lg, &p->relay, err)) != 0)
         goto fail;
     *out = p;
     return 0;
@@ -713,11 +716,17 @@ static int materialise_batch(warren_planner *p, mat_ctx *m, size_t *njobs, int *
         was[ngood] = j->broken_reason != NULL;
         ngood++;
     }
-    /* Insert in chunks so one statement stays a reasonable size. */
+    /* Insert in chunks so one statement stays a reasonable size. Each
+     * chunk's savepoint is a subtransaction kept until the commit: past 64
+     * in one transaction PostgreSQL's per-backend cache of them overflows
+     * and every other session's visibility checks look them up on disk, so
+     * the chunks after the 32nd of a huge catch-up insert with ON CONFLICT
+     * directly (the same outcome, no savepoint). */
     for (size_t off = 0; off < rv.n; off += 5000) {
         size_t cnt = rv.n - off < 5000 ? rv.n - off : 5000;
         int k = 0;
-        if ((rc = warren_plan_insert_new_runs(m->st, rv.v + off, cnt, &k, err)) != 0)
+        if ((rc = off / 5000 < 32 ? warren_plan_insert_new_runs(m->st, rv.v + off, cnt, &k, err)
+                                  : warren_plan_insert_runs(m->st, rv.v + off, cnt, &k, err)) != 0)
             goto done;
         ins += k;
     }
@@ -840,12 +849,13 @@ static int helper_start(warren_planner *p, int64_t start_ms, int64_t budget_ms, 
         h->m.st = NULL;
         return rc;
     }
+    p->helper_logged = 0; /* a later failure is said again */
     return 0;
 }
 
 /* Waits for the helper and adds its counts; a failure of its connection is
  * logged and the connection dropped (its transaction rolled back: what it
- * had locked is planned by the next batch), never the tick's failure. */
+ * had locked is planned by the next tick), never the tick's failure. */
 static void helper_join(warren_planner *p, pthread_t t, mat_ctx *m)
 {
     mat_helper *h = &p->helper;
