@@ -536,7 +536,11 @@ BEGIN
     -- an overlap policy after it is seen by the fast path's own read of
     -- the job (the run goes to the per-key claim), and there the locks are
     -- only tried, as for any lock beyond those taken.
-    -- (One pass over the keys, one probe per distinct job.)
+    -- (One pass over the keys, one probe per distinct job.) The same pass
+    -- names, for each uncapped `skip` job whose lock it took, the job's
+    -- smallest key among the batch's claimable ones (skipk): the per-key
+    -- path claims in key order, so that is the key it would claim (or
+    -- reap for, or take over) first; the fast path may claim it (below).
     IF locks THEN
         SELECT bool_and(CASE WHEN x.kind = 0 THEN warren.wp_cap_lock(x.g, x.t, x.mr, x.mrt)
                              ELSE warren.wp_overlap_lock(x.g, false) END),
@@ -570,7 +574,16 @@ BEGIN
                   FROM jc WHERE jc.overlap <> 'allow'
                  ORDER BY 1, 2, 3) x;
     END IF;
-    -- Fast path: fresh runs of jobs without an overlap check or a cap. The
+    -- Fast path: fresh runs of jobs without an overlap check or a cap, and
+    -- the fresh skipk run of an uncapped `skip` job none of whose runs is
+    -- running (the overlap lock is held: a statement after it sees every
+    -- committed claim). There wp_claim reaps nothing and skips nothing: it
+    -- claims, leaving cap_group and cap_released_at NULL and cap_tenant
+    -- set, as this statement does. The job's other keys then go to the
+    -- per-key path, which finds this run running and skips them, as it
+    -- did when it claimed this one first; a job with a run running
+    -- (expired or not) goes there whole. `queue` and `cancel_previous`
+    -- jobs, and capped ones, always take the per-key path. The
     -- job's row is read once per run (f: its lease, caps, overlap, queue
     -- grant and payload), in the statement that claims, so a sync that
     -- changed the job is seen as before. `rr.job || ''`: f can only join
