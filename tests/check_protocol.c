@@ -809,6 +809,49 @@ START_TEST(test_claim_many_claims_one_of_two_keys_of_a_skip_job_as_the_per_key_c
 }
 END_TEST
 
+/* A batch that waits for a skip job's lock held by a single claim of the
+ * job's other run: once that claim commits, the batch's set-based statement
+ * sees the run running (its snapshot is taken after the lock), so its key
+ * is skipped, not claimed beside it; the other job's run is claimed. */
+START_TEST(test_claim_many_skips_behind_a_concurrent_claim_of_the_same_skip_job)
+{
+    char *url = setup("skip", 5, 1000, 60000, 30000);
+    add_run2(url);
+    add_skip_jobs(url, 2);
+    PGconn *a = PQconnectdb(url), *b = PQconnectdb(url);
+    ck_assert_int_eq(PQstatus(a), CONNECTION_OK);
+    ck_assert_int_eq(PQstatus(b), CONNECTION_OK);
+    PGresult *r = PQexec(a, "BEGIN; SELECT attempt FROM warren.claim('" RK "', 'wa')");
+    ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
+    ck_assert_int_eq(PQntuples(r), 1);
+    PQclear(r);
+    ck_assert_int_eq(PQsendQuery(b, "SELECT string_agg(run_key, ',') FROM warren.claim_many("
+                                    "ARRAY['j2@2026-01-01T00:00:02Z', '" RK2 "'], 'wb')"),
+                     1);
+    /* b blocks on j1's lock until a commits. */
+    struct timespec ts = {0, 300 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    ck_assert_int_eq(PQconsumeInput(b), 1);
+    ck_assert_int_eq(PQisBusy(b), 1);
+    r = PQexec(a, "COMMIT");
+    ck_assert_int_eq(PQresultStatus(r), PGRES_COMMAND_OK);
+    PQclear(r);
+    r = PQgetResult(b);
+    ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
+    ck_assert_str_eq(PQgetvalue(r, 0, 0), "j2@2026-01-01T00:00:02Z");
+    PQclear(r);
+    while ((r = PQgetResult(b)) != NULL)
+        PQclear(r);
+    PQfinish(a);
+    PQfinish(b);
+    ck_q(url, "running:wa,skipped:,running:wb",
+         "SELECT string_agg(state || ':' || coalesce(lease_owner, ''), ',' ORDER BY run_key) "
+         "FROM warren.runs");
+    ck_q(url, "1", "SELECT count(*) FROM warren.outbox WHERE routing_key = 'run.skipped.j1'");
+    free(url);
+}
+END_TEST
+
 /* claim_many's per-key path must not see the runs its fast path just
  * claimed: here the per-key claim of RK (job j1, overlap skip) waits 1.5 s
  * for j1's overlap lock, longer than the 1 s lease of the fast path's j2
@@ -1101,6 +1144,7 @@ static Suite *protocol_suite(void)
     tcase_add_test(tc, test_claim_many_skips_the_run_of_a_skip_job_with_a_run_running);
     tcase_add_test(tc,
                    test_claim_many_claims_one_of_two_keys_of_a_skip_job_as_the_per_key_claims_do);
+    tcase_add_test(tc, test_claim_many_skips_behind_a_concurrent_claim_of_the_same_skip_job);
     tcase_add_test(tc, test_batch_calls_take_cap_locks_only_for_runs_that_need_them);
     suite_add_tcase(s, tc);
 
