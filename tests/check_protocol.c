@@ -853,14 +853,17 @@ START_TEST(test_claim_many_skips_behind_a_concurrent_claim_of_the_same_skip_job)
 END_TEST
 
 /* claim_many's per-key path must not see the runs its fast path just
- * claimed: here the per-key claim of RK (job j1, overlap skip) waits 1.5 s
- * for j1's overlap lock, longer than the 1 s lease of the fast path's j2
- * runs. Looked up by their old row versions (004), those runs went through
- * the per-key claim again after it, found their own leases expired and were
- * taken over by their own batch (attempt 2, the first lease_lost). */
+ * claimed: here the batch waits 1.5 s for j1's overlap lock, longer than
+ * the 1 s lease of the fast path's j2 runs. Looked up by their old row
+ * versions (004), those runs went through the per-key claim again after
+ * it, found their own leases expired and were taken over by their own
+ * batch (attempt 2, the first lease_lost). And RK, the skip job j1's run
+ * its set-based statement claims (1 s lease too): with the lease timed from
+ * before the lock wait, the per-key claim of RK2 found it expired, reaped
+ * it and claimed RK2 instead. */
 START_TEST(test_claim_many_does_not_claim_its_own_runs_twice)
 {
-    char *url = setup("skip", 5, 1000, 60000, 30000);
+    char *url = setup("skip", 5, 1000, 60000, 1000);
     ck_assert_int_eq(qn(url, "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, "
                              "overlap, lease_ms) VALUES ('j2', 'every', '60s', 'q1', 'allow', "
                              "1000); INSERT INTO warren.runs (job, scheduled_at, due_at) SELECT "

@@ -522,7 +522,6 @@ BEGIN
     IF due > clock_timestamp() THEN
         PERFORM warren.wp_wait_until(due); -- at most 1 s: no wait slot (access.sql)
     END IF;
-    t0 := clock_timestamp(); -- the claim's time, after the wait (now() is the call's start)
     -- Lock order (caps.sql; docs/delivery.md, "Lock order"): before any row
     -- lock, the cap locks of every capped group and tenant among the
     -- claimable keys in (group, tenant) order, then the overlap locks of
@@ -574,6 +573,12 @@ BEGIN
                   FROM jc WHERE jc.overlap <> 'allow'
                  ORDER BY 1, 2, 3) x;
     END IF;
+    -- The claim's time: after the wait and after the locks (now() is the
+    -- call's start), as wp_claim takes it. A lease timed from before a
+    -- wait for a lock could run out before the batch's own per-key claims
+    -- (a 1 s lease behind a 1.5 s wait): the next key of the same skip job
+    -- would then reap the run this batch just claimed.
+    t0 := clock_timestamp();
     -- Fast path: fresh runs of jobs without an overlap check or a cap, and
     -- the fresh skipk run of an uncapped `skip` job none of whose runs is
     -- running (the overlap lock is held: a statement after it sees every
