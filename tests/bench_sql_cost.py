@@ -3,7 +3,8 @@
 PostgreSQL per run, one connection, no broker (JSON lines on stdout).
 
     eval "$(bash tests/servers.sh start)"
-    python3 tests/bench_sql_cost.py [--runs N] [--batch B] [--rounds R] [VARIANT.sql ...]
+    python3 tests/bench_sql_cost.py [--runs N] [--batch B] [--rounds R]
+        [--overlap skip [--jobs J]] [VARIANT.sql ...]
 
 Creates a scratch database on the server of WARREN_TEST_PG_URL, applies
 sql/migrations/*.sql and the function files sql/functions.sql lists (as
@@ -17,6 +18,13 @@ shipped functions ("shipped"), so that A/B pairs share the machine's noise.
 With --tenants T the job gets max_running_per_tenant = --per-tenant (default:
 high enough that no run waits) and the runs T tenants in turn: the cost of
 the capped claim (docs/delivery.md, "Caps") instead of claim_many's fast path.
+With --overlap skip (or queue, cancel_previous) the runs belong to --jobs J
+jobs of that policy instead (run i to job i mod J, sorted so that each batch
+of up to J keys has one run of each job): the cost of a batch of overlap
+jobs' runs none of whose jobs has a run running (claim_many's `skip` path;
+the other policies go through wp_claim one key at a time). With J smaller
+than the batch a batch holds several keys of one job: one is claimed, the
+others are skipped, and the round counts claimed + skipped runs.
 The database is dropped at the end. Needs psycopg2 (Debian python3-psycopg2).
 """
 import argparse
@@ -52,7 +60,8 @@ def backend_cpu_s(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def one_round(url, label, variant, runs, batch, tenants=0, per_tenant=None):
+def one_round(url, label, variant, runs, batch, tenants=0, per_tenant=None, overlap="allow",
+              jobs=1):
     conn = psycopg2.connect(url)
     conn.autocommit = True
     cur = conn.cursor()
@@ -62,48 +71,83 @@ def one_round(url, label, variant, runs, batch, tenants=0, per_tenant=None):
     if variant is not None:
         with open(variant) as fh:
             cur.execute(fh.read())
+    cur.execute("DELETE FROM warren.attempts; DELETE FROM warren.outbox; DELETE FROM warren.runs; "
+                "DELETE FROM warren.jobs")
+    # job names bench, bench1 .. bench<J-1>: run g belongs to job g mod J
     cur.execute(
         "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, overlap) "
-        "VALUES ('bench', 'at', '2099-01-01T00:00:00Z', 'bench', 'allow') "
-        "ON CONFLICT (name) DO NOTHING")
-    cur.execute("UPDATE warren.jobs SET max_running_per_tenant = %s WHERE name = 'bench'",
+        "SELECT 'bench' || CASE WHEN j = 0 THEN '' ELSE j::text END, 'at', "
+        "'2099-01-01T00:00:00Z', 'bench', %s FROM generate_series(0, %s - 1) j",
+        (overlap, jobs))
+    cur.execute("UPDATE warren.jobs SET max_running_per_tenant = %s",
                 (per_tenant or runs,) if tenants > 0 else (None,))
-    cur.execute("DELETE FROM warren.attempts; DELETE FROM warren.outbox; DELETE FROM warren.runs")
     cur.execute(
         "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, payload, state, tenant) "
-        "SELECT 'bench', date_trunc('second', now()) - make_interval(secs => g), now(), "
+        "SELECT 'bench' || CASE WHEN g %% %s = 0 THEN '' ELSE (g %% %s)::text END, "
+        "date_trunc('second', now()) - make_interval(secs => g), now(), "
         "'backfill', '{\"bench\": \"sql\"}', 'published', "
         "CASE WHEN %s > 0 THEN 't' || g %% greatest(%s, 1) END FROM generate_series(1, %s) g",
-        (tenants, tenants, runs))
+        (jobs, jobs, tenants, tenants, runs))
     cur.execute("VACUUM ANALYZE warren.runs, warren.attempts, warren.outbox")
     cur.execute("CHECKPOINT")
-    cur.execute("SELECT run_key FROM warren.runs ORDER BY run_key")
+    # each job's runs in time order, interleaved: batch after batch of one run per job
+    cur.execute("SELECT run_key FROM warren.runs "
+                "ORDER BY row_number() OVER (PARTITION BY job ORDER BY scheduled_at), job")
     keys = [r[0] for r in cur.fetchall()]
     cur.execute("SELECT pg_backend_pid()")
     pid = cur.fetchone()[0]
     attempt = {}
-    c0, t0 = backend_cpu_s(pid), time.monotonic()
-    for i in range(0, runs, batch):
-        cur.execute("SELECT run_key, attempt FROM warren.claim_many(%s, 'bench-sql')",
-                    (keys[i:i + batch],))
-        attempt.update(cur.fetchall())
-    c1, t1 = backend_cpu_s(pid), time.monotonic()
     recorded = 0
-    for i in range(0, runs, batch):
-        ks = keys[i:i + batch]
-        cur.execute("SELECT count(*) FROM warren.complete_many(%s, %s) WHERE recorded",
-                    (ks, [attempt[k] for k in ks]))
-        recorded += cur.fetchone()[0]
-    c2, t2 = backend_cpu_s(pid), time.monotonic()
+    if overlap == "allow":
+        c0, t0 = backend_cpu_s(pid), time.monotonic()
+        for i in range(0, runs, batch):
+            cur.execute("SELECT run_key, attempt FROM warren.claim_many(%s, 'bench-sql')",
+                        (keys[i:i + batch],))
+            attempt.update(cur.fetchall())
+        c1, t1 = backend_cpu_s(pid), time.monotonic()
+        for i in range(0, runs, batch):
+            ks = keys[i:i + batch]
+            cur.execute("SELECT count(*) FROM warren.complete_many(%s, %s) WHERE recorded",
+                        (ks, [attempt[k] for k in ks]))
+            recorded += cur.fetchone()[0]
+        c2, t2 = backend_cpu_s(pid), time.monotonic()
+    else:
+        # each batch completed before the next is claimed (as a worker does):
+        # a run of an overlap job claimed while the job's previous run is
+        # still running would be skipped (or held back, or cancel it)
+        claim_cpu = claim_wall = complete_cpu = complete_wall = 0.0
+        for i in range(0, runs, batch):
+            ca, ta = backend_cpu_s(pid), time.monotonic()
+            cur.execute("SELECT run_key, attempt FROM warren.claim_many(%s, 'bench-sql')",
+                        (keys[i:i + batch],))
+            got = cur.fetchall()
+            cb, tb = backend_cpu_s(pid), time.monotonic()
+            attempt.update(got)
+            cur.execute("SELECT count(*) FROM warren.complete_many(%s, %s) WHERE recorded",
+                        ([k for k, _ in got], [n for _, n in got]))
+            recorded += cur.fetchone()[0]
+            cc, tc = backend_cpu_s(pid), time.monotonic()
+            claim_cpu += cb - ca
+            claim_wall += tb - ta
+            complete_cpu += cc - cb
+            complete_wall += tc - tb
+        c0 = t0 = 0.0
+        c1, t1 = claim_cpu, claim_wall
+        c2, t2 = claim_cpu + complete_cpu, claim_wall + complete_wall
+    skipped = runs - len(attempt)
+    if skipped:
+        cur.execute("SELECT count(*) FROM warren.runs WHERE state = 'skipped'")
+        skipped -= cur.fetchone()[0]
     conn.close()
-    if len(attempt) != runs or recorded != runs:
+    if skipped != 0 or recorded != len(attempt) or (jobs >= batch and len(attempt) != runs):
         sys.exit("bench_sql_cost: %s claimed %d and completed %d of %d runs"
                  % (label, len(attempt), recorded, runs))
     per = 1e6 / runs
     print('{"bench":"sql_cost","variant":"%s","runs":%d,"batch":%d,"tenants":%d,'
+          '"overlap":"%s","jobs":%d,"claimed":%d,'
           '"claim_us":%.1f,"claim_cpu_us":%.1f,"complete_us":%.1f,"complete_cpu_us":%.1f}'
-          % (label, runs, batch, tenants, (t1 - t0) * per, (c1 - c0) * per, (t2 - t1) * per,
-             (c2 - c1) * per), flush=True)
+          % (label, runs, batch, tenants, overlap, jobs, len(attempt), (t1 - t0) * per,
+             (c1 - c0) * per, (t2 - t1) * per, (c2 - c1) * per), flush=True)
 
 
 def main():
@@ -113,8 +157,17 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tenants", type=int, default=0)
     ap.add_argument("--per-tenant", type=int, default=None)
+    ap.add_argument("--overlap", default="allow",
+                    choices=["allow", "skip", "queue", "cancel_previous"])
+    ap.add_argument("--jobs", type=int, default=None,
+                    help="jobs the runs are spread over (default 1; with --overlap other than "
+                         "allow: --batch)")
     ap.add_argument("variants", nargs="*")
     a = ap.parse_args()
+    if a.jobs is None:
+        a.jobs = 1 if a.overlap == "allow" else a.batch
+    if a.jobs < 1:
+        sys.exit("bench_sql_cost: --jobs must be at least 1, not %d" % a.jobs)
     server = os.environ.get("WARREN_TEST_PG_URL")
     if not server:
         sys.exit("bench_sql_cost: WARREN_TEST_PG_URL is not set (eval \"$(bash tests/servers.sh env)\")")
@@ -126,9 +179,11 @@ def main():
     url = base + "/" + name
     try:
         for _ in range(a.rounds):
-            one_round(url, "shipped", None, a.runs, a.batch, a.tenants, a.per_tenant)
+            one_round(url, "shipped", None, a.runs, a.batch, a.tenants, a.per_tenant, a.overlap,
+                      a.jobs)
             for v in a.variants:
-                one_round(url, os.path.basename(v), v, a.runs, a.batch, a.tenants, a.per_tenant)
+                one_round(url, os.path.basename(v), v, a.runs, a.batch, a.tenants, a.per_tenant,
+                          a.overlap, a.jobs)
     finally:
         admin.cursor().execute('DROP DATABASE IF EXISTS "%s" WITH (FORCE)' % name)
         admin.close()

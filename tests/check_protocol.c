@@ -674,15 +674,196 @@ START_TEST(test_claim_many_claims_fresh_runs_and_applies_the_rules_to_the_rest)
 }
 END_TEST
 
-/* claim_many's per-key path must not see the runs its fast path just
- * claimed: here the per-key claim of RK (job j1, overlap skip) waits 1.5 s
- * for j1's overlap lock, longer than the 1 s lease of the fast path's j2
- * runs. Looked up by their old row versions (004), those runs went through
- * the per-key claim again after it, found their own leases expired and were
- * taken over by their own batch (attempt 2, the first lease_lost). */
-START_TEST(test_claim_many_does_not_claim_its_own_runs_twice)
+/* Skip jobs j2 .. jn (n <= 9) beside setup's j1, each with one run due now,
+ * scheduled at 2026-01-01T00:00:0<i>Z. */
+static void add_skip_jobs(const char *url, int n)
+{
+    ck_assert_int_eq(
+        qn(url,
+           "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, overlap) "
+           "SELECT 'j' || g, 'every', '60s', 'q1', 'skip' FROM generate_series(2, %d) g",
+           n),
+        n - 1);
+    ck_assert_int_eq(qn(url,
+                        "INSERT INTO warren.runs (job, scheduled_at, due_at) SELECT 'j' || g, "
+                        "'2026-01-01'::timestamptz + make_interval(secs => g), now() "
+                        "FROM generate_series(2, %d) g",
+                        n),
+                     n - 1);
+}
+
+/* A batch of `skip` jobs' runs none of whose jobs has a run running: all
+ * claimed, by claim_many's set-based statement (one claim time for all: the
+ * per-key claim takes its own clock_timestamp() per run), each left as
+ * wp_claim leaves a claimed run of an uncapped overlap job. */
+START_TEST(test_claim_many_claims_skip_runs_of_idle_jobs_at_once)
 {
     char *url = setup("skip", 5, 1000, 60000, 30000);
+    add_skip_jobs(url, 4);
+    ck_assert_int_eq(qn(url, "UPDATE warren.runs SET tenant = 'acme' WHERE job = 'j3'"), 1);
+    ck_q(url,
+         "j1@2026-01-01T00:00:00Z:1,j2@2026-01-01T00:00:02Z:1,j3@2026-01-01T00:00:03Z:1,"
+         "j4@2026-01-01T00:00:04Z:1",
+         "SELECT string_agg(run_key || ':' || attempt, ',' ORDER BY run_key) FROM "
+         "warren.claim_many(ARRAY['j4@2026-01-01T00:00:04Z', 'j2@2026-01-01T00:00:02Z', '" RK
+         "', 'j3@2026-01-01T00:00:03Z'], 'w1')");
+    ck_q(url, "4|1|4|0|,acme,,",
+         "SELECT concat_ws('|', count(*) FILTER (WHERE state = 'running' AND lease_owner = 'w1' "
+         "AND lease_until = started_at + interval '30 s'), count(DISTINCT started_at), "
+         "count(*) FILTER (WHERE cap_group IS NULL AND cap_released_at IS NULL), "
+         "(SELECT count(*) FROM warren.outbox), string_agg(cap_tenant, ',' ORDER BY run_key DESC)) "
+         "FROM warren.runs");
+    ck_q(url, "4",
+         "SELECT count(*) FROM warren.attempts a JOIN warren.runs r USING (run_key, attempt) "
+         "WHERE a.worker = 'w1' AND a.started_at = r.started_at AND a.outcome IS NULL");
+    free(url);
+}
+END_TEST
+
+/* One of the batch's skip jobs has a run running (j2, claimed before) and
+ * another one whose lease ran out (j3): j2's new run gets wp_claim's skip
+ * (state, note, event), j3's is claimed after the old run is reaped, and
+ * the others are claimed. */
+START_TEST(test_claim_many_skips_the_run_of_a_skip_job_with_a_run_running)
+{
+    char *url = setup("skip", 5, 1000, 60000, 30000);
+    add_skip_jobs(url, 4);
+    ck_assert_int_eq(qn(url, "INSERT INTO warren.runs (job, scheduled_at, due_at) VALUES "
+                             "('j2', '2026-01-01T00:01:02Z', now()), "
+                             "('j3', '2026-01-01T00:01:03Z', now())"),
+                     2);
+    char *a = claim(url, "j2@2026-01-01T00:00:02Z", "w0");
+    ck_assert_str_eq(a, "1");
+    free(a);
+    a = claim(url, "j3@2026-01-01T00:00:03Z", "w0");
+    ck_assert_str_eq(a, "1");
+    free(a);
+    expire_lease(url, "j3@2026-01-01T00:00:03Z");
+    ck_q(url, "j1@2026-01-01T00:00:00Z:1,j3@2026-01-01T00:01:03Z:1,j4@2026-01-01T00:00:04Z:1",
+         "SELECT string_agg(run_key || ':' || attempt, ',' ORDER BY run_key) FROM "
+         "warren.claim_many(ARRAY['j4@2026-01-01T00:00:04Z', 'j2@2026-01-01T00:01:02Z', "
+         "'j3@2026-01-01T00:01:03Z', '" RK "'], 'w1')");
+    ck_q(url, "skipped|t|t|0",
+         "SELECT concat_ws('|', state, finished_at IS NOT NULL, note LIKE 'skipped by overlap "
+         "policy skip at %%: j2@2026-01-01T00:00:02Z was still running', "
+         "(SELECT count(*) FROM warren.attempts a WHERE a.run_key = r.run_key)) "
+         "FROM warren.runs r WHERE run_key = 'j2@2026-01-01T00:01:02Z'");
+    ck_q(url, "run.skipped.j2:j2@2026-01-01T00:01:02Z,run.lease_lost.j3:j3@2026-01-01T00:00:03Z",
+         "SELECT string_agg(routing_key || ':' || (body->>'run_key'), ',' ORDER BY id) "
+         "FROM warren.outbox");
+    ck_q(url, "running|w0|retrying|lease_lost",
+         "SELECT concat_ws('|', (SELECT state FROM warren.runs WHERE run_key = "
+         "'j2@2026-01-01T00:00:02Z'), (SELECT lease_owner FROM warren.runs WHERE run_key = "
+         "'j2@2026-01-01T00:00:02Z'), (SELECT state FROM warren.runs WHERE run_key = "
+         "'j3@2026-01-01T00:00:03Z'), (SELECT outcome FROM warren.attempts WHERE run_key = "
+         "'j3@2026-01-01T00:00:03Z'))");
+    /* j1's and j4's runs: claimed together by the set-based statement */
+    ck_q(url, "1",
+         "SELECT count(DISTINCT started_at) FROM warren.runs WHERE run_key IN ('" RK "', "
+         "'j4@2026-01-01T00:00:04Z')");
+    free(url);
+}
+END_TEST
+
+/* Two keys of one skip job in one batch, in either order: the smaller key is
+ * claimed and the other skipped, as the per-key claims in key order do
+ * (checked on a second database with warren.claim one key at a time). */
+START_TEST(test_claim_many_claims_one_of_two_keys_of_a_skip_job_as_the_per_key_claims_do)
+{
+    const char *outcome =
+        "SELECT string_agg(concat_ws(':', run_key, state, attempt, "
+        "regexp_replace(coalesce(note, ''), ' at [-0-9T:.]+Z:', ' at T:')), ',' ORDER BY run_key) "
+        "FROM warren.runs";
+    const char *events = "SELECT string_agg(routing_key || ':' || (body->>'run_key'), ',' ORDER BY "
+                         "id) FROM warren.outbox";
+    char *per = setup("skip", 5, 1000, 60000, 30000);
+    add_run2(per);
+    add_skip_jobs(per, 2);
+    free(claim(per, RK, "w1"));
+    ck_assert_ptr_null(claim(per, RK2, "w1"));
+    free(claim(per, "j2@2026-01-01T00:00:02Z", "w1"));
+    char *want = testenv_sql1f(per, "%s", outcome);
+    char *want_ev = testenv_sql1f(per, "%s", events);
+    ck_assert_ptr_nonnull(want);
+    ck_assert_ptr_nonnull(want_ev);
+    ck_assert_str_eq(want, "j1@2026-01-01T00:00:00Z:running:1:,"
+                           "j1@2026-01-01T00:01:00Z:skipped:0:skipped by overlap policy skip at "
+                           "T: j1@2026-01-01T00:00:00Z was still running,"
+                           "j2@2026-01-01T00:00:02Z:running:1:");
+    for (int order = 0; order < 2; order++) {
+        char *url = setup("skip", 5, 1000, 60000, 30000);
+        add_run2(url);
+        add_skip_jobs(url, 2);
+        ck_q(url, "j1@2026-01-01T00:00:00Z:1,j2@2026-01-01T00:00:02Z:1",
+             "SELECT string_agg(run_key || ':' || attempt, ',' ORDER BY run_key) FROM "
+             "warren.claim_many(%s, 'w1')",
+             order == 0 ? "ARRAY['" RK "', '" RK2 "', 'j2@2026-01-01T00:00:02Z']"
+                        : "ARRAY['" RK2 "', 'j2@2026-01-01T00:00:02Z', '" RK "']");
+        ck_q(url, want, "%s", outcome);
+        ck_q(url, want_ev, "%s", events);
+        free(url);
+    }
+    free(want);
+    free(want_ev);
+    free(per);
+}
+END_TEST
+
+/* A batch that waits for a skip job's lock held by a single claim of the
+ * job's other run: once that claim commits, the batch's set-based statement
+ * sees the run running (its snapshot is taken after the lock), so its key
+ * is skipped, not claimed beside it; the other job's run is claimed. */
+START_TEST(test_claim_many_skips_behind_a_concurrent_claim_of_the_same_skip_job)
+{
+    char *url = setup("skip", 5, 1000, 60000, 30000);
+    add_run2(url);
+    add_skip_jobs(url, 2);
+    PGconn *a = PQconnectdb(url), *b = PQconnectdb(url);
+    ck_assert_int_eq(PQstatus(a), CONNECTION_OK);
+    ck_assert_int_eq(PQstatus(b), CONNECTION_OK);
+    PGresult *r = PQexec(a, "BEGIN; SELECT attempt FROM warren.claim('" RK "', 'wa')");
+    ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
+    ck_assert_int_eq(PQntuples(r), 1);
+    PQclear(r);
+    ck_assert_int_eq(PQsendQuery(b, "SELECT string_agg(run_key, ',') FROM warren.claim_many("
+                                    "ARRAY['j2@2026-01-01T00:00:02Z', '" RK2 "'], 'wb')"),
+                     1);
+    /* b blocks on j1's lock until a commits. */
+    struct timespec ts = {0, 300 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    ck_assert_int_eq(PQconsumeInput(b), 1);
+    ck_assert_int_eq(PQisBusy(b), 1);
+    r = PQexec(a, "COMMIT");
+    ck_assert_int_eq(PQresultStatus(r), PGRES_COMMAND_OK);
+    PQclear(r);
+    r = PQgetResult(b);
+    ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
+    ck_assert_str_eq(PQgetvalue(r, 0, 0), "j2@2026-01-01T00:00:02Z");
+    PQclear(r);
+    while ((r = PQgetResult(b)) != NULL)
+        PQclear(r);
+    PQfinish(a);
+    PQfinish(b);
+    ck_q(url, "running:wa,skipped:,running:wb",
+         "SELECT string_agg(state || ':' || coalesce(lease_owner, ''), ',' ORDER BY run_key) "
+         "FROM warren.runs");
+    ck_q(url, "1", "SELECT count(*) FROM warren.outbox WHERE routing_key = 'run.skipped.j1'");
+    free(url);
+}
+END_TEST
+
+/* claim_many's per-key path must not see the runs its fast path just
+ * claimed: here the batch waits 1.5 s for j1's overlap lock, longer than
+ * the 1 s lease of the fast path's j2 runs. Looked up by their old row
+ * versions (004), those runs went through the per-key claim again after
+ * it, found their own leases expired and were taken over by their own
+ * batch (attempt 2, the first lease_lost). And RK, the skip job j1's run
+ * its set-based statement claims (1 s lease too): with the lease timed from
+ * before the lock wait, the per-key claim of RK2 found it expired, reaped
+ * it and claimed RK2 instead. */
+START_TEST(test_claim_many_does_not_claim_its_own_runs_twice)
+{
+    char *url = setup("skip", 5, 1000, 60000, 1000);
     ck_assert_int_eq(qn(url, "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, "
                              "overlap, lease_ms) VALUES ('j2', 'every', '60s', 'q1', 'allow', "
                              "1000); INSERT INTO warren.runs (job, scheduled_at, due_at) SELECT "
@@ -707,10 +888,14 @@ START_TEST(test_claim_many_does_not_claim_its_own_runs_twice)
     }
     ck_assert_str_eq(got, "1");
     free(got);
+    /* RK2 (a second key of the skip job j1) keeps the per-key path in the
+     * batch: the fast path claims RK, j1's smallest key. */
+    add_run2(url);
     ck_q(url, "j1@2026-01-01T00:00:00Z:1,j2@2026-01-01T00:00:01Z:1,j2@2026-01-01T00:00:02Z:1",
          "SELECT string_agg(run_key || ':' || attempt, ',' ORDER BY run_key) FROM "
          "warren.claim_many(ARRAY['" RK "', 'j2@2026-01-01T00:00:01Z', "
-         "'j2@2026-01-01T00:00:02Z'], 'w1')");
+         "'j2@2026-01-01T00:00:02Z', '" RK2 "'], 'w1')");
+    ck_q(url, "skipped", "SELECT state FROM warren.runs WHERE run_key = '" RK2 "'");
     int status = 0;
     ck_assert_int_eq(waitpid(holder, &status, 0), holder);
     ck_assert_int_eq(WEXITSTATUS(status), 0);
@@ -958,6 +1143,11 @@ static Suite *protocol_suite(void)
     tcase_add_test(tc, test_claim_many_claims_fresh_runs_and_applies_the_rules_to_the_rest);
     tcase_add_test(tc, test_reclaim_many_takes_back_a_claim_whose_answer_was_lost);
     tcase_add_test(tc, test_claim_many_does_not_claim_its_own_runs_twice);
+    tcase_add_test(tc, test_claim_many_claims_skip_runs_of_idle_jobs_at_once);
+    tcase_add_test(tc, test_claim_many_skips_the_run_of_a_skip_job_with_a_run_running);
+    tcase_add_test(tc,
+                   test_claim_many_claims_one_of_two_keys_of_a_skip_job_as_the_per_key_claims_do);
+    tcase_add_test(tc, test_claim_many_skips_behind_a_concurrent_claim_of_the_same_skip_job);
     tcase_add_test(tc, test_batch_calls_take_cap_locks_only_for_runs_that_need_them);
     suite_add_tcase(s, tc);
 

@@ -471,6 +471,7 @@ DECLARE
     due timestamptz;
     bad text[];
     locks boolean;
+    skipk text[];
     priv boolean := warren.wp_privileged();
 BEGIN
     PERFORM warren.wp_check_worker('warren.claim_many', w);
@@ -521,7 +522,6 @@ BEGIN
     IF due > clock_timestamp() THEN
         PERFORM warren.wp_wait_until(due); -- at most 1 s: no wait slot (access.sql)
     END IF;
-    t0 := clock_timestamp(); -- the claim's time, after the wait (now() is the call's start)
     -- Lock order (caps.sql; docs/delivery.md, "Lock order"): before any row
     -- lock, the cap locks of every capped group and tenant among the
     -- claimable keys in (group, tenant) order, then the overlap locks of
@@ -535,33 +535,60 @@ BEGIN
     -- an overlap policy after it is seen by the fast path's own read of
     -- the job (the run goes to the per-key claim), and there the locks are
     -- only tried, as for any lock beyond those taken.
-    -- (One pass over the keys, one probe per distinct job.)
+    -- (One pass over the keys, one probe per distinct job.) The same pass
+    -- names, for each uncapped `skip` job whose lock it took, the job's
+    -- smallest key among the batch's claimable ones (skipk): the per-key
+    -- path claims in key order, so that is the key it would claim (or
+    -- reap for, or take over) first; the fast path may claim it (below).
     IF locks THEN
-        PERFORM CASE WHEN x.kind = 0 THEN warren.wp_cap_lock(x.g, x.t, x.mr, x.mrt)
-                     ELSE warren.wp_overlap_lock(x.g, false) END
-           FROM (WITH kr AS (
-                     SELECT rr.job, rr.tenant FROM unnest(tids) kk(tid)
-                       JOIN warren.runs rr ON rr.ctid = kk.tid
-                      WHERE rr.state IN ('planned', 'published', 'retrying')
-                         OR (rr.state = 'running' AND rr.lease_until < clock_timestamp())
-                 ), jc AS (
-                     SELECT jb.name, jb.tenant, jb.overlap, coalesce(jb.template, jb.name) AS g,
-                            gj.max_running AS mr, gj.max_running_per_tenant AS mrt
-                       FROM (SELECT DISTINCT kr.job FROM kr) d
-                       JOIN warren.jobs jb ON jb.name = d.job
-                       JOIN warren.jobs gj ON gj.name = coalesce(jb.template, jb.name)
-                      WHERE jb.overlap <> 'allow' OR gj.max_running IS NOT NULL
-                         OR gj.max_running_per_tenant IS NOT NULL
-                 )
-                 SELECT DISTINCT 0 AS kind, jc.g, coalesce(kr.tenant, jc.tenant, '') AS t, jc.mr,
-                        jc.mrt
-                   FROM jc JOIN kr ON kr.job = jc.name
-                  WHERE jc.mr IS NOT NULL OR jc.mrt IS NOT NULL
-                 UNION
-                 SELECT 1, jc.name, '', NULL::int, NULL::int FROM jc WHERE jc.overlap <> 'allow'
-                  ORDER BY 1, 2, 3) x;
+        SELECT bool_and(CASE WHEN x.kind = 0 THEN warren.wp_cap_lock(x.g, x.t, x.mr, x.mrt)
+                             ELSE warren.wp_overlap_lock(x.g, false) END),
+               array_agg(x.k) FILTER (WHERE x.k IS NOT NULL)
+          INTO locks, skipk
+          FROM (WITH kr AS (
+                    SELECT rr.job, rr.tenant, rr.run_key FROM unnest(tids) kk(tid)
+                      JOIN warren.runs rr ON rr.ctid = kk.tid
+                     WHERE rr.state IN ('planned', 'published', 'retrying')
+                        OR (rr.state = 'running' AND rr.lease_until < clock_timestamp())
+                ), jc AS (
+                    SELECT jb.name, jb.tenant, jb.overlap, coalesce(jb.template, jb.name) AS g,
+                           gj.max_running AS mr, gj.max_running_per_tenant AS mrt
+                      FROM (SELECT DISTINCT kr.job FROM kr) d
+                      JOIN warren.jobs jb ON jb.name = d.job
+                      JOIN warren.jobs gj ON gj.name = coalesce(jb.template, jb.name)
+                     WHERE jb.overlap <> 'allow' OR gj.max_running IS NOT NULL
+                        OR gj.max_running_per_tenant IS NOT NULL
+                )
+                SELECT DISTINCT 0 AS kind, jc.g, coalesce(kr.tenant, jc.tenant, '') AS t, jc.mr,
+                       jc.mrt, NULL::text AS k
+                  FROM jc JOIN kr ON kr.job = jc.name
+                 WHERE jc.mr IS NOT NULL OR jc.mrt IS NOT NULL
+                UNION
+                -- an uncapped `skip` job's smallest key among the batch's
+                -- claimable ones: the one the per-key path, in key order,
+                -- would claim first (the fast path's candidate, below)
+                SELECT 1, jc.name, '', NULL::int, NULL::int,
+                       CASE WHEN jc.overlap = 'skip' AND jc.mr IS NULL AND jc.mrt IS NULL
+                            THEN (SELECT min(kr.run_key) FROM kr WHERE kr.job = jc.name) END
+                  FROM jc WHERE jc.overlap <> 'allow'
+                 ORDER BY 1, 2, 3) x;
     END IF;
-    -- Fast path: fresh runs of jobs without an overlap check or a cap. The
+    -- The claim's time: after the wait and after the locks (now() is the
+    -- call's start), as wp_claim takes it. A lease timed from before a
+    -- wait for a lock could run out before the batch's own per-key claims
+    -- (a 1 s lease behind a 1.5 s wait): the next key of the same skip job
+    -- would then reap the run this batch just claimed.
+    t0 := clock_timestamp();
+    -- Fast path: fresh runs of jobs without an overlap check or a cap, and
+    -- the fresh skipk run of an uncapped `skip` job none of whose runs is
+    -- running (the overlap lock is held: a statement after it sees every
+    -- committed claim). There wp_claim reaps nothing and skips nothing: it
+    -- claims, leaving cap_group and cap_released_at NULL and cap_tenant
+    -- set, as this statement does. The job's other keys then go to the
+    -- per-key path, which finds this run running and skips them, as it
+    -- did when it claimed this one first; a job with a run running
+    -- (expired or not) goes there whole. `queue` and `cancel_previous`
+    -- jobs, and capped ones, always take the per-key path. The
     -- job's row is read once per run (f: its lease, caps, overlap, queue
     -- grant and payload), in the statement that claims, so a sync that
     -- changed the job is seen as before. `rr.job || ''`: f can only join
@@ -573,7 +600,8 @@ BEGIN
     -- recheck and goes to the full path below.
     RETURN QUERY
     WITH f AS MATERIALIZED (
-        SELECT rr.ctid AS tid, jb.lease_ms, jb.payload
+        SELECT rr.ctid AS tid, jb.lease_ms, jb.payload, jb.overlap <> 'allow' AS sk,
+               coalesce(rr.tenant, jb.tenant, '') AS ct
           FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job || ''
          WHERE rr.ctid = ANY (tids)
            -- `state || ''`: no index on state (runs_history, the partial
@@ -583,7 +611,15 @@ BEGIN
            -- no overlap check and no cap (caps.sql): a config job's caps are
            -- on its own row, read with its overlap; an API job's on its
            -- template's, one more probe
-           AND jb.overlap = 'allow'
+           AND (jb.overlap = 'allow'
+                -- or a `skip` job's candidate (its overlap lock taken by the
+                -- pre-pass) while none of the job's runs is running: what
+                -- wp_claim would do then (no reap, no skip) is a plain
+                -- claim. Anything else goes to the per-key path below.
+                OR (jb.overlap = 'skip' AND rr.run_key = ANY (skipk)
+                    AND NOT EXISTS (SELECT 1 FROM warren.runs o
+                                     WHERE o.job = rr.job AND o.state = 'running'
+                                       AND o.run_key <> rr.run_key)))
            AND CASE WHEN jb.template IS NULL
                     THEN jb.max_running IS NULL AND jb.max_running_per_tenant IS NULL
                     ELSE NOT EXISTS (SELECT 1 FROM warren.jobs gj
@@ -601,7 +637,11 @@ BEGIN
            SET state = 'running', attempt = rr.attempt + 1, lease_owner = w,
                lease_login = session_user, lease_ms = f.lease_ms,
                lease_until = t0 + make_interval(secs => f.lease_ms / 1000.0),
-               started_at = t0
+               started_at = t0,
+               -- as wp_claim leaves an uncapped run of an overlap job
+               cap_group = CASE WHEN f.sk THEN NULL ELSE rr.cap_group END,
+               cap_tenant = CASE WHEN f.sk THEN f.ct ELSE rr.cap_tenant END,
+               cap_released_at = CASE WHEN f.sk THEN NULL ELSE rr.cap_released_at END
           FROM f
          WHERE rr.ctid = f.tid
            AND rr.state || '' IN ('planned', 'published', 'retrying') AND rr.due_at <= t0
