@@ -483,11 +483,24 @@ int warren__hpool_free(hpool *hp, int wait_ms)
     return busy;
 }
 
+/* Queues slot s's context c for a pool thread; s->ctx from then on. On
+ * failure c is freed. */
+static int submit_for(warren_worker *w, slot *s, warren_handler_ctx *c, warren_error *err)
+{
+    int prc;
+    if ((prc = hpool_submit(w->hp, c, err)) != 0) {
+        warren__ctx_free(c);
+        return prc;
+    }
+    s->has_thread = 1;
+    s->ctx = c;
+    return 0;
+}
+
 int warren__start_thread(warren_worker *w, slot *s, warren_error *err)
 {
     warren_handler_ctx *c = calloc(1, sizeof(*c));
     char key[WARREN_RUN_KEY_MAX];
-    int prc;
 
     if (c == NULL)
         return warren_error_set(err, WARREN_ENOMEM, "out of memory");
@@ -525,19 +538,13 @@ int warren__start_thread(warren_worker *w, slot *s, warren_error *err)
         warren__ctx_free(c);
         return warren_error_set(err, WARREN_ENOMEM, "out of memory");
     }
-    if ((prc = hpool_submit(w->hp, c, err)) != 0) {
-        warren__ctx_free(c);
-        return prc;
-    }
-    s->has_thread = 1;
-    s->ctx = c;
-    return 0;
+    return submit_for(w, s, c, err);
 }
 
 int warren__start_spawn(warren_worker *w, slot *s, warren_us due_at, warren_error *err)
 {
     warren_handler_ctx *c = calloc(1, sizeof(*c));
-    int ok = 1, prc;
+    int ok = 1;
 
     if (c == NULL)
         return warren_error_set(err, WARREN_ENOMEM, "out of memory");
@@ -561,11 +568,5 @@ int warren__start_spawn(warren_worker *w, slot *s, warren_us due_at, warren_erro
         warren__ctx_free(c);
         return warren_error_set(err, WARREN_ENOMEM, "out of memory starting a handler");
     }
-    if ((prc = hpool_submit(w->hp, c, err)) != 0) {
-        warren__ctx_free(c);
-        return prc;
-    }
-    s->has_thread = 1;
-    s->ctx = c;
-    return 0;
+    return submit_for(w, s, c, err);
 }

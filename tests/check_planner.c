@@ -466,17 +466,20 @@ START_TEST(test_release_never_before_due_out_of_order)
     insert_due(&e, "r", 6, 0); /* due now: straight to the ready exchange */
     tick(p);
     ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'published'"), 6);
-    n = collect(b, off, a, 6, 75000);
+    n = collect(b, off, a, 6, 130000); /* the last is due in 62 s; the bound below is 60 s */
     ck_assert_int_eq(n, 6);
     /* Never early, and each from its own delay queue rather than by a later
-     * republish (10 s: generous for a loaded machine). How late is a number
-     * for bench_delivery (release lateness percentiles). */
+     * republish (which would come after reconcile_grace, 600 s here). How
+     * late is a number for bench_delivery (release lateness percentiles):
+     * the bound is 60 s, not a lateness goal (once, on a RabbitMQ node
+     * restarted by the test before, the run due in 62 s came out of its
+     * delay queue 33.7 s late; every other time within 0.5 s). */
     for (int i = 0; i < n; i++) {
         int64_t late_ms = (a[i].at - a[i].due) / 1000;
         ck_assert_msg(a[i].at >= a[i].due, "%s released %lld us before due", a[i].key,
                       (long long)(a[i].due - a[i].at));
         fprintf(stderr, "%s released %lld ms after due\n", a[i].key, (long long)late_ms);
-        ck_assert_msg(late_ms < 10000, "%s released %lld ms late", a[i].key, (long long)late_ms);
+        ck_assert_msg(late_ms < 60000, "%s released %lld ms late", a[i].key, (long long)late_ms);
     }
     /* arrival in due order */
     for (int i = 1; i < n; i++)
@@ -1310,7 +1313,7 @@ static Suite *planner_suite(void)
 
     tc = tcase_create("release");
     tcase_add_test(tc, test_release_never_before_due_out_of_order);
-    tcase_set_timeout(tc, 120);
+    tcase_set_timeout(tc, 240);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("planners");
