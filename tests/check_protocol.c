@@ -852,59 +852,6 @@ START_TEST(test_claim_many_skips_behind_a_concurrent_claim_of_the_same_skip_job)
 }
 END_TEST
 
-/* claim_many's per-key path must not see the runs its fast path just
- * claimed: here the batch waits 1.5 s for j1's overlap lock, longer than
- * the 1 s lease of the fast path's j2 runs. Looked up by their old row
- * versions (004), those runs went through the per-key claim again after
- * it, found their own leases expired and were taken over by their own
- * batch (attempt 2, the first lease_lost). And RK, the skip job j1's run
- * its set-based statement claims (1 s lease too): with the lease timed from
- * before the lock wait, the per-key claim of RK2 found it expired, reaped
- * it and claimed RK2 instead. */
-START_TEST(test_claim_many_does_not_claim_its_own_runs_twice)
-{
-    char *url = setup("skip", 5, 1000, 60000, 1000);
-    ck_assert_int_eq(qn(url, "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, "
-                             "overlap, lease_ms) VALUES ('j2', 'every', '60s', 'q1', 'allow', "
-                             "1000); INSERT INTO warren.runs (job, scheduled_at, due_at) SELECT "
-                             "'j2', '2026-01-01'::timestamptz + make_interval(secs => g), now() "
-                             "FROM generate_series(1, 2) g"),
-                     2);
-    pid_t holder = fork();
-    ck_assert_int_ge(holder, 0);
-    if (holder == 0)
-        _exit(qn(url, "SELECT pg_advisory_lock(hashtextextended('warren.overlap:j1', 0)); "
-                      "SELECT pg_sleep(1.5)") < 0);
-    /* the holder has the lock before the batch needs it */
-    char *got = NULL;
-    for (int i = 0; i < 100; i++) {
-        free(got);
-        got = testenv_sql1f(url, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND "
-                                 "granted AND database = (SELECT oid FROM pg_database WHERE "
-                                 "datname = current_database())");
-        if (got != NULL && strcmp(got, "1") == 0)
-            break;
-        usleep(20000);
-    }
-    ck_assert_str_eq(got, "1");
-    free(got);
-    /* RK2 (a second key of the skip job j1) keeps the per-key path in the
-     * batch: the fast path claims RK, j1's smallest key. */
-    add_run2(url);
-    ck_q(url, "j1@2026-01-01T00:00:00Z:1,j2@2026-01-01T00:00:01Z:1,j2@2026-01-01T00:00:02Z:1",
-         "SELECT string_agg(run_key || ':' || attempt, ',' ORDER BY run_key) FROM "
-         "warren.claim_many(ARRAY['" RK "', 'j2@2026-01-01T00:00:01Z', "
-         "'j2@2026-01-01T00:00:02Z', '" RK2 "'], 'w1')");
-    ck_q(url, "skipped", "SELECT state FROM warren.runs WHERE run_key = '" RK2 "'");
-    int status = 0;
-    ck_assert_int_eq(waitpid(holder, &status, 0), holder);
-    ck_assert_int_eq(WEXITSTATUS(status), 0);
-    ck_q(url, "0", "SELECT count(*) FROM warren.attempts WHERE outcome = 'lease_lost'");
-    ck_q(url, "3", "SELECT count(*) FROM warren.attempts WHERE attempt = 1");
-    free(url);
-}
-END_TEST
-
 /* Forks a session that holds advisory lock key (a bigint expression) for
  * hold_s seconds; returns once the lock is taken. */
 static pid_t hold_advisory_lock(const char *url, const char *key, double hold_s)
@@ -927,6 +874,43 @@ static pid_t hold_advisory_lock(const char *url, const char *key, double hold_s)
     free(got);
     return holder;
 }
+
+/* claim_many's per-key path must not see the runs its fast path just
+ * claimed: here the batch waits 1.5 s for j1's overlap lock, longer than
+ * the 1 s lease of the fast path's j2 runs. Looked up by their old row
+ * versions (004), those runs went through the per-key claim again after
+ * it, found their own leases expired and were taken over by their own
+ * batch (attempt 2, the first lease_lost). And RK, the skip job j1's run
+ * its set-based statement claims (1 s lease too): with the lease timed from
+ * before the lock wait, the per-key claim of RK2 found it expired, reaped
+ * it and claimed RK2 instead. */
+START_TEST(test_claim_many_does_not_claim_its_own_runs_twice)
+{
+    char *url = setup("skip", 5, 1000, 60000, 1000);
+    ck_assert_int_eq(qn(url, "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, "
+                             "overlap, lease_ms) VALUES ('j2', 'every', '60s', 'q1', 'allow', "
+                             "1000); INSERT INTO warren.runs (job, scheduled_at, due_at) SELECT "
+                             "'j2', '2026-01-01'::timestamptz + make_interval(secs => g), now() "
+                             "FROM generate_series(1, 2) g"),
+                     2);
+    /* the holder has the lock before the batch needs it */
+    pid_t holder = hold_advisory_lock(url, "hashtextextended('warren.overlap:j1', 0)", 1.5);
+    /* RK2 (a second key of the skip job j1) keeps the per-key path in the
+     * batch: the fast path claims RK, j1's smallest key. */
+    add_run2(url);
+    ck_q(url, "j1@2026-01-01T00:00:00Z:1,j2@2026-01-01T00:00:01Z:1,j2@2026-01-01T00:00:02Z:1",
+         "SELECT string_agg(run_key || ':' || attempt, ',' ORDER BY run_key) FROM "
+         "warren.claim_many(ARRAY['" RK "', 'j2@2026-01-01T00:00:01Z', "
+         "'j2@2026-01-01T00:00:02Z', '" RK2 "'], 'w1')");
+    ck_q(url, "skipped", "SELECT state FROM warren.runs WHERE run_key = '" RK2 "'");
+    int status = 0;
+    ck_assert_int_eq(waitpid(holder, &status, 0), holder);
+    ck_assert_int_eq(WEXITSTATUS(status), 0);
+    ck_q(url, "0", "SELECT count(*) FROM warren.attempts WHERE outcome = 'lease_lost'");
+    ck_q(url, "3", "SELECT count(*) FROM warren.attempts WHERE attempt = 1");
+    free(url);
+}
+END_TEST
 
 static void wait_holder(pid_t holder)
 {
