@@ -805,6 +805,7 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
         return warren_error_set(err, WARREN_ENOMEM, "out of memory");
     }
     for (int i = 0; i < w->concurrency; i++) {
+        warren__exec_init(&w->slots[i].ex); /* no pipe yet: calloc's 0 is stdin */
         slot_reset(&w->slots[i]);
         w->free_idx[i] = w->concurrency - 1 - i; /* slot 0 first */
     }
