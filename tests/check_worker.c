@@ -1337,9 +1337,13 @@ END_TEST
 START_TEST(test_worker_stopping_hands_new_deliveries_to_other_workers)
 {
     env e;
+    /* long has one attempt: killed below, it is dead, not retried. (Retried,
+     * with full jitter it could come back within a second, to b, whose 40 s
+     * grace then outlasted the wait for b's exit: an intermittent failure.) */
     env_setup(
         &e,
         "{ name = \"long\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qh\";"
+        "  retry = { max_attempts = 1; };"
         "  handler = { exec = [\"/bin/sh\", \"-c\", "
         "\"$MARK_DIR/log-exec long; echo $$ > \\\"$MARK_DIR/long.pid\\\"; exec sleep 60\"]; }; },"
         "{ name = \"fresh\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qh\";"
@@ -1365,7 +1369,7 @@ START_TEST(test_worker_stopping_hands_new_deliveries_to_other_workers)
     ck_assert_msg(testenv_pid_alive(a),
                   "a exited before the fresh run was taken: the test proves nothing");
     /* End the long handler instead of waiting out the grace: a records it
-     * (a retry: killed by a signal) and exits 0. */
+     * (killed by a signal: its only attempt, so dead) and exits 0. */
     char *path = testenv_fmt("%s/long.pid", e.dir);
     char *pid_text = read_text(path);
     free(path);
@@ -1378,6 +1382,7 @@ START_TEST(test_worker_stopping_hands_new_deliveries_to_other_workers)
      * time counted towards x-delivery-limit.) */
     ck_assert(log_has(&e, "a", "stopped (received 1, started 1,"));
     ck_assert(log_has(&e, "a", "given back 0)"));
+    ck_assert(wait_for(e.db, "dead", 5000, "SELECT state FROM warren.runs WHERE job = 'long'"));
     kill(b, SIGTERM);
     ck_assert_int_eq(wait_exit(b, 15000), 0);
     assert_one_execution_per_attempt(&e);
