@@ -416,7 +416,7 @@ int warren__store_exec_prepared(warren_store *st, const char *name, const char *
     return warren_error_set(err, WARREN_EDB, "%s: prepared statement %s vanished", what, name);
 }
 
-int warren__store_begin(warren_store *st, warren_error *err)
+void warren__store_end_open(warren_store *st)
 {
     PGTransactionStatusType ts = PQtransactionStatus(st->conn);
 
@@ -425,6 +425,11 @@ int warren__store_begin(warren_store *st, warren_error *err)
                    "store: a transaction was left open; rolling it back before BEGIN");
         warren__store_rollback(st);
     }
+}
+
+int warren__store_begin(warren_store *st, warren_error *err)
+{
+    warren__store_end_open(st);
     return warren__store_exec_simple(st, "BEGIN", "begin transaction", err);
 }
 

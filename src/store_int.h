@@ -62,9 +62,11 @@ int warren__store_exec_prepared(warren_store *st, const char *name, const char *
 int warren__store_exec_simple(warren_store *st, const char *sql, const char *what,
                               warren_error *err);
 
-/* Transactions. begin fails if a transaction is already open (a bug).
+/* Transactions. begin rolls back a transaction left open (a bug; with a
+ * warning: warren__store_end_open, also for a BEGIN sent in a pipeline).
  * rollback is best effort and safe to call at any time (no-op when idle or
  * disconnected); call it on every error path after begin. */
+void warren__store_end_open(warren_store *st);
 int warren__store_begin(warren_store *st, warren_error *err);
 int warren__store_commit(warren_store *st, warren_error *err);
 void warren__store_rollback(warren_store *st);

@@ -438,14 +438,16 @@ int warren_store_complete(warren_store *st, const char *run_key, int attempt, co
     return warren_store_complete_batch(st, &c, 1, recorded, err);
 }
 
+static int sql_statement(warren_store *st, warren_sql_run *r, int begin, int savepoint,
+                         warren_error *err);
+
 int warren_store_complete_sql(warren_store *st, const char *run_key, int attempt,
                               warren_us scheduled_at, const char *payload_json, const char *sql,
                               int64_t timeout_ms, const char *tag, const atomic_int *lost,
                               int *recorded, char **stmt_error, warren_error *err)
 {
-    char abuf[24], tbuf[WARREN_TIME_BUF], setting[24];
+    char abuf[24];
     PGresult *res = NULL;
-    PGconn *conn;
     int rc, b = 0;
 
     if (recorded != NULL)
@@ -454,55 +456,43 @@ int warren_store_complete_sql(warren_store *st, const char *run_key, int attempt
         *stmt_error = NULL;
     if (st == NULL || run_key == NULL || sql == NULL || recorded == NULL || stmt_error == NULL)
         return warren_error_set(err, WARREN_EINVAL, "warren_store_complete_sql: bad arguments");
-    if ((rc = warren__store_begin(st, err)) != 0)
-        return rc;
-    /* The handler's timeout bounds its statement (milliseconds; 0 = none;
-     * PostgreSQL takes at most INT_MAX ms, about 24.8 days). */
-    if (timeout_ms > INT32_MAX)
-        timeout_ms = INT32_MAX;
-    snprintf(setting, sizeof(setting), "%lld", (long long)(timeout_ms > 0 ? timeout_ms : 0));
-    /* SET LOCAL, for each statement of the transaction; application_name
-     * = tag (unchanged if NULL) lets warren_store_cancel_tagged find it. */
-    {
-        const char *params[2] = {setting, tag};
-        rc = warren__store_exec(st,
-                                "SELECT set_config('statement_timeout', $1, true), "
-                                "set_config('application_name', coalesce($2, "
-                                "current_setting('application_name')), true)",
-                                2, params, NULL, "set the sql handler's timeout", err);
-    }
-    if (rc != 0)
-        goto fail;
-    if (lost != NULL && atomic_load(lost)) { /* lost before it started */
-        warren__store_rollback(st);
+    if (lost != NULL && atomic_load(lost)) /* lost before it started */
         return 0;
-    }
-    /* The statement first, the completion last: the run's row is locked only
-     * for the completion, not while the statement runs (claims of the run or
-     * of its job's next run do not wait on it, and the worker heartbeats the
-     * run meanwhile). The statement comes from the config; explicit parameter
-     * types let it use any subset of $1..$3. */
+    /* BEGIN, the settings and the statement in one pipeline (sql_statement).
+     * The handler's timeout bounds the statement (statement_timeout, SET
+     * LOCAL: milliseconds, 0 = none, at most INT_MAX ms, about 24.8 days);
+     * application_name = tag (unchanged if NULL) lets
+     * warren_store_cancel_tagged find it. The statement first, the
+     * completion last: the run's row is locked only for the completion, not
+     * while the statement runs (claims of the run or of its job's next run do
+     * not wait on it, and the worker heartbeats the run meanwhile). The
+     * statement comes from the config; explicit parameter types let it use
+     * any subset of $1..$3. */
+    warren__store_end_open(st);
     {
-        const Oid types[3] = {OID_TEXT, OID_TIMESTAMPTZ, OID_JSONB};
-        const char *params[3] = {run_key, warren__store_us_param(scheduled_at, tbuf, sizeof(tbuf)),
-                                 payload_json ? payload_json : "{}"};
-        conn = warren__store_conn(st);
-        res = PQexecParams(conn, sql, 3, types, params, NULL, NULL, 0);
+        warren_sql_run r = {.run_key = run_key,
+                            .scheduled_at = scheduled_at,
+                            .payload_json = payload_json,
+                            .sql = sql,
+                            .timeout_ms = timeout_ms,
+                            .tag = tag};
+        rc = sql_statement(st, &r, 1, 0, err);
+        if (rc == WARREN_EDBCONN) {
+            warren__store_rollback(st);
+            return rc;
+        }
+        if (rc != 0)
+            goto fail; /* BEGIN or the settings refused */
+        if (r.stmt_error != NULL) {
+            warren__store_rollback(st);
+            if (lost != NULL && atomic_load(lost)) {
+                free(r.stmt_error);
+                return 0; /* cancelled: the lease was lost, no effect, no completion */
+            }
+            *stmt_error = r.stmt_error;
+            return 0;
+        }
     }
-    if (PQresultStatus(res) != PGRES_COMMAND_OK && PQresultStatus(res) != PGRES_TUPLES_OK) {
-        warren_error serr = {0};
-        rc = warren__store_fail(st, res, "sql handler", &serr);
-        PQclear(res);
-        warren__store_rollback(st);
-        if (rc == WARREN_EDBCONN)
-            return warren_error_set(err, rc, "%s", serr.message);
-        if (lost != NULL && atomic_load(lost))
-            return 0; /* cancelled: the lease was lost, no effect, no completion */
-        *stmt_error = strdup(serr.message);
-        return *stmt_error ? 0 : warren_error_set(err, WARREN_ENOMEM, "out of memory");
-    }
-    PQclear(res);
-    res = NULL;
     if (lost != NULL && atomic_load(lost)) { /* the lease was lost meanwhile: no effect */
         warren__store_rollback(st);
         return 0;
@@ -559,19 +549,23 @@ static int pipeline_results(PGconn *conn, PGresult **bad)
     return got || PQstatus(conn) == CONNECTION_OK ? 0 : WARREN_EDBCONN;
 }
 
-/* Run r inside the batch transaction: its savepoint, its settings
- * (statement_timeout, application_name = its tag) and its statement, sent
- * together in one pipeline (one round trip instead of three). 0 with
- * r->stmt_error set if the statement failed (rolled back to the savepoint,
- * the other runs' effects stay); WARREN_EDBCONN if the connection failed;
- * WARREN_EDB if the savepoint or the settings were refused. */
-static int sql_batch_statement(warren_store *st, warren_sql_run *r, warren_error *err)
+/* Run r's statement: with begin the transaction's BEGIN, with savepoint
+ * its savepoint (inside a batch's transaction), then its settings
+ * (statement_timeout, application_name = its tag) and the statement, sent
+ * together in one pipeline (one round trip instead of up to four: the
+ * statement starts one network turn after the handler thread took the run).
+ * 0 with r->stmt_error set if the statement failed (with savepoint: rolled
+ * back to it, the other runs' effects stay; without: the caller rolls the
+ * transaction back); WARREN_EDBCONN if the connection failed; WARREN_EDB if
+ * BEGIN, the savepoint or the settings were refused. */
+static int sql_statement(warren_store *st, warren_sql_run *r, int begin, int savepoint,
+                         warren_error *err)
 {
     char tbuf[WARREN_TIME_BUF], setting[24];
     PGconn *conn = warren__store_conn(st);
-    PGresult *bad[3] = {NULL, NULL, NULL}, *sync;
+    PGresult *bad[4] = {NULL, NULL, NULL, NULL}, *sync;
     int64_t timeout_ms = r->timeout_ms > INT32_MAX ? INT32_MAX : r->timeout_ms;
-    int rc = 0;
+    int rc = 0, nq = 0, q_stmt;
 
     snprintf(setting, sizeof(setting), "%lld", (long long)(timeout_ms > 0 ? timeout_ms : 0));
     const char *set_params[2] = {setting, r->tag};
@@ -582,19 +576,24 @@ static int sql_batch_statement(warren_store *st, warren_sql_run *r, warren_error
     if (PQenterPipelineMode(conn) != 1)
         return warren_error_set(err, WARREN_EDBCONN, "sql handler: cannot enter pipeline mode: %s",
                                 PQerrorMessage(conn));
-    if (PQsendQueryParams(conn, "SAVEPOINT warren_run", 0, NULL, NULL, NULL, NULL, 0) != 1 ||
-        PQsendQueryParams(conn,
-                          "SELECT set_config('statement_timeout', $1, true), "
-                          "set_config('application_name', coalesce($2, "
-                          "current_setting('application_name')), true)",
-                          2, NULL, set_params, NULL, NULL, 0) != 1 ||
-        PQsendQueryParams(conn, r->sql, 3, types, params, NULL, NULL, 0) != 1 ||
-        PQpipelineSync(conn) != 1) {
+    int sent = (!begin || PQsendQueryParams(conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) == 1) &&
+               (!savepoint || PQsendQueryParams(conn, "SAVEPOINT warren_run", 0, NULL, NULL, NULL,
+                                                NULL, 0) == 1) &&
+               PQsendQueryParams(conn,
+                                 "SELECT set_config('statement_timeout', $1, true), "
+                                 "set_config('application_name', coalesce($2, "
+                                 "current_setting('application_name')), true)",
+                                 2, NULL, set_params, NULL, NULL, 0) == 1 &&
+               PQsendQueryParams(conn, r->sql, 3, types, params, NULL, NULL, 0) == 1 &&
+               PQpipelineSync(conn) == 1;
+    nq = (begin != 0) + (savepoint != 0) + 2;
+    q_stmt = nq - 1;
+    if (!sent) {
         rc = warren_error_set(err, WARREN_EDBCONN, "sql handler: lost connection: %s",
                               PQerrorMessage(conn));
         goto out;
     }
-    for (int q = 0; q < 3 && rc == 0; q++)
+    for (int q = 0; q < nq && rc == 0; q++)
         rc = pipeline_results(conn, &bad[q]);
     if (rc == 0) {
         /* the pipeline's end (a sync result), or the connection's */
@@ -607,15 +606,15 @@ static int sql_batch_statement(warren_store *st, warren_sql_run *r, warren_error
                               PQerrorMessage(conn));
         goto out;
     }
-    if (bad[0] != NULL || bad[1] != NULL) {
-        /* the savepoint or the settings: not the statement's fault */
-        rc = warren__store_fail(st, bad[0] != NULL ? bad[0] : bad[1],
-                                "set up the sql handler's statement", err);
-        goto out;
-    }
-    if (bad[2] != NULL) {
+    for (int q = 0; q < q_stmt; q++)
+        if (bad[q] != NULL) {
+            /* BEGIN, the savepoint or the settings: not the statement's fault */
+            rc = warren__store_fail(st, bad[q], "set up the sql handler's statement", err);
+            goto out;
+        }
+    if (bad[q_stmt] != NULL) {
         warren_error serr = {0};
-        rc = warren__store_fail(st, bad[2], "sql handler", &serr);
+        rc = warren__store_fail(st, bad[q_stmt], "sql handler", &serr);
         if (rc == WARREN_EDBCONN) {
             warren_error_set(err, rc, "%s", serr.message);
             goto out;
@@ -625,7 +624,7 @@ static int sql_batch_statement(warren_store *st, warren_sql_run *r, warren_error
             rc = warren_error_set(err, WARREN_ENOMEM, "out of memory");
     }
 out:
-    for (int q = 0; q < 3; q++)
+    for (int q = 0; q < 4; q++)
         PQclear(bad[q]);
     /* Out of pipeline mode whatever happened (results left unread after a
      * failure are read first, a bounded number), so the connection goes back
@@ -641,7 +640,7 @@ out:
     if (PQpipelineStatus(conn) != PQ_PIPELINE_OFF && rc == 0)
         rc = warren_error_set(err, WARREN_EDBCONN, "sql handler: cannot leave pipeline mode: %s",
                               PQerrorMessage(conn));
-    if (rc == 0 && r->stmt_error != NULL)
+    if (rc == 0 && r->stmt_error != NULL && savepoint)
         /* back to before this run: the others' effects stay */
         rc = warren__store_exec(st, "ROLLBACK TO SAVEPOINT warren_run", 0, NULL, NULL,
                                 "roll back the sql handler's statement", err);
@@ -688,15 +687,16 @@ int warren_store_complete_sql_batch(warren_store *st, warren_sql_run *runs, size
         }
         if (todo == 0)
             break;
-        if ((rc = warren__store_begin(st, err)) != 0)
-            goto fail;
+        warren__store_end_open(st);
+        int begin = 1; /* BEGIN goes with the first statement's pipeline */
         for (size_t i = 0; i < n; i++) {
             warren_sql_run *r = &runs[i];
             if (r->done)
                 continue;
             free(r->stmt_error);
             r->stmt_error = NULL;
-            rc = sql_batch_statement(st, r, err);
+            rc = sql_statement(st, r, begin, 1, err);
+            begin = 0;
             if (rc != 0)
                 goto fail;
             if (r->stmt_error == NULL) {
