@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "buf.h"
 #include "store_int.h"
@@ -591,6 +592,9 @@ static int sql_statement(warren_store *st, warren_sql_run *r, int begin, int sav
     if (!sent) {
         rc = warren_error_set(err, WARREN_EDBCONN, "sql handler: lost connection: %s",
                               PQerrorMessage(conn));
+        /* what was queued ends with a sync (and is flushed), so reading its
+         * results below cannot wait for a server that was never asked */
+        (void)PQpipelineSync(conn);
         goto out;
     }
     for (int q = 0; q < nq && rc == 0; q++)
@@ -637,13 +641,24 @@ out:
             break;
         PQclear(left);
     }
-    if (PQpipelineStatus(conn) != PQ_PIPELINE_OFF && rc == 0)
-        rc = warren_error_set(err, WARREN_EDBCONN, "sql handler: cannot leave pipeline mode: %s",
-                              PQerrorMessage(conn));
+    if (PQpipelineStatus(conn) != PQ_PIPELINE_OFF) {
+        if (rc == 0)
+            rc = warren_error_set(err, WARREN_EDBCONN,
+                                  "sql handler: cannot leave pipeline mode: %s",
+                                  PQerrorMessage(conn));
+        /* unusable: broken for good, so that the pool drops it */
+        shutdown(PQsocket(conn), SHUT_RDWR);
+        PQconsumeInput(conn);
+    }
     if (rc == 0 && r->stmt_error != NULL && savepoint)
         /* back to before this run: the others' effects stay */
         rc = warren__store_exec(st, "ROLLBACK TO SAVEPOINT warren_run", 0, NULL, NULL,
                                 "roll back the sql handler's statement", err);
+    if (rc != 0) {
+        /* the caller gets the error, not the statement's */
+        free(r->stmt_error);
+        r->stmt_error = NULL;
+    }
     return rc;
 }
 
@@ -737,12 +752,12 @@ int warren_store_complete_sql_batch(warren_store *st, warren_sql_run *runs, size
     goto out;
 fail:
     warren__store_rollback(st);
-    /* nothing of this pass committed: its runs are not done */
-    for (size_t i = 0; i < n; i++)
-        if (!runs[i].done) {
-            free(runs[i].stmt_error);
-            runs[i].stmt_error = NULL;
-        }
+    /* nothing of this pass committed: its runs are not done; the caller
+     * takes the error, not any run's statement error */
+    for (size_t i = 0; i < n; i++) {
+        free(runs[i].stmt_error);
+        runs[i].stmt_error = NULL;
+    }
 out:
     free(c);
     free(which);

@@ -306,7 +306,15 @@ void warren__exec_kill(const warren__exec *x, int sig)
 
 int warren__exec_reap(warren__exec *x, int *status)
 {
-    pid_t r = waitpid(x->pid, status, WNOHANG);
+    pid_t r;
+    if (x->pid <= 0) {
+        /* no process (never started, or reaped already): waitpid(0) would
+         * take any child of the group, and kill(-0) signal the worker's own
+         * group */
+        *status = 255 << 8;
+        return 1;
+    }
+    r = waitpid(x->pid, status, WNOHANG);
     if (r < 0 && errno == ECHILD) {
         /* Reaped by someone else (SIGCHLD ignored by the embedding program):
          * the exit status is lost; count it as a retryable failure. */

@@ -156,6 +156,29 @@ static void restore_path(void)
 
 /* ------------------------------------------------------------ PATH lookup */
 
+/* Reaping an exec with no process (never started, or reaped already) ends
+ * at once as a lost status, and touches no other process: waitpid(0) would
+ * take any child of the group and kill(-0) signal the caller's own group. */
+START_TEST(test_exec_reap_without_a_process_touches_no_other_process)
+{
+    warren__exec x;
+    int status = 0;
+    pid_t other = fork();
+    ck_assert_int_ge(other, 0);
+    if (other == 0) {
+        sleep(30);
+        _exit(0);
+    }
+    warren__exec_init(&x);
+    ck_assert_int_eq(warren__exec_reap(&x, &status), 1);
+    ck_assert_int_eq(status, 255 << 8);
+    ck_assert_int_eq(waitpid(other, &status, WNOHANG), 0); /* still running, not reaped */
+    kill(other, SIGKILL);
+    ck_assert_int_eq(waitpid(other, &status, 0), other);
+    ck_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+}
+END_TEST
+
 START_TEST(test_exec_finds_a_command_on_path_skipping_files_not_executable)
 {
     char *d1 = make_dir(), *d2 = make_dir();
@@ -718,6 +741,7 @@ static Suite *exec_suite(void)
     tc = tcase_create("path");
     tcase_add_checked_fixture(tc, save_path, restore_path);
     tcase_add_test(tc, test_exec_finds_a_command_on_path_skipping_files_not_executable);
+    tcase_add_test(tc, test_exec_reap_without_a_process_touches_no_other_process);
     tcase_add_test(tc, test_exec_reports_a_command_not_on_path_as_exit_127_retry);
     tcase_add_test(tc, test_exec_runs_a_relative_command_with_a_slash_from_the_working_directory);
     tcase_add_test(tc, test_exec_runs_a_name_not_on_path_from_the_working_directory);

@@ -1400,8 +1400,10 @@ START_TEST(test_worker_sql_handler_failure_rolls_back_and_retries)
         "  handler = { sql = \"WITH x AS (INSERT INTO execs VALUES ($1, 0, 'sqf')) INSERT INTO "
         "sink (run_key, attempt) VALUES ($1, (SELECT 1 / (count(*) - 1)::int FROM gate))\"; "
         "};"
-        "  retry = { max_attempts = 5; base = \"50ms\"; cap = \"100ms\"; }; }",
+        "  retry = { max_attempts = 1000; base = \"50ms\"; cap = \"100ms\"; }; }",
         NULL, 5);
+    /* Fast retries without a budget that five quick failures could use up
+     * before the gate row below is in (the run would then be dead). */
     /* gate empty: 1 / (0 - 1) = -1 works... make the first attempt divide by zero. */
     qx(e.db, "CREATE TABLE gate (x int); INSERT INTO gate VALUES (0)");
     worker_thread_start(&e, &wt, NULL, NULL, NULL);
@@ -1495,6 +1497,9 @@ START_TEST(test_worker_cancels_an_sql_handler_whose_run_was_taken_over)
                        "SET lock_timeout = '1s'; UPDATE warren.runs SET lease_until = now() - "
                        "interval '1 second'; SELECT attempt FROM warren.claim((SELECT run_key "
                        "FROM warren.runs), 'thief')"));
+    /* the thief's lease outlasts the test (its 2 s would let the reconciler
+     * reap it while the worker still notices the take-over) */
+    qx(e.db, "UPDATE warren.runs SET lease_until = now() + interval '1 hour'");
     int64_t t0 = now_ms();
     ck_assert(wait_for(e.db, "0", 5000, active));
     fprintf(stderr, "sql handler cancelled %lld ms after the take-over\n",
