@@ -643,9 +643,9 @@ out:
     }
     if (PQpipelineStatus(conn) != PQ_PIPELINE_OFF) {
         if (rc == 0)
-            rc = warren_error_set(err, WARREN_EDBCONN,
-                                  "sql handler: cannot leave pipeline mode: %s",
-                                  PQerrorMessage(conn));
+            rc =
+                warren_error_set(err, WARREN_EDBCONN, "sql handler: cannot leave pipeline mode: %s",
+                                 PQerrorMessage(conn));
         /* unusable: broken for good, so that the pool drops it */
         shutdown(PQsocket(conn), SHUT_RDWR);
         PQconsumeInput(conn);
