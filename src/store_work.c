@@ -469,7 +469,6 @@ int warren_store_complete_sql(warren_store *st, const char *run_key, int attempt
      * not wait on it, and the worker heartbeats the run meanwhile). The
      * statement comes from the config; explicit parameter types let it use
      * any subset of $1..$3. */
-    warren__store_end_open(st);
     {
         warren_sql_run r = {.run_key = run_key,
                             .scheduled_at = scheduled_at,
@@ -574,6 +573,8 @@ static int sql_statement(warren_store *st, warren_sql_run *r, int begin, int sav
     const char *params[3] = {r->run_key,
                              warren__store_us_param(r->scheduled_at, tbuf, sizeof(tbuf)),
                              r->payload_json ? r->payload_json : "{}"};
+    if (begin)
+        warren__store_end_open(st);
     if (PQenterPipelineMode(conn) != 1)
         return warren_error_set(err, WARREN_EDBCONN, "sql handler: cannot enter pipeline mode: %s",
                                 PQerrorMessage(conn));
@@ -702,7 +703,6 @@ int warren_store_complete_sql_batch(warren_store *st, warren_sql_run *runs, size
         }
         if (todo == 0)
             break;
-        warren__store_end_open(st);
         int begin = 1; /* BEGIN goes with the first statement's pipeline */
         for (size_t i = 0; i < n; i++) {
             warren_sql_run *r = &runs[i];

@@ -596,12 +596,11 @@ START_TEST(test_overlap_cancel_previous_revokes_the_older_lease)
 }
 END_TEST
 
-/* Two claims of different runs of a skip job in concurrent transactions: the
- * second waits for the first to commit and then sees it (no double start). */
-START_TEST(test_overlap_skip_holds_under_concurrent_claims)
+/* a claims RK as wa in an open transaction; b sends b_sql, which must block
+ * on the job's overlap lock (still busy 300 ms later); a commits. Returns
+ * b's first result (the rest read and dropped); both connections closed. */
+static PGresult *claim_then_blocked(const char *url, const char *b_sql)
 {
-    char *url = setup("skip", 5, 1000, 60000, 30000);
-    add_run2(url);
     PGconn *a = PQconnectdb(url), *b = PQconnectdb(url);
     ck_assert_int_eq(PQstatus(a), CONNECTION_OK);
     ck_assert_int_eq(PQstatus(b), CONNECTION_OK);
@@ -609,23 +608,33 @@ START_TEST(test_overlap_skip_holds_under_concurrent_claims)
     ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
     ck_assert_int_eq(PQntuples(r), 1);
     PQclear(r);
-    ck_assert_int_eq(PQsendQuery(b, "SELECT attempt FROM warren.claim('" RK2 "', 'wb')"), 1);
-    /* b blocks on the job's lock until a commits. */
+    ck_assert_int_eq(PQsendQuery(b, b_sql), 1);
     struct timespec ts = {0, 300 * 1000 * 1000};
     nanosleep(&ts, NULL);
     ck_assert_int_eq(PQconsumeInput(b), 1);
-    ck_assert_int_eq(PQisBusy(b), 1);
+    ck_assert_msg(PQisBusy(b), "b did not wait for a's lock");
     r = PQexec(a, "COMMIT");
     ck_assert_int_eq(PQresultStatus(r), PGRES_COMMAND_OK);
     PQclear(r);
-    r = PQgetResult(b);
-    ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
-    ck_assert_int_eq(PQntuples(r), 0);
-    PQclear(r);
+    PGresult *first = PQgetResult(b);
     while ((r = PQgetResult(b)) != NULL)
         PQclear(r);
     PQfinish(a);
     PQfinish(b);
+    return first;
+}
+
+/* Two claims of different runs of a skip job in concurrent transactions: the
+ * second waits for the first to commit and then sees it (no double start). */
+START_TEST(test_overlap_skip_holds_under_concurrent_claims)
+{
+    char *url = setup("skip", 5, 1000, 60000, 30000);
+    add_run2(url);
+    /* b blocks on the job's lock until a commits, then claims nothing */
+    PGresult *r = claim_then_blocked(url, "SELECT attempt FROM warren.claim('" RK2 "', 'wb')");
+    ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
+    ck_assert_int_eq(PQntuples(r), 0);
+    PQclear(r);
     ck_q(url, "running,skipped",
          "SELECT string_agg(state, ',' ORDER BY scheduled_at) FROM warren.runs");
     free(url);
@@ -818,32 +827,12 @@ START_TEST(test_claim_many_skips_behind_a_concurrent_claim_of_the_same_skip_job)
     char *url = setup("skip", 5, 1000, 60000, 30000);
     add_run2(url);
     add_skip_jobs(url, 2);
-    PGconn *a = PQconnectdb(url), *b = PQconnectdb(url);
-    ck_assert_int_eq(PQstatus(a), CONNECTION_OK);
-    ck_assert_int_eq(PQstatus(b), CONNECTION_OK);
-    PGresult *r = PQexec(a, "BEGIN; SELECT attempt FROM warren.claim('" RK "', 'wa')");
-    ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
-    ck_assert_int_eq(PQntuples(r), 1);
-    PQclear(r);
-    ck_assert_int_eq(PQsendQuery(b, "SELECT string_agg(run_key, ',') FROM warren.claim_many("
-                                    "ARRAY['j2@2026-01-01T00:00:02Z', '" RK2 "'], 'wb')"),
-                     1);
-    /* b blocks on j1's lock until a commits. */
-    struct timespec ts = {0, 300 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-    ck_assert_int_eq(PQconsumeInput(b), 1);
-    ck_assert_int_eq(PQisBusy(b), 1);
-    r = PQexec(a, "COMMIT");
-    ck_assert_int_eq(PQresultStatus(r), PGRES_COMMAND_OK);
-    PQclear(r);
-    r = PQgetResult(b);
+    /* b blocks on j1's lock until a commits, then claims only j2's run */
+    PGresult *r = claim_then_blocked(url, "SELECT string_agg(run_key, ',') FROM warren.claim_many("
+                                          "ARRAY['j2@2026-01-01T00:00:02Z', '" RK2 "'], 'wb')");
     ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
     ck_assert_str_eq(PQgetvalue(r, 0, 0), "j2@2026-01-01T00:00:02Z");
     PQclear(r);
-    while ((r = PQgetResult(b)) != NULL)
-        PQclear(r);
-    PQfinish(a);
-    PQfinish(b);
     ck_q(url, "running:wa,skipped:,running:wb",
          "SELECT string_agg(state || ':' || coalesce(lease_owner, ''), ',' ORDER BY run_key) "
          "FROM warren.runs");

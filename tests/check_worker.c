@@ -1706,11 +1706,10 @@ END_TEST
 
 /* 200 sql runs through two workers of 8 slots in batches of 4: every run
  * succeeded, and its statement committed exactly once (the execution log
- * has no unique key). */
-/* Also: a worker closes only the descriptors it opened. Its slots once
- * began zeroed, and resetting them closed descriptor 0 (an unset output
- * pipe): the next descriptor opened took 0, and the next worker's reset
- * closed that too. With two workers in one process, as here, a handler
+ * has no unique key). Also: a worker closes only the descriptors it
+ * opened. Its slots once began zeroed, and resetting them closed descriptor
+ * 0 (an unset output pipe): the next descriptor opened took 0, and the next
+ * worker's reset closed that too. With two workers in one process, as here, a handler
  * thread's wake-up byte then went down a PostgreSQL connection ("invalid
  * frontend message type 1") and a later write raised SIGPIPE. Descriptor 0
  * is a pipe of the test's: after both workers ran and stopped it still is. */
