@@ -24,6 +24,7 @@ SELECT pg_advisory_xact_lock(8243214190722195001) AS locked \gset
 \ir migrations/013_caps.sql
 \ir migrations/015_api_jobs_sync.sql
 \ir migrations/016_attempts_fillfactor.sql
+\ir migrations/017_jobs_replan.sql
 
 \ir functions.sql
 

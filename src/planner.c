@@ -36,6 +36,9 @@
 #define MAX_SKIPPED_ROWS 1000
 /* The reconciler runs at most this often. */
 #define RECONCILE_EVERY_MS 5000
+/* The due-jobs scan starts at '-infinity' at least this often ("The scan
+ * floor", before materialise). */
+#define FULL_SCAN_EVERY_MS 60000
 #define RECONCILE_LIMIT 1000
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 10000
@@ -153,6 +156,16 @@ typedef struct mat_ctx {
     size_t jobs;         /* jobs locked */
     int last_full;       /* the last batch was full */
     warren_plan_pos pos; /* this tick's batches got this far (store_plan.h) */
+    /* The scan floor: phase 0 locks the jobs marked replan, phase 1 every due
+     * job from pos on (started at the floor, or at '-infinity'). */
+    int phase;
+    int floor_none; /* phase 1 has nothing to find (the floor is past every cursor) */
+    int floor_known;
+    warren_us floor;
+    int check;      /* a full scan with a floor known: say what it finds below it */
+    int has_tmin;   /* a batch locked jobs: tmin is the smallest horizon edge */
+    warren_us tmin; /* of those batches (now() + horizon) */
+    uint64_t below; /* jobs the check found below the floor, unmarked */
 } mat_ctx;
 
 /* The helper thread's share of a tick (materialise_helper). */
@@ -183,6 +196,13 @@ struct warren_planner {
     int reap_missing_logged;
     int has_sync_state; /* migration 015: warren.sync_state holds the jobs' partition count */
     int cfg_partitions; /* planner.partitions of this planner's config (pc.partitions: in use) */
+    /* The scan floor ("The scan floor", before materialise). */
+    int floor_known; /* 0: the next tick scans from '-infinity' */
+    int floor_none;  /* no unmarked job has a finite cursor at or above the floor */
+    warren_us floor; /* every eligible job of our partitions has a cursor >= floor or replan */
+    int64_t last_full_scan_ms;
+    int rescan;       /* warren_planner_rescan: the next tick is a full scan */
+    int last_tick_ok; /* the previous tick returned 0 (else: rescan) */
     volatile sig_atomic_t *stop;
     warren_planner_stats stats;
 };
@@ -655,17 +675,34 @@ static int materialise_batch(warren_planner *p, mat_ctx *m, size_t *njobs, int *
     warren_us *next = NULL, *bcursors = NULL;
     int *never = NULL, *bhas = NULL, *was = NULL;
     int rc, ins = 0;
-    char a[WARREN_TIME_BUF];
+    char a[WARREN_TIME_BUF], a2[WARREN_TIME_BUF];
 
     *njobs = 0;
     *inserted = 0;
     if ((rc = warren_plan_begin(m->st, err)) != 0)
         return rc;
-    rc = warren_plan_lock_due_jobs(m->st, p->id, p->pc.horizon_ms, JOB_BATCH, &m->pos, &jobs, &n,
-                                   &now, err);
+    rc = warren_plan_lock_due_jobs(m->st, p->id, p->pc.horizon_ms, JOB_BATCH, m->phase == 0,
+                                   &m->pos, &jobs, &n, &now, err);
     if (rc != 0 || n == 0)
         goto done;
     *njobs = n;
+    if (!m->has_tmin || now + p->pc.horizon_ms * 1000 < m->tmin)
+        m->tmin = now + p->pc.horizon_ms * 1000;
+    m->has_tmin = 1;
+    for (size_t i = 0; m->check && i < n; i++) {
+        const warren_plan_job *j = &jobs[i];
+        if (j->replan || (j->has_next && !m->floor_none && j->next_fire_at >= m->floor))
+            continue; /* (floor_none: every unmarked cursor was past any time) */
+        m->below++;
+        warren_log(p->lg, WARREN_LOG_ERROR,
+                   "planner %s: job %s (cursor %s) was below the scan floor %s without the "
+                   "replan mark: the once-a-minute full scan found it, a scan from the floor "
+                   "would not have; planned now. This is a bug in warren (please report it)",
+                   p->id, j->name,
+                   j->has_next ? warren_time_format(j->next_fire_at, a, sizeof(a)) : "(none)",
+                   m->floor_none ? "(past every cursor)"
+                                 : warren_time_format(m->floor, a2, sizeof(a2)));
+    }
     plans = calloc(n, sizeof(*plans));
     names = calloc(n, sizeof(*names));
     next = calloc(n, sizeof(*next));
@@ -730,7 +767,8 @@ static int materialise_batch(warren_planner *p, mat_ctx *m, size_t *njobs, int *
             goto done;
         ins += k;
     }
-    if ((rc = warren_plan_advance(m->st, names, next, never, was, ngood, err)) != 0)
+    if ((rc = warren_plan_advance(m->st, names, next, never, was, ngood, p->pc.horizon_ms, err)) !=
+        0)
         goto done;
     if ((rc = warren_plan_mark_broken(m->st, bnames, whys, bcursors, bhas, nbroken, err)) != 0)
         goto done;
@@ -799,6 +837,14 @@ static int materialise_loop(warren_planner *p, mat_ctx *m, int64_t start_ms, int
         m->jobs += n;
         m->inserted += (uint64_t)k;
         m->last_full = n == JOB_BATCH;
+        if (!m->last_full && m->phase == 0 && !m->floor_none) {
+            /* the jobs marked replan are done: the rest from the floor */
+            m->phase = 1;
+            warren_plan_pos_from(&m->pos, m->floor);
+            if (warren__mono_ms() - start_ms > budget_ms)
+                break;
+            continue;
+        }
         if (!m->last_full || warren__mono_ms() - start_ms > budget_ms)
             break;
         if (first_full != NULL && *first_full == 0) {
@@ -816,9 +862,25 @@ static void *materialise_helper(void *arg)
     return NULL;
 }
 
+/* Where a connection's scan of a tick starts: with a floor, the jobs marked
+ * replan first (phase 0), then from the floor; without, from '-infinity'. */
+static void scan_start(mat_ctx *m, int floor_known, int floor_none, warren_us floor, int check)
+{
+    m->floor_known = floor_known;
+    m->floor_none = floor_none;
+    m->floor = floor;
+    m->check = check;
+    m->has_tmin = 0;
+    m->tmin = 0;
+    m->below = 0;
+    m->phase = floor_known ? 0 : 1;
+    warren_plan_pos_start(&m->pos);
+}
+
 /* Opens the second connection (once) and starts the helper thread; nonzero
  * if it cannot (the tick goes on with one connection: said once). */
-static int helper_start(warren_planner *p, int64_t start_ms, int64_t budget_ms, pthread_t *t)
+static int helper_start(warren_planner *p, const mat_ctx *main, int64_t start_ms, int64_t budget_ms,
+                        pthread_t *t)
 {
     mat_helper *h = &p->helper;
     warren_error e = {0};
@@ -832,7 +894,7 @@ static int helper_start(warren_planner *p, int64_t start_ms, int64_t budget_ms, 
     h->m.skipped = h->m.inserted = 0;
     h->m.jobs = 0;
     h->m.last_full = 0;
-    warren_plan_pos_start(&h->m.pos);
+    scan_start(&h->m, main->floor_known, main->floor_none, main->floor, main->check);
     if (h->m.tzdb == NULL && (h->m.tzdb = warren_tzdb_new(NULL)) == NULL)
         rc = warren_error_set(&e, WARREN_ENOMEM, "out of memory");
     if (rc == 0 && h->m.st == NULL)
@@ -863,6 +925,11 @@ static void helper_join(warren_planner *p, pthread_t t, mat_ctx *m)
     m->skipped += h->m.skipped;
     m->inserted += h->m.inserted;
     m->jobs += h->m.jobs;
+    m->below += h->m.below;
+    if (h->m.has_tmin && (!m->has_tmin || h->m.tmin < m->tmin)) {
+        m->tmin = h->m.tmin;
+        m->has_tmin = 1;
+    }
     p->stats.helper_jobs += h->m.jobs;
     if (h->rc != 0) {
         warren_log(p->lg, WARREN_LOG_WARN,
@@ -875,19 +942,44 @@ static void helper_join(warren_planner *p, pthread_t t, mat_ctx *m)
     }
 }
 
-/* Materialises what is due: on the planner's connection, and at a backlog (a
- * full first batch) on the helper's as well; then, the helper done, on the
- * planner's alone until a batch is not full. */
+/* The scan floor. Every cursor update leaves the job's old entry in index
+ * jobs_due_at, dead until a vacuum, below the live cursors: a due-jobs scan
+ * from '-infinity' steps over every cursor moved since the last vacuum (at
+ * 1,000,000 jobs, several ms of every idle tick). So the planner keeps a
+ * floor F with this rule: every eligible job of its partitions has a cursor
+ * >= F, or is marked replan (warren.jobs.replan, migration 017). A tick then
+ * locks the jobs marked replan (index jobs_replan) and the due jobs from F
+ * on. The mark is set when a job is created, and by a trigger whenever an
+ * UPDATE moves a cursor earlier, makes a job eligible again or moves it to
+ * another partition; only the planner clears it, where it moves the cursor
+ * past the batch's horizon edge (now() + horizon, >= tmin); broken jobs are
+ * marked again. After the tick the new floor is the smallest cursor >= lo =
+ * min(F, tmin) of an eligible unmarked job, read after the tick's commits:
+ * below lo every job is marked (the rule held for F, the planner's own
+ * cursors are past tmin, anyone else's earlier cursors are marked), and
+ * whatever this tick did not plan (locked by a writer, the budget spent) is
+ * still there to be counted. It holds for the partitions owned throughout,
+ * so the floor is dropped (a scan from '-infinity') when the partitions
+ * change, after a failed tick, and once a minute anyway; a job that such a
+ * scan finds below the floor unmarked is logged as a bug. */
 static int materialise(warren_planner *p, int64_t start_ms, int64_t budget_ms, size_t *jobs,
                        int *inserted, warren_error *err)
 {
-    mat_ctx m = {p->st, p->tzdb, 0, 0, 0, 0, {0}};
+    mat_ctx m = {p->st, p->tzdb, 0, 0, 0, 0, {0}, 0, 0, 0, 0, 0, 0, 0, 0};
     pthread_t t;
     int first_full = 0, helper = 0, rc;
+    int full =
+        !p->floor_known || p->rescan || start_ms - p->last_full_scan_ms >= FULL_SCAN_EVERY_MS;
 
+    if (full) {
+        p->rescan = 0;
+        p->last_full_scan_ms = start_ms;
+        p->stats.full_scans++;
+    }
+    scan_start(&m, !full, p->floor_none, p->floor, full && p->floor_known);
     rc = materialise_loop(p, &m, start_ms, budget_ms, &first_full, err);
     if (rc == 0 && first_full) {
-        helper = helper_start(p, start_ms, budget_ms, &t) == 0;
+        helper = helper_start(p, &m, start_ms, budget_ms, &t) == 0;
         rc = materialise_loop(p, &m, start_ms, budget_ms, NULL, err);
     }
     if (helper) {
@@ -896,9 +988,36 @@ static int materialise(warren_planner *p, int64_t start_ms, int64_t budget_ms, s
             rc = materialise_loop(p, &m, start_ms, budget_ms, NULL, err);
     }
     p->stats.runs_skipped += m.skipped;
+    p->stats.below_floor += m.below;
     *jobs = m.jobs;
     *inserted = (int)m.inserted;
-    return rc;
+    if (rc != 0)
+        return rc;
+    /* The new floor. Nothing locked: it stays (no cursor of ours moved;
+     * anyone else's earlier one is marked), and the idle tick reads no more. */
+    if (!full && !m.has_tmin)
+        return 0;
+    {
+        int has_lo = 0, found = 0;
+        warren_us lo = 0, f = 0;
+        if (!full && !p->floor_none) {
+            has_lo = 1;
+            lo = p->floor;
+        }
+        if (!full && m.has_tmin && (!has_lo || m.tmin < lo)) {
+            has_lo = 1;
+            lo = m.tmin;
+        }
+        rc = warren_plan_floor(p->st, p->id, has_lo, lo, &found, &f, err);
+        if (rc != 0) {
+            p->floor_known = 0;
+            return rc;
+        }
+        p->floor_known = found >= 0;
+        p->floor_none = found == 0;
+        p->floor = found > 0 ? f : 0;
+    }
+    return 0;
 }
 
 int warren_planner_tick(warren_planner *p, warren_error *err)
@@ -910,14 +1029,24 @@ int warren_planner_tick(warren_planner *p, warren_error *err)
     uint64_t skipped_before = p->stats.runs_skipped;
 
     p->stats.ticks++;
-    if ((rc = follow_sync_partitions(p, err)) != 0)
-        return rc;
+    if (!p->last_tick_ok)
+        p->floor_known = 0; /* a failed tick, or the first: no floor */
+    p->last_tick_ok = 0;
+    {
+        int before = p->pc.partitions;
+        if ((rc = follow_sync_partitions(p, err)) != 0)
+            return rc;
+        if (p->pc.partitions != before)
+            p->floor_known = 0;
+    }
     if ((rc = warren_plan_heartbeat(p->st, p->id, lease_ms(p), p->pc.partitions, err)) != 0)
         return rc;
     if ((rc = warren_plan_leases(p->st, p->id, p->pc.partitions, lease_ms(p), &owned, &taken,
                                  &dropped, &live, err)) != 0)
         return rc;
     p->stats.partitions_owned = owned;
+    if (taken || dropped)
+        p->floor_known = 0; /* other jobs are ours now: no floor for them */
     if (taken || dropped)
         warren_log(p->lg, WARREN_LOG_INFO,
                    "planner %s: partitions: took %d, gave up %d, own %d of %d (%d live planners)",
@@ -973,7 +1102,13 @@ int warren_planner_tick(warren_planner *p, warren_error *err)
                    "unroutable; %d outbox message(s)",
                    inserted, (unsigned long long)(p->stats.runs_skipped - skipped_before),
                    jobs_seen, published, unroutable, outbox);
+    p->last_tick_ok = 1;
     return 0;
+}
+
+void warren_planner_rescan(warren_planner *p)
+{
+    p->rescan = 1; /* the floor is kept, for the full scan's check */
 }
 
 int warren_planner_release(warren_planner *p, warren_error *err)

@@ -82,19 +82,38 @@ static const char SQL_LOCK_LEASES[] =
  * planned (a cursor update is not HOT), dead until a vacuum, and a scan from
  * '-infinity' stepped over all of them, batch after batch (34 µs a job at
  * 1,000,000 jobs, measured). */
-static const char SQL_LOCK_DUE_JOBS[] =
-    "SELECT " JOB_COLS
-    ", " US("now()") " "
-                     "FROM warren.jobs j "
-                     "WHERE j.partition = ANY($1::int[]) AND NOT j.paused AND NOT j.removed "
-                     "AND coalesce(j.next_fire_at, '-infinity'::timestamptz) <= now() + "
-                     "$2::bigint * interval '1 millisecond' "
-                     "AND (j.broken_retry_at IS NULL OR j.broken_retry_at <= now() "
-                     "OR j.updated_at > j.broken_since) "
-                     "AND (coalesce(j.next_fire_at, '-infinity'::timestamptz), j.name) > "
-                     "($4::timestamptz, $5::text) "
-                     "ORDER BY coalesce(j.next_fire_at, '-infinity'::timestamptz), j.name "
-                     "LIMIT $3::int FOR UPDATE OF j SKIP LOCKED";
+#define LOCK_DUE_JOBS(REPLAN)                                                                      \
+    "SELECT " JOB_COLS                                                                             \
+    ", " US("now()") ", j.replan "                                                                 \
+                     "FROM warren.jobs j "                                                         \
+                     "WHERE " REPLAN "j.partition = ANY($1::int[]) AND NOT j.paused AND NOT "      \
+                     "j.removed "                                                                  \
+                     "AND coalesce(j.next_fire_at, '-infinity'::timestamptz) <= now() + "          \
+                     "$2::bigint * interval '1 millisecond' "                                      \
+                     "AND (j.broken_retry_at IS NULL OR j.broken_retry_at <= now() "               \
+                     "OR j.updated_at > j.broken_since) "                                          \
+                     "AND (coalesce(j.next_fire_at, '-infinity'::timestamptz), j.name) > "         \
+                     "($4::timestamptz, $5::text) "                                                \
+                     "ORDER BY coalesce(j.next_fire_at, '-infinity'::timestamptz), j.name "        \
+                     "LIMIT $3::int FOR UPDATE OF j SKIP LOCKED"
+static const char SQL_LOCK_DUE_JOBS[] = LOCK_DUE_JOBS("");
+/* The jobs marked replan (migration 017), through index jobs_replan: the
+ * ones a scan from the floor may not reach. */
+static const char SQL_LOCK_REPLAN_JOBS[] = LOCK_DUE_JOBS("j.replan AND ");
+
+/* The scan floor after a tick (src/planner.c, "The scan floor"): the
+ * smallest cursor at or above $2 of a job of owner's partitions that is
+ * eligible and not marked replan; NULL when there is none with a finite cursor
+ * ('infinity': jobs that never fire again); column 2 true for an unmarked
+ * job without one (NULL or '-infinity', which the rule never leaves: no floor). */
+static const char SQL_FLOOR[] = "SELECT CASE WHEN isfinite(f) THEN " US(
+    "f") " END, coalesce(f = '-infinity', false) "
+         "FROM (SELECT min(coalesce("
+         "j.next_fire_at, '-infinity'::timestamptz)) AS f FROM warren.jobs j "
+         "WHERE NOT j.paused AND NOT j.removed AND NOT j.replan "
+         "AND coalesce(j.next_fire_at, '-infinity'::timestamptz) >= $2::timestamptz "
+         "AND j.partition = ANY(ARRAY(SELECT partition FROM warren.planner_leases "
+         "WHERE owner = $1 AND lease_until > now()))) m";
 
 static const char SQL_JOB_GET[] = "SELECT " JOB_COLS " FROM warren.jobs j WHERE j.name = $1";
 
@@ -119,11 +138,19 @@ static const char SQL_INSERT_NEW_RUNS[] =
     "FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[], $4::text[], $5::text[], "
     "$6::text[], $7::text[]) AS u(job, sched, due, state, origin, note, payload)";
 
+/* The replan mark (017) is cleared only when the cursor moved past this
+ * transaction's horizon ($3 ms after now(), the scan's): a job planned only
+ * part of the way (a catch-up cut at MAX_RUNS_PER_JOB) keeps it, so a cursor
+ * left below the scan floor is still found. */
+#define ADVANCE_REPLAN                                                                             \
+    "replan = CASE WHEN u.nf > now() + $3::bigint * interval '1 millisecond' THEN false "          \
+    "ELSE j.replan END "
+
 /* A job planned again after it was broken loses its mark and says so on
  * warren.events (job.recovered.<job>); `o` is the row before the update. */
 static const char SQL_ADVANCE[] =
     "WITH a AS (UPDATE warren.jobs j SET next_fire_at = u.nf, broken_reason = NULL, "
-    "broken_since = NULL, broken_retry_at = NULL "
+    "broken_since = NULL, broken_retry_at = NULL, " ADVANCE_REPLAN
     "FROM unnest($1::text[], $2::timestamptz[]) AS u(name, nf) JOIN warren.jobs o "
     "ON o.name = u.name WHERE j.name = u.name "
     "RETURNING j.name, o.broken_reason AS was, o.broken_since AS since) "
@@ -139,7 +166,8 @@ static const char SQL_ADVANCE[] =
  * update (a fifth of SQL_ADVANCE, measured). */
 static const char SQL_ADVANCE_PLAIN[] =
     "UPDATE warren.jobs j SET next_fire_at = u.nf, broken_reason = NULL, broken_since = NULL, "
-    "broken_retry_at = NULL FROM unnest($1::text[], $2::timestamptz[]) AS u(name, nf) "
+    "broken_retry_at = NULL, " ADVANCE_REPLAN "FROM unnest($1::text[], $2::timestamptz[]) AS "
+    "u(name, nf) "
     "WHERE j.name = u.name";
 
 /* Broken jobs (docs/delivery.md, "Broken jobs"): the reason, since when (a
@@ -154,7 +182,7 @@ static const char SQL_MARK_BROKEN[] =
     "broken_retry_at = now() + least(interval '60 s', greatest(interval '5 s', "
     "now() - CASE WHEN o.broken_since IS NULL OR o.updated_at > o.broken_since "
     "THEN now() ELSE o.broken_since END)), "
-    "next_fire_at = coalesce(u.cursor, o.next_fire_at) "
+    "next_fire_at = coalesce(u.cursor, o.next_fire_at), replan = true "
     "FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS u(name, reason, cursor) "
     "JOIN warren.jobs o ON o.name = u.name WHERE j.name = u.name "
     "RETURNING j.name, j.queue, u.reason, o.broken_reason AS was, j.broken_since AS since) "
@@ -522,9 +550,44 @@ void warren_plan_pos_start(warren_plan_pos *pos)
     memset(pos, 0, sizeof(*pos));
 }
 
+void warren_plan_pos_from(warren_plan_pos *pos, warren_us floor)
+{
+    memset(pos, 0, sizeof(*pos));
+    pos->set = 1;
+    pos->key = floor;
+}
+
+int warren_plan_floor(warren_store *st, const char *owner, int has_lo, warren_us lo, int *found,
+                      warren_us *floor, warren_error *err)
+{
+    char tb[WARREN_TIME_BUF];
+    const char *p[] = {owner, has_lo ? warren__store_us_param(lo, tb, sizeof(tb)) : "-infinity"};
+    PGresult *res = NULL;
+    int rc = warren__store_exec_prepared(st, "plan_floor", SQL_FLOOR, 2, p, &res,
+                                         "reading the scan floor", err);
+    if (rc != 0)
+        return rc;
+    *found = 0;
+    if (PQntuples(res) != 1 || PQnfields(res) != 2) {
+        PQclear(res);
+        return bad_row(err, "reading the scan floor");
+    }
+    if (!PQgetisnull(res, 0, 0)) {
+        if (warren__store_get_us(res, 0, 0, floor) != 0) {
+            PQclear(res);
+            return bad_row(err, "reading the scan floor");
+        }
+        *found = 1;
+    } else if (PQgetvalue(res, 0, 1)[0] == 't') {
+        *found = -1;
+    }
+    PQclear(res);
+    return 0;
+}
+
 int warren_plan_lock_due_jobs(warren_store *st, const char *owner, int64_t horizon_ms, int limit,
-                              warren_plan_pos *pos, warren_plan_job **jobs, size_t *n,
-                              warren_us *now, warren_error *err)
+                              int replan_only, warren_plan_pos *pos, warren_plan_job **jobs,
+                              size_t *n, warren_us *now, warren_error *err)
 {
     char h[24], l[24], tb[WARREN_TIME_BUF];
     const char *p[] = {owner, warren__store_int_param(horizon_ms, h, sizeof(h)),
@@ -549,8 +612,11 @@ int warren_plan_lock_due_jobs(warren_store *st, const char *owner, int64_t horiz
         if (parts == NULL)
             return oom(err);
         p[0] = parts;
-        rc = warren__store_exec_prepared(st, "plan_lock_due_jobs", SQL_LOCK_DUE_JOBS, 5, p, &res,
-                                         "locking due jobs", err);
+        rc = replan_only
+                 ? warren__store_exec_prepared(st, "plan_lock_replan_jobs", SQL_LOCK_REPLAN_JOBS, 5,
+                                               p, &res, "locking due jobs marked replan", err)
+                 : warren__store_exec_prepared(st, "plan_lock_due_jobs", SQL_LOCK_DUE_JOBS, 5, p,
+                                               &res, "locking due jobs", err);
         free(parts);
     }
     if (rc != 0)
@@ -568,6 +634,7 @@ int warren_plan_lock_due_jobs(warren_store *st, const char *owner, int64_t horiz
             out = NULL;
             goto bad;
         }
+        out[i].replan = PQgetvalue(res, i, 16)[0] == 't';
     }
     PQclear(res);
     if (rows > 0) {
@@ -713,8 +780,9 @@ out:
  * statement that looks at the row before the update. */
 static int advance(warren_store *st, const char *const *names, const warren_us *next,
                    const int *never_again, const int *was_broken, int broken, size_t n,
-                   warren_error *err)
+                   int64_t horizon_ms, warren_error *err)
 {
+    char h[24];
     buf a = {0}, b = {0};
     size_t m = 0;
     int rc = 0;
@@ -736,12 +804,12 @@ static int advance(warren_store *st, const char *const *names, const warren_us *
     if (a.err || b.err) {
         rc = oom(err);
     } else if (m > 0) {
-        const char *p[] = {a.p, b.p};
+        const char *p[] = {a.p, b.p, warren__store_int_param(horizon_ms, h, sizeof(h))};
         if (broken)
-            rc = warren__store_exec_prepared(st, "plan_advance", SQL_ADVANCE, 2, p, NULL,
+            rc = warren__store_exec_prepared(st, "plan_advance", SQL_ADVANCE, 3, p, NULL,
                                              "advancing job cursors", err);
         else
-            rc = warren__store_exec_prepared(st, "plan_advance_plain", SQL_ADVANCE_PLAIN, 2, p,
+            rc = warren__store_exec_prepared(st, "plan_advance_plain", SQL_ADVANCE_PLAIN, 3, p,
                                              NULL, "advancing job cursors", err);
     }
     free(a.p);
@@ -750,17 +818,18 @@ static int advance(warren_store *st, const char *const *names, const warren_us *
 }
 
 int warren_plan_advance(warren_store *st, const char *const *names, const warren_us *next,
-                        const int *never_again, const int *was_broken, size_t n, warren_error *err)
+                        const int *never_again, const int *was_broken, size_t n, int64_t horizon_ms,
+                        warren_error *err)
 {
     int rc;
 
     if (n == 0)
         return 0;
     if (was_broken == NULL)
-        return advance(st, names, next, never_again, NULL, 1, n, err);
-    if ((rc = advance(st, names, next, never_again, was_broken, 0, n, err)) != 0)
+        return advance(st, names, next, never_again, NULL, 1, n, horizon_ms, err);
+    if ((rc = advance(st, names, next, never_again, was_broken, 0, n, horizon_ms, err)) != 0)
         return rc;
-    return advance(st, names, next, never_again, was_broken, 1, n, err);
+    return advance(st, names, next, never_again, was_broken, 1, n, horizon_ms, err);
 }
 
 int warren_plan_mark_broken(warren_store *st, const char *const *names, const char *const *reasons,

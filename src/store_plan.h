@@ -64,6 +64,7 @@ typedef struct warren_plan_job {
     char *broken_reason;    /* NULL: not broken (see warren_plan_mark_broken) */
     warren_us broken_since; /* 0 when not broken */
     int cursor_invalid;     /* next_fire_at is '-infinity' (has_next is 0) */
+    int replan;             /* marked replan (017; set by warren_plan_lock_due_jobs only) */
 } warren_plan_job;
 void warren_plan_job_clear(warren_plan_job *j);
 void warren_plan_jobs_free(warren_plan_job *jobs, size_t n);
@@ -85,10 +86,22 @@ typedef struct warren_plan_pos {
     char name[256];
 } warren_plan_pos;
 void warren_plan_pos_start(warren_plan_pos *pos);
+/* From floor on (the jobs whose cursor is floor included). */
+void warren_plan_pos_from(warren_plan_pos *pos, warren_us floor);
 
+/* replan_only: only the jobs marked replan (migration 017), through index
+ * jobs_replan; otherwise every due job after *pos. */
 int warren_plan_lock_due_jobs(warren_store *st, const char *owner, int64_t horizon_ms, int limit,
-                              warren_plan_pos *pos, warren_plan_job **jobs, size_t *n,
-                              warren_us *now, warren_error *err);
+                              int replan_only, warren_plan_pos *pos, warren_plan_job **jobs,
+                              size_t *n, warren_us *now, warren_error *err);
+
+/* Outside a transaction, after a tick planned everything due: the smallest
+ * cursor at or above lo ('-infinity' when !has_lo) of the eligible jobs of
+ * owner's partitions that are not marked replan. *found 0: none with a
+ * finite cursor (the others never fire again); -1: one has none (NULL or
+ * '-infinity', which the replan rule never leaves unmarked: no floor). */
+int warren_plan_floor(warren_store *st, const char *owner, int has_lo, warren_us lo, int *found,
+                      warren_us *floor, warren_error *err);
 
 /* Reads one job (ENOENT if there is none). */
 int warren_plan_job_get(warren_store *st, const char *name, warren_plan_job *out,
@@ -122,9 +135,12 @@ int warren_plan_insert_new_runs(warren_store *st, const warren_plan_run *runs, s
  * job.recovered.<job> written to the outbox. was_broken[i] says whether job
  * i's broken_reason was set when it was locked (FOR UPDATE, in the same
  * transaction): the others take a cheaper statement; NULL: not known, every
- * job is looked at before its update. */
+ * job is looked at before its update. A job's replan mark (017) is cleared
+ * when its new cursor is after now() + horizon_ms (the scan's horizon, in
+ * the same transaction), kept otherwise. */
 int warren_plan_advance(warren_store *st, const char *const *names, const warren_us *next,
-                        const int *never_again, const int *was_broken, size_t n, warren_error *err);
+                        const int *never_again, const int *was_broken, size_t n, int64_t horizon_ms,
+                        warren_error *err);
 
 /* Marks n jobs broken: their fire times cannot be computed (reasons[i], copied
  * into jobs.broken_reason). broken_since keeps the first failure; the job is

@@ -8,26 +8,33 @@
  * planners. Phases, each a JSON line (with /proc/loadavg at its end):
  *  - create: N API jobs from one template through warren.upsert_jobs from
  *    one client (one call, autocommitted, per batch), hourly cron
- *    expressions (a minute each) in 10 zones, jitter 5m, a tenant each;
+ *    expressions in 10 zones, jitter 5m, a tenant each; the cron minutes
+ *    leave a 40-minute gap from 6 minutes before the run in which no job
+ *    fires (job_minute), so that nothing is due while the idle ticks run;
  *    jobs per second and the database size per job (warren.jobs with its
  *    indexes), measured after the first `small` jobs and again after all N;
  *  - materialise: one planner (in a child process, so RSS is the
  *    planner's) with horizon 2h plans every job (2 runs each): runs per second of
  *    materialising, peak RSS, database size per run;
- *  - idle tick: the same planner ticking when nothing is due: mean and
- *    max time of one tick, at `small` jobs and at N jobs; of it the
- *    materialising part (the due-jobs scan that finds nothing), and the runs
- *    the relay published meanwhile (hourly jobs: jobs/3600 come due a second,
- *    so the relay's part of a tick grows with the jobs); at N twice: right
- *    after materialising (jobs_due_at still holds the index entries of every
- *    cursor's old value, dead but not yet vacuumed, and the scan from
- *    '-infinity' steps over them) and after a VACUUM of warren.jobs;
+ *  - idle tick: a new planner (horizon 10 min) ticking when nothing is due
+ *    and nothing is to be published: its first tick (leases taken, the scan
+ *    from '-infinity'), one tick after warren_planner_rescan (the
+ *    once-a-minute full scan), then 20 ticks from the scan floor: mean and
+ *    max, the due-jobs part of them (materialise_mean_ms) and the runs the
+ *    relay published meanwhile (0 unless the gap did not hold); at `small`
+ *    jobs and at N; at N twice: right after materialising (jobs_due_at still
+ *    holds the index entries of every cursor's old value, dead until a
+ *    vacuum, which a scan from '-infinity' steps over, and jobs_replan those
+ *    of every new job's mark), after a VACUUM of warren.jobs, and after two
+ *    more hours planned by a planner with a 4 h horizon (every cursor moved
+ *    once more since the vacuum, as between two vacuums in production);
  *  - planners: the cursors reset and the runs deleted, P planners (child
  *    processes) plan all N jobs together: the partitions each owned, the
  *    runs each inserted, the time until the horizon was filled (no job left
  *    with a cursor inside it).
  * --db URL reuses a database an earlier run filled (the planning phases only,
- * after TRUNCATE warren.runs and every cursor reset); --no-planners leaves
+ * after TRUNCATE warren.runs and every cursor reset; its jobs' gap is the
+ * earlier run's, so its idle ticks may find work); --no-planners leaves
  * out the last phase (for quick A/B rounds of the one planner).
  * The relay stays out of the way (lead = x-expires / 2 = 1 s). */
 #include <libpq-fe.h>
@@ -144,6 +151,20 @@ static void sync_template(const char *db)
     warren_config_free(cfg);
 }
 
+/* The first UTC minute of a 40-minute gap in which no job fires (jitter
+ * included): it starts 6 minutes before the run (jitter is under 5 min), so
+ * the idle ticks of a run under half an hour find nothing due and the relay
+ * nothing to publish. */
+static int gap_start;
+
+/* Job k's cron minute: a UTC minute outside the gap, in its zone's local
+ * minutes (of the 10 zones only Asia/Kolkata, UTC+5:30, is off the hour). */
+static long job_minute(long k)
+{
+    long utc = (gap_start + 40 + k % 20) % 60;
+    return strcmp(ZONES[k % 10], "Asia/Kolkata") == 0 ? (utc + 30) % 60 : utc;
+}
+
 /* Jobs [from, to) in batches of batch through warren.upsert_jobs; returns the
  * seconds it took. */
 static double create_jobs(PGconn *c, long from, long to, long batch)
@@ -160,7 +181,7 @@ static double create_jobs(PGconn *c, long from, long to, long batch)
                                     "%s{\"name\":\"usage-report.tenant-%ld\",\"template\":"
                                     "\"usage-report\",\"cron\":\"%ld * * * *\",\"timezone\":"
                                     "\"%s\",\"jitter\":\"5m\",\"tenant\":\"tenant-%ld\"}",
-                                    k > i ? "," : "", k, k % 60, ZONES[k % 10], k);
+                                    k > i ? "," : "", k, job_minute(k), ZONES[k % 10], k);
         snprintf(doc + len, cap - len, "]");
         const char *p[1] = {doc};
         int64_t b0 = mono_us();
@@ -235,20 +256,55 @@ static void one_planner(const char *db, const char *amqp, long jobs, int idle, i
             fflush(stdout);
         }
         /* Nothing due: a planner with a 10 min horizon, while every cursor is
-         * at least 2 h minus the materialising time ahead. */
+         * at least 2 h minus the materialising time ahead, and no fire time
+         * (jitter included) falls in the gap (gap_start). Each round a new
+         * planner: its first tick takes the leases and scans from
+         * '-infinity'; then one tick after warren_planner_rescan (the
+         * once-a-minute full scan), then the idle ticks from the floor. */
         warren_planner_release(p, &err);
         warren_planner_free(p);
+        p = NULL;
         c.planner.horizon_ms = 600000;
-        if (warren_planner_new(&c, db, amqp, NULL, &p, &err) != 0)
-            die("planner", err.message);
-        if (warren_planner_tick(p, &err) != 0) /* leases taken */
-            die("tick", err.message);
-        for (int round = 0; round < (vacuum_too ? 2 : 1); round++) {
+        static const char *const state[] = {"after_materialise", "vacuumed",
+                                            "vacuumed_then_every_cursor_moved"};
+        for (int round = 0; round < (vacuum_too ? 3 : 1); round++) {
+            int64_t first_us, full_us;
             if (round == 1 && testenv_psql(db, "VACUUM warren.jobs", NULL) < 0)
                 die("vacuum", "");
+            if (round == 2) {
+                /* Two more hours planned: every cursor moves once more (as
+                 * between two vacuums in production), no job is marked. */
+                warren_config c4 = planner_config();
+                c4.planner.horizon_ms = 4 * 3600000;
+                if (warren_planner_new(&c4, db, amqp, NULL, &p, &err) != 0)
+                    die("planner", err.message);
+                for (;;) {
+                    uint64_t before;
+                    warren_planner_stats_get(p, &s);
+                    before = s.runs_inserted;
+                    if (warren_planner_tick(p, &err) != 0)
+                        die("tick", err.message);
+                    warren_planner_stats_get(p, &s);
+                    if (s.ticks > 1 && s.runs_inserted - before <= (uint64_t)jobs / 1000 + 10)
+                        break;
+                }
+                warren_planner_release(p, &err);
+                warren_planner_free(p);
+            }
+            if (warren_planner_new(&c, db, amqp, NULL, &p, &err) != 0)
+                die("planner", err.message);
+            first_us = mono_us();
+            if (warren_planner_tick(p, &err) != 0) /* leases taken */
+                die("tick", err.message);
+            first_us = mono_us() - first_us;
+            warren_planner_rescan(p);
+            full_us = mono_us();
+            if (warren_planner_tick(p, &err) != 0)
+                die("tick", err.message);
+            full_us = mono_us() - full_us;
             warren_planner_stats_get(p, &s);
             uint64_t planned_before_idle = s.runs_inserted, mat_before = s.materialise_us,
-                     pub_before = s.runs_published;
+                     pub_before = s.runs_published, full_before = s.full_scans;
             sum = worst = 0;
             for (int i = 0; i < idle; i++) {
                 int64_t a = mono_us();
@@ -262,21 +318,24 @@ static void one_planner(const char *db, const char *amqp, long jobs, int idle, i
             warren_planner_stats_get(p, &s);
             loadavg(la, sizeof(la));
             printf("{\"bench\": \"api_jobs_idle_tick\", \"jobs\": %ld, \"ticks\": %d, \"horizon\": "
-                   "\"10m\", \"jobs_vacuumed\": %s, ",
-                   jobs, idle, round == 1 ? "true" : "false");
+                   "\"10m\", \"jobs_vacuumed\": %s, \"state\": \"%s\", ",
+                   jobs, idle, round >= 1 ? "true" : "false", state[round]);
             printf("\"tick_mean_ms\": %.2f, \"tick_max_ms\": %.2f, \"runs_inserted_while_idle\": "
                    "%llu, "
                    "\"materialise_mean_ms\": %.3f, \"runs_published_while_idle\": %llu, "
+                   "\"full_scans_while_idle\": %llu, \"first_tick_ms\": %.2f, "
+                   "\"full_scan_tick_ms\": %.2f, "
                    "\"rss_peak_mib\": %.1f, \"loadavg\": %s}\n",
                    sum / 1000.0 / idle, worst / 1000.0,
                    (unsigned long long)(s.runs_inserted - planned_before_idle),
                    (s.materialise_us - mat_before) / 1000.0 / idle,
-                   (unsigned long long)(s.runs_published - pub_before), rss_peak_kib() / 1024.0,
-                   la);
+                   (unsigned long long)(s.runs_published - pub_before),
+                   (unsigned long long)(s.full_scans - full_before), first_us / 1000.0,
+                   full_us / 1000.0, rss_peak_kib() / 1024.0, la);
             fflush(stdout);
+            warren_planner_release(p, &err);
+            warren_planner_free(p);
         }
-        warren_planner_release(p, &err);
-        warren_planner_free(p);
         _exit(0);
     }
     int st = 0;
@@ -401,6 +460,12 @@ int main(int argc, char **argv)
     if (planners < 1 || planners > 16 || batch < 1 || jobs < 1)
         die("arguments", "planners 1-16, batch and jobs >= 1");
     setvbuf(stdout, NULL, _IOLBF, 0);
+    {
+        time_t now = time(NULL);
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        gap_start = (tm.tm_min + 60 - 6) % 60;
+    }
     char *db = reuse ? strdup(reuse) : testenv_db_migrated(), *amqp = testenv_vhost();
     {
         static const char *const queues[] = {"b"};

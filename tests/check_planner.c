@@ -3,6 +3,7 @@
  * earlier than due, several planners at once, misfire policies, pause and
  * resume, and the trigger/backfill/pause commands of the warren program. */
 #include <check.h>
+#include <libpq-fe.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1288,6 +1289,185 @@ START_TEST(test_planner_follows_the_partition_count_of_the_last_sync)
 }
 END_TEST
 
+/* ------------------------------------------------------------ scan floor */
+
+static void stats(warren_planner *p, warren_planner_stats *s)
+{
+    warren_planner_stats_get(p, s);
+}
+
+static long runs_of(const env *e, const char *job)
+{
+    char sql[256];
+    snprintf(sql, sizeof(sql), "SELECT count(*) FROM warren.runs WHERE job = '%s'", job);
+    return sql_long(e, sql);
+}
+
+/* A SET list for an `at` job: it fires 3 s from now, and its cursor is there
+ * (as a schedule change leaves it): earlier than the floor, which the every-1s
+ * job keeps about a horizon (10 s) ahead. */
+#define AT_IN_3S                                                                                   \
+    "expression = to_char(date_trunc('second', now()) AT TIME ZONE 'UTC' + interval '3 s', "       \
+    "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), next_fire_at = date_trunc('second', now()) + "             \
+    "interval '3 s'"
+
+/* Once a planner has a floor (its second tick), a tick finds every job that
+ * a writer made due below it: a cursor an operator's own UPDATE moved
+ * earlier, a job resumed, a job moved to another partition, a new job. All
+ * on ticks that scan from the floor (full_scans stays at 1), none found late
+ * by a full scan (below_floor 0). */
+START_TEST(test_scan_floor_finds_what_writers_moved_below_it)
+{
+    env e = env_new();
+    warren_config c = test_config(4);
+    warren_planner *p;
+    warren_planner_stats s;
+
+    add_job(&e, "tick1", "every", "1s", NULL, NULL, 4);
+    add_job(&e, "moved", "at", "2099-01-01T00:00:00Z", NULL, NULL, 4);
+    add_job(&e, "held", "at", "2099-01-01T00:00:00Z", NULL, NULL, 4);
+    add_job(&e, "hop", "at", "2099-01-01T00:00:00Z", NULL, NULL, 4);
+    p = planner_new(&e, &c);
+    tick(p);
+    tick(p);
+    stats(p, &s);
+    ck_assert_int_eq(s.full_scans, 1);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE replan"), 0);
+
+    /* an operator's UPDATE: the cursor moves earlier, inside the horizon */
+    ck_assert_int_ge(
+        testenv_psql(e.db, "UPDATE warren.jobs SET " AT_IN_3S " WHERE name = 'moved'", NULL), 0);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE replan"), 1);
+    tick(p);
+    ck_assert_int_eq(runs_of(&e, "moved"), 1);
+
+    /* Cursors moved earlier with the trigger off (so only the next change
+     * marks them): one job paused meanwhile and then resumed, one moved to
+     * another partition. And a new job. */
+    ck_assert_int_ge(testenv_psql(e.db,
+                                  "SET session_replication_role = replica; UPDATE warren.jobs "
+                                  "SET " AT_IN_3S ", paused = (name = 'held') "
+                                  "WHERE name IN ('held', 'hop')",
+                                  NULL),
+                     0);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE replan"), 0);
+    ck_assert_int_ge(testenv_psql(e.db,
+                                  "UPDATE warren.jobs SET paused = false WHERE name = 'held'; "
+                                  "UPDATE warren.jobs SET partition = (partition + 1) % 4 "
+                                  "WHERE name = 'hop'",
+                                  NULL),
+                     0);
+    add_job(&e, "new", "at", "2000-01-01T00:00:00Z", ", misfire", ", 'run_once'", 4);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE replan AND name IN "
+                                  "('new', 'held', 'hop')"),
+                     3);
+    tick(p);
+    ck_assert_int_eq(runs_of(&e, "held"), 1);
+    ck_assert_int_eq(runs_of(&e, "hop"), 1);
+    ck_assert_int_eq(runs_of(&e, "new"), 1);
+    stats(p, &s);
+    ck_assert_int_eq(s.full_scans, 1);
+    ck_assert_int_eq(s.below_floor, 0);
+    /* the marks are cleared once the cursors are past the horizon */
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE replan"), 0);
+    warren_planner_rescan(p);
+    tick(p);
+    stats(p, &s);
+    ck_assert_int_eq(s.full_scans, 2);
+    ck_assert_int_eq(s.below_floor, 0);
+    warren_planner_free(p);
+    env_free(&e);
+}
+END_TEST
+
+/* The floor is real, and the full scan is its safety net: a cursor moved
+ * earlier with the trigger switched off (session_replication_role =
+ * replica, as a restore might) is not found from the floor; the next full
+ * scan plans it and counts it as below the floor. */
+START_TEST(test_scan_floor_miss_is_found_by_the_full_scan_and_counted)
+{
+    env e = env_new();
+    warren_config c = test_config(4);
+    warren_planner *p;
+    warren_planner_stats s;
+
+    add_job(&e, "tick1", "every", "1s", NULL, NULL, 4);
+    add_job(&e, "sneaky", "at", "2099-01-01T00:00:00Z", NULL, NULL, 4);
+    p = planner_new(&e, &c);
+    tick(p);
+    tick(p);
+    ck_assert_int_ge(testenv_psql(e.db,
+                                  "SET session_replication_role = replica; UPDATE warren.jobs "
+                                  "SET " AT_IN_3S " WHERE name = 'sneaky'",
+                                  NULL),
+                     0);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE replan"), 0);
+    tick(p);
+    ck_assert_int_eq(runs_of(&e, "sneaky"), 0);
+    stats(p, &s);
+    ck_assert_int_eq(s.full_scans, 1);
+    ck_assert_int_eq(s.below_floor, 0);
+    warren_planner_rescan(p);
+    tick(p);
+    ck_assert_int_eq(runs_of(&e, "sneaky"), 1);
+    stats(p, &s);
+    ck_assert_int_eq(s.full_scans, 2);
+    ck_assert_int_eq(s.below_floor, 1);
+    warren_planner_free(p);
+    env_free(&e);
+}
+END_TEST
+
+/* A due job a writer holds locked is skipped by the tick (SKIP LOCKED); the
+ * floor the tick sets stays at or below its cursor, so the next tick from
+ * the floor plans it once the writer commits (here without touching the
+ * cursor, so the trigger does not mark it). */
+START_TEST(test_scan_floor_keeps_a_job_a_writer_held_locked)
+{
+    env e = env_new();
+    warren_config c = test_config(4);
+    warren_planner *p;
+    warren_planner_stats s;
+    PGconn *w;
+    PGresult *r;
+
+    c.planner.horizon_ms = 2000;
+    add_job(&e, "far", "at", "2099-01-01T00:00:00Z", NULL, NULL, 4);
+    add_job(&e, "locked", "every", "3s", NULL, NULL, 4);
+    p = planner_new(&e, &c);
+    tick(p);
+    tick(p);
+    /* wait until the cursor is inside the horizon (at most 3 s) */
+    for (int i = 0; i < 60 && sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE name = "
+                                           "'locked' AND next_fire_at <= now() + "
+                                           "interval '1500 ms'") == 0;
+         i++)
+        sleep_ms(100);
+    long before = runs_of(&e, "locked");
+    w = PQconnectdb(e.db);
+    ck_assert(PQstatus(w) == CONNECTION_OK);
+    r = PQexec(w, "BEGIN; SELECT 1 FROM warren.jobs WHERE name = 'locked' FOR UPDATE");
+    ck_assert(PQresultStatus(r) == PGRES_TUPLES_OK);
+    PQclear(r);
+    tick(p);
+    ck_assert_int_eq(runs_of(&e, "locked"), before);
+    r = PQexec(w, "UPDATE warren.jobs SET payload = '{\"k\": 1}' WHERE name = 'locked'; COMMIT");
+    ck_assert(PQresultStatus(r) == PGRES_COMMAND_OK);
+    PQclear(r);
+    PQfinish(w);
+    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE name = 'locked' AND "
+                                  "NOT replan"),
+                     1);
+    tick(p);
+    ck_assert_int_gt(runs_of(&e, "locked"), before);
+    stats(p, &s);
+    ck_assert_int_eq(s.full_scans, 1);
+    ck_assert_int_eq(s.below_floor, 0);
+    warren_planner_free(p);
+    env_free(&e);
+}
+END_TEST
+
 static Suite *planner_suite(void)
 {
     Suite *s = suite_create("planner");
@@ -1334,6 +1514,13 @@ static Suite *planner_suite(void)
     tcase_add_test(tc, test_trigger_twice_creates_one_run_and_says_so);
     tcase_add_test(tc, test_backfill_dry_run_lists_then_writes);
     tcase_add_test(tc, test_pause_resume_commands);
+    tcase_set_timeout(tc, 60);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("floor");
+    tcase_add_test(tc, test_scan_floor_finds_what_writers_moved_below_it);
+    tcase_add_test(tc, test_scan_floor_miss_is_found_by_the_full_scan_and_counted);
+    tcase_add_test(tc, test_scan_floor_keeps_a_job_a_writer_held_locked);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
 

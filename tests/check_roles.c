@@ -42,6 +42,7 @@ static const struct {
     {"warren.upsert_job(text,text,jsonb)", "warren_producer"},
     {"warren.upsert_jobs(jsonb)", "warren_producer"},
     /* The planner's and the operator's: their own connection (the owner). */
+    {"warren.jobs_mark_replan()", ""},
     {"warren.plan_note(text,text)", ""},
     {"warren.plan_utc(timestamp with time zone)", ""},
     {"warren.reap_expired_leases(integer)", ""},

@@ -87,6 +87,10 @@ typedef struct warren_planner_stats {
     uint64_t relay_passes;   /* relay-only passes woken by an enqueue, release or replay */
     uint64_t helper_jobs;    /* of the jobs planned, those planned on the second connection
                                 (a tick whose first batch is full uses two) */
+    uint64_t full_scans;     /* ticks whose due-jobs scan started at '-infinity' (the first,
+                                after a change of partitions or a failed tick, once a minute) */
+    uint64_t below_floor;    /* due jobs such a scan found below the floor the planner had,
+                                unmarked: each one a bug of the replan rule, logged (0) */
 } warren_planner_stats;
 void warren_planner_stats_get(const warren_planner *p, warren_planner_stats *out);
 
@@ -111,5 +115,9 @@ int warren_planner_run(warren_planner *p, volatile sig_atomic_t *stop, warren_er
 /* Gives up this planner's partition leases (other planners take them at
  * their next tick). */
 int warren_planner_release(warren_planner *p, warren_error *err);
+
+/* The next tick's due-jobs scan starts at '-infinity', as it does once a
+ * minute (docs/delivery.md, "The scan floor"; for tests and benchmarks). */
+void warren_planner_rescan(warren_planner *p);
 
 #endif
