@@ -166,6 +166,8 @@ typedef struct mat_ctx {
     int has_tmin;   /* a batch locked jobs: tmin is the smallest horizon edge */
     warren_us tmin; /* of those batches (now() + horizon) */
     uint64_t below; /* jobs the check found below the floor, unmarked */
+    int has_edge;   /* the check: the tick's first horizon edge (the main connection's */
+    warren_us edge; /* first batch); a cursor after it was moved by this tick */
 } mat_ctx;
 
 /* The helper thread's share of a tick (materialise_helper). */
@@ -202,6 +204,7 @@ struct warren_planner {
     warren_us floor; /* every eligible job of our partitions has a cursor >= floor or replan */
     int64_t last_full_scan_ms;
     int rescan;       /* warren_planner_rescan: the next tick is a full scan */
+    int floor_owned;  /* partitions owned at the last tick (a change drops the floor) */
     int last_tick_ok; /* the previous tick returned 0 (else: rescan) */
     volatile sig_atomic_t *stop;
     warren_planner_stats stats;
@@ -339,6 +342,15 @@ int warren_planner_new(const warren_config *cfg, const char *store_url, const ch
     if ((rc = warren_store_has_migration(p->st, 15, err)) < 0)
         goto fail;
     p->has_sync_state = rc;
+    /* The scan floor (migration 017): the due-jobs scans read the replan mark. */
+    if ((rc = warren_store_has_migration(p->st, 17, err)) < 0)
+        goto fail;
+    if (rc == 0) {
+        rc = warren_error_set(err, WARREN_ECONFIG,
+                              "the database lacks migration 017 (the planner's scan floor), which "
+                              "this planner needs: run `warren migrate` first");
+        goto fail;
+    }
     if ((rc = connect_broker(p, err)) != 0)
         goto fail;
     if ((rc = warren_relay_new(p->st, p->b, &p->pc, p->lg, &p->relay, err)) != 0)
@@ -689,10 +701,16 @@ static int materialise_batch(warren_planner *p, mat_ctx *m, size_t *njobs, int *
     if (!m->has_tmin || now + p->pc.horizon_ms * 1000 < m->tmin)
         m->tmin = now + p->pc.horizon_ms * 1000;
     m->has_tmin = 1;
+    if (!m->has_edge) {
+        m->edge = now + p->pc.horizon_ms * 1000;
+        m->has_edge = 1;
+    }
     for (size_t i = 0; m->check && i < n; i++) {
         const warren_plan_job *j = &jobs[i];
         if (j->replan || (j->has_next && !m->floor_none && j->next_fire_at >= m->floor))
             continue; /* (floor_none: every unmarked cursor was past any time) */
+        if (j->has_next && j->next_fire_at > m->edge)
+            continue; /* planned by this tick already, due again as the clock moved on */
         m->below++;
         warren_log(p->lg, WARREN_LOG_ERROR,
                    "planner %s: job %s (cursor %s) was below the scan floor %s without the "
@@ -873,6 +891,8 @@ static void scan_start(mat_ctx *m, int floor_known, int floor_none, warren_us fl
     m->has_tmin = 0;
     m->tmin = 0;
     m->below = 0;
+    m->has_edge = 0;
+    m->edge = 0;
     m->phase = floor_known ? 0 : 1;
     warren_plan_pos_start(&m->pos);
 }
@@ -895,6 +915,8 @@ static int helper_start(warren_planner *p, const mat_ctx *main, int64_t start_ms
     h->m.jobs = 0;
     h->m.last_full = 0;
     scan_start(&h->m, main->floor_known, main->floor_none, main->floor, main->check);
+    h->m.has_edge = main->has_edge; /* the main connection's first batch: the earlier edge */
+    h->m.edge = main->edge;
     if (h->m.tzdb == NULL && (h->m.tzdb = warren_tzdb_new(NULL)) == NULL)
         rc = warren_error_set(&e, WARREN_ENOMEM, "out of memory");
     if (rc == 0 && h->m.st == NULL)
@@ -965,7 +987,7 @@ static void helper_join(warren_planner *p, pthread_t t, mat_ctx *m)
 static int materialise(warren_planner *p, int64_t start_ms, int64_t budget_ms, size_t *jobs,
                        int *inserted, warren_error *err)
 {
-    mat_ctx m = {p->st, p->tzdb, 0, 0, 0, 0, {0}, 0, 0, 0, 0, 0, 0, 0, 0};
+    mat_ctx m = {p->st, p->tzdb, 0, 0, 0, 0, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     pthread_t t;
     int first_full = 0, helper = 0, rc;
     int full =
@@ -1045,8 +1067,9 @@ int warren_planner_tick(warren_planner *p, warren_error *err)
                                  &dropped, &live, err)) != 0)
         return rc;
     p->stats.partitions_owned = owned;
-    if (taken || dropped)
+    if (taken || dropped || owned != p->floor_owned)
         p->floor_known = 0; /* other jobs are ours now: no floor for them */
+    p->floor_owned = owned;
     if (taken || dropped)
         warren_log(p->lg, WARREN_LOG_INFO,
                    "planner %s: partitions: took %d, gave up %d, own %d of %d (%d live planners)",

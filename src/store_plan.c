@@ -102,8 +102,9 @@ static const char SQL_LOCK_DUE_JOBS[] = LOCK_DUE_JOBS("");
 static const char SQL_LOCK_REPLAN_JOBS[] = LOCK_DUE_JOBS("j.replan AND ");
 
 /* The scan floor after a tick (src/planner.c, "The scan floor"): the
- * smallest cursor at or above $2 of a job of owner's partitions that is
- * eligible and not marked replan; NULL when there is none with a finite cursor
+ * smallest cursor at or above $2 of a job of owner's partitions (a lease
+ * expired or not: an expired one may be renewed without counting as taken)
+ * that is eligible and not marked replan; NULL when there is none with a finite cursor
  * ('infinity': jobs that never fire again); column 2 true for an unmarked
  * job without one (NULL or '-infinity', which the rule never leaves: no floor). */
 static const char SQL_FLOOR[] = "SELECT CASE WHEN isfinite(f) THEN " US(
@@ -113,7 +114,7 @@ static const char SQL_FLOOR[] = "SELECT CASE WHEN isfinite(f) THEN " US(
          "WHERE NOT j.paused AND NOT j.removed AND NOT j.replan "
          "AND coalesce(j.next_fire_at, '-infinity'::timestamptz) >= $2::timestamptz "
          "AND j.partition = ANY(ARRAY(SELECT partition FROM warren.planner_leases "
-         "WHERE owner = $1 AND lease_until > now()))) m";
+         "WHERE owner = $1))) m";
 
 static const char SQL_JOB_GET[] = "SELECT " JOB_COLS " FROM warren.jobs j WHERE j.name = $1";
 
