@@ -1291,9 +1291,14 @@ END_TEST
 
 /* ------------------------------------------------------------ scan floor */
 
-static void stats(warren_planner *p, warren_planner_stats *s)
+/* The planner's scans from '-infinity' so far, and the jobs they found below
+ * the floor unmarked. */
+static void assert_scans(warren_planner *p, uint64_t full_scans, uint64_t below_floor)
 {
-    warren_planner_stats_get(p, s);
+    warren_planner_stats s;
+    warren_planner_stats_get(p, &s);
+    ck_assert_int_eq(s.full_scans, full_scans);
+    ck_assert_int_eq(s.below_floor, below_floor);
 }
 
 static long runs_of(const env *e, const char *job)
@@ -1321,7 +1326,6 @@ START_TEST(test_scan_floor_finds_what_writers_moved_below_it)
     env e = env_new();
     warren_config c = test_config(4);
     warren_planner *p;
-    warren_planner_stats s;
 
     add_job(&e, "tick1", "every", "1s", NULL, NULL, 4);
     add_job(&e, "moved", "at", "2099-01-01T00:00:00Z", NULL, NULL, 4);
@@ -1330,8 +1334,7 @@ START_TEST(test_scan_floor_finds_what_writers_moved_below_it)
     p = planner_new(&e, &c);
     tick(p);
     tick(p);
-    stats(p, &s);
-    ck_assert_int_eq(s.full_scans, 1);
+    assert_scans(p, 1, 0);
     ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE replan"), 0);
 
     /* an operator's UPDATE: the cursor moves earlier, inside the horizon */
@@ -1365,16 +1368,12 @@ START_TEST(test_scan_floor_finds_what_writers_moved_below_it)
     ck_assert_int_eq(runs_of(&e, "held"), 1);
     ck_assert_int_eq(runs_of(&e, "hop"), 1);
     ck_assert_int_eq(runs_of(&e, "new"), 1);
-    stats(p, &s);
-    ck_assert_int_eq(s.full_scans, 1);
-    ck_assert_int_eq(s.below_floor, 0);
+    assert_scans(p, 1, 0);
     /* the marks are cleared once the cursors are past the horizon */
     ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE replan"), 0);
     warren_planner_rescan(p);
     tick(p);
-    stats(p, &s);
-    ck_assert_int_eq(s.full_scans, 2);
-    ck_assert_int_eq(s.below_floor, 0);
+    assert_scans(p, 2, 0);
     warren_planner_free(p);
     env_free(&e);
 }
@@ -1389,7 +1388,6 @@ START_TEST(test_scan_floor_miss_is_found_by_the_full_scan_and_counted)
     env e = env_new();
     warren_config c = test_config(4);
     warren_planner *p;
-    warren_planner_stats s;
 
     add_job(&e, "tick1", "every", "1s", NULL, NULL, 4);
     add_job(&e, "sneaky", "at", "2099-01-01T00:00:00Z", NULL, NULL, 4);
@@ -1404,15 +1402,11 @@ START_TEST(test_scan_floor_miss_is_found_by_the_full_scan_and_counted)
     ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE replan"), 0);
     tick(p);
     ck_assert_int_eq(runs_of(&e, "sneaky"), 0);
-    stats(p, &s);
-    ck_assert_int_eq(s.full_scans, 1);
-    ck_assert_int_eq(s.below_floor, 0);
+    assert_scans(p, 1, 0);
     warren_planner_rescan(p);
     tick(p);
     ck_assert_int_eq(runs_of(&e, "sneaky"), 1);
-    stats(p, &s);
-    ck_assert_int_eq(s.full_scans, 2);
-    ck_assert_int_eq(s.below_floor, 1);
+    assert_scans(p, 2, 1);
     warren_planner_free(p);
     env_free(&e);
 }
@@ -1427,7 +1421,6 @@ START_TEST(test_scan_floor_keeps_a_job_a_writer_held_locked)
     env e = env_new();
     warren_config c = test_config(4);
     warren_planner *p;
-    warren_planner_stats s;
     PGconn *w;
     PGresult *r;
 
@@ -1460,9 +1453,7 @@ START_TEST(test_scan_floor_keeps_a_job_a_writer_held_locked)
                      1);
     tick(p);
     ck_assert_int_gt(runs_of(&e, "locked"), before);
-    stats(p, &s);
-    ck_assert_int_eq(s.full_scans, 1);
-    ck_assert_int_eq(s.below_floor, 0);
+    assert_scans(p, 1, 0);
     warren_planner_free(p);
     env_free(&e);
 }
