@@ -164,10 +164,9 @@ typedef struct mat_ctx {
     warren_us floor;
     int check;      /* a full scan with a floor known: say what it finds below it */
     int has_tmin;   /* a batch locked jobs: tmin is the smallest horizon edge */
-    warren_us tmin; /* of those batches (now() + horizon) */
+    warren_us tmin; /* of those batches (now() + horizon; the helper starts with the main
+                       connection's, its first batch's) */
     uint64_t below; /* jobs the check found below the floor, unmarked */
-    int has_edge;   /* the check: the tick's first horizon edge (the main connection's */
-    warren_us edge; /* first batch); a cursor after it was moved by this tick */
 } mat_ctx;
 
 /* The helper thread's share of a tick (materialise_helper). */
@@ -701,15 +700,11 @@ static int materialise_batch(warren_planner *p, mat_ctx *m, size_t *njobs, int *
     if (!m->has_tmin || now + p->pc.horizon_ms * 1000 < m->tmin)
         m->tmin = now + p->pc.horizon_ms * 1000;
     m->has_tmin = 1;
-    if (!m->has_edge) {
-        m->edge = now + p->pc.horizon_ms * 1000;
-        m->has_edge = 1;
-    }
     for (size_t i = 0; m->check && i < n; i++) {
         const warren_plan_job *j = &jobs[i];
         if (j->replan || (j->has_next && !m->floor_none && j->next_fire_at >= m->floor))
             continue; /* (floor_none: every unmarked cursor was past any time) */
-        if (j->has_next && j->next_fire_at > m->edge)
+        if (j->has_next && j->next_fire_at > m->tmin)
             continue; /* planned by this tick already, due again as the clock moved on */
         m->below++;
         warren_log(p->lg, WARREN_LOG_ERROR,
@@ -891,8 +886,6 @@ static void scan_start(mat_ctx *m, int floor_known, int floor_none, warren_us fl
     m->has_tmin = 0;
     m->tmin = 0;
     m->below = 0;
-    m->has_edge = 0;
-    m->edge = 0;
     m->phase = floor_known ? 0 : 1;
     warren_plan_pos_start(&m->pos);
 }
@@ -915,8 +908,8 @@ static int helper_start(warren_planner *p, const mat_ctx *main, int64_t start_ms
     h->m.jobs = 0;
     h->m.last_full = 0;
     scan_start(&h->m, main->floor_known, main->floor_none, main->floor, main->check);
-    h->m.has_edge = main->has_edge; /* the main connection's first batch: the earlier edge */
-    h->m.edge = main->edge;
+    h->m.has_tmin = main->has_tmin; /* the main connection's first batch: the earlier edge */
+    h->m.tmin = main->tmin;
     if (h->m.tzdb == NULL && (h->m.tzdb = warren_tzdb_new(NULL)) == NULL)
         rc = warren_error_set(&e, WARREN_ENOMEM, "out of memory");
     if (rc == 0 && h->m.st == NULL)
@@ -987,7 +980,7 @@ static void helper_join(warren_planner *p, pthread_t t, mat_ctx *m)
 static int materialise(warren_planner *p, int64_t start_ms, int64_t budget_ms, size_t *jobs,
                        int *inserted, warren_error *err)
 {
-    mat_ctx m = {p->st, p->tzdb, 0, 0, 0, 0, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    mat_ctx m = {p->st, p->tzdb, 0, 0, 0, 0, {0}, 0, 0, 0, 0, 0, 0, 0, 0};
     pthread_t t;
     int first_full = 0, helper = 0, rc;
     int full =
@@ -1020,17 +1013,10 @@ static int materialise(warren_planner *p, int64_t start_ms, int64_t budget_ms, s
     if (!full && !m.has_tmin)
         return 0;
     {
-        int has_lo = 0, found = 0;
-        warren_us lo = 0, f = 0;
-        if (!full && !p->floor_none) {
-            has_lo = 1;
-            lo = p->floor;
-        }
-        if (!full && m.has_tmin && (!has_lo || m.tmin < lo)) {
-            has_lo = 1;
-            lo = m.tmin;
-        }
-        rc = warren_plan_floor(p->st, p->id, has_lo, lo, &found, &f, err);
+        /* from '-infinity' after a full scan; else from min(F, tmin) */
+        int found = 0;
+        warren_us lo = p->floor_none || m.tmin < p->floor ? m.tmin : p->floor, f = 0;
+        rc = warren_plan_floor(p->st, p->id, !full, lo, &found, &f, err);
         if (rc != 0) {
             p->floor_known = 0;
             return rc;
