@@ -329,27 +329,28 @@ int warren_planner_new(const warren_config *cfg, const char *store_url, const ch
             p->pc.release_lead_ms = 0;
         }
     }
-    /* Broken jobs (migration 010): the planner's job queries read their mark. */
-    if ((rc = warren_store_has_migration(p->st, 10, err)) < 0)
-        goto fail;
-    if (rc == 0) {
-        rc = warren_error_set(err, WARREN_ECONFIG,
-                              "the database lacks migration 010 (broken jobs), which this planner "
-                              "needs: run `warren migrate` first");
-        goto fail;
+    /* Migrations the planner's queries need: 010 (the broken-job mark), 017
+     * (the scan floor's replan mark). */
+    {
+        static const struct {
+            int version;
+            const char *what;
+        } needs[] = {{10, "broken jobs"}, {17, "the planner's scan floor"}};
+        for (size_t i = 0; i < sizeof(needs) / sizeof(needs[0]); i++) {
+            if ((rc = warren_store_has_migration(p->st, needs[i].version, err)) < 0)
+                goto fail;
+            if (rc == 0) {
+                rc = warren_error_set(err, WARREN_ECONFIG,
+                                      "the database lacks migration %03d (%s), which this "
+                                      "planner needs: run `warren migrate` first",
+                                      needs[i].version, needs[i].what);
+                goto fail;
+            }
+        }
     }
     if ((rc = warren_store_has_migration(p->st, 15, err)) < 0)
         goto fail;
     p->has_sync_state = rc;
-    /* The scan floor (migration 017): the due-jobs scans read the replan mark. */
-    if ((rc = warren_store_has_migration(p->st, 17, err)) < 0)
-        goto fail;
-    if (rc == 0) {
-        rc = warren_error_set(err, WARREN_ECONFIG,
-                              "the database lacks migration 017 (the planner's scan floor), which "
-                              "this planner needs: run `warren migrate` first");
-        goto fail;
-    }
     if ((rc = connect_broker(p, err)) != 0)
         goto fail;
     if ((rc = warren_relay_new(p->st, p->b, &p->pc, p->lg, &p->relay, err)) != 0)

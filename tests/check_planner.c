@@ -1412,6 +1412,26 @@ START_TEST(test_scan_floor_miss_is_found_by_the_full_scan_and_counted)
 }
 END_TEST
 
+/* A planner refuses a database without migration 017 (its scans read the
+ * replan mark) and says what to run. */
+START_TEST(test_planner_needs_migration_017_and_says_so)
+{
+    env e = env_new();
+    warren_config c = test_config(4);
+    warren_planner *p = NULL;
+    warren_error err = {0};
+
+    ck_assert_int_ge(
+        testenv_psql(e.db, "DELETE FROM warren.schema_migrations WHERE version = 17", NULL), 0);
+    ck_assert_int_eq(warren_planner_new(&c, e.db, e.amqp, NULL, &p, &err), WARREN_ECONFIG);
+    ck_assert_ptr_null(p);
+    ck_assert_msg(strstr(err.message, "migration 017") != NULL &&
+                      strstr(err.message, "warren migrate") != NULL,
+                  "%s", err.message);
+    env_free(&e);
+}
+END_TEST
+
 /* A due job a writer holds locked is skipped by the tick (SKIP LOCKED); the
  * floor the tick sets stays at or below its cursor, so the next tick from
  * the floor plans it once the writer commits (here without touching the
@@ -1512,6 +1532,7 @@ static Suite *planner_suite(void)
     tcase_add_test(tc, test_scan_floor_finds_what_writers_moved_below_it);
     tcase_add_test(tc, test_scan_floor_miss_is_found_by_the_full_scan_and_counted);
     tcase_add_test(tc, test_scan_floor_keeps_a_job_a_writer_held_locked);
+    tcase_add_test(tc, test_planner_needs_migration_017_and_says_so);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
 
