@@ -549,6 +549,32 @@ static int pipeline_results(PGconn *conn, PGresult **bad)
     return got || PQstatus(conn) == CONNECTION_OK ? 0 : WARREN_EDBCONN;
 }
 
+/* Out of pipeline mode whatever happened (results left unread after a
+ * failure are read first, at most max of them), so the connection goes back
+ * to the pool usable, or broken and then dropped. Returns rc, or
+ * WARREN_EDBCONN (err set) if rc was 0 and the connection cannot leave. */
+static int pipeline_leave(PGconn *conn, int rc, size_t max, warren_error *err)
+{
+    for (size_t i = 0; i < max && PQpipelineStatus(conn) != PQ_PIPELINE_OFF; i++) {
+        if (PQexitPipelineMode(conn) == 1)
+            break;
+        PGresult *left = PQgetResult(conn);
+        if (left == NULL && PQstatus(conn) != CONNECTION_OK)
+            break;
+        PQclear(left);
+    }
+    if (PQpipelineStatus(conn) != PQ_PIPELINE_OFF) {
+        if (rc == 0)
+            rc =
+                warren_error_set(err, WARREN_EDBCONN, "sql handler: cannot leave pipeline mode: %s",
+                                 PQerrorMessage(conn));
+        /* unusable: broken for good, so that the pool drops it */
+        shutdown(PQsocket(conn), SHUT_RDWR);
+        PQconsumeInput(conn);
+    }
+    return rc;
+}
+
 /* Run r's statement: with begin the transaction's BEGIN, with savepoint
  * its savepoint (inside a batch's transaction), then its settings
  * (statement_timeout, application_name = its tag) and the statement, sent
@@ -631,26 +657,7 @@ static int sql_statement(warren_store *st, warren_sql_run *r, int begin, int sav
 out:
     for (int q = 0; q < 4; q++)
         PQclear(bad[q]);
-    /* Out of pipeline mode whatever happened (results left unread after a
-     * failure are read first, a bounded number), so the connection goes back
-     * to the pool usable, or broken and then dropped. */
-    for (int i = 0; i < 16 && PQpipelineStatus(conn) != PQ_PIPELINE_OFF; i++) {
-        if (PQexitPipelineMode(conn) == 1)
-            break;
-        PGresult *left = PQgetResult(conn);
-        if (left == NULL && PQstatus(conn) != CONNECTION_OK)
-            break;
-        PQclear(left);
-    }
-    if (PQpipelineStatus(conn) != PQ_PIPELINE_OFF) {
-        if (rc == 0)
-            rc =
-                warren_error_set(err, WARREN_EDBCONN, "sql handler: cannot leave pipeline mode: %s",
-                                 PQerrorMessage(conn));
-        /* unusable: broken for good, so that the pool drops it */
-        shutdown(PQsocket(conn), SHUT_RDWR);
-        PQconsumeInput(conn);
-    }
+    rc = pipeline_leave(conn, rc, 16, err);
     if (rc == 0 && r->stmt_error != NULL && savepoint)
         /* back to before this run: the others' effects stay */
         rc = warren__store_exec(st, "ROLLBACK TO SAVEPOINT warren_run", 0, NULL, NULL,
@@ -666,6 +673,193 @@ out:
 static int sql_run_lost(const warren_sql_run *r)
 {
     return r->lost != NULL && atomic_load(r->lost);
+}
+
+/* What one try of the pipelined batch (sql_batch_fast) came to. */
+enum { FAST_COMMITTED, FAST_STMT_FAILED, FAST_SLOW };
+
+#define SQL_SET_RUN                                                                                \
+    "SELECT set_config('statement_timeout', $1, true), "                                           \
+    "set_config('application_name', coalesce($2, current_setting('application_name')), true)"
+
+/* The common case of a batch, in one round trip and without savepoints:
+ * BEGIN, each run's settings and statement, then the completions of all of
+ * them (warren.complete_many), sent as one pipeline; when every statement
+ * succeeded, every completion was recorded and no run was lost meanwhile,
+ * COMMIT. The savepoint path (one round trip and one subtransaction per run)
+ * took 16 round trips and 16 subtransactions for a batch of 16.
+ * *outcome:
+ * - FAST_COMMITTED: every run not done is done and recorded;
+ * - FAST_STMT_FAILED: the first statement that failed (the pipeline stops
+ *   there: the runs before it succeeded, the ones after it never ran) is
+ *   that run's error, its run done with stmt_error set; nothing committed,
+ *   the caller tries again without it (so a slow statement that timed out
+ *   is not run a second time);
+ * - FAST_SLOW: nothing committed; a stale or lost run, a refused setting,
+ *   completion or COMMIT: the savepoint path sorts out whose it is.
+ * Returns 0, or WARREN_EDBCONN / WARREN_ENOMEM (nothing committed, or the
+ * COMMIT's answer lost). */
+static int sql_batch_fast(warren_store *st, warren_sql_run *runs, size_t n, int *outcome,
+                          warren_error *err)
+{
+    PGconn *conn = warren__store_conn(st);
+    warren__buf ka = {0}, aa = {0};
+    size_t *live = malloc(n * sizeof(*live)), m = 0, nq = 0;
+    PGresult **res = NULL;
+    char(*tbuf)[WARREN_TIME_BUF] = NULL;
+    char(*setting)[24] = NULL;
+    int rc = 0, sent = 0;
+
+    *outcome = FAST_SLOW;
+    if (live == NULL)
+        return warren_error_set(err, WARREN_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        if (!runs[i].done)
+            live[m++] = i;
+    if (m == 0) {
+        free(live);
+        *outcome = FAST_COMMITTED;
+        return 0;
+    }
+    nq = 2 + 2 * m; /* BEGIN, (settings, statement) per run, complete_many */
+    res = calloc(nq, sizeof(*res));
+    tbuf = malloc(m * sizeof(*tbuf));
+    setting = malloc(m * sizeof(*setting));
+    warren__buf_puts(&ka, "{");
+    warren__buf_puts(&aa, "{");
+    for (size_t j = 0; j < m; j++) {
+        sb_elem(&ka, runs[live[j]].run_key, j == 0);
+        sb_int(&aa, runs[live[j]].attempt, j == 0);
+    }
+    warren__buf_puts(&ka, "}");
+    warren__buf_puts(&aa, "}");
+    if (res == NULL || tbuf == NULL || setting == NULL) {
+        rc = warren_error_set(err, WARREN_ENOMEM, "out of memory");
+        goto out;
+    }
+    if ((rc = sb_done(&ka, err)) != 0 || (rc = sb_done(&aa, err)) != 0)
+        goto out;
+    warren__store_end_open(st);
+    if (PQenterPipelineMode(conn) != 1) {
+        rc = warren_error_set(err, WARREN_EDBCONN, "sql handler: cannot enter pipeline mode: %s",
+                              PQerrorMessage(conn));
+        goto out;
+    }
+    sent = PQsendQueryParams(conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) == 1;
+    for (size_t j = 0; j < m && sent; j++) {
+        warren_sql_run *r = &runs[live[j]];
+        int64_t timeout_ms = r->timeout_ms > INT32_MAX ? INT32_MAX : r->timeout_ms;
+        snprintf(setting[j], sizeof(setting[j]), "%lld",
+                 (long long)(timeout_ms > 0 ? timeout_ms : 0));
+        const char *set_params[2] = {setting[j], r->tag};
+        const Oid types[3] = {OID_TEXT, OID_TIMESTAMPTZ, OID_JSONB};
+        const char *params[3] = {r->run_key,
+                                 warren__store_us_param(r->scheduled_at, tbuf[j], sizeof(tbuf[j])),
+                                 r->payload_json ? r->payload_json : "{}"};
+        sent = PQsendQueryParams(conn, SQL_SET_RUN, 2, NULL, set_params, NULL, NULL, 0) == 1 &&
+               PQsendQueryParams(conn, r->sql, 3, types, params, NULL, NULL, 0) == 1;
+    }
+    if (sent) {
+        const char *params[2] = {ka.p, aa.p};
+        sent = PQsendQueryParams(conn, SQL_COMPLETE_MANY, 2, NULL, params, NULL, NULL, 0) == 1;
+    }
+    sent = sent && PQpipelineSync(conn) == 1;
+    if (!sent) {
+        rc = warren_error_set(err, WARREN_EDBCONN, "sql handler: lost connection: %s",
+                              PQerrorMessage(conn));
+        (void)PQpipelineSync(conn); /* what was queued ends with a sync, and is flushed */
+        goto leave;
+    }
+    for (size_t q = 0; q < nq && rc == 0; q++) {
+        PGresult *r;
+        int got = 0;
+        while ((r = PQgetResult(conn)) != NULL) { /* one result per query, then NULL */
+            got = 1;
+            if (res[q] == NULL)
+                res[q] = r;
+            else
+                PQclear(r);
+        }
+        if (!got && PQstatus(conn) != CONNECTION_OK)
+            rc = WARREN_EDBCONN;
+    }
+    if (rc == 0) {
+        PGresult *sync = PQgetResult(conn);
+        if (sync == NULL || PQresultStatus(sync) != PGRES_PIPELINE_SYNC)
+            rc = WARREN_EDBCONN;
+        PQclear(sync);
+    }
+    if (rc != 0)
+        rc = warren_error_set(err, WARREN_EDBCONN, "sql handler: lost connection: %s",
+                              PQerrorMessage(conn));
+leave:
+    rc = pipeline_leave(conn, rc, nq + 2, err);
+    if (rc != 0)
+        goto out;
+    for (size_t q = 0; q < nq; q++) {
+        ExecStatusType t = res[q] ? PQresultStatus(res[q]) : PGRES_FATAL_ERROR;
+        if (t == PGRES_COMMAND_OK || t == PGRES_TUPLES_OK)
+            continue;
+        if (q >= 1 && q < nq - 1 && q % 2 == 0 && t == PGRES_FATAL_ERROR) {
+            /* the statement of run live[(q - 2) / 2]: its error, unless the
+             * connection's */
+            warren_error serr = {0};
+            warren_sql_run *r = &runs[live[(q - 2) / 2]];
+            if (warren__store_fail(st, res[q], "sql handler", &serr) == WARREN_EDBCONN) {
+                rc = warren_error_set(err, WARREN_EDBCONN, "%s", serr.message);
+                goto out;
+            }
+            free(r->stmt_error);
+            if ((r->stmt_error = strdup(serr.message)) == NULL) {
+                rc = warren_error_set(err, WARREN_ENOMEM, "out of memory");
+                goto out;
+            }
+            r->done = 1;
+            *outcome = FAST_STMT_FAILED;
+        }
+        goto rollback; /* BEGIN, a setting or the completions refused: FAST_SLOW */
+    }
+    {
+        /* every run recorded, none lost meanwhile: else FAST_SLOW */
+        PGresult *cr = res[nq - 1];
+        size_t nrec = 0;
+        for (int row = 0; row < PQntuples(cr); row++) {
+            int b = 0;
+            if (warren__store_get_bool(cr, row, 1, &b) != 0 || !b)
+                goto rollback;
+            nrec++;
+        }
+        if (nrec != m)
+            goto rollback;
+        for (size_t j = 0; j < m; j++)
+            if (sql_run_lost(&runs[live[j]]))
+                goto rollback;
+    }
+    if ((rc = warren__store_commit(st, err)) != 0) {
+        if (rc == WARREN_EDBCONN || rc == WARREN_ENOMEM || !warren_store_connected(st))
+            goto out;
+        rc = 0; /* a deferred constraint: the savepoint path finds whose */
+        goto rollback;
+    }
+    for (size_t j = 0; j < m; j++) {
+        runs[live[j]].done = 1;
+        runs[live[j]].recorded = 1;
+    }
+    *outcome = FAST_COMMITTED;
+    goto out;
+rollback:
+    warren__store_rollback(st);
+out:
+    if (res != NULL)
+        for (size_t q = 0; q < nq; q++)
+            PQclear(res[q]);
+    free(res);
+    free(tbuf);
+    free(setting);
+    free(live);
+    free(ka.p);
+    free(aa.p);
+    return rc;
 }
 
 int warren_store_complete_sql_batch(warren_store *st, warren_sql_run *runs, size_t n,
@@ -691,6 +885,22 @@ int warren_store_complete_sql_batch(warren_store *st, warren_sql_run *runs, size
     if (c == NULL || which == NULL || rec == NULL) {
         rc = warren_error_set(err, WARREN_ENOMEM, "out of memory");
         goto out;
+    }
+    /* First the pipelined path, again without each statement that failed;
+     * then, if it cannot tell whose a failure is, the savepoint path. */
+    for (size_t tries = 0; tries <= n; tries++) {
+        int outcome;
+        for (size_t i = 0; i < n; i++)
+            if (!runs[i].done && sql_run_lost(&runs[i]))
+                runs[i].done = 1; /* lost before it started: no effect, not completed */
+        if ((rc = sql_batch_fast(st, runs, n, &outcome, err)) != 0)
+            goto fail;
+        if (outcome == FAST_COMMITTED) {
+            rc = 0;
+            goto out;
+        }
+        if (outcome == FAST_SLOW)
+            break;
     }
     /* Each pass settles at least one run (a stale or lost one is left out of
      * the next), or all of them: at most n + 1 passes. */

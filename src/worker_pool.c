@@ -232,25 +232,7 @@ void warren__exec_abandoned(warren_handler_ctx *c)
         warren__sleep_ms(1);
 }
 
-static void sql_run(warren_handler_ctx *c)
-{
-    warren_error e = {0};
-    warren_store *st = pool_get(c->hp, c->db_url, &e);
-
-    if (st == NULL) {
-        c->sql_rc = e.code ? e.code : WARREN_EDBCONN;
-        snprintf(c->error, sizeof(c->error), "%s", e.message);
-    } else {
-        c->sql_rc = warren_store_complete_sql(st, c->run_key, c->attempt, c->scheduled_at,
-                                              c->payload, c->sql, c->timeout_ms, c->sql_tag,
-                                              &c->lost, &c->sql_recorded, &c->sql_stmt_error, &e);
-        if (c->sql_rc != 0)
-            snprintf(c->error, sizeof(c->error), "%s", e.message);
-        pool_put(c->hp, st);
-    }
-}
-
-/* Several sql runs (n > 1) in one transaction, a savepoint each
+/* One or several sql runs in one transaction
  * (warren_store_complete_sql_batch); one by one on the same connection if
  * the batch fails for a reason that is not the connection's (a deferred
  * constraint at COMMIT, a refused completion): the single-run path knows
@@ -376,10 +358,8 @@ static void *hpool_main(void *arg)
         hp->nbusy++;
         hpool_wake_one(hp); /* more queued: the next thread (failure: a busy one takes it) */
         pthread_mutex_unlock(&hp->mu);
-        if (batch[0]->kind == KIND_SQL && nb > 1)
+        if (batch[0]->kind == KIND_SQL)
             sql_run_batch(batch, nb);
-        else if (batch[0]->kind == KIND_SQL)
-            sql_run(batch[0]);
         else if (batch[0]->kind == KIND_EXEC)
             exec_spawn_run(batch[0]);
         else

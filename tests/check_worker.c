@@ -1626,6 +1626,74 @@ START_TEST(test_worker_sql_batch_rolls_back_only_the_failing_and_stale_runs)
 }
 END_TEST
 
+/* The common batch goes as one pipeline without savepoints: three runs
+ * whose statements succeed commit in one transaction with no subtransaction
+ * (their rows share one xmin; a savepoint each would give each row its own).
+ * Then a batch whose run 1 fails: that statement ran once (its sequence,
+ * which no rollback undoes, was advanced once), its error is its run's, and
+ * the others' effects committed once each, together, although their
+ * statements ran a second time after the failure rolled the first try back. */
+START_TEST(test_worker_sql_batch_pipelined_runs_a_failing_statement_once)
+{
+    env e;
+    warren_error err = {0};
+    warren_store *st = NULL;
+    char keys[6][WARREN_RUN_KEY_MAX];
+    const char *sql = "WITH x AS (INSERT INTO execs VALUES ($1, 0, 'sb')) "
+                      "SELECT nextval((SELECT s FROM seqs WHERE k = $1)), "
+                      "1 / (SELECT count(*) FROM ok WHERE k = $1)::int";
+    env_setup(&e,
+              "{ name = \"sb\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qsb\"; overlap = "
+              "\"allow\"; }",
+              NULL, 6);
+    qx(e.db, "CREATE TABLE ok (k text); CREATE TABLE seqs (k text, s regclass)");
+    claim_by_hand(&e, 6, keys);
+    for (int i = 0; i < 6; i++)
+        ck_assert(wait_forf(e.db, "1", 0,
+                            "CREATE SEQUENCE seq%d; INSERT INTO seqs VALUES ('%s', 'seq%d');"
+                            "INSERT INTO ok SELECT '%s' WHERE %d <> 4; SELECT 1",
+                            i, keys[i], i, keys[i], i));
+    warren_sql_run runs[6];
+    for (int i = 0; i < 6; i++)
+        runs[i] = (warren_sql_run){.run_key = keys[i],
+                                   .attempt = 1,
+                                   .payload_json = "{}",
+                                   .sql = sql,
+                                   .timeout_ms = 10000};
+    ck_assert_int_eq(warren_store_open(e.db, NULL, &st, &err), 0);
+    ck_assert_msg(warren_store_complete_sql_batch(st, runs, 3, &err) == 0, "batch: %s",
+                  err.message);
+    for (int i = 0; i < 3; i++)
+        ck_assert(runs[i].done && runs[i].recorded && runs[i].stmt_error == NULL);
+    ck_assert(wait_for(e.db, "3|1", 0,
+                       "SELECT count(*) || '|' || count(DISTINCT xmin::text) FROM execs"));
+
+    ck_assert_msg(warren_store_complete_sql_batch(st, runs + 3, 3, &err) == 0, "batch: %s",
+                  err.message);
+    ck_assert(runs[3].done && runs[3].recorded && runs[5].done && runs[5].recorded);
+    ck_assert(runs[4].done && !runs[4].recorded);
+    ck_assert_ptr_nonnull(runs[4].stmt_error);
+    ck_assert_msg(strstr(runs[4].stmt_error, "division by zero") != NULL, "%s", runs[4].stmt_error);
+    free(runs[4].stmt_error);
+    ck_assert(
+        wait_for(e.db, "1,1,1,2,1,1", 0,
+                 "SELECT string_agg(coalesce(last_value, 0)::text, ',' ORDER BY sequencename) "
+                 "FROM pg_sequences WHERE sequencename ~ '^seq[0-9]$'"));
+    char want[4 * WARREN_RUN_KEY_MAX];
+    snprintf(want, sizeof(want), "%s,%s|1", keys[3], keys[5]);
+    ck_assert(wait_forf(e.db, want, 0,
+                        "SELECT string_agg(run_key, ',' ORDER BY run_key) || '|' || "
+                        "count(DISTINCT xmin::text) FROM execs WHERE run_key IN ('%s', '%s', '%s')",
+                        keys[3], keys[4], keys[5]));
+    ck_assert(wait_for(e.db, "succeeded:5,running:1", 0,
+                       "SELECT string_agg(state || ':' || n, ',' ORDER BY state DESC) FROM "
+                       "(SELECT state, count(*) n FROM warren.runs WHERE job = 'sb' GROUP BY "
+                       "state) s"));
+    warren_store_free(st);
+    env_teardown(&e);
+}
+END_TEST
+
 /* A batch whose COMMIT fails (a deferred foreign key of one run) commits
  * nothing and reports no run done; the worker then runs them one by one:
  * the good runs succeed once, the bad one fails with its own error. */
@@ -2264,6 +2332,7 @@ static Suite *worker_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_worker_sql_batch_rolls_back_only_the_failing_and_stale_runs);
     tcase_add_test(tc, test_worker_sql_batch_whose_commit_fails_is_run_one_by_one);
+    tcase_add_test(tc, test_worker_sql_batch_pipelined_runs_a_failing_statement_once);
     tcase_add_test(tc, test_worker_sql_batches_run_every_statement_once);
     tcase_add_test(tc, test_worker_prefetch_holds_deliveries_beyond_the_slots_unclaimed);
     suite_add_tcase(s, tc);
