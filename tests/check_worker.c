@@ -1694,6 +1694,49 @@ START_TEST(test_worker_sql_batch_pipelined_runs_a_failing_statement_once)
 }
 END_TEST
 
+/* Each run's timeout holds inside the pipeline: the settings of a run take
+ * effect for its own statement (statement_timeout is armed per statement of
+ * the extended protocol), so a statement of 5 s under a timeout of 300 ms is
+ * cancelled, and that is its run's error; the run batched with it commits. */
+START_TEST(test_worker_sql_batch_pipelined_keeps_each_runs_timeout)
+{
+    env e;
+    warren_error err = {0};
+    warren_store *st = NULL;
+    char keys[2][WARREN_RUN_KEY_MAX];
+    env_setup(&e,
+              "{ name = \"sb\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qsb\"; overlap = "
+              "\"allow\"; }",
+              NULL, 2);
+    claim_by_hand(&e, 2, keys);
+    char *sql = testenv_fmt("WITH x AS (INSERT INTO execs VALUES ($1, 0, 'sb')) SELECT "
+                            "pg_sleep(CASE WHEN $1 = '%s' THEN 5 ELSE 0 END)",
+                            keys[1]);
+    warren_sql_run runs[2];
+    for (int i = 0; i < 2; i++)
+        runs[i] = (warren_sql_run){
+            .run_key = keys[i], .attempt = 1, .payload_json = "{}", .sql = sql, .timeout_ms = 300};
+    ck_assert_int_eq(warren_store_open(e.db, NULL, &st, &err), 0);
+    int64_t t0 = now_ms();
+    ck_assert_msg(warren_store_complete_sql_batch(st, runs, 2, &err) == 0, "batch: %s",
+                  err.message);
+    int64_t took = now_ms() - t0;
+    ck_assert(runs[0].done && runs[0].recorded && runs[0].stmt_error == NULL);
+    ck_assert(runs[1].done && !runs[1].recorded);
+    ck_assert_ptr_nonnull(runs[1].stmt_error);
+    ck_assert_msg(strstr(runs[1].stmt_error, "statement timeout") != NULL, "%s",
+                  runs[1].stmt_error);
+    ck_assert_msg(took < 4000, "the 5 s statement ran %lld ms", (long long)took);
+    free(runs[1].stmt_error);
+    char *want = testenv_fmt("%s", keys[0]);
+    ck_assert(wait_for(e.db, want, 0, "SELECT string_agg(run_key, ',') FROM execs"));
+    free(want);
+    free(sql);
+    warren_store_free(st);
+    env_teardown(&e);
+}
+END_TEST
+
 /* A batch whose COMMIT fails (a deferred foreign key of one run) commits
  * nothing and reports no run done; the worker then runs them one by one:
  * the good runs succeed once, the bad one fails with its own error. */
@@ -2333,6 +2376,7 @@ static Suite *worker_suite(void)
     tcase_add_test(tc, test_worker_sql_batch_rolls_back_only_the_failing_and_stale_runs);
     tcase_add_test(tc, test_worker_sql_batch_whose_commit_fails_is_run_one_by_one);
     tcase_add_test(tc, test_worker_sql_batch_pipelined_runs_a_failing_statement_once);
+    tcase_add_test(tc, test_worker_sql_batch_pipelined_keeps_each_runs_timeout);
     tcase_add_test(tc, test_worker_sql_batches_run_every_statement_once);
     tcase_add_test(tc, test_worker_prefetch_holds_deliveries_beyond_the_slots_unclaimed);
     suite_add_tcase(s, tc);
