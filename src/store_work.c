@@ -810,7 +810,10 @@ leave:
                 goto out;
             }
             free(r->stmt_error);
-            if ((r->stmt_error = strdup(serr.message)) == NULL) {
+            r->stmt_error = NULL;
+            /* cancelled because its lease was lost: no effect, no completion,
+             * not its error (as warren_store_complete_sql) */
+            if (!sql_run_lost(r) && (r->stmt_error = strdup(serr.message)) == NULL) {
                 rc = warren_error_set(err, WARREN_ENOMEM, "out of memory");
                 goto out;
             }
