@@ -676,7 +676,7 @@ static int sql_run_lost(const warren_sql_run *r)
 }
 
 /* What one try of the pipelined batch (sql_batch_fast) came to. */
-enum { FAST_COMMITTED, FAST_STMT_FAILED, FAST_SLOW };
+enum { FAST_COMMITTED, FAST_SETTLED, FAST_SLOW };
 
 #define SQL_SET_RUN                                                                                \
     "SELECT set_config('statement_timeout', $1, true), "                                           \
@@ -690,13 +690,17 @@ enum { FAST_COMMITTED, FAST_STMT_FAILED, FAST_SLOW };
  * took 16 round trips and 16 subtransactions for a batch of 16.
  * *outcome:
  * - FAST_COMMITTED: every run not done is done and recorded;
- * - FAST_STMT_FAILED: the first statement that failed (the pipeline stops
- *   there: the runs before it succeeded, the ones after it never ran) is
- *   that run's error, its run done with stmt_error set; nothing committed,
- *   the caller tries again without it (so a slow statement that timed out
- *   is not run a second time);
- * - FAST_SLOW: nothing committed; a stale or lost run, a refused setting,
- *   completion or COMMIT: the savepoint path sorts out whose it is.
+ * - FAST_SETTLED: nothing committed, and some runs were settled (done) for
+ *   the caller to try again without them: the first statement that failed
+ *   (the pipeline stops there: the runs before it succeeded, the ones after
+ *   it never ran) is that run's error (so a slow statement that timed out
+ *   is not run a second time); or the runs complete_many found stale, and
+ *   those whose lease was lost meanwhile (no effect, not completed); or a
+ *   batch of one whose COMMIT was refused (a deferred constraint: its error,
+ *   as warren_store_complete_sql);
+ * - FAST_SLOW: nothing committed; a refused setting or completion, a COMMIT
+ *   of several runs refused, two runs of one key, a cancel that may have
+ *   been meant for another run: the savepoint path sorts out whose it is.
  * Returns 0, or WARREN_EDBCONN / WARREN_ENOMEM (nothing committed, or the
  * COMMIT's answer lost). */
 static int sql_batch_fast(warren_store *st, warren_sql_run *runs, size_t n, int *outcome,
@@ -705,7 +709,9 @@ static int sql_batch_fast(warren_store *st, warren_sql_run *runs, size_t n, int 
     PGconn *conn = warren__store_conn(st);
     warren__buf ka = {0}, aa = {0};
     size_t *live = malloc(n * sizeof(*live)), m = 0, nq = 0;
-    PGresult **res = NULL;
+    PGresult *bad = NULL, *cm = NULL; /* the first failure, complete_many's rows */
+    size_t bad_q = 0;
+    int missing = 0;
     char(*tbuf)[WARREN_TIME_BUF] = NULL;
     char(*setting)[24] = NULL;
     int rc = 0, sent = 0;
@@ -721,8 +727,15 @@ static int sql_batch_fast(warren_store *st, warren_sql_run *runs, size_t n, int 
         *outcome = FAST_COMMITTED;
         return 0;
     }
+    /* complete_many answers per key: two attempts of one key in a batch
+     * would be told apart only by the savepoint path's passes */
+    for (size_t a = 0; a < m; a++)
+        for (size_t b = a + 1; b < m; b++)
+            if (strcmp(runs[live[a]].run_key, runs[live[b]].run_key) == 0) {
+                free(live);
+                return 0; /* FAST_SLOW */
+            }
     nq = 2 + 2 * m; /* BEGIN, (settings, statement) per run, complete_many */
-    res = calloc(nq, sizeof(*res));
     tbuf = malloc(m * sizeof(*tbuf));
     setting = malloc(m * sizeof(*setting));
     warren__buf_puts(&ka, "{");
@@ -733,7 +746,7 @@ static int sql_batch_fast(warren_store *st, warren_sql_run *runs, size_t n, int 
     }
     warren__buf_puts(&ka, "}");
     warren__buf_puts(&aa, "}");
-    if (res == NULL || tbuf == NULL || setting == NULL) {
+    if (tbuf == NULL || setting == NULL) {
         rc = warren_error_set(err, WARREN_ENOMEM, "out of memory");
         goto out;
     }
@@ -774,14 +787,21 @@ static int sql_batch_fast(warren_store *st, warren_sql_run *runs, size_t n, int 
         PGresult *r;
         int got = 0;
         while ((r = PQgetResult(conn)) != NULL) { /* one result per query, then NULL */
-            got = 1;
-            if (res[q] == NULL)
-                res[q] = r;
-            else
+            ExecStatusType t = PQresultStatus(r);
+            int ok = t == PGRES_COMMAND_OK || t == PGRES_TUPLES_OK;
+            if (!got && ok && q == nq - 1)
+                cm = r;
+            else if (!got && !ok && bad == NULL) {
+                bad = r;
+                bad_q = q;
+            } else
                 PQclear(r);
+            got = 1;
         }
         if (!got && PQstatus(conn) != CONNECTION_OK)
             rc = WARREN_EDBCONN;
+        else if (!got)
+            missing = 1; /* no answer to a query: not ours to judge (FAST_SLOW) */
     }
     if (rc == 0) {
         PGresult *sync = PQgetResult(conn);
@@ -793,56 +813,91 @@ static int sql_batch_fast(warren_store *st, warren_sql_run *runs, size_t n, int 
         rc = warren_error_set(err, WARREN_EDBCONN, "sql handler: lost connection: %s",
                               PQerrorMessage(conn));
 leave:
-    rc = pipeline_leave(conn, rc, nq + 2, err);
+    rc = pipeline_leave(conn, rc, 2 * nq + 2, err);
     if (rc != 0)
         goto out;
-    for (size_t q = 0; q < nq; q++) {
-        ExecStatusType t = res[q] ? PQresultStatus(res[q]) : PGRES_FATAL_ERROR;
-        if (t == PGRES_COMMAND_OK || t == PGRES_TUPLES_OK)
-            continue;
-        if (q >= 1 && q < nq - 1 && q % 2 == 0 && t == PGRES_FATAL_ERROR) {
-            /* the statement of run live[(q - 2) / 2]: its error, unless the
-             * connection's */
-            warren_error serr = {0};
-            warren_sql_run *r = &runs[live[(q - 2) / 2]];
-            if (warren__store_fail(st, res[q], "sql handler", &serr) == WARREN_EDBCONN) {
+    if (missing)
+        goto rollback;
+    if (bad != NULL) {
+        if (bad_q == 0 || bad_q == nq - 1 || bad_q % 2 != 0 ||
+            PQresultStatus(bad) != PGRES_FATAL_ERROR)
+            goto rollback; /* BEGIN, a setting or the completions refused: FAST_SLOW */
+        /* the statement of run live[(bad_q - 2) / 2] */
+        warren_error serr = {0};
+        warren_sql_run *r = &runs[live[(bad_q - 2) / 2]];
+        const char *state = PQresultErrorField(bad, PG_DIAG_SQLSTATE);
+        if (warren__store_fail(st, bad, "sql handler", &serr) == WARREN_EDBCONN) {
+            if (PQstatus(conn) != CONNECTION_OK) {
                 rc = warren_error_set(err, WARREN_EDBCONN, "%s", serr.message);
                 goto out;
             }
-            free(r->stmt_error);
-            r->stmt_error = NULL;
-            /* cancelled because its lease was lost: no effect, no completion,
-             * not its error (as warren_store_complete_sql) */
-            if (!sql_run_lost(r) && (r->stmt_error = strdup(serr.message)) == NULL) {
-                rc = warren_error_set(err, WARREN_ENOMEM, "out of memory");
-                goto out;
-            }
-            r->done = 1;
-            *outcome = FAST_STMT_FAILED;
+            /* a connection error of the statement's own (dblink's,
+             * postgres_fdw's) on a connection that is fine: the run's */
+            const char *primary = PQresultErrorField(bad, PG_DIAG_MESSAGE_PRIMARY);
+            serr = (warren_error){0};
+            warren_error_set(&serr, WARREN_EDB, "sql handler: %s (SQLSTATE %s)",
+                             primary ? primary : "failed", state ? state : "?????");
         }
-        goto rollback; /* BEGIN, a setting or the completions refused: FAST_SLOW */
+        if (state != NULL && strcmp(state, "57014") == 0 && !sql_run_lost(r))
+            for (size_t j = 0; j < m; j++)
+                if (sql_run_lost(&runs[live[j]]))
+                    goto rollback; /* a cancel meant for a lost run may have hit r:
+                                      FAST_SLOW, which leaves the lost ones out */
+        free(r->stmt_error);
+        r->stmt_error = NULL;
+        /* cancelled because its lease was lost: no effect, no completion,
+         * not its error (as warren_store_complete_sql) */
+        if (!sql_run_lost(r) && (r->stmt_error = strdup(serr.message)) == NULL) {
+            rc = warren_error_set(err, WARREN_ENOMEM, "out of memory");
+            goto out;
+        }
+        r->done = 1;
+        *outcome = FAST_SETTLED;
+        goto rollback;
     }
     {
-        /* every run recorded, none lost meanwhile: else FAST_SLOW */
-        PGresult *cr = res[nq - 1];
-        size_t nrec = 0;
-        for (int row = 0; row < PQntuples(cr); row++) {
+        /* every run recorded and none lost meanwhile, else the stale and the
+         * lost ones are settled and the rest go again */
+        int settled = 0;
+        if (cm == NULL || PQntuples(cm) != (int)m)
+            goto rollback; /* FAST_SLOW */
+        for (int row = 0; row < PQntuples(cm); row++) {
+            const char *key = warren__store_get_text(cm, row, 0);
             int b = 0;
-            if (warren__store_get_bool(cr, row, 1, &b) != 0 || !b)
+            if (key == NULL || warren__store_get_bool(cm, row, 1, &b) != 0)
                 goto rollback;
-            nrec++;
+            for (size_t j = 0; j < m && !b; j++)
+                if (strcmp(runs[live[j]].run_key, key) == 0 && !runs[live[j]].done) {
+                    runs[live[j]].done = 1; /* stale: no effect, not completed */
+                    settled = 1;
+                }
         }
-        if (nrec != m)
-            goto rollback;
         for (size_t j = 0; j < m; j++)
-            if (sql_run_lost(&runs[live[j]]))
-                goto rollback;
+            if (!runs[live[j]].done && sql_run_lost(&runs[live[j]])) {
+                runs[live[j]].done = 1;
+                settled = 1;
+            }
+        if (settled) {
+            *outcome = FAST_SETTLED;
+            goto rollback;
+        }
     }
     if ((rc = warren__store_commit(st, err)) != 0) {
         if (rc == WARREN_EDBCONN || rc == WARREN_ENOMEM || !warren_store_connected(st))
             goto out;
-        rc = 0; /* a deferred constraint: the savepoint path finds whose */
-        goto rollback;
+        rc = 0;
+        if (m == 1) { /* a deferred constraint: the run's own error */
+            warren_sql_run *r = &runs[live[0]];
+            free(r->stmt_error);
+            if ((r->stmt_error = strdup(
+                     err != NULL && err->message[0] ? err->message : "COMMIT failed")) == NULL) {
+                rc = warren_error_set(err, WARREN_ENOMEM, "out of memory");
+                goto rollback;
+            }
+            r->done = 1;
+            *outcome = FAST_SETTLED;
+        }
+        goto rollback; /* several: the savepoint path finds whose */
     }
     for (size_t j = 0; j < m; j++) {
         runs[live[j]].done = 1;
@@ -853,10 +908,8 @@ leave:
 rollback:
     warren__store_rollback(st);
 out:
-    if (res != NULL)
-        for (size_t q = 0; q < nq; q++)
-            PQclear(res[q]);
-    free(res);
+    PQclear(bad);
+    PQclear(cm);
     free(tbuf);
     free(setting);
     free(live);
@@ -903,7 +956,7 @@ int warren_store_complete_sql_batch(warren_store *st, warren_sql_run *runs, size
             goto out;
         }
         if (outcome == FAST_SLOW)
-            break;
+            break; /* FAST_SETTLED: again without the runs it settled */
     }
     /* Each pass settles at least one run (a stale or lost one is left out of
      * the next), or all of them: at most n + 1 passes. */

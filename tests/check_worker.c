@@ -1745,6 +1745,52 @@ START_TEST(test_worker_sql_batch_pipelined_keeps_each_runs_timeout)
 }
 END_TEST
 
+/* A statement that fails with a connection error of its own (SQLSTATE
+ * 08001, as dblink or postgres_fdw report a remote server they cannot
+ * reach) on a connection that is fine is its run's error, not a lost
+ * connection: the batch returns 0, the other run commits. */
+START_TEST(test_worker_sql_batch_remote_connection_error_is_the_runs)
+{
+    env e;
+    warren_error err = {0};
+    warren_store *st = NULL;
+    char keys[2][WARREN_RUN_KEY_MAX];
+    env_setup(&e,
+              "{ name = \"sb\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qsb\"; overlap = "
+              "\"allow\"; }",
+              NULL, 2);
+    claim_by_hand(&e, 2, keys);
+    char *fn = testenv_fmt("CREATE FUNCTION remote(k text) RETURNS int LANGUAGE plpgsql AS $$ "
+                           "BEGIN IF k = '%s' THEN RAISE EXCEPTION 'could not connect to the "
+                           "remote server' USING ERRCODE = '08001'; END IF; RETURN 1; END $$",
+                           keys[1]);
+    qx(e.db, fn);
+    free(fn);
+    const char *sql = "WITH x AS (INSERT INTO execs VALUES ($1, 0, 'sb')) SELECT remote($1)";
+    warren_sql_run runs[2];
+    for (int i = 0; i < 2; i++)
+        runs[i] = (warren_sql_run){.run_key = keys[i],
+                                   .attempt = 1,
+                                   .payload_json = "{}",
+                                   .sql = sql,
+                                   .timeout_ms = 10000};
+    ck_assert_int_eq(warren_store_open(e.db, NULL, &st, &err), 0);
+    ck_assert_msg(warren_store_complete_sql_batch(st, runs, 2, &err) == 0, "batch: %s",
+                  err.message);
+    ck_assert(runs[0].done && runs[0].recorded);
+    ck_assert(runs[1].done && !runs[1].recorded);
+    ck_assert_ptr_nonnull(runs[1].stmt_error);
+    ck_assert_msg(strstr(runs[1].stmt_error, "08001") != NULL, "%s", runs[1].stmt_error);
+    free(runs[1].stmt_error);
+    ck_assert(warren_store_connected(st));
+    char *want = testenv_fmt("%s", keys[0]);
+    ck_assert(wait_for(e.db, want, 0, "SELECT string_agg(run_key, ',') FROM execs"));
+    free(want);
+    warren_store_free(st);
+    env_teardown(&e);
+}
+END_TEST
+
 /* A batch whose COMMIT fails (a deferred foreign key of one run) commits
  * nothing and reports no run done; the worker then runs them one by one:
  * the good runs succeed once, the bad one fails with its own error. */
@@ -2385,6 +2431,7 @@ static Suite *worker_suite(void)
     tcase_add_test(tc, test_worker_sql_batch_whose_commit_fails_is_run_one_by_one);
     tcase_add_test(tc, test_worker_sql_batch_pipelined_runs_a_failing_statement_once);
     tcase_add_test(tc, test_worker_sql_batch_pipelined_keeps_each_runs_timeout);
+    tcase_add_test(tc, test_worker_sql_batch_remote_connection_error_is_the_runs);
     tcase_add_test(tc, test_worker_sql_batches_run_every_statement_once);
     tcase_add_test(tc, test_worker_prefetch_holds_deliveries_beyond_the_slots_unclaimed);
     suite_add_tcase(s, tc);
