@@ -1634,6 +1634,28 @@ START_TEST(test_worker_sql_batch_rolls_back_only_the_failing_and_stale_runs)
 }
 END_TEST
 
+/* A database with job sb and n of its runs claimed by hand (keys[0..n)). */
+static void batch_env(env *e, int n, char keys[][WARREN_RUN_KEY_MAX])
+{
+    env_setup(e,
+              "{ name = \"sb\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qsb\"; overlap = "
+              "\"allow\"; }",
+              NULL, n);
+    claim_by_hand(e, n, keys);
+}
+
+/* runs[0..n) of keys[0..n), attempt 1, each with statement sql. */
+static void batch_runs(warren_sql_run *runs, char keys[][WARREN_RUN_KEY_MAX], int n,
+                       const char *sql, int64_t timeout_ms)
+{
+    for (int i = 0; i < n; i++)
+        runs[i] = (warren_sql_run){.run_key = keys[i],
+                                   .attempt = 1,
+                                   .payload_json = "{}",
+                                   .sql = sql,
+                                   .timeout_ms = timeout_ms};
+}
+
 /* The common batch goes as one pipeline without savepoints: three runs
  * whose statements succeed commit in one transaction with no subtransaction
  * (their rows share one xmin; a savepoint each would give each row its own).
@@ -1650,24 +1672,15 @@ START_TEST(test_worker_sql_batch_pipelined_runs_a_failing_statement_once)
     const char *sql = "WITH x AS (INSERT INTO execs VALUES ($1, 0, 'sb')) "
                       "SELECT nextval((SELECT s FROM seqs WHERE k = $1)), "
                       "1 / (SELECT count(*) FROM ok WHERE k = $1)::int";
-    env_setup(&e,
-              "{ name = \"sb\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qsb\"; overlap = "
-              "\"allow\"; }",
-              NULL, 6);
+    batch_env(&e, 6, keys);
     qx(e.db, "CREATE TABLE ok (k text); CREATE TABLE seqs (k text, s regclass)");
-    claim_by_hand(&e, 6, keys);
     for (int i = 0; i < 6; i++)
         ck_assert(wait_forf(e.db, "1", 0,
                             "CREATE SEQUENCE seq%d; INSERT INTO seqs VALUES ('%s', 'seq%d');"
                             "INSERT INTO ok SELECT '%s' WHERE %d <> 4; SELECT 1",
                             i, keys[i], i, keys[i], i));
     warren_sql_run runs[6];
-    for (int i = 0; i < 6; i++)
-        runs[i] = (warren_sql_run){.run_key = keys[i],
-                                   .attempt = 1,
-                                   .payload_json = "{}",
-                                   .sql = sql,
-                                   .timeout_ms = 10000};
+    batch_runs(runs, keys, 6, sql, 10000);
     ck_assert_int_eq(warren_store_open(e.db, NULL, &st, &err), 0);
     ck_assert_msg(warren_store_complete_sql_batch(st, runs, 3, &err) == 0, "batch: %s",
                   err.message);
@@ -1712,18 +1725,12 @@ START_TEST(test_worker_sql_batch_pipelined_keeps_each_runs_timeout)
     warren_error err = {0};
     warren_store *st = NULL;
     char keys[2][WARREN_RUN_KEY_MAX];
-    env_setup(&e,
-              "{ name = \"sb\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qsb\"; overlap = "
-              "\"allow\"; }",
-              NULL, 2);
-    claim_by_hand(&e, 2, keys);
+    batch_env(&e, 2, keys);
     char *sql = testenv_fmt("WITH x AS (INSERT INTO execs VALUES ($1, 0, 'sb')) SELECT "
                             "pg_sleep(CASE WHEN $1 = '%s' THEN 5 ELSE 0 END)",
                             keys[1]);
     warren_sql_run runs[2];
-    for (int i = 0; i < 2; i++)
-        runs[i] = (warren_sql_run){
-            .run_key = keys[i], .attempt = 1, .payload_json = "{}", .sql = sql, .timeout_ms = 300};
+    batch_runs(runs, keys, 2, sql, 300);
     ck_assert_int_eq(warren_store_open(e.db, NULL, &st, &err), 0);
     int64_t t0 = now_ms();
     ck_assert_msg(warren_store_complete_sql_batch(st, runs, 2, &err) == 0, "batch: %s",
@@ -1755,11 +1762,7 @@ START_TEST(test_worker_sql_batch_remote_connection_error_is_the_runs)
     warren_error err = {0};
     warren_store *st = NULL;
     char keys[2][WARREN_RUN_KEY_MAX];
-    env_setup(&e,
-              "{ name = \"sb\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qsb\"; overlap = "
-              "\"allow\"; }",
-              NULL, 2);
-    claim_by_hand(&e, 2, keys);
+    batch_env(&e, 2, keys);
     char *fn = testenv_fmt("CREATE FUNCTION remote(k text) RETURNS int LANGUAGE plpgsql AS $$ "
                            "BEGIN IF k = '%s' THEN RAISE EXCEPTION 'could not connect to the "
                            "remote server' USING ERRCODE = '08001'; END IF; RETURN 1; END $$",
@@ -1768,12 +1771,7 @@ START_TEST(test_worker_sql_batch_remote_connection_error_is_the_runs)
     free(fn);
     const char *sql = "WITH x AS (INSERT INTO execs VALUES ($1, 0, 'sb')) SELECT remote($1)";
     warren_sql_run runs[2];
-    for (int i = 0; i < 2; i++)
-        runs[i] = (warren_sql_run){.run_key = keys[i],
-                                   .attempt = 1,
-                                   .payload_json = "{}",
-                                   .sql = sql,
-                                   .timeout_ms = 10000};
+    batch_runs(runs, keys, 2, sql, 10000);
     ck_assert_int_eq(warren_store_open(e.db, NULL, &st, &err), 0);
     ck_assert_msg(warren_store_complete_sql_batch(st, runs, 2, &err) == 0, "batch: %s",
                   err.message);
