@@ -295,6 +295,29 @@ int warren_store_heartbeat(warren_store *st, const char *run_key, int attempt, i
 
 /* ------------------------------------------------------------ complete */
 
+/* warren.complete_many's parameters for c[idx[j]] (c[j] if idx is NULL),
+ * j < m: the text[] of their keys in *ka, the int[] of their attempts in
+ * *aa. 0, or the error (both freed). */
+static int completion_arrays(const warren_completion *c, const size_t *idx, size_t m,
+                             warren__buf *ka, warren__buf *aa, warren_error *err)
+{
+    int rc;
+    warren__buf_puts(ka, "{");
+    warren__buf_puts(aa, "{");
+    for (size_t j = 0; j < m; j++) {
+        sb_elem(ka, c[idx ? idx[j] : j].run_key, j == 0);
+        sb_int(aa, c[idx ? idx[j] : j].attempt, j == 0);
+    }
+    warren__buf_puts(ka, "}");
+    warren__buf_puts(aa, "}");
+    if ((rc = sb_done(ka, err)) != 0 || (rc = sb_done(aa, err)) != 0) {
+        free(ka->p);
+        free(aa->p);
+        ka->p = aa->p = NULL;
+    }
+    return rc;
+}
+
 /* Successful completions in one statement (warren.complete_many). */
 static int complete_succeeded(warren_store *st, const warren_completion *c, const size_t *idx,
                               size_t m, int *recorded, warren_error *err)
@@ -303,19 +326,8 @@ static int complete_succeeded(warren_store *st, const warren_completion *c, cons
     PGresult *res = NULL;
     int rc;
 
-    warren__buf_puts(&ka, "{");
-    warren__buf_puts(&aa, "{");
-    for (size_t j = 0; j < m; j++) {
-        sb_elem(&ka, c[idx[j]].run_key, j == 0);
-        sb_int(&aa, c[idx[j]].attempt, j == 0);
-    }
-    warren__buf_puts(&ka, "}");
-    warren__buf_puts(&aa, "}");
-    if (sb_done(&ka, err) != 0 || sb_done(&aa, err) != 0) {
-        free(ka.p);
-        free(aa.p);
-        return WARREN_ENOMEM;
-    }
+    if ((rc = completion_arrays(c, idx, m, &ka, &aa, err)) != 0)
+        return rc;
     const char *params[2] = {ka.p, aa.p};
     key_ix *ix = malloc(m * sizeof(*ix));
     if (ix == NULL) {
@@ -714,6 +726,7 @@ static int sql_batch_fast(warren_store *st, warren_sql_run *runs, size_t n, int 
     int missing = 0;
     char(*tbuf)[WARREN_TIME_BUF] = NULL;
     char(*setting)[24] = NULL;
+    warren_completion *cs = NULL;
     int rc = 0, sent = 0;
 
     *outcome = FAST_SLOW;
@@ -738,19 +751,15 @@ static int sql_batch_fast(warren_store *st, warren_sql_run *runs, size_t n, int 
     nq = 2 + 2 * m; /* BEGIN, (settings, statement) per run, complete_many */
     tbuf = malloc(m * sizeof(*tbuf));
     setting = malloc(m * sizeof(*setting));
-    warren__buf_puts(&ka, "{");
-    warren__buf_puts(&aa, "{");
-    for (size_t j = 0; j < m; j++) {
-        sb_elem(&ka, runs[live[j]].run_key, j == 0);
-        sb_int(&aa, runs[live[j]].attempt, j == 0);
-    }
-    warren__buf_puts(&ka, "}");
-    warren__buf_puts(&aa, "}");
-    if (tbuf == NULL || setting == NULL) {
+    cs = malloc(m * sizeof(*cs));
+    if (tbuf == NULL || setting == NULL || cs == NULL) {
         rc = warren_error_set(err, WARREN_ENOMEM, "out of memory");
         goto out;
     }
-    if ((rc = sb_done(&ka, err)) != 0 || (rc = sb_done(&aa, err)) != 0)
+    for (size_t j = 0; j < m; j++)
+        cs[j] =
+            (warren_completion){runs[live[j]].run_key, runs[live[j]].attempt, "succeeded", NULL};
+    if ((rc = completion_arrays(cs, NULL, m, &ka, &aa, err)) != 0)
         goto out;
     warren__store_end_open(st);
     if (PQenterPipelineMode(conn) != 1) {
@@ -912,6 +921,7 @@ out:
     PQclear(cm);
     free(tbuf);
     free(setting);
+    free(cs);
     free(live);
     free(ka.p);
     free(aa.p);
