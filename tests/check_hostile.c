@@ -89,7 +89,7 @@ static char *write_cfg(env *e, const char *name, const char *jobs, int concurren
     char *text = testenv_fmt("database = { url = \"%s\"; };\n"
                              "broker = { url = \"%s\"; delivery_limit = 20; };\n"
                              "worker = { concurrency = %d; shutdown_grace = \"3s\"; "
-                             "heartbeat_margin = \"500ms\"; };\n"
+                             "heartbeat_margin = \"1500ms\"; };\n" /* as check_worker.c */
                              "jobs = ( %s );\n",
                              e->db, e->amqp, concurrency, jobs);
     write_file(path, text);
