@@ -117,7 +117,8 @@ static void env_setup_planner(env *e, const char *planner, const char *jobs,
                              "\"SLOW\", \"SLOW_KEY\", \"SLEEP\", \"CODE\", \"CODE_*\"]; };\n"
                              "jobs = ( %s );\n",
                              e->db, e->amqp, delivery_limit, planner,
-                             /* heartbeat_margin 1.5 s: the loop's PostgreSQL calls get
+                             /* heartbeat_margin 1.5 s (here and in the tests that set
+                              * their own worker settings): the loop's PostgreSQL calls get
                               * 375 ms and their answers 750 ms (db_timeout in
                               * src/worker.c; a job with a 2 s lease gets 166 / 333 ms).
                               * With 500 ms (125 / 250 ms) a claim on this 2-core machine
@@ -1843,7 +1844,7 @@ START_TEST(test_worker_sql_batch_whose_commit_fails_is_run_one_by_one)
         "  handler = { sql = \"WITH x AS (INSERT INTO execs VALUES ($1, 0, 'bad')) INSERT "
         "INTO child VALUES (42)\"; }; retry = { max_attempts = 1; }; }",
         "concurrency = 16; sql_batch = 16; shutdown_grace = \"3s\"; heartbeat_margin = "
-        "\"500ms\";",
+        "\"1500ms\";",
         5);
     qx(e.db, "CREATE TABLE parent (id int PRIMARY KEY);"
              "CREATE TABLE child (ref int REFERENCES parent DEFERRABLE INITIALLY DEFERRED)");
@@ -1895,7 +1896,7 @@ START_TEST(test_worker_sql_batches_run_every_statement_once)
               "  handler = { sql = \"WITH x AS (INSERT INTO execs VALUES ($1, 0, 'many')) INSERT "
               "INTO sink (run_key, attempt, who) VALUES ($1, 0, txid_current()::text)\"; }; }",
               "concurrency = 8; sql_batch = 4; shutdown_grace = \"3s\"; heartbeat_margin = "
-              "\"500ms\";",
+              "\"1500ms\";",
               5);
     worker_thread_start(&e, &a, NULL, NULL, NULL);
     worker_thread_start(&e, &b, NULL, NULL, NULL);
@@ -1938,7 +1939,7 @@ START_TEST(test_worker_prefetch_holds_deliveries_beyond_the_slots_unclaimed)
         "\"allow\";"
         "  handler = { exec = [\"/bin/sh\", \"-c\", \"$MARK_DIR/log-exec pf; sleep 6\"]; }; }",
         "concurrency = 2; prefetch = 4; shutdown_grace = \"8s\"; heartbeat_margin = "
-        "\"500ms\";",
+        "\"1500ms\";",
         5);
     worker_thread_start(&e, &wt, NULL, NULL, NULL);
     planner_start(&e);
