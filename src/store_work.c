@@ -690,9 +690,15 @@ static int sql_run_lost(const warren_sql_run *r)
 /* What one try of the pipelined batch (sql_batch_fast) came to. */
 enum { FAST_COMMITTED, FAST_SETTLED, FAST_SLOW };
 
+/* A run's settings, and the server's clock (µs) just before its statement:
+ * the next run's (or SQL_CLOCK_US after the last statement) minus this is
+ * the statement's own time on the server (warren_sql_run.stmt_us), which
+ * neither the network nor the batch's BEGIN and COMMIT are part of. */
+#define SQL_CLOCK_US "(extract(epoch FROM clock_timestamp()) * 1000000)::int8"
 #define SQL_SET_RUN                                                                                \
     "SELECT set_config('statement_timeout', $1, true), "                                           \
-    "set_config('application_name', coalesce($2, current_setting('application_name')), true)"
+    "set_config('application_name', coalesce($2, current_setting('application_name')), "           \
+    "true), " SQL_CLOCK_US
 
 /* The common case of a batch, in one round trip and without savepoints:
  * BEGIN, each run's settings and statement, then the completions of all of
@@ -724,6 +730,7 @@ static int sql_batch_fast(warren_store *st, warren_sql_run *runs, size_t n, int 
     PGresult *bad = NULL, *cm = NULL; /* the first failure, complete_many's rows */
     size_t bad_q = 0;
     int missing = 0;
+    int64_t *clock_us = NULL; /* [j]: before run j's statement; [m]: after the last */
     char(*tbuf)[WARREN_TIME_BUF] = NULL;
     char(*setting)[24] = NULL;
     warren_completion *cs = NULL;
@@ -748,14 +755,18 @@ static int sql_batch_fast(warren_store *st, warren_sql_run *runs, size_t n, int 
                 free(live);
                 return 0; /* FAST_SLOW */
             }
-    nq = 2 + 2 * m; /* BEGIN, (settings, statement) per run, complete_many */
+    /* BEGIN, (settings, statement) per run, the clock, complete_many */
+    nq = 3 + 2 * m;
     tbuf = malloc(m * sizeof(*tbuf));
     setting = malloc(m * sizeof(*setting));
     cs = malloc(m * sizeof(*cs));
-    if (tbuf == NULL || setting == NULL || cs == NULL) {
+    clock_us = malloc((m + 1) * sizeof(*clock_us));
+    if (tbuf == NULL || setting == NULL || cs == NULL || clock_us == NULL) {
         rc = warren_error_set(err, WARREN_ENOMEM, "out of memory");
         goto out;
     }
+    for (size_t j = 0; j <= m; j++)
+        clock_us[j] = -1;
     for (size_t j = 0; j < m; j++)
         cs[j] =
             (warren_completion){runs[live[j]].run_key, runs[live[j]].attempt, "succeeded", NULL};
@@ -783,7 +794,8 @@ static int sql_batch_fast(warren_store *st, warren_sql_run *runs, size_t n, int 
     }
     if (sent) {
         const char *params[2] = {ka.p, aa.p};
-        sent = PQsendQueryParams(conn, SQL_COMPLETE_MANY, 2, NULL, params, NULL, NULL, 0) == 1;
+        sent = PQsendQueryParams(conn, "SELECT " SQL_CLOCK_US, 0, NULL, NULL, NULL, NULL, 0) == 1 &&
+               PQsendQueryParams(conn, SQL_COMPLETE_MANY, 2, NULL, params, NULL, NULL, 0) == 1;
     }
     sent = sent && PQpipelineSync(conn) == 1;
     if (!sent) {
@@ -800,7 +812,14 @@ static int sql_batch_fast(warren_store *st, warren_sql_run *runs, size_t n, int 
             int ok = t == PGRES_COMMAND_OK || t == PGRES_TUPLES_OK;
             if (!got && ok && q == nq - 1)
                 cm = r;
-            else if (!got && !ok && bad == NULL) {
+            else if (!got && ok && q % 2 == 1 && q >= 1 && PQntuples(r) == 1 && PQnfields(r) >= 1) {
+                /* a run's settings (q = 1 + 2j) or the clock after the
+                 * last statement (q = 1 + 2m): its last column */
+                const char *v = PQgetvalue(r, 0, PQnfields(r) - 1);
+                if (v != NULL && *v != '\0')
+                    clock_us[(q - 1) / 2] = strtoll(v, NULL, 10);
+                PQclear(r);
+            } else if (!got && !ok && bad == NULL) {
                 bad = r;
                 bad_q = q;
             } else
@@ -825,6 +844,9 @@ leave:
     rc = pipeline_leave(conn, rc, 2 * nq + 2, err);
     if (rc != 0)
         goto out;
+    for (size_t j = 0; j < m; j++)
+        if (clock_us[j] >= 0 && clock_us[j + 1] >= clock_us[j])
+            runs[live[j]].stmt_us = clock_us[j + 1] - clock_us[j];
     if (missing)
         goto rollback;
     if (bad != NULL) {
@@ -847,6 +869,8 @@ leave:
             warren_error_set(&serr, WARREN_EDB, "sql handler: %s (SQLSTATE %s)",
                              primary ? primary : "failed", state ? state : "?????");
         }
+        if (state != NULL && strcmp(state, "57014") == 0 && !sql_run_lost(r) && r->timeout_ms > 0)
+            r->stmt_us = r->timeout_ms * 1000; /* it ran until its timeout, at least */
         if (state != NULL && strcmp(state, "57014") == 0 && !sql_run_lost(r))
             for (size_t j = 0; j < m; j++)
                 if (sql_run_lost(&runs[live[j]]))
@@ -922,6 +946,7 @@ out:
     free(tbuf);
     free(setting);
     free(cs);
+    free(clock_us);
     free(live);
     free(ka.p);
     free(aa.p);
@@ -942,6 +967,7 @@ int warren_store_complete_sql_batch(warren_store *st, warren_sql_run *runs, size
     for (size_t i = 0; i < n; i++) {
         runs[i].recorded = runs[i].done = 0;
         runs[i].stmt_error = NULL;
+        runs[i].stmt_us = -1;
     }
     if (n == 0)
         return 0;

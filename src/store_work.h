@@ -104,6 +104,9 @@ typedef struct warren_sql_run {
     int recorded;     /* out: committed with its effect */
     char *stmt_error; /* out (new): its statement failed; its effect rolled back */
     int done;         /* out: settled (recorded, stale, lost or stmt_error); 0: not tried */
+    int64_t stmt_us;  /* out: its statement's own time on the server (µs, the server's clock
+                       * before it and after it, in the pipelined path), its timeout if it
+                       * timed out; -1 not measured */
 } warren_sql_run;
 
 /* Several sql handler runs in ONE transaction: for each run, in a savepoint,

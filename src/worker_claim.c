@@ -688,12 +688,16 @@ void warren__claim_pending(warren_worker *w)
         goto out; /* the deliveries stay unacknowledged and are claimed later */
     }
     warren__worker_store_ok(w);
+    /* the whole claim batch is queued before a pool thread takes any of it:
+     * its sql runs then share transactions (worker.sql_batch) */
+    warren__hpool_hold(w->hp, 1);
     for (size_t i = 0; i < n; i++) {
         if (cl[i].claimed)
             warren__slot_start(w, a_free_slot(w), batch[i], &cl[i], sent);
         else
             un[nun++] = batch[i];
     }
+    warren__hpool_hold(w->hp, 0);
     /* Never acknowledged as a duplicate on the strength of an estimate: ask. */
     if (nun > 0)
         settle_unclaimed(w, un, nun, f, &nf);

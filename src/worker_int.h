@@ -50,8 +50,9 @@ struct warren_handler_ctx {
     int kind;                        /* KIND_C, KIND_SQL or KIND_EXEC (a spawn) */
     atomic_int stop;
     atomic_int done;
-    atomic_int lost;  /* sql: the lease was lost: no effect, no completion */
-    char sql_tag[40]; /* sql: its session's application_name while it runs (set once) */
+    atomic_int lost;   /* sql: the lease was lost: no effect, no completion */
+    char sql_tag[40];  /* sql: its session's application_name while it runs (set once) */
+    uint64_t sql_hash; /* sql: FNV-1a of sql, its statement's entry in the pool's cost table */
     /* results, written by the thread before done = 1 */
     warren_outcome outcome;
     char error[ERROR_MAX];
@@ -254,6 +255,10 @@ struct hpool *warren__hpool_new(int wake_fd, int max, int sql_batch, warren_erro
 /* Opens n (at most the pool's cap) sql handler connections to url now, so
  * that the first runs do not wait for them. */
 int warren__hpool_prefill(struct hpool *hp, const char *url, int n, warren_error *err);
+/* on = 1: queued runs wait (no thread is woken, none takes one) until
+ * warren__hpool_hold(hp, 0), which wakes a thread: the loop queues all the
+ * runs of one claim batch before a thread forms its sql batch from them. */
+void warren__hpool_hold(struct hpool *hp, int on);
 /* Stops the pool; returns how many busy threads were left behind with it. */
 int warren__hpool_free(struct hpool *hp, int wait_ms);
 /* Waits up to ms for a handler thread to finish. */

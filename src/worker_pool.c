@@ -24,6 +24,13 @@
 
 #define SQL_POOL_MAX 64
 #define SQL_BATCH_MAX 64 /* worker.sql_batch at most (subtransactions: see config.md) */
+/* An sql batch takes runs while their statements' expected time (the cost
+ * table) adds up to at most SQL_BATCH_BUDGET_US: a statement seen taking
+ * that long, or not measured yet, runs alone, side by side with the others
+ * on their own threads. */
+#define SQL_BATCH_BUDGET_US 10000
+#define SQL_BATCH_UNKNOWN_US (SQL_BATCH_BUDGET_US / 4)
+#define SQL_COSTS 256 /* the cost table's entries (direct-mapped by the hash of the text) */
 
 void warren__ctx_free(warren_handler_ctx *c)
 {
@@ -76,7 +83,14 @@ typedef struct hpool {
     pthread_cond_t cv;
     warren_handler_ctx *head, *tail; /* queued, not yet taken */
     int nqueued, nidle, nthreads, nbusy, max, quit;
-    int sql_batch;       /* at most this many sql runs share one transaction */
+    int sql_batch; /* at most this many sql runs share one transaction */
+    int held;      /* warren__hpool_hold: queued runs wait */
+    /* Each sql statement's own time on the server (warren_sql_run.stmt_us),
+     * smoothed: keyed by the hash of its text (many jobs share one text). */
+    struct {
+        uint64_t hash;
+        int64_t est_us;
+    } costs[SQL_COSTS];
     int nwaking;         /* signalled or started, not yet running: at most one */
     int wake_fd;         /* the loop's wake pipe (a duplicate of its write end) */
     int loop_waiting;    /* the loop sleeps in warren__wait_wake: write to wake_fd */
@@ -237,12 +251,15 @@ void warren__exec_abandoned(warren_handler_ctx *c)
  * the batch fails for a reason that is not the connection's (a deferred
  * constraint at COMMIT, a refused completion): the single-run path knows
  * whose error it is. */
-static void sql_run_batch(warren_handler_ctx **cs, size_t n)
+static void sql_run_batch(warren_handler_ctx **cs, size_t n, int64_t *stmt_us)
 {
     warren_error e = {0};
     warren_sql_run *runs = calloc(n, sizeof(*runs));
     warren_store *st = pool_get(cs[0]->hp, cs[0]->db_url, &e);
     int rc;
+
+    for (size_t i = 0; i < n; i++)
+        stmt_us[i] = -1;
 
     if (st == NULL || runs == NULL) {
         for (size_t i = 0; i < n; i++) {
@@ -266,6 +283,7 @@ static void sql_run_batch(warren_handler_ctx **cs, size_t n)
     rc = warren_store_complete_sql_batch(st, runs, n, &e);
     for (size_t i = 0; i < n; i++) {
         warren_handler_ctx *c = cs[i];
+        stmt_us[i] = runs[i].stmt_us;
         if (rc == 0) {
             c->sql_recorded = runs[i].recorded;
             c->sql_stmt_error = runs[i].stmt_error;
@@ -285,6 +303,45 @@ static void sql_run_batch(warren_handler_ctx **cs, size_t n)
     free(runs);
 }
 
+static uint64_t sql_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a, 64 bits */
+    for (; s != NULL && *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 1099511628211ULL;
+    }
+    return h | 1; /* never 0: 0 is an empty entry */
+}
+
+/* The expected time of a run's statement: its entry's, or a quarter of the
+ * budget when it was not measured yet (at most four such share a batch
+ * until one batch has measured it). Under mu. */
+static int64_t sql_cost(const hpool *hp, const warren_handler_ctx *c)
+{
+    uint64_t h = c->sql_hash;
+    if (hp->costs[h % SQL_COSTS].hash != h)
+        return SQL_BATCH_UNKNOWN_US;
+    return hp->costs[h % SQL_COSTS].est_us;
+}
+
+/* A measured time d of a statement: the estimate rises half way towards a
+ * longer one at once and sinks an eighth of the way towards a shorter one,
+ * so a statement that turns slow runs alone from its next batch on, while
+ * one preemption of a quick statement (a few ms on a loaded machine) is
+ * forgotten within its batch. Under mu. */
+static void sql_cost_update(hpool *hp, uint64_t h, int64_t d)
+{
+    if (d < 0)
+        return;
+    if (hp->costs[h % SQL_COSTS].hash != h) {
+        hp->costs[h % SQL_COSTS].hash = h;
+        hp->costs[h % SQL_COSTS].est_us = d;
+        return;
+    }
+    int64_t *e = &hp->costs[h % SQL_COSTS].est_us;
+    *e += d > *e ? (d - *e + 1) / 2 : (d - *e) / 8;
+}
+
 static void *hpool_main(void *arg);
 
 /* With queued work and no thread on its way: signal an idle thread, or start
@@ -295,8 +352,8 @@ static void *hpool_main(void *arg);
  * Returns pthread_create's error, or 0. Called with mu held. */
 static int hpool_wake_one(hpool *hp)
 {
-    if (hp->head == NULL || hp->nwaking > 0)
-        return 0;
+    if (hp->head == NULL || hp->nwaking > 0 || (hp->held && hp->nthreads > 0))
+        return 0; /* held: but the first thread is started now (its failure is the submit's) */
     if (hp->nidle > 0) {
         pthread_cond_signal(&hp->cv);
         hp->nwaking++;
@@ -324,7 +381,7 @@ static void *hpool_main(void *arg)
     if (hp->nwaking > 0)
         hp->nwaking--; /* started by hpool_wake_one */
     for (;;) {
-        while (hp->head == NULL && !hp->quit) {
+        while ((hp->head == NULL || hp->held) && !hp->quit) {
             hp->nidle++;
             pthread_cond_wait(&hp->cv, &hp->mu);
             hp->nidle--;
@@ -333,14 +390,18 @@ static void *hpool_main(void *arg)
         }
         if (hp->head == NULL)
             break; /* quit */
-        /* One item, or for sql runs up to sql_batch of those queued next:
-         * they share one transaction (sql_run_batch). */
+        /* One item, or for sql runs up to sql_batch of those queued next
+         * whose statements' expected times fit the budget together: they
+         * share one transaction (sql_run_batch). The first always goes;
+         * the batch ends at the first that does not fit (in order). */
         warren_handler_ctx *batch[SQL_BATCH_MAX];
         size_t nb = 0;
+        int64_t cost = 0;
         while (hp->head != NULL && nb < SQL_BATCH_MAX) {
             warren_handler_ctx *c = hp->head;
-            if (nb > 0 &&
-                (c->kind != KIND_SQL || batch[0]->kind != KIND_SQL || nb >= (size_t)hp->sql_batch))
+            int64_t cc = c->kind == KIND_SQL ? sql_cost(hp, c) : 0;
+            if (nb > 0 && (c->kind != KIND_SQL || batch[0]->kind != KIND_SQL ||
+                           nb >= (size_t)hp->sql_batch || cost + cc > SQL_BATCH_BUDGET_US))
                 break;
             hp->head = c->next;
             if (hp->head == NULL)
@@ -352,15 +413,21 @@ static void *hpool_main(void *arg)
                 continue;
             }
             batch[nb++] = c;
+            cost += cc;
         }
         if (nb == 0)
             continue;
         hp->nbusy++;
         hpool_wake_one(hp); /* more queued: the next thread (failure: a busy one takes it) */
         pthread_mutex_unlock(&hp->mu);
-        if (batch[0]->kind == KIND_SQL)
-            sql_run_batch(batch, nb);
-        else if (batch[0]->kind == KIND_EXEC)
+        if (batch[0]->kind == KIND_SQL) {
+            int64_t us[SQL_BATCH_MAX];
+            sql_run_batch(batch, nb, us);
+            pthread_mutex_lock(&hp->mu);
+            for (size_t i = 0; i < nb; i++)
+                sql_cost_update(hp, batch[i]->sql_hash, us[i]);
+            pthread_mutex_unlock(&hp->mu);
+        } else if (batch[0]->kind == KIND_EXEC)
             exec_spawn_run(batch[0]);
         else
             c_run(batch[0]);
@@ -411,11 +478,24 @@ hpool *warren__hpool_new(int wake_fd, int max, int sql_batch, warren_error *err)
     return hp;
 }
 
+void warren__hpool_hold(hpool *hp, int on)
+{
+    if (hp == NULL)
+        return;
+    pthread_mutex_lock(&hp->mu);
+    hp->held = on;
+    if (!on)
+        (void)hpool_wake_one(hp); /* failure: a busy thread takes them when it is done */
+    pthread_mutex_unlock(&hp->mu);
+}
+
 /* Queues c for a pool thread (hpool_wake_one). Fails only when there is no
  * thread at all and none can be started. */
 static int hpool_submit(hpool *hp, warren_handler_ctx *c, warren_error *err)
 {
     int rc = 0;
+    if (c->kind == KIND_SQL)
+        c->sql_hash = sql_hash(c->sql);
     pthread_mutex_lock(&hp->mu);
     c->next = NULL;
     if (hp->tail != NULL)

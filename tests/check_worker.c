@@ -1871,6 +1871,102 @@ START_TEST(test_worker_sql_batch_whose_commit_fails_is_run_one_by_one)
 }
 END_TEST
 
+/* Each statement's own time on the server (warren_sql_run.stmt_us, the
+ * server's clock before and after it): the run that sleeps 1 s measures at
+ * least 1 s, the two quick ones less (they are what the worker's batches
+ * are formed by: a statement measured slow runs alone). */
+START_TEST(test_worker_sql_batch_measures_each_statement)
+{
+    env e;
+    warren_error err = {0};
+    warren_store *st = NULL;
+    char keys[3][WARREN_RUN_KEY_MAX];
+    batch_env(&e, 3, keys);
+    char *sql = testenv_fmt("WITH x AS (INSERT INTO execs VALUES ($1, 0, 'sb')) SELECT "
+                            "pg_sleep(CASE WHEN $1 = '%s' THEN 1 ELSE 0 END)",
+                            keys[1]);
+    warren_sql_run runs[3];
+    batch_runs(runs, keys, 3, sql, 10000);
+    ck_assert_int_eq(warren_store_open(e.db, NULL, &st, &err), 0);
+    ck_assert_msg(warren_store_complete_sql_batch(st, runs, 3, &err) == 0, "batch: %s",
+                  err.message);
+    for (int i = 0; i < 3; i++)
+        ck_assert(runs[i].done && runs[i].recorded && runs[i].stmt_error == NULL);
+    ck_assert_msg(runs[1].stmt_us >= 1000000, "slow: %lld us", (long long)runs[1].stmt_us);
+    ck_assert_msg(runs[0].stmt_us >= 0 && runs[0].stmt_us < 1000000, "quick: %lld us",
+                  (long long)runs[0].stmt_us);
+    ck_assert_msg(runs[2].stmt_us >= 0 && runs[2].stmt_us < 1000000, "quick: %lld us",
+                  (long long)runs[2].stmt_us);
+    ck_assert(wait_for(e.db, "3|1", 0,
+                       "SELECT count(*) || '|' || count(DISTINCT xmin::text) FROM execs"));
+    warren_store_free(st);
+    free(sql);
+    env_teardown(&e);
+}
+END_TEST
+
+/* Inserts n planned runs of job due 2 s from now (released ahead, planner.
+ * release_lead, and so claimed together at their due time) and wakes the
+ * planner. */
+static void add_runs_due_soon(env *e, const char *job, int n, int base_offset_s)
+{
+    char *sql = testenv_fmt(
+        "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) "
+        "SELECT '%s', date_trunc('second', now()) - make_interval(secs => %d + g), "
+        "now() + interval '2 s', 'trigger' FROM generate_series(1, %d) g; NOTIFY warren_jobs",
+        job, base_offset_s, n);
+    qx(e->db, sql);
+    free(sql);
+}
+
+/* The worker's sql batches by its statements' measured times (default
+ * worker.sql_batch): 16 runs of a quick statement due together commit in
+ * one transaction (the claim batch is queued whole before a handler thread
+ * takes any of it), while six runs of a statement measured at 1 s, due
+ * together, run in six transactions, side by side, instead of one after
+ * another in one. Each run's statement committed exactly once (the
+ * execution log has no unique key). A first wave of each measures them. */
+START_TEST(test_worker_sql_batches_fill_with_quick_statements_and_keep_slow_ones_apart)
+{
+    env e;
+    worker_thread wt = {0};
+    env_setup(&e,
+              "{ name = \"quick\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qf\"; overlap = "
+              "\"allow\"; handler = { sql = \"WITH x AS (INSERT INTO execs VALUES ($1, 0, "
+              "txid_current()::text)) SELECT 1\"; }; },"
+              "{ name = \"slow\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qf\"; overlap = "
+              "\"allow\"; handler = { sql = \"WITH x AS (INSERT INTO execs VALUES ($1, 0, "
+              "txid_current()::text)) SELECT pg_sleep(1)\"; }; }",
+              "concurrency = 16; shutdown_grace = \"3s\"; heartbeat_margin = \"1500ms\";", 5);
+    worker_thread_start(&e, &wt, NULL, NULL, NULL);
+    planner_start(&e);
+    /* the first waves: each statement measured */
+    add_runs_due_soon(&e, "quick", 16, 5);
+    add_runs_due_soon(&e, "slow", 1, 5);
+    ck_assert(
+        wait_for(e.db, "17", 20000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
+    qx(e.db, "CREATE TABLE first_wave AS SELECT run_key FROM warren.runs");
+    add_runs_due_soon(&e, "quick", 16, 100);
+    ck_assert(
+        wait_for(e.db, "33", 20000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
+    ck_assert(wait_for(e.db, "16|1", 0,
+                       "SELECT count(*) || '|' || count(DISTINCT who) FROM execs WHERE run_key "
+                       "NOT IN (SELECT run_key FROM first_wave)"));
+    qx(e.db, "INSERT INTO first_wave SELECT run_key FROM warren.runs EXCEPT SELECT run_key FROM "
+             "first_wave");
+    add_runs_due_soon(&e, "slow", 6, 100);
+    ck_assert(
+        wait_for(e.db, "39", 30000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
+    ck_assert(wait_for(e.db, "6|6", 0,
+                       "SELECT count(*) || '|' || count(DISTINCT who) FROM execs WHERE run_key "
+                       "NOT IN (SELECT run_key FROM first_wave)"));
+    assert_executions_of(&e, "SELECT run_key FROM warren.runs", NULL);
+    worker_thread_join(&wt);
+    warren_worker_free(wt.w);
+    env_teardown(&e);
+}
+END_TEST
+
 /* 200 sql runs through two workers of 8 slots in batches of 4: every run
  * succeeded, and its statement committed exactly once (the execution log
  * has no unique key). Also: a worker closes only the descriptors it
@@ -2435,6 +2531,8 @@ static Suite *worker_suite(void)
     tcase_add_test(tc, test_worker_sql_batch_pipelined_keeps_each_runs_timeout);
     tcase_add_test(tc, test_worker_sql_batch_remote_connection_error_is_the_runs);
     tcase_add_test(tc, test_worker_sql_batches_run_every_statement_once);
+    tcase_add_test(tc, test_worker_sql_batch_measures_each_statement);
+    tcase_add_test(tc, test_worker_sql_batches_fill_with_quick_statements_and_keep_slow_ones_apart);
     tcase_add_test(tc, test_worker_prefetch_holds_deliveries_beyond_the_slots_unclaimed);
     suite_add_tcase(s, tc);
 
