@@ -838,15 +838,15 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
     {
         /* The sql handlers' connections before the first run (not during a
          * burst): enough for every slot's run in batches of sql_batch, at
-         * most 4 (a statement not timed yet shares its batch with at most
-         * 3 others: worker_pool.c), and one spare. A failure here is not
+         * most 16 (a statement not measured yet shares its batch with at
+         * most 15 others: worker_pool.c), and one spare. A failure here is not
          * fatal: they are opened on demand. */
         int sql_jobs = 0;
         for (size_t i = 0; i < w->cfg->njobs; i++)
             sql_jobs += w->cfg->jobs[i].sql != NULL;
         int batch = w->cfg->worker.sql_batch > 0 ? w->cfg->worker.sql_batch : 1;
-        if (batch > 4)
-            batch = 4;
+        if (batch > 16)
+            batch = 16;
         warren_error e = {0};
         if (sql_jobs > 0 &&
             warren__hpool_prefill(w->hp, w->db_url, (w->concurrency + batch - 1) / batch + 1, &e) !=

@@ -24,12 +24,16 @@
 
 #define SQL_POOL_MAX 64
 #define SQL_BATCH_MAX 64 /* worker.sql_batch at most (subtransactions: see config.md) */
-/* An sql batch takes runs while their statements' expected time (the cost
- * table) adds up to at most SQL_BATCH_BUDGET_US: a statement seen taking
- * that long, or not measured yet, runs alone, side by side with the others
- * on their own threads. */
+/* An sql batch takes runs while their statements' expected times (the
+ * cost table) add up to at most SQL_BATCH_BUDGET_US: a statement measured
+ * taking that long runs alone, side by side with the others on their own
+ * threads, instead of one after another in one transaction. A statement not
+ * measured yet counts SQL_BATCH_UNKNOWN_US, so that at most 16 of them share
+ * the first batch: with a quarter of the budget, the first 200 runs of a
+ * fresh worker went in 50 transactions at once (each opening a connection)
+ * and made their second's p99 2x (docs/benchmarks.md). */
 #define SQL_BATCH_BUDGET_US 10000
-#define SQL_BATCH_UNKNOWN_US (SQL_BATCH_BUDGET_US / 4)
+#define SQL_BATCH_UNKNOWN_US (SQL_BATCH_BUDGET_US / 16)
 #define SQL_COSTS 256 /* the cost table's entries (direct-mapped by the hash of the text) */
 
 void warren__ctx_free(warren_handler_ctx *c)
@@ -313,9 +317,8 @@ static uint64_t sql_hash(const char *s)
     return h | 1; /* never 0: 0 is an empty entry */
 }
 
-/* The expected time of a run's statement: its entry's, or a quarter of the
- * budget when it was not measured yet (at most four such share a batch
- * until one batch has measured it). Under mu. */
+/* The expected time of a run's statement: its entry's, or
+ * SQL_BATCH_UNKNOWN_US when it was not measured yet. Under mu. */
 static int64_t sql_cost(const hpool *hp, const warren_handler_ctx *c)
 {
     uint64_t h = c->sql_hash;
@@ -324,11 +327,12 @@ static int64_t sql_cost(const hpool *hp, const warren_handler_ctx *c)
     return hp->costs[h % SQL_COSTS].est_us;
 }
 
-/* A measured time d of a statement: the estimate rises half way towards a
- * longer one at once and sinks an eighth of the way towards a shorter one,
- * so a statement that turns slow runs alone from its next batch on, while
- * one preemption of a quick statement (a few ms on a loaded machine) is
- * forgotten within its batch. Under mu. */
+/* What one batch measured of a statement (the median of its runs'
+ * stmt_us in the batch: one run of a quick statement preempted, or
+ * waiting for a WAL flush, for a few ms does not count as the
+ * statement's time): the estimate moves half way towards it, so a
+ * statement that turns slow runs alone from its second batch on, and one
+ * that turns quick batches again as soon. Under mu. */
 static void sql_cost_update(hpool *hp, uint64_t h, int64_t d)
 {
     if (d < 0)
@@ -339,7 +343,32 @@ static void sql_cost_update(hpool *hp, uint64_t h, int64_t d)
         return;
     }
     int64_t *e = &hp->costs[h % SQL_COSTS].est_us;
-    *e += d > *e ? (d - *e + 1) / 2 : (d - *e) / 8;
+    *e += d > *e ? (d - *e + 1) / 2 : (d - *e) / 2;
+}
+
+/* The cost table after a batch: for each statement text in it, the median
+ * of its runs' measured times (us[i], -1 not measured). Under mu. */
+static void sql_costs_learn(hpool *hp, warren_handler_ctx **batch, const int64_t *us, size_t nb)
+{
+    int seen[SQL_BATCH_MAX] = {0};
+    for (size_t i = 0; i < nb; i++) {
+        int64_t v[SQL_BATCH_MAX];
+        size_t nv = 0;
+        if (seen[i])
+            continue;
+        for (size_t j = i; j < nb; j++)
+            if (!seen[j] && batch[j]->sql_hash == batch[i]->sql_hash) {
+                seen[j] = 1;
+                if (us[j] >= 0) {
+                    size_t k = nv++; /* insertion sort: at most SQL_BATCH_MAX */
+                    for (; k > 0 && v[k - 1] > us[j]; k--)
+                        v[k] = v[k - 1];
+                    v[k] = us[j];
+                }
+            }
+        if (nv > 0)
+            sql_cost_update(hp, batch[i]->sql_hash, v[(nv - 1) / 2]);
+    }
 }
 
 static void *hpool_main(void *arg);
@@ -424,8 +453,7 @@ static void *hpool_main(void *arg)
             int64_t us[SQL_BATCH_MAX];
             sql_run_batch(batch, nb, us);
             pthread_mutex_lock(&hp->mu);
-            for (size_t i = 0; i < nb; i++)
-                sql_cost_update(hp, batch[i]->sql_hash, us[i]);
+            sql_costs_learn(hp, batch, us, nb);
             pthread_mutex_unlock(&hp->mu);
         } else if (batch[0]->kind == KIND_EXEC)
             exec_spawn_run(batch[0]);
