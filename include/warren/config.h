@@ -110,7 +110,8 @@ typedef struct warren_worker_config {
      * waits up to this long for it (one multiple-ack for both); default 0 */
     int64_t ack_hold_ms;
     /* sql_batch: at most this many sql-handler runs share one transaction
-     * (a savepoint each); default 16, 1 = a transaction per run */
+     * (and at most 10 ms of their statements' measured time); default 32,
+     * 1 = a transaction per run */
     int sql_batch;
     /* prefetch: unacknowledged deliveries per consumer; default 0 = 2 x
      * concurrency up to 256 slots, concurrency above; never below concurrency */
