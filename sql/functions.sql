@@ -14,6 +14,7 @@
 \ir functions/claim.sql
 \ir functions/lease.sql
 \ir functions/complete.sql
+\ir functions/take.sql
 \ir functions/replay.sql
 \ir functions/deliveries.sql
 \ir functions/enqueue.sql

@@ -1454,6 +1454,7 @@ static const warren__setting worker_settings[] = {
     SET_DURATION("ack_hold", warren_worker_config, ack_hold_ms, 0, 0, 1000,
                  "a held acknowledgement keeps a prefetch slot from the next delivery", 0, NULL),
     SET_INT("sql_batch", warren_worker_config, sql_batch, 32, 1, 64),
+    SET_BOOL("sql_take", warren_worker_config, sql_take, 1),
     SET_INT("prefetch", warren_worker_config, prefetch, 0, 0, 65535), /* 0: worker.c */
 };
 static const warren__section worker_section = {"worker", worker_settings, COUNT(worker_settings),

@@ -1067,6 +1067,341 @@ out:
     return rc;
 }
 
+/* ------------------------------------------------------------ take (one transaction) */
+
+#define SQL_TAKE_MANY                                                                              \
+    "SELECT run_key, attempt, job, scheduled_at, payload, lease_seconds, taken_at "                \
+    "FROM warren.take_many($1::text[], $2)"
+#define SQL_FINISH_MANY "SELECT warren.finish_many($1::text[], $2, $3::timestamptz)"
+
+/* What one try of warren_store_take_sql_batch came to. */
+enum { TAKE_COMMITTED, TAKE_NONE, TAKE_STMT_FAILED, TAKE_OTHER };
+
+/* Reads the results of nq pipelined queries and the sync: res[q] (new) for
+ * each, NULL where a query gave none. 0, or WARREN_EDBCONN. */
+static int pipeline_collect(PGconn *conn, PGresult **res, size_t nq)
+{
+    for (size_t q = 0; q < nq; q++) {
+        PGresult *r;
+        int got = 0;
+        while ((r = PQgetResult(conn)) != NULL) { /* one result per query, then NULL */
+            if (!got)
+                res[q] = r;
+            else
+                PQclear(r);
+            got = 1;
+        }
+        if (!got && PQstatus(conn) != CONNECTION_OK)
+            return WARREN_EDBCONN;
+    }
+    PGresult *sync = PQgetResult(conn);
+    int ok = sync != NULL && PQresultStatus(sync) == PGRES_PIPELINE_SYNC;
+    PQclear(sync);
+    return ok ? 0 : WARREN_EDBCONN;
+}
+
+static int res_ok(const PGresult *r)
+{
+    return r != NULL &&
+           (PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK);
+}
+
+/* One try: BEGIN and take_many(live keys) in one round trip; then, for the
+ * runs taken, their settings and statements, finish_many and COMMIT in a
+ * second. taken[j] = 1 for the live[j] take_many returned (their claim
+ * filled). *failed: with TAKE_STMT_FAILED, the run whose statement failed
+ * (its error in *ferr, new). */
+static int take_try(warren_store *st, const char *worker, warren_take_run *runs,
+                    const size_t *live, size_t m, int *taken, int *outcome, size_t *failed,
+                    char **ferr, warren_error *err)
+{
+    PGconn *conn = warren__store_conn(st);
+    warren__buf ka = {0}, tk = {0};
+    PGresult *r1[2] = {NULL, NULL}, **r2 = NULL;
+    size_t *tj = malloc(m * sizeof(*tj)), k = 0, nq = 0;
+    char(*tbuf)[WARREN_TIME_BUF] = malloc(m * sizeof(*tbuf));
+    char(*setting)[24] = malloc(m * sizeof(*setting));
+    int64_t *clock_us = malloc((m + 1) * sizeof(*clock_us));
+    char taken_at[64] = "";
+    int rc = 0, sent;
+
+    *outcome = TAKE_OTHER;
+    if (tj == NULL || tbuf == NULL || setting == NULL || clock_us == NULL) {
+        rc = warren_error_set(err, WARREN_ENOMEM, "out of memory");
+        goto out;
+    }
+    warren__buf_puts(&ka, "{");
+    for (size_t j = 0; j < m; j++) {
+        taken[j] = 0;
+        sb_elem(&ka, runs[live[j]].run_key, j == 0);
+    }
+    warren__buf_puts(&ka, "}");
+    if ((rc = sb_done(&ka, err)) != 0)
+        goto out;
+
+    /* 1: BEGIN, take_many */
+    warren__store_end_open(st);
+    if (PQenterPipelineMode(conn) != 1) {
+        rc = warren_error_set(err, WARREN_EDBCONN, "sql handler: cannot enter pipeline mode: %s",
+                              PQerrorMessage(conn));
+        goto out;
+    }
+    {
+        const char *params[2] = {ka.p, worker};
+        sent = PQsendQueryParams(conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) == 1 &&
+               PQsendQueryParams(conn, SQL_TAKE_MANY, 2, NULL, params, NULL, NULL, 0) == 1 &&
+               PQpipelineSync(conn) == 1;
+    }
+    if (!sent) {
+        (void)PQpipelineSync(conn);
+        rc = WARREN_EDBCONN;
+    } else {
+        rc = pipeline_collect(conn, r1, 2);
+    }
+    if (rc != 0)
+        rc = warren_error_set(err, WARREN_EDBCONN, "sql handler: lost connection: %s",
+                              PQerrorMessage(conn));
+    if ((rc = pipeline_leave(conn, rc, 8, err)) != 0)
+        goto out;
+    if (!res_ok(r1[0]) || !res_ok(r1[1]) || PQnfields(r1[1]) < 7) {
+        rc = warren__store_fail(st, res_ok(r1[0]) ? r1[1] : r1[0], "take runs", err);
+        if (rc == 0)
+            rc = warren_error_set(err, WARREN_EDB, "take runs: unexpected answer");
+        goto rollback;
+    }
+    for (int row = 0; row < PQntuples(r1[1]); row++) {
+        const char *key = warren__store_get_text(r1[1], row, 0);
+        const char *job = warren__store_get_text(r1[1], row, 2);
+        const char *payload = warren__store_get_text(r1[1], row, 4);
+        const char *at = warren__store_get_text(r1[1], row, 6);
+        for (size_t j = 0; key != NULL && j < m; j++) {
+            warren_claim *c = &runs[live[j]].claim;
+            if (taken[j] || strcmp(runs[live[j]].run_key, key) != 0)
+                continue;
+            warren_claim_clear(c);
+            if (warren__store_get_int(r1[1], row, 1, &c->attempt) != 0 ||
+                warren__store_get_us(r1[1], row, 3, &c->scheduled_at) != 0 ||
+                warren__store_get_int(r1[1], row, 5, &c->lease_seconds) != 0 || job == NULL ||
+                strlen(job) > WARREN_JOB_NAME_MAX || at == NULL || strlen(at) >= sizeof(taken_at)) {
+                rc = warren_error_set(err, WARREN_EDB, "take %s: unexpected row from "
+                                      "warren.take_many", key);
+                goto rollback;
+            }
+            snprintf(c->job, sizeof(c->job), "%s", job);
+            snprintf(taken_at, sizeof(taken_at), "%s", at);
+            if ((c->payload_json = strdup(payload ? payload : "{}")) == NULL) {
+                rc = warren_error_set(err, WARREN_ENOMEM, "out of memory");
+                goto rollback;
+            }
+            c->claimed = 1;
+            taken[j] = 1;
+            tj[k++] = j;
+            break; /* a key twice: only its first entry is taken */
+        }
+    }
+    if (k == 0) {
+        *outcome = TAKE_NONE;
+        goto rollback;
+    }
+
+    /* 2: (settings, statement) per run taken, the clock, finish_many, COMMIT */
+    warren__buf_puts(&tk, "{");
+    for (size_t i = 0; i < k; i++)
+        sb_elem(&tk, runs[live[tj[i]]].run_key, i == 0);
+    warren__buf_puts(&tk, "}");
+    if ((rc = sb_done(&tk, err)) != 0)
+        goto rollback;
+    nq = 2 * k + 3;
+    if ((r2 = calloc(nq, sizeof(*r2))) == NULL) {
+        rc = warren_error_set(err, WARREN_ENOMEM, "out of memory");
+        goto rollback;
+    }
+    for (size_t i = 0; i <= k; i++)
+        clock_us[i] = -1;
+    if (PQenterPipelineMode(conn) != 1) {
+        rc = warren_error_set(err, WARREN_EDBCONN, "sql handler: cannot enter pipeline mode: %s",
+                              PQerrorMessage(conn));
+        goto rollback;
+    }
+    sent = 1;
+    for (size_t i = 0; i < k && sent; i++) {
+        warren_take_run *r = &runs[live[tj[i]]];
+        int64_t timeout_ms = r->timeout_ms > INT32_MAX ? INT32_MAX : r->timeout_ms;
+        snprintf(setting[i], sizeof(setting[i]), "%lld",
+                 (long long)(timeout_ms > 0 ? timeout_ms : 0));
+        const char *set_params[2] = {setting[i], r->tag};
+        const Oid types[3] = {OID_TEXT, OID_TIMESTAMPTZ, OID_JSONB};
+        const char *params[3] = {
+            r->run_key, warren__store_us_param(r->claim.scheduled_at, tbuf[i], sizeof(tbuf[i])),
+            r->claim.payload_json};
+        sent = PQsendQueryParams(conn, SQL_SET_RUN, 2, NULL, set_params, NULL, NULL, 0) == 1 &&
+               PQsendQueryParams(conn, r->sql, 3, types, params, NULL, NULL, 0) == 1;
+    }
+    if (sent) {
+        const char *params[3] = {tk.p, worker, taken_at};
+        sent = PQsendQueryParams(conn, "SELECT " SQL_CLOCK_US, 0, NULL, NULL, NULL, NULL, 0) == 1 &&
+               PQsendQueryParams(conn, SQL_FINISH_MANY, 3, NULL, params, NULL, NULL, 0) == 1 &&
+               PQsendQueryParams(conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) == 1;
+    }
+    sent = sent && PQpipelineSync(conn) == 1;
+    if (!sent) {
+        (void)PQpipelineSync(conn);
+        rc = WARREN_EDBCONN;
+    } else {
+        rc = pipeline_collect(conn, r2, nq);
+    }
+    if (rc != 0)
+        rc = warren_error_set(err, WARREN_EDBCONN, "sql handler: lost connection: %s",
+                              PQerrorMessage(conn));
+    if ((rc = pipeline_leave(conn, rc, 2 * nq + 2, err)) != 0)
+        goto out; /* the COMMIT's fate unknown: BACK (a committed run is found finished) */
+    for (size_t q = 0; q + 1 < nq; q += 2) /* settings (q = 2i) and the clock (q = 2k) */
+        if (res_ok(r2[q]) && PQntuples(r2[q]) == 1 && PQnfields(r2[q]) >= 1) {
+            const char *v = PQgetvalue(r2[q], 0, PQnfields(r2[q]) - 1);
+            if (v != NULL && *v != '\0')
+                clock_us[q / 2] = strtoll(v, NULL, 10);
+        }
+    for (size_t i = 0; i < k; i++)
+        if (clock_us[i] >= 0 && clock_us[i + 1] >= clock_us[i])
+            runs[live[tj[i]]].stmt_us = clock_us[i + 1] - clock_us[i];
+    {
+        size_t bad = nq;
+        for (size_t q = 0; q < nq && bad == nq; q++)
+            if (!res_ok(r2[q]))
+                bad = q;
+        if (bad == nq && strcmp(PQcmdStatus(r2[nq - 1]), "COMMIT") == 0) {
+            *outcome = TAKE_COMMITTED;
+            goto out; /* committed: no transaction left open */
+        }
+        if (bad < 2 * k && bad % 2 == 1 && PQresultStatus(r2[bad]) == PGRES_FATAL_ERROR) {
+            /* the statement of run live[tj[bad / 2]]: the run's own error */
+            warren_error serr = {0};
+            warren_take_run *r = &runs[live[tj[bad / 2]]];
+            const char *state = PQresultErrorField(r2[bad], PG_DIAG_SQLSTATE);
+            if (warren__store_fail(st, r2[bad], "sql handler", &serr) == WARREN_EDBCONN) {
+                if (PQstatus(conn) != CONNECTION_OK) {
+                    rc = warren_error_set(err, WARREN_EDBCONN, "%s", serr.message);
+                    goto out;
+                }
+                /* dblink's, postgres_fdw's: the statement's own, on a fine connection */
+                const char *primary = PQresultErrorField(r2[bad], PG_DIAG_MESSAGE_PRIMARY);
+                serr = (warren_error){0};
+                warren_error_set(&serr, WARREN_EDB, "sql handler: %s (SQLSTATE %s)",
+                                 primary ? primary : "failed", state ? state : "?????");
+            }
+            if (state != NULL && strcmp(state, "57014") == 0 && r->timeout_ms > 0)
+                r->stmt_us = r->timeout_ms * 1000; /* it ran until its timeout, at least */
+            if ((*ferr = strdup(serr.message)) == NULL) {
+                rc = warren_error_set(err, WARREN_ENOMEM, "out of memory");
+                goto rollback;
+            }
+            *failed = live[tj[bad / 2]];
+            *outcome = TAKE_STMT_FAILED;
+        } else if (bad < nq) {
+            /* a setting, finish_many or the COMMIT refused: BACK */
+            warren_error ferr2 = {0};
+            warren__store_fail(st, r2[bad], bad == nq - 1 ? "commit taken runs" : "finish taken runs",
+                               &ferr2);
+            warren_error_set(err, WARREN_EDB, "%s", ferr2.message);
+        }
+    }
+rollback:
+    warren__store_rollback(st);
+out:
+    PQclear(r1[0]);
+    PQclear(r1[1]);
+    for (size_t q = 0; r2 != NULL && q < nq; q++)
+        PQclear(r2[q]);
+    free(r2);
+    free(tj);
+    free(tbuf);
+    free(setting);
+    free(clock_us);
+    free(ka.p);
+    free(tk.p);
+    return rc;
+}
+
+int warren_store_take_sql_batch(warren_store *st, const char *worker, warren_take_run *runs,
+                                size_t n, warren_error *err)
+{
+    size_t *live = NULL;
+    int *taken = NULL, *out_ = NULL; /* out_[i]: left out of further tries */
+    int rc = 0;
+
+    if (st == NULL || worker == NULL || (n > 0 && runs == NULL))
+        return warren_error_set(err, WARREN_EINVAL, "warren_store_take_sql_batch: bad arguments");
+    for (size_t i = 0; i < n; i++) {
+        runs[i].fate = WARREN_TAKE_BACK;
+        runs[i].back_unknown = 0;
+        runs[i].stmt_error = NULL;
+        runs[i].stmt_us = -1;
+        memset(&runs[i].claim, 0, sizeof(runs[i].claim));
+    }
+    if (n == 0)
+        return 0;
+    live = malloc(n * sizeof(*live));
+    taken = malloc(n * sizeof(*taken));
+    out_ = calloc(n, sizeof(*out_));
+    if (live == NULL || taken == NULL || out_ == NULL) {
+        rc = warren_error_set(err, WARREN_ENOMEM, "out of memory");
+        goto out;
+    }
+    /* Each try settles the batch, or one failed statement's run: at most n. */
+    for (size_t tries = 0; tries < n; tries++) {
+        size_t m = 0, failed = 0;
+        int outcome;
+        char *ferr = NULL;
+        for (size_t i = 0; i < n; i++)
+            if (!out_[i])
+                live[m++] = i;
+        if (m == 0)
+            break;
+        rc = take_try(st, worker, runs, live, m, taken, &outcome, &failed, &ferr, err);
+        if (rc != 0 || outcome != TAKE_STMT_FAILED) {
+            for (size_t j = 0; j < m; j++) {
+                warren_take_run *r = &runs[live[j]];
+                if (rc == 0 && outcome == TAKE_COMMITTED && taken[j])
+                    r->fate = WARREN_TAKE_RECORDED;
+                else
+                    warren_claim_clear(&r->claim);
+            }
+            break;
+        }
+        /* The failed run: claimed on its own, committed, to be completed as
+         * a retry with its error (its statement is not run again). The runs
+         * not taken this time stay BACK; the others go again. */
+        for (size_t j = 0; j < m; j++) {
+            if (!taken[j] || live[j] == failed)
+                out_[live[j]] = 1;
+            if (live[j] != failed)
+                warren_claim_clear(&runs[live[j]].claim);
+        }
+        warren_take_run *f = &runs[failed];
+        const char *key = f->run_key;
+        warren_claim cl = {0};
+        warren_claim_clear(&f->claim);
+        rc = warren_store_claim_batch(st, &key, 1, worker, &cl, err);
+        if (rc != 0) {
+            f->back_unknown = rc != WARREN_EINVAL;
+            free(ferr);
+            break;
+        }
+        if (cl.claimed) {
+            f->claim = cl;
+            f->stmt_error = ferr;
+            f->fate = WARREN_TAKE_FAILED;
+        } else {
+            free(ferr); /* gone meanwhile: its ordinary claim settles it */
+        }
+    }
+out:
+    free(live);
+    free(taken);
+    free(out_);
+    return rc;
+}
+
 /* ------------------------------------------------------------ cancel */
 
 #define SQL_CANCEL_TAGGED                                                                          \

@@ -127,6 +127,40 @@ typedef struct warren_sql_run {
 int warren_store_complete_sql_batch(warren_store *st, warren_sql_run *runs, size_t n,
                                     warren_error *err);
 
+/* What became of a run of warren_store_take_sql_batch. */
+enum {
+    WARREN_TAKE_BACK = 0, /* not taken, or its transaction rolled back: claim it as usual */
+    WARREN_TAKE_RECORDED, /* taken, its effect and its success committed together */
+    WARREN_TAKE_FAILED,   /* its statement failed: claimed on its own (committed), to be
+                           * completed as retry with stmt_error */
+};
+
+/* One run of warren_store_take_sql_batch: an sql handler's delivery not
+ * claimed yet. */
+typedef struct warren_take_run {
+    const char *run_key, *sql, *tag;
+    int64_t timeout_ms;
+    int fate;            /* out: WARREN_TAKE_* */
+    int back_unknown;    /* out, BACK: its claim's answer was lost (it may be this worker's) */
+    warren_claim claim;  /* out, RECORDED or FAILED: the attempt (payload_json new) */
+    char *stmt_error;    /* out, FAILED (new): its statement's error */
+    int64_t stmt_us;     /* out: as warren_sql_run.stmt_us; -1 not measured */
+} warren_take_run;
+
+/* Sql handler runs not claimed yet, claimed, run and completed in ONE
+ * transaction (warren.take_many, the statements, warren.finish_many, COMMIT:
+ * two round trips, one commit): the runs take_many returns (fresh, due, of
+ * an uncapped allow job) are RECORDED when the COMMIT succeeds. A statement
+ * that fails rolls the transaction back; that run is claimed on its own
+ * (FAILED, with its error: it is not run a second time) and the others are
+ * taken again without it. Everything else (not taken, a refused finish or
+ * COMMIT, a lost connection) is BACK: nothing of it committed, or, if the
+ * COMMIT's answer was lost, it committed whole (the run is then finished
+ * and its next claim gives no row). Returns 0, or the error that ended the
+ * batch (the runs not settled are BACK). */
+int warren_store_take_sql_batch(warren_store *st, const char *worker, warren_take_run *runs,
+                                size_t n, warren_error *err);
+
 /* Cancels (pg_cancel_backend, on st's own connection) the statement of every
  * other session whose application_name is tag: an sql handler of this
  * worker whose lease was lost. *cancelled = 1 if one was

@@ -417,6 +417,7 @@ void warren__worker_store_ok(warren_worker *w)
 
 static void slot_reset(slot *s)
 {
+    warren__pend_free(s->back);
     warren_claim_clear(&s->claim);
     free(s->error);
     warren__exec_close(&s->ex);
@@ -519,6 +520,47 @@ void warren__slot_start(warren_worker *w, slot *s, pend *p, warren_claim *cl, in
     }
 }
 
+int warren__slot_take(warren_worker *w, slot *s, pend *p, int64_t now)
+{
+    warren_error e = {0};
+    pend *back = malloc(sizeof(*back));
+    int rc;
+
+    if (back == NULL)
+        return WARREN_ENOMEM;
+    s->state = SLOT_RUNNING;
+    s->kind = KIND_SQL;
+    s->take = 1;
+    s->tag = p->d.tag;
+    s->gen = p->gen;
+    snprintf(s->run_key, sizeof(s->run_key), "%s", p->msg.run_key);
+    s->job = p->job;
+    /* No lease until it is claimed: nothing to heartbeat, nothing to lose
+     * (poll_slot, hb_due skip it); the statement_timeout bounds it. */
+    s->lease_ms = s->job->lease_ms;
+    s->hb_every_ms = s->lease_ms / 3 > 0 ? s->lease_ms / 3 : 1;
+    s->started_mono = now;
+    s->received_mono = p->received_mono;
+    s->msg_due_at = p->msg.due_at;
+    s->last_hb_ok = now;
+    s->next_hb = now + s->hb_every_ms;
+    s->timeout_at = now + (s->job->timeout_ms > 0 ? s->job->timeout_ms : INT32_MAX);
+    s->ex.out_fd = -1;
+    if ((rc = warren__start_thread(w, s, &e)) != 0) {
+        warren_log(w->lg, WARREN_LOG_WARN, "worker %s: %s: %s (claimed instead)", w->id,
+                   s->run_key, e.message);
+        free(back);
+        warren__slot_release(w, s);
+        return rc;
+    }
+    *back = *p; /* moved: the FIFO's entry is left empty and picked */
+    memset(p, 0, sizeof(*p));
+    p->picked = 1;
+    s->back = back;
+    warren_log(w->lg, WARREN_LOG_DEBUG, "worker %s: taking %s", w->id, s->run_key);
+    return 0;
+}
+
 /* An sql handler whose lease was lost (a heartbeat refused, or none
  * succeeded for lease - margin): its transaction must not commit, and
  * cancel_lost_sql cancels its statement (the kill of the other kinds) as soon
@@ -613,7 +655,8 @@ static void poll_slot(warren_worker *w, slot *s, int64_t now)
     /* Every kind, sql handlers too (their transaction is marked lost: it
      * rolls back and is not completed). The timeout of an sql handler is the
      * statement_timeout PostgreSQL enforces. */
-    if (now >= s->last_hb_ok + s->lease_ms - s->hb_margin_ms && s->stop_reason != STOP_LOST) {
+    if (!s->take && now >= s->last_hb_ok + s->lease_ms - s->hb_margin_ms &&
+        s->stop_reason != STOP_LOST) {
         if (s->stop_reason == STOP_NONE)
             warren_log(w->lg, WARREN_LOG_WARN,
                        "worker %s: %s attempt %d: no successful heartbeat for %lld ms (lease "
@@ -980,9 +1023,10 @@ out:
     warren_store_free(w->st);
     w->st = NULL;
     warren_log(w->lg, WARREN_LOG_INFO,
-               "worker %s: stopped (received %llu, started %llu, succeeded %llu, retried %llu, "
-               "failed %llu, duplicates %llu, dead-lettered %llu, given back %llu)",
+               "worker %s: stopped (received %llu, started %llu, taken %llu, succeeded %llu, "
+               "retried %llu, failed %llu, duplicates %llu, dead-lettered %llu, given back %llu)",
                w->id, (unsigned long long)w->stats.received, (unsigned long long)w->stats.started,
+               (unsigned long long)w->stats.taken,
                (unsigned long long)w->stats.succeeded, (unsigned long long)w->stats.retried,
                (unsigned long long)w->stats.failed, (unsigned long long)w->stats.duplicates,
                (unsigned long long)w->stats.dead_lettered, (unsigned long long)w->stats.given_back);

@@ -53,6 +53,14 @@ static void pend_take(pend *p, pend *to)
     p->picked = 1;
 }
 
+void warren__pend_free(pend *p)
+{
+    if (p == NULL)
+        return;
+    pend_clear(p);
+    free(p);
+}
+
 void warren__pq_clear(warren_worker *w)
 {
     w->pq_held = 0;
@@ -80,6 +88,15 @@ static int pq_push(warren_worker *w, pend *p)
     }
     w->pq[(w->pq_head + w->pq_len) % w->pq_cap] = *p;
     w->pq_len++;
+    return 0;
+}
+
+int warren__pq_put_back(warren_worker *w, pend *p)
+{
+    if (pq_push(w, p) != 0) {
+        pend_clear(p);
+        return WARREN_ENOMEM;
+    }
     return 0;
 }
 
@@ -621,11 +638,28 @@ out:
     return rc;
 }
 
+/* An sql run its pool thread may take in its effect's transaction
+ * (warren.take_many) instead of this loop claiming it: a job that needs no
+ * committed claim (overlap allow, no cap, as far as this worker's config
+ * says: take_many has the database's word) and a statement not measured
+ * slower than one batch's budget (a slow one is claimed, and so seen
+ * running and heartbeated, while it runs). Not after a take gave it back or
+ * a claim of it went wrong. */
+static int take_ok(warren_worker *w, const pend *p)
+{
+    const warren_job *j = p->job;
+    if (!w->cfg->worker.sql_take || j == NULL || j->handler != WARREN_HANDLER_SQL ||
+        j->sql == NULL || j->overlap != WARREN_OVERLAP_ALLOW || j->max_running > 0 ||
+        j->max_running_per_tenant > 0 || p->no_take || p->answer_lost || p->claim_alone)
+        return 0;
+    return warren__hpool_sql_cost(w->hp, j->sql) <= WARREN_SQL_BATCH_BUDGET_US;
+}
+
 /* Claims as many due deliveries as there are free slots, in one batch. */
 void warren__claim_pending(warren_worker *w)
 {
-    size_t n;
-    pend **batch = NULL, **un = NULL;
+    size_t n, nt = 0;
+    pend **batch = NULL, **un = NULL, **tk = NULL;
     const char **keys = NULL;
     warren_claim *cl = NULL;
     fate *f = NULL;
@@ -648,16 +682,31 @@ void warren__claim_pending(warren_worker *w)
     cl = calloc(n, sizeof(*cl));
     un = calloc(n, sizeof(*un));
     f = calloc(n, sizeof(*f));
-    if (batch == NULL || keys == NULL || cl == NULL || un == NULL || f == NULL)
+    tk = calloc(n, sizeof(*tk));
+    if (batch == NULL || keys == NULL || cl == NULL || un == NULL || f == NULL || tk == NULL)
         goto out;
     if ((n = pick_due(w, n, batch)) == 0)
         goto out;
+    /* The sql runs a pool thread takes in their effect's transaction leave
+     * the claim batch (tk); the rest are claimed here. */
+    {
+        size_t nc = 0;
+        for (size_t i = 0; i < n; i++)
+            if (take_ok(w, batch[i]))
+                tk[nt++] = batch[i];
+            else
+                batch[nc++] = batch[i];
+        n = nc;
+    }
     /* One lock order for every batch: no deadlocks between workers. */
     qsort(batch, n, sizeof(*batch), cmp_pend_key);
     for (size_t i = 0; i < n; i++)
         keys[i] = batch[i]->msg.run_key;
     int64_t sent = warren__mono_ms();
-    rc = claim_batch(w, batch, keys, n, cl, &e);
+    rc = n > 0 ? claim_batch(w, batch, keys, n, cl, &e) : 0;
+    if (rc != 0)
+        for (size_t i = 0; i < nt; i++)
+            tk[i]->picked = 0; /* taken next time */
     if (rc != 0 && warren_store_timed_out(w->st)) {
         /* statement_timeout or lock_timeout: the server refused the batch
          * whole, so nothing was claimed. Its deliveries go on their own from
@@ -687,10 +736,16 @@ void warren__claim_pending(warren_worker *w)
         warren__worker_store_failed(w, rc, &e, "claim");
         goto out; /* the deliveries stay unacknowledged and are claimed later */
     }
-    warren__worker_store_ok(w);
+    if (n > 0)
+        warren__worker_store_ok(w);
     /* the whole claim batch is queued before a pool thread takes any of it:
      * its sql runs then share transactions (worker.sql_batch) */
     warren__hpool_hold(w->hp, 1);
+    for (size_t i = 0; i < nt; i++)
+        if (warren__slot_take(w, a_free_slot(w), tk[i], sent) != 0) {
+            tk[i]->picked = 0; /* claimed next time (the slot was released) */
+            tk[i]->no_take = 1;
+        }
     for (size_t i = 0; i < n; i++) {
         if (cl[i].claimed)
             warren__slot_start(w, a_free_slot(w), batch[i], &cl[i], sent);
@@ -712,6 +767,7 @@ out:
     free(cl);
     free(un);
     free(f);
+    free(tk);
 }
 
 /* Reads what the broker has (waiting up to wait_ms for the first). */

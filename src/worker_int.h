@@ -57,6 +57,12 @@ struct warren_handler_ctx {
     warren_outcome outcome;
     char error[ERROR_MAX];
     int has_error;
+    /* sql, not claimed yet: the pool thread's transaction takes, runs and
+     * completes it (warren_store_take_sql_batch); its fate and claim come back */
+    int take;
+    char *worker; /* take: the worker's name */
+    int take_fate, take_back_unknown;
+    warren_claim take_claim;
     /* sql handler results */
     int sql_rc; /* 0, or a WARREN_E* code for the protocol/connection */
     int sql_recorded;
@@ -110,6 +116,11 @@ typedef struct slot {
     int64_t complete_after;
     int complete_sql_retry; /* sql: relaunch after a connection failure */
     int64_t retry_at, sql_backoff;
+    /* sql, not claimed: its pool thread takes it in the effect's transaction
+     * (warren_store_take_sql_batch): no lease, no heartbeat meanwhile; the
+     * delivery (back, new) goes back to the FIFO if it is not taken */
+    int take;
+    struct pend *back;
 } slot;
 
 typedef struct pend {
@@ -124,6 +135,7 @@ typedef struct pend {
     int claim_alone;          /* a claim batch with it timed out (a locked row?): claimed on
                                  its own from now on, so one locked row holds up only itself */
     int64_t claim_retry_mono; /* claim_alone and its own claim timed out: not before then */
+    int no_take;              /* sql: claimed by the loop, not taken (a take gave it back) */
     char *foreign;            /* new: why this worker cannot run it (worker_claim.c) */
     int64_t hold_until;       /* foreign: given back (or refused) from then (monotonic ms) */
 } pend;
@@ -200,6 +212,16 @@ void warren__worker_store_ok(warren_worker *w);
 /* Starts a claimed run (p, cl: cl's contents are taken) in slot s. On
  * failure the run is completed as retry. */
 void warren__slot_start(warren_worker *w, slot *s, pend *p, warren_claim *cl, int64_t claimed_mono);
+/* Starts p, an sql run not claimed yet, in slot s: its pool thread takes it
+ * (slot.take). 0: p was moved into the slot (its FIFO entry left empty and
+ * picked); else s is released and p left as it was. */
+int warren__slot_take(warren_worker *w, slot *s, pend *p, int64_t now);
+/* Frees a delivery moved out of the FIFO (slot.back). */
+void warren__pend_free(pend *p);
+/* Puts p (moved out of the FIFO) back at its end; p's storage is the
+ * caller's. 0, or WARREN_ENOMEM (p cleared: its delivery is redelivered
+ * when the broker connection ends). */
+int warren__pq_put_back(warren_worker *w, pend *p);
 /* A used slot becomes free again. */
 void warren__slot_release(warren_worker *w, slot *s);
 /* Stops a running handler for reason (enum stop_reason). */
@@ -255,6 +277,12 @@ struct hpool *warren__hpool_new(int wake_fd, int max, int sql_batch, warren_erro
 /* Opens n (at most the pool's cap) sql handler connections to url now, so
  * that the first runs do not wait for them. */
 int warren__hpool_prefill(struct hpool *hp, const char *url, int n, warren_error *err);
+/* The expected time (us) of an sql statement from the pool's cost table; -1
+ * when it was not measured yet. Any thread. */
+int64_t warren__hpool_sql_cost(struct hpool *hp, const char *sql);
+/* The budget of one sql batch (us): a statement expected to take longer
+ * runs alone, and is claimed before it runs (not taken). */
+#define WARREN_SQL_BATCH_BUDGET_US 10000
 /* on = 1: queued runs wait (no thread is woken, none takes one) until
  * warren__hpool_hold(hp, 0), which wakes a thread: the loop queues all the
  * runs of one claim batch before a thread forms its sql batch from them. */

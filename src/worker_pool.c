@@ -32,7 +32,7 @@
  * the first batch: with a quarter of the budget, the first 200 runs of a
  * fresh worker went in 50 transactions at once (each opening a connection)
  * and made their second's p99 2x (docs/benchmarks.md). */
-#define SQL_BATCH_BUDGET_US 10000
+#define SQL_BATCH_BUDGET_US WARREN_SQL_BATCH_BUDGET_US
 #define SQL_BATCH_UNKNOWN_US (SQL_BATCH_BUDGET_US / 16)
 #define SQL_COSTS 256 /* the cost table's entries (direct-mapped by the hash of the text) */
 
@@ -46,6 +46,8 @@ void warren__ctx_free(warren_handler_ctx *c)
     free(c->sql);
     free(c->db_url);
     free(c->sql_stmt_error);
+    free(c->worker);
+    warren_claim_clear(&c->take_claim);
     for (size_t i = 0; c->argv != NULL && c->argv[i] != NULL; i++)
         free(c->argv[i]);
     free(c->argv);
@@ -307,6 +309,45 @@ static void sql_run_batch(warren_handler_ctx **cs, size_t n, int64_t *stmt_us)
     free(runs);
 }
 
+/* Sql runs not claimed yet (ctx->take): taken, run and completed in one
+ * transaction (warren_store_take_sql_batch). What the loop gets back: the
+ * fate of each, the claim of those recorded or failed, the statement error
+ * of those failed. A connection that cannot be had: every run back. */
+static void sql_take_batch(warren_handler_ctx **cs, size_t n, int64_t *stmt_us)
+{
+    warren_error e = {0};
+    warren_take_run *runs = calloc(n, sizeof(*runs));
+    warren_store *st = runs != NULL ? pool_get(cs[0]->hp, cs[0]->db_url, &e) : NULL;
+
+    for (size_t i = 0; i < n; i++) {
+        stmt_us[i] = -1;
+        cs[i]->take_fate = WARREN_TAKE_BACK;
+    }
+    if (st == NULL) {
+        snprintf(cs[0]->error, sizeof(cs[0]->error), "%s", runs == NULL ? "out of memory" : e.message);
+        free(runs);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        runs[i] = (warren_take_run){.run_key = cs[i]->run_key,
+                                    .sql = cs[i]->sql,
+                                    .tag = cs[i]->sql_tag,
+                                    .timeout_ms = cs[i]->timeout_ms};
+    if (warren_store_take_sql_batch(st, cs[0]->worker, runs, n, &e) != 0)
+        snprintf(cs[0]->error, sizeof(cs[0]->error), "%s", e.message); /* for the loop's log */
+    for (size_t i = 0; i < n; i++) {
+        warren_handler_ctx *c = cs[i];
+        stmt_us[i] = runs[i].stmt_us;
+        c->take_fate = runs[i].fate;
+        c->take_back_unknown = runs[i].back_unknown;
+        c->take_claim = runs[i].claim; /* takes payload_json */
+        c->sql_stmt_error = runs[i].stmt_error;
+        c->sql_recorded = runs[i].fate == WARREN_TAKE_RECORDED;
+    }
+    pool_put(cs[0]->hp, st);
+    free(runs);
+}
+
 static uint64_t sql_hash(const char *s)
 {
     uint64_t h = 1469598103934665603ULL; /* FNV-1a, 64 bits */
@@ -371,6 +412,19 @@ static void sql_costs_learn(hpool *hp, warren_handler_ctx **batch, const int64_t
     }
 }
 
+int64_t warren__hpool_sql_cost(hpool *hp, const char *sql)
+{
+    uint64_t h = sql_hash(sql);
+    int64_t v = -1;
+    if (hp == NULL)
+        return -1;
+    pthread_mutex_lock(&hp->mu);
+    if (hp->costs[h % SQL_COSTS].hash == h)
+        v = hp->costs[h % SQL_COSTS].est_us;
+    pthread_mutex_unlock(&hp->mu);
+    return v;
+}
+
 static void *hpool_main(void *arg);
 
 /* With queued work and no thread on its way: signal an idle thread, or start
@@ -430,7 +484,8 @@ static void *hpool_main(void *arg)
             warren_handler_ctx *c = hp->head;
             int64_t cc = c->kind == KIND_SQL ? sql_cost(hp, c) : 0;
             if (nb > 0 && (c->kind != KIND_SQL || batch[0]->kind != KIND_SQL ||
-                           nb >= (size_t)hp->sql_batch || cost + cc > SQL_BATCH_BUDGET_US))
+                           c->take != batch[0]->take || nb >= (size_t)hp->sql_batch ||
+                           cost + cc > SQL_BATCH_BUDGET_US))
                 break;
             hp->head = c->next;
             if (hp->head == NULL)
@@ -451,7 +506,10 @@ static void *hpool_main(void *arg)
         pthread_mutex_unlock(&hp->mu);
         if (batch[0]->kind == KIND_SQL) {
             int64_t us[SQL_BATCH_MAX];
-            sql_run_batch(batch, nb, us);
+            if (batch[0]->take)
+                sql_take_batch(batch, nb, us);
+            else
+                sql_run_batch(batch, nb, us);
             pthread_mutex_lock(&hp->mu);
             sql_costs_learn(hp, batch, us, nb);
             pthread_mutex_unlock(&hp->mu);
@@ -616,6 +674,11 @@ int warren__start_thread(warren_worker *w, slot *s, warren_error *err)
         snprintf(c->sql_tag, sizeof(c->sql_tag), "warren sql %016llx", (unsigned long long)r);
         c->sql = strdup(s->job->sql);
         c->db_url = strdup(w->db_url ? w->db_url : "");
+        c->take = s->take;
+        if (s->take && (c->worker = strdup(w->id)) == NULL) {
+            warren__ctx_free(c);
+            return warren_error_set(err, WARREN_ENOMEM, "out of memory");
+        }
     } else {
         const handler_reg *r = warren__worker_find_reg(w, s->job->c_handler);
         c->fn = r->fn;

@@ -269,10 +269,65 @@ static void slot_finish(warren_worker *w, slot *s, int recorded)
     warren__slot_release(w, s);
 }
 
+/* A taken sql run's pool thread is done (slot.take): recorded (ack), its
+ * statement failed and it was claimed (completed as retry with the error,
+ * as a claimed run's), or back to the FIFO, to be claimed as usual. */
+static void finish_take(warren_worker *w, slot *s)
+{
+    warren_handler_ctx *c = s->ctx;
+    s->ctx = NULL;
+    s->take = 0;
+    if (c->take_fate == WARREN_TAKE_RECORDED || c->take_fate == WARREN_TAKE_FAILED) {
+        warren_claim_clear(&s->claim);
+        s->claim = c->take_claim; /* takes payload_json */
+        memset(&c->take_claim, 0, sizeof(c->take_claim));
+        warren__pend_free(s->back);
+        s->back = NULL;
+        w->stats.started++;
+        if (c->take_fate == WARREN_TAKE_RECORDED) {
+            w->stats.taken++;
+            warren__ctx_free(c);
+            s->outcome = WARREN_OUTCOME_SUCCEEDED;
+            slot_finish(w, s, 1);
+            return;
+        }
+        s->outcome = WARREN_OUTCOME_RETRY; /* stays SLOT_DONE: completed through the batch path */
+        s->error = c->sql_stmt_error;
+        c->sql_stmt_error = NULL;
+        warren__ctx_free(c);
+        return;
+    }
+    pend *p = s->back;
+    s->back = NULL;
+    if (c->error[0])
+        warren_log(w->lg, WARREN_LOG_DEBUG, "worker %s: taking %s: %s; claiming it instead",
+                   w->id, s->run_key, c->error);
+    if (p != NULL) {
+        p->no_take = 1;
+        p->picked = 0;
+        if (c->take_back_unknown && !p->answer_lost) {
+            p->answer_lost = 1;
+            p->answer_lost_mono = s->started_mono;
+        }
+        if (warren__pq_put_back(w, p) != 0)
+            warren_log(w->lg, WARREN_LOG_ERROR,
+                       "worker %s: out of memory putting %s back; it is redelivered when the "
+                       "broker connection ends",
+                       w->id, s->run_key);
+        free(p);
+    }
+    warren__ctx_free(c);
+    warren__slot_release(w, s);
+}
+
 /* sql handler finished its transaction. */
 static void finish_sql(warren_worker *w, slot *s, int64_t now)
 {
     warren_handler_ctx *c = s->ctx;
+    if (s->take) {
+        finish_take(w, s);
+        return;
+    }
     if (s->stop_reason == STOP_LOST && !c->sql_recorded) {
         /* rolled back (or never committed): warren__complete_done acks it, no completion */
         warren__ctx_free(c);
@@ -449,8 +504,8 @@ out:
 
 static int hb_due(const slot *s, int64_t now)
 {
-    return s->state == SLOT_RUNNING && s->stop_reason != STOP_LOST && now >= s->next_hb &&
-           !warren__sql_finished(s);
+    return s->state == SLOT_RUNNING && !s->take && s->stop_reason != STOP_LOST &&
+           now >= s->next_hb && !warren__sql_finished(s);
 }
 
 /* The result of a heartbeat for s (sent at sent): the lease goes on, or it

@@ -970,6 +970,109 @@ END_TEST
  * not counted against max_attempts (here 1: the reaper would have made it
  * dead). Only a run this worker claimed within the window and nobody has
  * heartbeated since. */
+/* Runs sql on c and returns its first value (new), failing the test on an error. */
+static char *one(PGconn *c, const char *sql)
+{
+    PGresult *res = PQexec(c, sql);
+    ck_assert_msg(PQresultStatus(res) == PGRES_TUPLES_OK || PQresultStatus(res) == PGRES_COMMAND_OK,
+                  "%s: %s", sql, PQerrorMessage(c));
+    char *v = strdup(PQntuples(res) > 0 && !PQgetisnull(res, 0, 0) ? PQgetvalue(res, 0, 0) : "<null>");
+    PQclear(res);
+    return v;
+}
+
+/* The SQLSTATE sql fails with on c ("" if it succeeded). */
+static char *fails_with(PGconn *c, const char *sql)
+{
+    PGresult *res = PQexec(c, sql);
+    const char *st = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    char *v = strdup(st ? st : "");
+    PQclear(res);
+    return v;
+}
+
+#define J2(s) "'j2@2026-01-01T00:00:0" s "Z'"
+
+/* warren.take_many locks, writing nothing, the runs claim_many's fast path
+ * would claim (fresh, due, of an uncapped allow job) and leaves out the
+ * rest: a skip job's, a capped job's, one not due, an unknown key, one
+ * whose row another transaction holds (SKIP LOCKED: no wait). finish_many
+ * in the same transaction writes each once, in its final state: attempt 1,
+ * started at the take's time, one attempt row, its success event. A key not
+ * taken fails the whole call (55000: the caller's pipelined COMMIT must not
+ * commit that run's effect), and so does a taken_at from before the
+ * transaction (22023). */
+START_TEST(test_take_many_locks_fast_path_runs_and_finish_many_records_them)
+{
+    char *url = setup("skip", 5, 1000, 60000, 30000); /* j1 (skip): RK due now */
+    ck_assert_int_eq(qn(url, "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, "
+                             "overlap, max_running) VALUES ('j2', 'every', '60s', 'q1', 'allow', "
+                             "NULL), ('j3', 'every', '60s', 'q1', 'allow', 5);"
+                             "INSERT INTO warren.runs (job, scheduled_at, due_at) SELECT 'j2', "
+                             "'2026-01-01'::timestamptz + make_interval(secs => g), "
+                             "CASE WHEN g = 4 THEN now() + interval '1 hour' ELSE now() END "
+                             "FROM generate_series(1, 4) g UNION ALL SELECT 'j3', "
+                             "'2026-01-01T00:00:01Z', now()"),
+                     5);
+    PGconn *a = PQconnectdb(url), *b = PQconnectdb(url);
+    ck_assert_int_eq(PQstatus(a), CONNECTION_OK);
+    ck_assert_int_eq(PQstatus(b), CONNECTION_OK);
+    free(one(b, "BEGIN"));
+    free(one(b, "SELECT 1 FROM warren.runs WHERE run_key = " J2("3") " FOR UPDATE"));
+    free(one(a, "BEGIN"));
+    char *got = one(a, "SELECT string_agg(run_key || ':' || attempt || ':' || payload::text, ',' "
+                       "ORDER BY run_key) || '|' || min(taken_at) FROM warren.take_many(ARRAY['" RK
+                       "', " J2("2") ", " J2("1") ", " J2("3") ", " J2("4") ", "
+                       "'j3@2026-01-01T00:00:01Z', 'nosuch@2026-01-01T00:00:00Z'], 'w1')");
+    char *bar = strchr(got, '|');
+    ck_assert_ptr_nonnull(bar);
+    *bar = '\0';
+    ck_assert_str_eq(got, "j2@2026-01-01T00:00:01Z:1:{},j2@2026-01-01T00:00:02Z:1:{}");
+    /* nothing written: the others see them as they were */
+    ck_q(url, "planned|0", "SELECT max(state) || '|' || (SELECT count(*) FROM warren.attempts) "
+                           "FROM warren.runs WHERE job = 'j2'");
+    free(one(a, "SAVEPOINT s"));
+    char *sql = testenv_fmt("SELECT warren.finish_many(ARRAY[" J2("1") ", " J2("4") "], 'w1', '%s')",
+                            bar + 1);
+    char *st = fails_with(a, sql);
+    ck_assert_str_eq(st, "55000");
+    free(st);
+    free(sql);
+    free(one(a, "ROLLBACK TO SAVEPOINT s"));
+    st = fails_with(a, "SELECT warren.finish_many(ARRAY[" J2("1") "], 'w1', now() - interval "
+                       "'1 second')");
+    ck_assert_str_eq(st, "22023");
+    free(st);
+    free(one(a, "ROLLBACK TO SAVEPOINT s"));
+    sql = testenv_fmt("SELECT warren.finish_many(ARRAY[" J2("1") ", " J2("2") "], 'w1', '%s')",
+                      bar + 1);
+    char *n = one(a, sql);
+    ck_assert_str_eq(n, "2");
+    free(n);
+    free(sql);
+    free(one(a, "COMMIT"));
+    free(one(b, "ROLLBACK"));
+    sql = testenv_fmt("SELECT string_agg(r.state || ':' || r.attempt || ':' || a.attempt || ':' "
+                      "|| a.outcome || ':' || (r.started_at = '%s' AND a.started_at = "
+                      "r.started_at AND a.finished_at = r.finished_at AND r.finished_at >= "
+                      "r.started_at AND r.lease_until IS NULL AND r.lease_owner = 'w1' AND "
+                      "a.worker = 'w1'), ',' ORDER BY r.run_key) FROM warren.runs r JOIN "
+                      "warren.attempts a USING (run_key) WHERE r.job = 'j2'",
+                      bar + 1);
+    ck_q(url, "succeeded:1:1:succeeded:true,succeeded:1:1:succeeded:true", "%s", sql);
+    free(sql);
+    ck_q(url, "2", "SELECT count(*) FROM warren.outbox WHERE routing_key = 'run.succeeded.j2' "
+                   "AND body->>'worker' = 'w1' AND body->>'attempt' = '1'");
+    ck_q(url, "planned,planned,planned,planned",
+         "SELECT string_agg(state, ',' ORDER BY run_key) FROM warren.runs WHERE run_key IN ('" RK
+         "', " J2("3") ", " J2("4") ", 'j3@2026-01-01T00:00:01Z')");
+    free(got);
+    PQfinish(a);
+    PQfinish(b);
+    free(url);
+}
+END_TEST
+
 START_TEST(test_reclaim_many_takes_back_a_claim_whose_answer_was_lost)
 {
     char *url = setup("skip", 1, 1000, 60000, 30000);
@@ -1122,6 +1225,7 @@ static Suite *protocol_suite(void)
                    test_claim_many_claims_one_of_two_keys_of_a_skip_job_as_the_per_key_claims_do);
     tcase_add_test(tc, test_claim_many_skips_behind_a_concurrent_claim_of_the_same_skip_job);
     tcase_add_test(tc, test_batch_calls_take_cap_locks_only_for_runs_that_need_them);
+    tcase_add_test(tc, test_take_many_locks_fast_path_runs_and_finish_many_records_them);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("security");

@@ -28,10 +28,12 @@ static const struct {
     {"warren.claim_many(text[],text)", "warren_worker"},
     {"warren.complete(text,integer,text,text)", "warren_worker"},
     {"warren.complete_many(text[],integer[])", "warren_worker"},
+    {"warren.finish_many(text[],text,timestamp with time zone)", "warren_worker"},
     {"warren.heartbeat(text,integer)", "warren_worker"},
     {"warren.reclaim_many(text[],text,integer)", "warren_worker"},
     {"warren.refuse(text,text,text)", "warren_worker"},
     {"warren.run_states(text[])", "warren_worker"},
+    {"warren.take_many(text[],text)", "warren_worker"},
     /* The application API (README, "Jobs from application code"). */
     {"warren.enqueue(text,text,timestamp with time zone,jsonb,text)", "warren_producer"},
     {"warren.enqueue_many(jsonb)", "warren_producer"},
@@ -310,6 +312,41 @@ START_TEST(test_roles_worker_login_runs_the_protocol_but_cannot_touch_tables)
     ck_assert_str_eq(PQgetvalue(res, 0, 1), "0");
     ck_assert_str_eq(PQgetvalue(res, 0, 2), "1");
     PQclear(res);
+    /* The take (an effect in the claim's transaction): a run of an allow job
+     * of its queue is taken and finished; one of a queue not granted is not
+     * taken (no row), and finishing it fails. */
+    ck_assert_str_eq(try_sql(admin,
+                             "INSERT INTO warren.jobs (name, schedule_kind, expression, queue,"
+                             " overlap) VALUES ('job2', 'every', '1h', 'q', 'allow'),"
+                             " ('job3', 'every', '1h', 'other', 'allow');"
+                             "INSERT INTO warren.runs (job, scheduled_at, due_at, state) VALUES"
+                             " ('job2', '2026-01-01T00:00:00Z', now(), 'published'),"
+                             " ('job3', '2026-01-01T00:00:00Z', now(), 'published')",
+                             state, sizeof(state)),
+                     "");
+    ck_assert_str_eq(try_sql(w, "BEGIN", state, sizeof(state)), "");
+    res = query(w, "SELECT string_agg(run_key, ','), min(taken_at)::text FROM warren.take_many("
+                   "ARRAY['job2@2026-01-01T00:00:00Z', 'job3@2026-01-01T00:00:00Z'], 'w3')");
+    ck_assert_str_eq(PQgetvalue(res, 0, 0), "job2@2026-01-01T00:00:00Z");
+    sql = testenv_fmt("SELECT warren.finish_many(ARRAY['job2@2026-01-01T00:00:00Z'], 'w3', '%s')",
+                      PQgetvalue(res, 0, 1));
+    PQclear(res);
+    res = query(w, sql);
+    free(sql);
+    ck_assert_str_eq(PQgetvalue(res, 0, 0), "1");
+    PQclear(res);
+    ck_assert_str_eq(try_sql(w, "COMMIT", state, sizeof(state)), "");
+    ck_assert_str_eq(try_sql(w,
+                             "SELECT warren.finish_many(ARRAY['job3@2026-01-01T00:00:00Z'], 'w3',"
+                             " now())",
+                             state, sizeof(state)),
+                     "42501");
+    res = query(admin, "SELECT string_agg(job || ':' || state || ':' || lease_login, ',' ORDER BY"
+                       " job) FROM warren.runs WHERE job IN ('job2', 'job3')");
+    sql = testenv_fmt("job2:succeeded:%s", login);
+    ck_assert_str_eq(PQgetvalue(res, 0, 0), sql); /* job3's lease_login is NULL: left out */
+    free(sql);
+    PQclear(res);
 
     /* Every table of the schema, walked: no SELECT, INSERT, UPDATE, DELETE. */
     res = query(admin, "SELECT c.oid::regclass::text, (SELECT a.attname FROM pg_attribute a"
@@ -450,6 +487,8 @@ START_TEST(test_roles_producer_login_runs_the_application_api_only)
         "SELECT warren.heartbeat('" RK "', 1)",
         "SELECT warren.complete('" RK "', 1, 'succeeded')",
         "SELECT * FROM warren.complete_many(ARRAY['" RK "'], ARRAY[1])",
+        "SELECT * FROM warren.take_many(ARRAY['" RK "'], 'p1')",
+        "SELECT warren.finish_many(ARRAY['" RK "'], 'p1', now())",
         "SELECT * FROM warren.run_states(ARRAY['" RK "'])",
         "SELECT warren.refuse('" RK "', 'p1', 'no')",
         "SELECT warren.replay('" RK "')",

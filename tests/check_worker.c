@@ -2020,6 +2020,130 @@ START_TEST(test_worker_sql_batches_run_every_statement_once)
 }
 END_TEST
 
+/* worker.sql_take (default on): the sql runs of an uncapped allow job are
+ * claimed, run and completed by their pool thread in one transaction
+ * (warren.take_many, the statement, warren.finish_many, one COMMIT): 40 runs
+ * due together each succeeded as attempt 1 with one attempt row, started no
+ * earlier than due, its statement committed exactly once (the execution log
+ * has no unique key) and in the transaction that wrote the run's final row
+ * (its xmin); the worker counted every one taken. */
+START_TEST(test_worker_sql_take_claims_runs_and_completes_in_the_effects_transaction)
+{
+    env e;
+    worker_thread wt = {0};
+    warren_worker_stats ws;
+    env_setup(&e,
+              "{ name = \"tk\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qtk\"; overlap = "
+              "\"allow\"; handler = { sql = \"WITH x AS (INSERT INTO execs VALUES ($1, 0, "
+              "txid_current()::text)) SELECT 1\"; }; }",
+              "concurrency = 16; shutdown_grace = \"3s\"; heartbeat_margin = \"1500ms\";", 5);
+    worker_thread_start(&e, &wt, NULL, NULL, NULL);
+    planner_start(&e);
+    add_runs_due_soon(&e, "tk", 40, 5);
+    ck_assert(
+        wait_for(e.db, "40", 20000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
+    assert_executions_of(&e, "SELECT run_key FROM warren.runs", NULL);
+    ck_assert(wait_for(e.db, "40|40|40", 0,
+                       "SELECT count(*) || '|' || count(*) FILTER (WHERE r.attempt = 1 AND "
+                       "a.attempt = 1 AND a.outcome = 'succeeded' AND a.started_at = r.started_at "
+                       "AND a.finished_at = r.finished_at AND r.finished_at >= r.started_at AND "
+                       "r.started_at >= r.due_at AND r.lease_until IS NULL) || '|' || count(*) "
+                       "FILTER (WHERE x.who::bigint % 4294967296 = r.xmin::text::bigint) FROM "
+                       "warren.runs r JOIN warren.attempts a USING (run_key) JOIN execs x USING "
+                       "(run_key)"));
+    worker_thread_join(&wt);
+    warren_worker_stats_get(wt.w, &ws);
+    ck_assert_uint_eq(ws.started, 40);
+    ck_assert_uint_eq(ws.taken, 40);
+    ck_assert_uint_eq(ws.succeeded, 40);
+    warren_worker_free(wt.w);
+    env_teardown(&e);
+}
+END_TEST
+
+/* A statement that fails in a take rolls the take back: its run is claimed
+ * on its own and completed as a retry with the statement's error, without
+ * running the statement again (a sequence counts its executions: nextval is
+ * not rolled back), and the other runs of the batch are taken again without
+ * it, each effect once. Two attempts: two executions, the run dead. */
+START_TEST(test_worker_sql_take_completes_a_failing_statement_as_a_retry_run_once)
+{
+    env e;
+    worker_thread wt = {0};
+    warren_worker_stats ws;
+    env_setup(&e,
+              "{ name = \"ok\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qtf\"; overlap = "
+              "\"allow\"; handler = { sql = \"WITH x AS (INSERT INTO execs VALUES ($1, 0, 'ok')) "
+              "SELECT 1\"; }; },"
+              "{ name = \"boom\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qtf\"; overlap = "
+              "\"allow\"; handler = { sql = \"SELECT nextval('boom_execs') / 0\"; }; retry = "
+              "{ max_attempts = 2; base = \"200ms\"; cap = \"200ms\"; }; }",
+              "concurrency = 16; shutdown_grace = \"3s\"; heartbeat_margin = \"1500ms\";", 5);
+    qx(e.db, "CREATE SEQUENCE boom_execs");
+    worker_thread_start(&e, &wt, NULL, NULL, NULL);
+    planner_start(&e);
+    /* in one statement: due at the same instant, in one claim batch */
+    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) "
+             "SELECT CASE WHEN g = 5 THEN 'boom' ELSE 'ok' END, date_trunc('second', now()) - "
+             "make_interval(secs => 5 + g), now() + interval '2 s', 'trigger' FROM "
+             "generate_series(1, 9) g; NOTIFY warren_jobs");
+    ck_assert(wait_for(e.db, "8", 20000,
+                       "SELECT count(*) FROM warren.runs WHERE job = 'ok' AND state = "
+                       "'succeeded'"));
+    ck_assert(wait_for(e.db, "dead", 20000, "SELECT state FROM warren.runs WHERE job = 'boom'"));
+    assert_executions_of(&e, "SELECT run_key FROM warren.runs WHERE job = 'ok'", NULL);
+    ck_assert(wait_for(e.db, "2|2|2", 0,
+                       "SELECT (SELECT last_value FROM boom_execs) || '|' || count(*) || '|' || "
+                       "count(*) FILTER (WHERE error LIKE '%division by zero%') FROM "
+                       "warren.attempts WHERE run_key LIKE 'boom@%'"));
+    worker_thread_join(&wt);
+    warren_worker_stats_get(wt.w, &ws);
+    ck_assert_uint_eq(ws.taken, 8);
+    ck_assert_uint_eq(ws.started, 10);
+    warren_worker_free(wt.w);
+    env_teardown(&e);
+}
+END_TEST
+
+/* What take_many leaves out goes back to the loop's ordinary claim: a job
+ * this worker's config says is uncapped but the database caps (take_many
+ * has the database's word) runs claimed, each once; and with worker.sql_take
+ * = false nothing is taken. */
+START_TEST(test_worker_sql_take_gives_back_what_it_cannot_take_and_can_be_turned_off)
+{
+    for (int off = 0; off < 2; off++) {
+        env e;
+        worker_thread wt = {0};
+        warren_worker_stats ws;
+        char *settings = testenv_fmt("concurrency = 8; shutdown_grace = \"3s\"; heartbeat_margin "
+                                     "= \"1500ms\";%s",
+                                     off ? " sql_take = false;" : "");
+        env_setup(&e,
+                  "{ name = \"capd\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qtb\"; overlap = "
+                  "\"allow\"; handler = { sql = \"WITH x AS (INSERT INTO execs VALUES ($1, 0, "
+                  "'c')) SELECT 1\"; }; }",
+                  settings, 5);
+        free(settings);
+        if (!off)
+            qx(e.db, "UPDATE warren.jobs SET max_running = 100 WHERE name = 'capd'");
+        worker_thread_start(&e, &wt, NULL, NULL, NULL);
+        planner_start(&e);
+        add_runs_due_soon(&e, "capd", 12, 5);
+        ck_assert(wait_for(e.db, "12", 20000,
+                           "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
+        assert_executions_of(&e, "SELECT run_key FROM warren.runs", NULL);
+        ck_assert(wait_for(e.db, "12", 0, "SELECT count(*) " SQL_ATTEMPTS_GIVEN));
+        worker_thread_join(&wt);
+        warren_worker_stats_get(wt.w, &ws);
+        ck_assert_uint_eq(ws.started, 12);
+        ck_assert_uint_eq(ws.taken, 0);
+        ck_assert_uint_eq(ws.succeeded, 12);
+        warren_worker_free(wt.w);
+        env_teardown(&e);
+    }
+}
+END_TEST
+
 /* worker.prefetch beyond the slots: with 2 slots and prefetch 4, four of
  * six runs are delivered (two are left ready in the queue, an exact count)
  * while only two are claimed and running (the other two wait in the worker
@@ -2533,6 +2657,9 @@ static Suite *worker_suite(void)
     tcase_add_test(tc, test_worker_sql_batches_run_every_statement_once);
     tcase_add_test(tc, test_worker_sql_batch_measures_each_statement);
     tcase_add_test(tc, test_worker_sql_batches_fill_with_quick_statements_and_keep_slow_ones_apart);
+    tcase_add_test(tc, test_worker_sql_take_claims_runs_and_completes_in_the_effects_transaction);
+    tcase_add_test(tc, test_worker_sql_take_completes_a_failing_statement_as_a_retry_run_once);
+    tcase_add_test(tc, test_worker_sql_take_gives_back_what_it_cannot_take_and_can_be_turned_off);
     tcase_add_test(tc, test_worker_prefetch_holds_deliveries_beyond_the_slots_unclaimed);
     suite_add_tcase(s, tc);
 

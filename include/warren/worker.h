@@ -127,6 +127,8 @@ typedef struct warren_worker_stats {
     uint64_t timeouts;      /* handlers stopped for their timeout */
     uint64_t db_errors;     /* PostgreSQL calls that failed (retried) */
     uint64_t broker_reconnects;
+    uint64_t taken; /* of started: sql runs claimed, run and completed in one transaction
+                       (worker.sql_take, warren.take_many) */
 } warren_worker_stats;
 void warren_worker_stats_get(const warren_worker *w, warren_worker_stats *out);
 

@@ -20,8 +20,9 @@ DECLARE
 BEGIN
     FOR r IN SELECT * FROM (VALUES
         ('warren_worker',
-         'May execute warren.claim, warren.heartbeat and warren.complete (their batch forms, and '
-         'warren.reclaim_many after a lost claim answer) only; grant it to worker logins'),
+         'May execute warren.claim, warren.heartbeat and warren.complete (their batch forms, '
+         'warren.reclaim_many after a lost claim answer, and warren.take_many/finish_many for '
+         'an effect in the same transaction) only; grant it to worker logins'),
         ('warren_producer',
          'May create, change, pause, resume and delete API jobs and enqueue runs (warren.upsert_job(s), '
          'warren.delete_job, warren.pause_job, warren.resume_job, warren.enqueue(_many)) only; grant '
@@ -64,7 +65,8 @@ $$;
 GRANT EXECUTE ON FUNCTION warren.claim(text, text), warren.heartbeat(text, int),
     warren.complete(text, int, text, text), warren.claim_many(text[], text),
     warren.complete_many(text[], int[]), warren.reclaim_many(text[], text, int),
-    warren.run_states(text[]), warren.refuse(text, text, text)
+    warren.run_states(text[]), warren.refuse(text, text, text),
+    warren.take_many(text[], text), warren.finish_many(text[], text, timestamptz)
     TO warren_worker;
 
 -- The application API, enqueue part (issue 16; sql/functions/enqueue.sql,

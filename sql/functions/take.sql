@@ -1,0 +1,177 @@
+-- take.sql: warren.take_many and warren.finish_many, the claim and the
+-- completion of one transaction that also holds the runs' effects (the C
+-- worker's sql handler: docs/worker-protocol.md, "Taken in the effect's
+-- transaction"). The one current definition; `warren migrate` re-applies it.
+--
+-- Why: claim_many commits the claim (the run `running`, a lease, an attempt
+-- row) and complete_many then writes the run a second time (`succeeded`) and
+-- updates that attempt row: two non-HOT updates of warren.runs per run, each
+-- with an entry in every full index (runs_run_key, runs_history, runs_job),
+-- and two commits per batch. When the effect is one transaction of SQL
+-- statements that finishes within milliseconds, nobody needs to see the run
+-- `running` in between: take_many locks the runs (FOR UPDATE, writing
+-- nothing), the caller runs the statements, and finish_many writes each run
+-- once, in its final state (`succeeded`, its attempt, started_at the take's
+-- time), with its attempt row inserted once, finished. One commit makes the
+-- effects and the outcome durable together; a rollback (a statement failed,
+-- the connection dropped) leaves the runs as they were, `published`, and
+-- claimable through the ordinary claim.
+--
+-- Only the runs claim_many's fast path would claim without a check: fresh
+-- (planned, published, retrying), due, of a job with overlap `allow` and no
+-- cap (its own or its template's), of a queue the login is granted. Runs of
+-- overlap or capped jobs need their claim committed: the next claim of the
+-- job must see it running. Those, and every key take_many does not return,
+-- go through warren.claim_many. A run whose row another transaction holds
+-- is skipped (SKIP LOCKED), never waited for: the caller's ordinary claim
+-- waits for it with its own bound.
+
+CREATE OR REPLACE FUNCTION warren.take_many(run_keys text[], worker text)
+RETURNS TABLE(run_key text, attempt int, job text, scheduled_at timestamptz, payload jsonb,
+              lease_seconds int, taken_at timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+-- Key lookups only, as claim_many (claim.sql).
+SET enable_seqscan = off SET enable_bitmapscan = off SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    w text := take_many.worker;
+    keys text[] := take_many.run_keys;
+    bad text[];
+    due timestamptz;
+    t0 timestamptz;
+    priv boolean := warren.wp_privileged();
+BEGIN
+    PERFORM warren.wp_check_worker('warren.take_many', w);
+    PERFORM warren.wp_check_batch('warren.take_many', keys);
+    IF NOT priv THEN
+        bad := warren.wp_ungranted('warren.take_many', keys);
+        IF cardinality(bad) > 0 THEN
+            keys := ARRAY(SELECT x FROM unnest(keys) x WHERE NOT (x = ANY (bad)));
+        END IF;
+    END IF;
+    -- As claim_many: wait until the latest of them is due, if that is at
+    -- most 1 s away (before any lock); runs due later are not taken.
+    SELECT max(rr.due_at) INTO due FROM warren.runs rr
+     WHERE rr.run_key = ANY (keys) AND rr.state || '' IN ('planned', 'published', 'retrying')
+       AND rr.due_at <= clock_timestamp() + interval '1 second';
+    IF due > clock_timestamp() THEN
+        PERFORM warren.wp_wait_until(due);
+    END IF;
+    t0 := clock_timestamp(); -- the runs' started_at (finish_many), after the wait
+    -- In key order (one lock order with claim_many's per-key path and the
+    -- completions); `state || ''` and `job || ''` as in claim_many's fast
+    -- path: no index on state to prefer, no way in from warren.jobs.
+    RETURN QUERY
+    SELECT rr.run_key, rr.attempt + 1, rr.job, rr.scheduled_at, coalesce(rr.payload, jb.payload),
+           greatest(1, ceil(jb.lease_ms / 1000.0))::int, t0
+      FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job || ''
+     WHERE rr.run_key = ANY (keys)
+       AND rr.state || '' IN ('planned', 'published', 'retrying') AND rr.due_at <= t0
+       AND jb.overlap = 'allow'
+       AND CASE WHEN jb.template IS NULL
+                THEN jb.max_running IS NULL AND jb.max_running_per_tenant IS NULL
+                ELSE NOT EXISTS (SELECT 1 FROM warren.jobs gj
+                                  WHERE gj.name = jb.template
+                                    AND (gj.max_running IS NOT NULL
+                                         OR gj.max_running_per_tenant IS NOT NULL))
+           END
+       AND (priv OR EXISTS (SELECT 1 FROM warren.worker_grants g
+                             WHERE g.login = session_user AND g.queue = jb.queue))
+     ORDER BY rr.run_key
+       FOR UPDATE OF rr SKIP LOCKED;
+END
+$fn$;
+COMMENT ON FUNCTION warren.take_many(text[], text) IS
+    'Locks the runs among run_keys that claim_many''s fast path would claim (fresh, due, of '
+    'an uncapped allow job, granted), writing nothing, skipping rows another transaction holds: '
+    'one row each with the attempt finish_many records; finish_many in the same transaction '
+    'records them as succeeded';
+
+CREATE OR REPLACE FUNCTION warren.finish_many(run_keys text[], worker text, taken_at timestamptz)
+RETURNS int
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_bitmapscan = off SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    w text := finish_many.worker;
+    t0 timestamptz := finish_many.taken_at;
+    priv boolean := warren.wp_privileged();
+    nkeys int;
+    n int;
+BEGIN
+    PERFORM warren.wp_check_worker('warren.finish_many', w);
+    PERFORM warren.wp_check_batch('warren.finish_many', finish_many.run_keys);
+    -- taken_at is take_many's, of this transaction: not before it began,
+    -- not in the future (the runs' started_at, which lateness is measured by).
+    IF t0 IS NULL OR t0 < now() OR t0 > clock_timestamp() THEN
+        RAISE EXCEPTION 'warren.finish_many: taken_at % is not the taken_at warren.take_many '
+                        'returned in this transaction', t0 USING ERRCODE = '22023';
+    END IF;
+    IF NOT priv AND cardinality(warren.wp_ungranted('warren.finish_many',
+                                                    finish_many.run_keys)) > 0 THEN
+        RAISE EXCEPTION 'warren.finish_many: a run of a queue this login is not granted'
+            USING ERRCODE = '42501';
+    END IF;
+    SELECT count(DISTINCT x) INTO nkeys FROM unnest(finish_many.run_keys) x;
+    WITH u AS (
+        -- The take's lock is held: the row is as take_many found it. The
+        -- same fields claim_many's fast path sets for an uncapped allow
+        -- job's run, then the ones complete_many sets, in one write.
+        UPDATE warren.runs rr
+           SET state = 'succeeded', attempt = rr.attempt + 1, lease_owner = w,
+               lease_login = session_user,
+               lease_ms = (SELECT jb.lease_ms FROM warren.jobs jb WHERE jb.name = rr.job),
+               lease_until = NULL, started_at = t0, finished_at = clock_timestamp()
+          FROM (SELECT DISTINCT x AS k FROM unnest(finish_many.run_keys) x ORDER BY 1) tk
+         WHERE rr.run_key = tk.k AND rr.state || '' IN ('planned', 'published', 'retrying')
+           AND rr.due_at <= t0
+        RETURNING rr.run_key, rr.job, rr.attempt, rr.scheduled_at, rr.due_at, rr.finished_at
+    ), at AS (
+        INSERT INTO warren.attempts (run_key, attempt, worker, login, started_at, finished_at,
+                                     outcome)
+        SELECT u.run_key, u.attempt, w, session_user, t0, u.finished_at, 'succeeded' FROM u
+        ON CONFLICT ON CONSTRAINT attempts_pkey DO UPDATE
+            SET worker = EXCLUDED.worker, login = EXCLUDED.login,
+                started_at = EXCLUDED.started_at, finished_at = EXCLUDED.finished_at,
+                outcome = 'succeeded', error = NULL
+    ), ev AS (
+        -- complete_many's success event (complete.sql), the same fields
+        INSERT INTO warren.outbox (exchange, routing_key, message_id, type, headers, body)
+        SELECT 'warren.events', 'run.succeeded.' || u.job, u.run_key, u.job,
+               jsonb_build_object('x-warren-job', u.job,
+                                  'x-warren-scheduled-at', u.sched,
+                                  'x-warren-attempt', u.attempt::text,
+                                  'x-warren-event', 'succeeded',
+                                  'x-warren-state', 'succeeded'),
+               jsonb_strip_nulls(jsonb_build_object(
+                   'event', 'succeeded', 'run_key', u.run_key, 'job', u.job,
+                   'scheduled_at', u.sched,
+                   'due_at', to_char(u.due_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+                   'attempt', u.attempt, 'state', 'succeeded', 'worker', w,
+                   'at', to_char(clock_timestamp() AT TIME ZONE 'UTC',
+                                 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')))
+          FROM (SELECT u.*, to_char(u.scheduled_at AT TIME ZONE 'UTC',
+                                    CASE WHEN date_trunc('second', u.scheduled_at) = u.scheduled_at
+                                         THEN 'YYYY-MM-DD"T"HH24:MI:SS"Z"'
+                                         ELSE 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"' END) AS sched
+                  FROM u) u
+         ORDER BY u.run_key
+    )
+    SELECT count(*) INTO n FROM u;
+    -- All or nothing: the caller commits right after (its COMMIT goes in
+    -- the same pipeline), so a run it did not take must fail the
+    -- transaction, or that run's effect would commit without its outcome.
+    IF n <> nkeys THEN
+        RAISE EXCEPTION 'warren.finish_many: % of % runs were not taken by warren.take_many in '
+                        'this transaction', nkeys - n, nkeys USING ERRCODE = '55000';
+    END IF;
+    RETURN n;
+END
+$fn$;
+COMMENT ON FUNCTION warren.finish_many(text[], text, timestamptz) IS
+    'Records the runs warren.take_many took in this transaction as succeeded (one write each, '
+    'its attempt row and success event); raises 55000 unless every key was taken';
