@@ -299,8 +299,10 @@ static void finish_take(warren_worker *w, slot *s)
     }
     pend *p = s->back;
     s->back = NULL;
-    if (c->error[0])
-        warren_log(w->lg, WARREN_LOG_DEBUG, "worker %s: taking %s: %s; claiming it instead",
+    if (c->error[0]) /* once per batch: the take's error (a lost connection, a refusal) */
+        warren_log(w->lg, WARREN_LOG_WARN,
+                   "worker %s: taking %s and the runs of its batch: %s; nothing of it committed "
+                   "(or all of it, if only the COMMIT's answer was lost): claiming them instead",
                    w->id, s->run_key, c->error);
     if (p != NULL) {
         p->no_take = 1;

@@ -686,6 +686,73 @@ START_TEST(test_worker_takes_back_runs_whose_claim_answer_was_lost)
 }
 END_TEST
 
+/* The connection of a take (worker.sql_take: claim, statement and completion
+ * in one transaction) drops before its COMMIT: warren.finish_many, wrapped
+ * to end its own backend once (a sequence counts the calls: nextval is not
+ * rolled back). Nothing of that batch committed, so its runs go back to the
+ * worker's loop, are claimed as usual and succeed, each as attempt 1 (no
+ * attempt was ever recorded for the take), each effect once. A first wave
+ * measures the statement (a statement not measured yet is claimed, not
+ * taken). */
+START_TEST(test_worker_claims_the_runs_of_a_take_whose_connection_dropped)
+{
+    fenv fe;
+    int status;
+
+    fenv_setup(&fe,
+               "worker = { concurrency = 8; };\n"
+               "jobs = (\n"
+               " { name = \"tl\"; at = \"2099-01-01T00:00:00Z\"; queue = \"l\"; overlap = "
+               "\"allow\"; retry = { max_attempts = 1; };\n"
+               "   handler = { sql = \"WITH x AS (INSERT INTO public.execlog (run_key, who) "
+               "VALUES ($1, 'tl')) INSERT INTO lsink VALUES ($1)\"; }; }\n"
+               ");\n",
+               "l",
+               "CREATE TABLE lsink (run_key text PRIMARY KEY);"
+               "CREATE SEQUENCE lose_take;"
+               "DO $$ BEGIN EXECUTE replace(replace(pg_get_functiondef("
+               "'warren.finish_many(text[], text, timestamptz)'::regprocedure), "
+               "'warren.finish_many(', 'warren.finish_many_real('), 'finish_many.', "
+               "'finish_many_real.'); END $$;"
+               "CREATE OR REPLACE FUNCTION warren.finish_many(run_keys text[], worker text, "
+               "taken_at timestamptz) RETURNS int LANGUAGE plpgsql AS $f$ BEGIN "
+               "IF nextval('public.lose_take') = 1 THEN "
+               "  PERFORM pg_terminate_backend(pg_backend_pid()); PERFORM pg_sleep(10); "
+               "END IF; "
+               "RETURN warren.finish_many_real(run_keys, worker, taken_at); END $f$");
+    char *db = fe.db;
+    planner_ctx pc = {0};
+    planner_start(&pc, &fe);
+    pid_t w = spawn_worker(&fe, "w.log", "tl1");
+    insert_runs(db, "tl", 2, "now()");
+    ck_assert(wait_for(db, "2", 15000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
+    ck_assert_int_ge(testenv_psql(db, "INSERT INTO warren.runs (job, scheduled_at, due_at, "
+                                      "origin) SELECT 'tl', date_trunc('second', now()) - "
+                                      "make_interval(secs => 100 + g), now() + interval '1 s', "
+                                      "'trigger' FROM generate_series(1, 6) g; NOTIFY warren_jobs",
+                                  NULL),
+                     0);
+    int done =
+        wait_for(db, "8", 15000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'");
+    kill(w, SIGTERM);
+    waitpid(w, &status, 0);
+    planner_stop(&pc);
+    ck_assert_msg(done, "the runs did not succeed within 15 s (state: %s)",
+                  testenv_sql1f(db, "SELECT string_agg(state || ':' || attempt, ',') FROM "
+                                    "warren.runs"));
+    /* the fault happened (a take reached finish_many and lost its backend) */
+    ck_assert(wait_for(db, "t", 0, "SELECT is_called FROM lose_take"));
+    ck_assert(wait_for(db, "8|8", 0,
+                       "SELECT count(*) || '|' || count(*) FILTER (WHERE attempt = 1 AND outcome "
+                       "= 'succeeded') FROM warren.attempts"));
+    ck_assert(wait_for(db, "8", 0, "SELECT count(*) FROM lsink"));
+    assert_executions(&fe, "SELECT run_key FROM warren.runs", "SELECT run_key FROM public.execlog",
+                      NULL);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "worker exit %d", status);
+    fenv_teardown(&fe);
+}
+END_TEST
+
 static Suite *faults_suite(void)
 {
     Suite *s = suite_create("faults_worker");
@@ -702,6 +769,7 @@ static Suite *faults_suite(void)
     tc = tcase_create("lost_answer");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_worker_takes_back_runs_whose_claim_answer_was_lost);
+    tcase_add_test(tc, test_worker_claims_the_runs_of_a_take_whose_connection_dropped);
     suite_add_tcase(s, tc);
     return s;
 }
