@@ -1,6 +1,7 @@
 /* store_work.c: the worker's SQL: warren.claim / heartbeat / complete from
  * sql/functions/ (claim.sql, lease.sql, complete.sql) (batched: one round trip for many runs), the
- * sql handler's statement inside the completion transaction and the run's times for the report line
+ * sql handler's statement inside the completion transaction (or, taken, inside the claim's too:
+ * take.sql) and the run's times for the report line
  * (the operator's replay, runs and show are in ops.c). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -687,6 +688,26 @@ static int sql_run_lost(const warren_sql_run *r)
     return r->lost != NULL && atomic_load(r->lost);
 }
 
+/* The error of a run's own statement (bad, a fatal result) into *serr.
+ * WARREN_EDBCONN (err set) if the connection itself is gone; a connection
+ * error of the statement's own (dblink's, postgres_fdw's) on a connection
+ * that is fine is the run's. */
+static int run_stmt_error(warren_store *st, PGconn *conn, const PGresult *bad, warren_error *serr,
+                      warren_error *err)
+{
+    const char *state = PQresultErrorField(bad, PG_DIAG_SQLSTATE);
+    *serr = (warren_error){0};
+    if (warren__store_fail(st, bad, "sql handler", serr) != WARREN_EDBCONN)
+        return 0;
+    if (PQstatus(conn) != CONNECTION_OK)
+        return warren_error_set(err, WARREN_EDBCONN, "%s", serr->message);
+    const char *primary = PQresultErrorField(bad, PG_DIAG_MESSAGE_PRIMARY);
+    *serr = (warren_error){0};
+    warren_error_set(serr, WARREN_EDB, "sql handler: %s (SQLSTATE %s)",
+                     primary ? primary : "failed", state ? state : "?????");
+    return 0;
+}
+
 /* What one try of the pipelined batch (sql_batch_fast) came to. */
 enum { FAST_COMMITTED, FAST_SETTLED, FAST_SLOW };
 
@@ -854,21 +875,11 @@ leave:
             PQresultStatus(bad) != PGRES_FATAL_ERROR)
             goto rollback; /* BEGIN, a setting or the completions refused: FAST_SLOW */
         /* the statement of run live[(bad_q - 2) / 2] */
-        warren_error serr = {0};
+        warren_error serr;
         warren_sql_run *r = &runs[live[(bad_q - 2) / 2]];
         const char *state = PQresultErrorField(bad, PG_DIAG_SQLSTATE);
-        if (warren__store_fail(st, bad, "sql handler", &serr) == WARREN_EDBCONN) {
-            if (PQstatus(conn) != CONNECTION_OK) {
-                rc = warren_error_set(err, WARREN_EDBCONN, "%s", serr.message);
-                goto out;
-            }
-            /* a connection error of the statement's own (dblink's,
-             * postgres_fdw's) on a connection that is fine: the run's */
-            const char *primary = PQresultErrorField(bad, PG_DIAG_MESSAGE_PRIMARY);
-            serr = (warren_error){0};
-            warren_error_set(&serr, WARREN_EDB, "sql handler: %s (SQLSTATE %s)",
-                             primary ? primary : "failed", state ? state : "?????");
-        }
+        if ((rc = run_stmt_error(st, conn, bad, &serr, err)) != 0)
+            goto out;
         if (state != NULL && strcmp(state, "57014") == 0 && !sql_run_lost(r) && r->timeout_ms > 0)
             r->stmt_us = r->timeout_ms * 1000; /* it ran until its timeout, at least */
         if (state != NULL && strcmp(state, "57014") == 0 && !sql_run_lost(r))
@@ -1275,20 +1286,11 @@ static int take_try(warren_store *st, const char *worker, warren_take_run *runs,
         }
         if (bad < 2 * k && bad % 2 == 1 && PQresultStatus(r2[bad]) == PGRES_FATAL_ERROR) {
             /* the statement of run live[tj[bad / 2]]: the run's own error */
-            warren_error serr = {0};
+            warren_error serr;
             warren_take_run *r = &runs[live[tj[bad / 2]]];
             const char *state = PQresultErrorField(r2[bad], PG_DIAG_SQLSTATE);
-            if (warren__store_fail(st, r2[bad], "sql handler", &serr) == WARREN_EDBCONN) {
-                if (PQstatus(conn) != CONNECTION_OK) {
-                    rc = warren_error_set(err, WARREN_EDBCONN, "%s", serr.message);
-                    goto out;
-                }
-                /* dblink's, postgres_fdw's: the statement's own, on a fine connection */
-                const char *primary = PQresultErrorField(r2[bad], PG_DIAG_MESSAGE_PRIMARY);
-                serr = (warren_error){0};
-                warren_error_set(&serr, WARREN_EDB, "sql handler: %s (SQLSTATE %s)",
-                                 primary ? primary : "failed", state ? state : "?????");
-            }
+            if ((rc = run_stmt_error(st, conn, r2[bad], &serr, err)) != 0)
+                goto out;
             if (state != NULL && strcmp(state, "57014") == 0 && r->timeout_ms > 0)
                 r->stmt_us = r->timeout_ms * 1000; /* it ran until its timeout, at least */
             if ((*ferr = strdup(serr.message)) == NULL) {

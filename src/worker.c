@@ -441,6 +441,19 @@ static int64_t kill_grace(const warren_worker *w)
     return g > KILL_GRACE_MAX_MS ? KILL_GRACE_MAX_MS : g;
 }
 
+/* Slot s's clocks from its start (monotonic ms; hb_every_ms set): the
+ * heartbeat schedule, the timeout, the delivery's times for the report. */
+static void slot_clocks(slot *s, const pend *p, int64_t start)
+{
+    s->started_mono = start;
+    s->received_mono = p->received_mono;
+    s->msg_due_at = p->msg.due_at;
+    s->last_hb_ok = start;
+    s->next_hb = start + s->hb_every_ms;
+    s->timeout_at = start + (s->job->timeout_ms > 0 ? s->job->timeout_ms : INT32_MAX);
+    s->ex.out_fd = -1;
+}
+
 /* Starts a claimed run in slot s. On failure the run is completed as retry. */
 void warren__slot_start(warren_worker *w, slot *s, pend *p, warren_claim *cl, int64_t claimed_mono)
 {
@@ -488,13 +501,7 @@ void warren__slot_start(warren_worker *w, slot *s, pend *p, warren_claim *cl, in
             warren__worker_store_failed(w, te.code, &te, "lower the database call bound");
         }
     }
-    s->started_mono = claimed_mono;
-    s->received_mono = p->received_mono;
-    s->msg_due_at = p->msg.due_at;
-    s->last_hb_ok = claimed_mono;
-    s->next_hb = claimed_mono + s->hb_every_ms;
-    s->timeout_at = claimed_mono + (s->job->timeout_ms > 0 ? s->job->timeout_ms : INT32_MAX);
-    s->ex.out_fd = -1;
+    slot_clocks(s, p, claimed_mono);
     switch (s->job->handler) {
     case WARREN_HANDLER_EXEC:
         s->kind = KIND_EXEC;
@@ -539,13 +546,7 @@ int warren__slot_take(warren_worker *w, slot *s, pend *p, int64_t now)
      * (poll_slot, hb_due skip it); the statement_timeout bounds it. */
     s->lease_ms = s->job->lease_ms;
     s->hb_every_ms = s->lease_ms / 3 > 0 ? s->lease_ms / 3 : 1;
-    s->started_mono = now;
-    s->received_mono = p->received_mono;
-    s->msg_due_at = p->msg.due_at;
-    s->last_hb_ok = now;
-    s->next_hb = now + s->hb_every_ms;
-    s->timeout_at = now + (s->job->timeout_ms > 0 ? s->job->timeout_ms : INT32_MAX);
-    s->ex.out_fd = -1;
+    slot_clocks(s, p, now);
     if ((rc = warren__start_thread(w, s, &e)) != 0) {
         warren_log(w->lg, WARREN_LOG_WARN, "worker %s: %s: %s (claimed instead)", w->id,
                    s->run_key, e.message);

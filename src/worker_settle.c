@@ -304,6 +304,11 @@ static void finish_take(warren_worker *w, slot *s)
                    "worker %s: taking %s and the runs of its batch: %s; nothing of it committed "
                    "(or all of it, if only the COMMIT's answer was lost): claiming them instead",
                    w->id, s->run_key, c->error);
+    if (p != NULL && p->gen != w->gen) {
+        /* its broker connection is gone: the broker redelivers it */
+        warren__pend_free(p);
+        p = NULL;
+    }
     if (p != NULL) {
         p->no_take = 1;
         p->picked = 0;

@@ -4,7 +4,7 @@ PostgreSQL per run, one connection, no broker (JSON lines on stdout).
 
     eval "$(bash tests/servers.sh start)"
     python3 tests/bench_sql_cost.py [--runs N] [--batch B] [--rounds R]
-        [--overlap skip [--jobs J]] [VARIANT.sql ...]
+        [--overlap skip [--jobs J]] [--take] [VARIANT.sql ...]
 
 Creates a scratch database on the server of WARREN_TEST_PG_URL, applies
 sql/migrations/*.sql and the function files sql/functions.sql lists (as
@@ -25,6 +25,10 @@ jobs' runs none of whose jobs has a run running (claim_many's `skip` path;
 the other policies go through wp_claim one key at a time). With J smaller
 than the batch a batch holds several keys of one job: one is claimed, the
 others are skipped, and the round counts claimed + skipped runs.
+With --take each round also takes and finishes the runs (warren.take_many,
+then warren.finish_many, one transaction per batch: the C worker's
+worker.sql_take path without the handler's statements), printed as variant
+"take" with its cost in claim_us (complete_us 0).
 The database is dropped at the end. Needs psycopg2 (Debian python3-psycopg2).
 """
 import argparse
@@ -61,7 +65,7 @@ def backend_cpu_s(pid):
 
 
 def one_round(url, label, variant, runs, batch, tenants=0, per_tenant=None, overlap="allow",
-              jobs=1):
+              jobs=1, take=False):
     conn = psycopg2.connect(url)
     conn.autocommit = True
     cur = conn.cursor()
@@ -98,7 +102,25 @@ def one_round(url, label, variant, runs, batch, tenants=0, per_tenant=None, over
     pid = cur.fetchone()[0]
     attempt = {}
     recorded = 0
-    if overlap == "allow":
+    if take:
+        # each batch one transaction: take_many, finish_many, COMMIT (the C
+        # worker's sql_take path without the statements); against it the
+        # shipped rounds' claim_many and complete_many, each committed
+        cur.execute("SET synchronous_commit = on")
+        c0, t0 = backend_cpu_s(pid), time.monotonic()
+        for i in range(0, runs, batch):
+            cur.execute("BEGIN")
+            cur.execute("SELECT run_key, attempt, taken_at FROM warren.take_many(%s, 'bench-sql')",
+                        (keys[i:i + batch],))
+            got = cur.fetchall()
+            attempt.update((k, a) for k, a, _ in got)
+            cur.execute("SELECT warren.finish_many(%s, 'bench-sql', %s)",
+                        ([k for k, _, _ in got], got[0][2]))
+            recorded += cur.fetchone()[0]
+            cur.execute("COMMIT")
+        c1, t1 = backend_cpu_s(pid), time.monotonic()
+        c2, t2 = c1, t1
+    elif overlap == "allow":
         c0, t0 = backend_cpu_s(pid), time.monotonic()
         for i in range(0, runs, batch):
             cur.execute("SELECT run_key, attempt FROM warren.claim_many(%s, 'bench-sql')",
@@ -162,10 +184,15 @@ def main():
     ap.add_argument("--jobs", type=int, default=None,
                     help="jobs the runs are spread over (default 1; with --overlap other than "
                          "allow: --batch)")
+    ap.add_argument("--take", action="store_true",
+                    help="also rounds of take_many + finish_many, one transaction per batch "
+                         "(variant \"take\": claim_us is their cost, complete_us 0)")
     ap.add_argument("variants", nargs="*")
     a = ap.parse_args()
     if a.jobs is None:
         a.jobs = 1 if a.overlap == "allow" else a.batch
+    if a.take and (a.overlap != "allow" or a.tenants):
+        sys.exit("bench_sql_cost: --take is for uncapped allow runs (no --overlap, no --tenants)")
     if a.jobs < 1:
         sys.exit("bench_sql_cost: --jobs must be at least 1, not %d" % a.jobs)
     server = os.environ.get("WARREN_TEST_PG_URL")
@@ -181,6 +208,9 @@ def main():
         for _ in range(a.rounds):
             one_round(url, "shipped", None, a.runs, a.batch, a.tenants, a.per_tenant, a.overlap,
                       a.jobs)
+            if a.take:
+                one_round(url, "take", None, a.runs, a.batch, a.tenants, a.per_tenant, a.overlap,
+                          a.jobs, take=True)
             for v in a.variants:
                 one_round(url, os.path.basename(v), v, a.runs, a.batch, a.tenants, a.per_tenant,
                           a.overlap, a.jobs)

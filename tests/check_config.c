@@ -83,6 +83,7 @@ START_TEST(test_config_full_file_loads_every_field)
     ck_assert_str_eq(cfg->worker.exec_env[1], "PGSERVICE");
     ck_assert_str_eq(cfg->worker.exec_env[2], "APP_*");
     ck_assert_ptr_null(cfg->worker.exec_env[3]);
+    ck_assert_int_eq(cfg->worker.sql_take, 0);
     ck_assert_uint_eq(cfg->njobs, 2);
 
     const warren_job *j = &cfg->jobs[0];
@@ -160,6 +161,7 @@ START_TEST(test_config_minimal_file_gets_documented_defaults)
     ck_assert_int_eq(cfg->worker.shutdown_grace_ms, 30000);
     ck_assert_int_eq(cfg->worker.heartbeat_margin_ms, 5000);
     ck_assert_ptr_null(cfg->worker.exec_env); /* handlers get only the allow-list */
+    ck_assert_int_eq(cfg->worker.sql_take, 1);
     ck_assert_ptr_null(cfg->worker.id);
     ck_assert_uint_eq(cfg->njobs, 1);
     const warren_job *j = &cfg->jobs[0];

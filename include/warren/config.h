@@ -113,9 +113,10 @@ typedef struct warren_worker_config {
      * (and at most 10 ms of their statements' measured time); default 32,
      * 1 = a transaction per run */
     int sql_batch;
-    /* sql_take: an sql-handler run of an uncapped allow job whose statement
-     * is quick is claimed, run and completed in one transaction
-     * (warren.take_many / finish_many: never seen running); default 1 */
+    /* sql_take: sql-handler runs of uncapped allow jobs whose statement was
+     * measured quick, due together, are claimed, run and completed in one
+     * transaction (warren.take_many / finish_many: never seen running);
+     * default 1 */
     int sql_take;
     /* prefetch: unacknowledged deliveries per consumer; default 0 = 2 x
      * concurrency up to 256 slots, concurrency above; never below concurrency */
