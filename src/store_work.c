@@ -693,7 +693,7 @@ static int sql_run_lost(const warren_sql_run *r)
  * error of the statement's own (dblink's, postgres_fdw's) on a connection
  * that is fine is the run's. */
 static int run_stmt_error(warren_store *st, PGconn *conn, const PGresult *bad, warren_error *serr,
-                      warren_error *err)
+                          warren_error *err)
 {
     const char *state = PQresultErrorField(bad, PG_DIAG_SQLSTATE);
     *serr = (warren_error){0};
@@ -1122,9 +1122,9 @@ static int res_ok(const PGresult *r)
  * second. taken[j] = 1 for the live[j] take_many returned (their claim
  * filled). *failed: with TAKE_STMT_FAILED, the run whose statement failed
  * (its error in *ferr, new). */
-static int take_try(warren_store *st, const char *worker, warren_take_run *runs,
-                    const size_t *live, size_t m, int *taken, int *outcome, size_t *failed,
-                    char **ferr, warren_error *err)
+static int take_try(warren_store *st, const char *worker, warren_take_run *runs, const size_t *live,
+                    size_t m, int *taken, int *outcome, size_t *failed, char **ferr,
+                    warren_error *err)
 {
     PGconn *conn = warren__store_conn(st);
     warren__buf ka = {0}, tk = {0};
@@ -1194,8 +1194,10 @@ static int take_try(warren_store *st, const char *worker, warren_take_run *runs,
                 warren__store_get_us(r1[1], row, 3, &c->scheduled_at) != 0 ||
                 warren__store_get_int(r1[1], row, 5, &c->lease_seconds) != 0 || job == NULL ||
                 strlen(job) > WARREN_JOB_NAME_MAX || at == NULL || strlen(at) >= sizeof(taken_at)) {
-                rc = warren_error_set(err, WARREN_EDB, "take %s: unexpected row from "
-                                      "warren.take_many", key);
+                rc = warren_error_set(err, WARREN_EDB,
+                                      "take %s: unexpected row from "
+                                      "warren.take_many",
+                                      key);
                 goto rollback;
             }
             snprintf(c->job, sizeof(c->job), "%s", job);
@@ -1302,8 +1304,8 @@ static int take_try(warren_store *st, const char *worker, warren_take_run *runs,
         } else if (bad < nq) {
             /* a setting, finish_many or the COMMIT refused: BACK */
             warren_error ferr2 = {0};
-            warren__store_fail(st, r2[bad], bad == nq - 1 ? "commit taken runs" : "finish taken runs",
-                               &ferr2);
+            warren__store_fail(st, r2[bad],
+                               bad == nq - 1 ? "commit taken runs" : "finish taken runs", &ferr2);
             warren_error_set(err, WARREN_EDB, "%s", ferr2.message);
         }
     }

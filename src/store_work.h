@@ -140,11 +140,11 @@ enum {
 typedef struct warren_take_run {
     const char *run_key, *sql, *tag;
     int64_t timeout_ms;
-    int fate;            /* out: WARREN_TAKE_* */
-    int back_unknown;    /* out, BACK: its claim's answer was lost (it may be this worker's) */
-    warren_claim claim;  /* out, RECORDED or FAILED: the attempt (payload_json new) */
-    char *stmt_error;    /* out, FAILED (new): its statement's error */
-    int64_t stmt_us;     /* out: as warren_sql_run.stmt_us; -1 not measured */
+    int fate;           /* out: WARREN_TAKE_* */
+    int back_unknown;   /* out, BACK: its claim's answer was lost (it may be this worker's) */
+    warren_claim claim; /* out, RECORDED or FAILED: the attempt (payload_json new) */
+    char *stmt_error;   /* out, FAILED (new): its statement's error */
+    int64_t stmt_us;    /* out: as warren_sql_run.stmt_us; -1 not measured */
 } warren_take_run;
 
 /* Sql handler runs not claimed yet, claimed, run and completed in ONE

@@ -548,8 +548,8 @@ int warren__slot_take(warren_worker *w, slot *s, pend *p, int64_t now)
     s->hb_every_ms = s->lease_ms / 3 > 0 ? s->lease_ms / 3 : 1;
     slot_clocks(s, p, now);
     if ((rc = warren__start_thread(w, s, &e)) != 0) {
-        warren_log(w->lg, WARREN_LOG_WARN, "worker %s: %s: %s (claimed instead)", w->id,
-                   s->run_key, e.message);
+        warren_log(w->lg, WARREN_LOG_WARN, "worker %s: %s: %s (claimed instead)", w->id, s->run_key,
+                   e.message);
         free(back);
         warren__slot_release(w, s);
         return rc;
@@ -1027,9 +1027,9 @@ out:
                "worker %s: stopped (received %llu, started %llu, taken %llu, succeeded %llu, "
                "retried %llu, failed %llu, duplicates %llu, dead-lettered %llu, given back %llu)",
                w->id, (unsigned long long)w->stats.received, (unsigned long long)w->stats.started,
-               (unsigned long long)w->stats.taken,
-               (unsigned long long)w->stats.succeeded, (unsigned long long)w->stats.retried,
-               (unsigned long long)w->stats.failed, (unsigned long long)w->stats.duplicates,
-               (unsigned long long)w->stats.dead_lettered, (unsigned long long)w->stats.given_back);
+               (unsigned long long)w->stats.taken, (unsigned long long)w->stats.succeeded,
+               (unsigned long long)w->stats.retried, (unsigned long long)w->stats.failed,
+               (unsigned long long)w->stats.duplicates, (unsigned long long)w->stats.dead_lettered,
+               (unsigned long long)w->stats.given_back);
     return rc;
 }

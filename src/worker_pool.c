@@ -324,7 +324,8 @@ static void sql_take_batch(warren_handler_ctx **cs, size_t n, int64_t *stmt_us)
         cs[i]->take_fate = WARREN_TAKE_BACK;
     }
     if (st == NULL) {
-        snprintf(cs[0]->error, sizeof(cs[0]->error), "%s", runs == NULL ? "out of memory" : e.message);
+        snprintf(cs[0]->error, sizeof(cs[0]->error), "%s",
+                 runs == NULL ? "out of memory" : e.message);
         free(runs);
         return;
     }
@@ -483,9 +484,9 @@ static void *hpool_main(void *arg)
         while (hp->head != NULL && nb < SQL_BATCH_MAX) {
             warren_handler_ctx *c = hp->head;
             int64_t cc = c->kind == KIND_SQL ? sql_cost(hp, c) : 0;
-            if (nb > 0 && (c->kind != KIND_SQL || batch[0]->kind != KIND_SQL ||
-                           c->take != batch[0]->take || nb >= (size_t)hp->sql_batch ||
-                           cost + cc > SQL_BATCH_BUDGET_US))
+            if (nb > 0 &&
+                (c->kind != KIND_SQL || batch[0]->kind != KIND_SQL || c->take != batch[0]->take ||
+                 nb >= (size_t)hp->sql_batch || cost + cc > SQL_BATCH_BUDGET_US))
                 break;
             hp->head = c->next;
             if (hp->head == NULL)

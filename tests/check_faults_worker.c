@@ -725,11 +725,13 @@ START_TEST(test_worker_claims_the_runs_of_a_take_whose_connection_dropped)
     planner_start(&pc, &fe);
     pid_t w = spawn_worker(&fe, "w.log", "tl1");
     insert_runs(db, "tl", 2, "now()");
-    ck_assert(wait_for(db, "2", 15000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
-    ck_assert_int_ge(testenv_psql(db, "INSERT INTO warren.runs (job, scheduled_at, due_at, "
-                                      "origin) SELECT 'tl', date_trunc('second', now()) - "
-                                      "make_interval(secs => 100 + g), now() + interval '1 s', "
-                                      "'trigger' FROM generate_series(1, 6) g; NOTIFY warren_jobs",
+    ck_assert(
+        wait_for(db, "2", 15000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
+    ck_assert_int_ge(testenv_psql(db,
+                                  "INSERT INTO warren.runs (job, scheduled_at, due_at, "
+                                  "origin) SELECT 'tl', date_trunc('second', now()) - "
+                                  "make_interval(secs => 100 + g), now() + interval '1 s', "
+                                  "'trigger' FROM generate_series(1, 6) g; NOTIFY warren_jobs",
                                   NULL),
                      0);
     int done =

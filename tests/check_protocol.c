@@ -976,7 +976,8 @@ static char *one(PGconn *c, const char *sql)
     PGresult *res = PQexec(c, sql);
     ck_assert_msg(PQresultStatus(res) == PGRES_TUPLES_OK || PQresultStatus(res) == PGRES_COMMAND_OK,
                   "%s: %s", sql, PQerrorMessage(c));
-    char *v = strdup(PQntuples(res) > 0 && !PQgetisnull(res, 0, 0) ? PQgetvalue(res, 0, 0) : "<null>");
+    char *v =
+        strdup(PQntuples(res) > 0 && !PQgetisnull(res, 0, 0) ? PQgetvalue(res, 0, 0) : "<null>");
     PQclear(res);
     return v;
 }
@@ -1022,25 +1023,27 @@ START_TEST(test_take_many_locks_fast_path_runs_and_finish_many_records_them)
     free(one(a, "BEGIN"));
     char *got = one(a, "SELECT string_agg(run_key || ':' || attempt || ':' || payload::text, ',' "
                        "ORDER BY run_key) || '|' || min(taken_at) FROM warren.take_many(ARRAY['" RK
-                       "', " J2("2") ", " J2("1") ", " J2("3") ", " J2("4") ", "
-                       "'j3@2026-01-01T00:00:01Z', 'nosuch@2026-01-01T00:00:00Z'], 'w1')");
+                       "', " J2("2") ", " J2("1") ", " J2("3") ", " J2(
+                           "4") ", "
+                                "'j3@2026-01-01T00:00:01Z', 'nosuch@2026-01-01T00:00:00Z'], 'w1')");
     char *bar = strchr(got, '|');
     ck_assert_ptr_nonnull(bar);
     *bar = '\0';
     ck_assert_str_eq(got, "j2@2026-01-01T00:00:01Z:1:{},j2@2026-01-01T00:00:02Z:1:{}");
     /* nothing written: the others see them as they were */
-    ck_q(url, "planned|0", "SELECT max(state) || '|' || (SELECT count(*) FROM warren.attempts) "
-                           "FROM warren.runs WHERE job = 'j2'");
+    ck_q(url, "planned|0",
+         "SELECT max(state) || '|' || (SELECT count(*) FROM warren.attempts) "
+         "FROM warren.runs WHERE job = 'j2'");
     free(one(a, "SAVEPOINT s"));
-    char *sql = testenv_fmt("SELECT warren.finish_many(ARRAY[" J2("1") ", " J2("4") "], 'w1', '%s')",
-                            bar + 1);
+    char *sql = testenv_fmt(
+        "SELECT warren.finish_many(ARRAY[" J2("1") ", " J2("4") "], 'w1', '%s')", bar + 1);
     char *st = fails_with(a, sql);
     ck_assert_str_eq(st, "55000");
     free(st);
     free(sql);
     free(one(a, "ROLLBACK TO SAVEPOINT s"));
     st = fails_with(a, "SELECT warren.finish_many(ARRAY[" J2("1") "], 'w1', now() - interval "
-                       "'1 second')");
+                                                                  "'1 second')");
     ck_assert_str_eq(st, "22023");
     free(st);
     free(one(a, "ROLLBACK TO SAVEPOINT s"));
@@ -1061,8 +1064,9 @@ START_TEST(test_take_many_locks_fast_path_runs_and_finish_many_records_them)
                       bar + 1);
     ck_q(url, "succeeded:1:1:succeeded:true,succeeded:1:1:succeeded:true", "%s", sql);
     free(sql);
-    ck_q(url, "2", "SELECT count(*) FROM warren.outbox WHERE routing_key = 'run.succeeded.j2' "
-                   "AND body->>'worker' = 'w1' AND body->>'attempt' = '1'");
+    ck_q(url, "2",
+         "SELECT count(*) FROM warren.outbox WHERE routing_key = 'run.succeeded.j2' "
+         "AND body->>'worker' = 'w1' AND body->>'attempt' = '1'");
     ck_q(url, "planned,planned,planned,planned",
          "SELECT string_agg(state, ',' ORDER BY run_key) FROM warren.runs WHERE run_key IN ('" RK
          "', " J2("3") ", " J2("4") ", 'j3@2026-01-01T00:00:01Z')");

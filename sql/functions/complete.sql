@@ -166,6 +166,7 @@ BEGIN
         UPDATE warren.attempts x SET finished_at = now(), outcome = 'succeeded', error = NULL
           FROM u WHERE x.run_key = u.run_key AND x.attempt = u.attempt
     ), ev AS (
+        -- warren.finish_many (take.sql) writes the same event: keep the two alike
         INSERT INTO warren.outbox (exchange, routing_key, message_id, type, headers, body)
         SELECT 'warren.events', 'run.succeeded.' || u.job, u.run_key, u.job,
                jsonb_build_object('x-warren-job', u.job,
