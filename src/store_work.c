@@ -1086,7 +1086,22 @@ out:
 #define SQL_FINISH_MANY "SELECT warren.finish_many($1::text[], $2, $3::timestamptz)"
 
 /* What one try of warren_store_take_sql_batch came to. */
-enum { TAKE_COMMITTED, TAKE_NONE, TAKE_STMT_FAILED, TAKE_OTHER };
+enum { TAKE_COMMITTED, TAKE_NONE, TAKE_STMT_FAILED, TAKE_STMT_SLOW, TAKE_OTHER };
+
+/* A taken statement runs with the run's row locked and the run not seen
+ * running: it gets at most this long (its own timeout if shorter). One
+ * that runs out of it is not the run's failure: it goes back and is claimed,
+ * then runs with its own timeout (its cost, measured at this, keeps the next
+ * ones from being taken). */
+#define TAKE_TIMEOUT_MS 1000
+/* The failed run's claim on its own: bounded (the pool's connection has no
+ * lock_timeout of its own). */
+#define TAKE_CLAIM_TIMEOUT "2000"
+
+static int64_t take_timeout_ms(const warren_take_run *r)
+{
+    return r->timeout_ms > 0 && r->timeout_ms < TAKE_TIMEOUT_MS ? r->timeout_ms : TAKE_TIMEOUT_MS;
+}
 
 /* Reads the results of nq pipelined queries and the sync: res[q] (new) for
  * each, NULL where a query gave none. 0, or WARREN_EDBCONN. */
@@ -1239,9 +1254,7 @@ static int take_try(warren_store *st, const char *worker, warren_take_run *runs,
     sent = 1;
     for (size_t i = 0; i < k && sent; i++) {
         warren_take_run *r = &runs[live[tj[i]]];
-        int64_t timeout_ms = r->timeout_ms > INT32_MAX ? INT32_MAX : r->timeout_ms;
-        snprintf(setting[i], sizeof(setting[i]), "%lld",
-                 (long long)(timeout_ms > 0 ? timeout_ms : 0));
+        snprintf(setting[i], sizeof(setting[i]), "%lld", (long long)take_timeout_ms(r));
         const char *set_params[2] = {setting[i], r->tag};
         const Oid types[3] = {OID_TEXT, OID_TIMESTAMPTZ, OID_JSONB};
         const char *params[3] = {
@@ -1279,13 +1292,14 @@ static int take_try(warren_store *st, const char *worker, warren_take_run *runs,
             runs[live[tj[i]]].stmt_us = clock_us[i + 1] - clock_us[i];
     {
         size_t bad = nq;
-        for (size_t q = 0; q < nq && bad == nq; q++)
-            if (!res_ok(r2[q]))
-                bad = q;
-        if (bad == nq && strcmp(PQcmdStatus(r2[nq - 1]), "COMMIT") == 0) {
+        /* The COMMIT's own answer decides: an earlier error skips it */
+        if (res_ok(r2[nq - 1]) && strcmp(PQcmdStatus(r2[nq - 1]), "COMMIT") == 0) {
             *outcome = TAKE_COMMITTED;
             goto out; /* committed: no transaction left open */
         }
+        for (size_t q = 0; q < nq && bad == nq; q++)
+            if (!res_ok(r2[q]))
+                bad = q;
         if (bad < 2 * k && bad % 2 == 1 && PQresultStatus(r2[bad]) == PGRES_FATAL_ERROR) {
             /* the statement of run live[tj[bad / 2]]: the run's own error */
             warren_error serr;
@@ -1293,25 +1307,34 @@ static int take_try(warren_store *st, const char *worker, warren_take_run *runs,
             const char *state = PQresultErrorField(r2[bad], PG_DIAG_SQLSTATE);
             if ((rc = run_stmt_error(st, conn, r2[bad], &serr, err)) != 0)
                 goto out;
-            if (state != NULL && strcmp(state, "57014") == 0 && r->timeout_ms > 0)
-                r->stmt_us = r->timeout_ms * 1000; /* it ran until its timeout, at least */
+            *failed = live[tj[bad / 2]];
+            if (state != NULL && strcmp(state, "57014") == 0) {
+                /* it ran until its timeout, at least */
+                r->stmt_us = take_timeout_ms(r) * 1000;
+                if (r->timeout_ms <= 0 || r->timeout_ms > take_timeout_ms(r)) {
+                    *outcome = TAKE_STMT_SLOW; /* the take's bound, not the run's */
+                    goto rollback;
+                }
+            }
             if ((*ferr = strdup(serr.message)) == NULL) {
                 rc = warren_error_set(err, WARREN_ENOMEM, "out of memory");
                 goto rollback;
             }
-            *failed = live[tj[bad / 2]];
             *outcome = TAKE_STMT_FAILED;
-        } else if (bad < nq) {
-            /* a setting, finish_many or the COMMIT refused: BACK */
+        } else {
+            /* a setting, finish_many or the COMMIT refused (or no error on
+             * record): BACK, with the reason for the worker's log */
             warren_error ferr2 = {0};
-            warren__store_fail(st, r2[bad],
-                               bad == nq - 1 ? "commit taken runs" : "finish taken runs", &ferr2);
-            warren_error_set(err, WARREN_EDB, "%s", ferr2.message);
+            if (bad < nq)
+                warren__store_fail(
+                    st, r2[bad], bad == nq - 1 ? "commit taken runs" : "finish taken runs", &ferr2);
+            rc = warren_error_set(err, WARREN_EDB, "%s",
+                                  ferr2.message[0] ? ferr2.message : "the take did not commit");
         }
     }
 rollback:
-    warren__store_rollback(st);
 out:
+    warren__store_rollback(st); /* whatever is left open (none after a COMMIT) */
     PQclear(r1[0]);
     PQclear(r1[1]);
     for (size_t q = 0; r2 != NULL && q < nq; q++)
@@ -1323,6 +1346,27 @@ out:
     free(clock_us);
     free(ka.p);
     free(tk.p);
+    return rc;
+}
+
+/* claim_many of one key in a transaction of its own, bounded (the pool's
+ * connections have no lock_timeout: a row held elsewhere must not keep the
+ * handler thread). */
+static int claim_bounded(warren_store *st, const char *key, const char *worker, warren_claim *cl,
+                         warren_error *err)
+{
+    int rc = warren__store_begin(st, err);
+    if (rc == 0)
+        rc = warren__store_exec_simple(st,
+                                       "SET LOCAL statement_timeout = " TAKE_CLAIM_TIMEOUT
+                                       "; SET LOCAL lock_timeout = " TAKE_CLAIM_TIMEOUT,
+                                       "bound the claim", err);
+    if (rc == 0)
+        rc = warren_store_claim_batch(st, &key, 1, worker, cl, err);
+    if (rc == 0 && (rc = warren__store_commit(st, err)) != 0)
+        warren_claim_clear(cl);
+    if (rc != 0)
+        warren__store_rollback(st);
     return rc;
 }
 
@@ -1362,6 +1406,17 @@ int warren_store_take_sql_batch(warren_store *st, const char *worker, warren_tak
         if (m == 0)
             break;
         rc = take_try(st, worker, runs, live, m, taken, &outcome, &failed, &ferr, err);
+        if (rc == 0 && outcome == TAKE_STMT_SLOW) {
+            /* BACK, to be claimed, with every run of the same statement
+             * (it would run out of the bound again); the others again */
+            for (size_t j = 0; j < m; j++) {
+                if (!taken[j] || live[j] == failed ||
+                    strcmp(runs[live[j]].sql, runs[failed].sql) == 0)
+                    out_[live[j]] = 1;
+                warren_claim_clear(&runs[live[j]].claim);
+            }
+            continue;
+        }
         if (rc != 0 || outcome != TAKE_STMT_FAILED) {
             for (size_t j = 0; j < m; j++) {
                 warren_take_run *r = &runs[live[j]];
@@ -1385,9 +1440,9 @@ int warren_store_take_sql_batch(warren_store *st, const char *worker, warren_tak
         const char *key = f->run_key;
         warren_claim cl = {0};
         warren_claim_clear(&f->claim);
-        rc = warren_store_claim_batch(st, &key, 1, worker, &cl, err);
+        rc = claim_bounded(st, key, worker, &cl, err);
         if (rc != 0) {
-            f->back_unknown = rc != WARREN_EINVAL;
+            f->back_unknown = rc == WARREN_EDBCONN; /* its COMMIT's answer may be lost */
             free(ferr);
             break;
         }

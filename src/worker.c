@@ -913,6 +913,7 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
         int64_t now = warren__mono_ms();
         if (!stopping && stop != NULL && *stop) {
             stopping = 1;
+            w->stopping = 1;
             stop_deadline = now + w->cfg->worker.shutdown_grace_ms;
             hard_deadline = stop_deadline + kill_grace(w) + 5000;
             warren__stop_consuming(w);

@@ -207,7 +207,7 @@ static int claim_batch(warren_worker *w, pend **batch, const char **keys, size_t
     for (size_t i = 0; i < n; i++) {
         /* a second delivery of a run a slot is running: it is not lost */
         for (int k = 0; batch[i]->answer_lost && k < w->concurrency; k++)
-            if (w->slots[k].state != SLOT_FREE &&
+            if (w->slots[k].state != SLOT_FREE && !w->slots[k].take && /* a take holds no claim */
                 strcmp(w->slots[k].run_key, batch[i]->msg.run_key) == 0)
                 batch[i]->answer_lost = 0;
         m += batch[i]->answer_lost != 0;

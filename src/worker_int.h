@@ -165,6 +165,7 @@ struct warren_worker {
     warren_store *st;
     warren_broker *b;
     uint64_t gen;
+    int stopping; /* consumers cancelled: what comes back untaken is given back */
     int64_t store_retry_at, store_backoff;
     /* statement_timeout and lock_timeout of st (worker.c, db_timeout): what
      * one blocked call can cost the loop; a fallback to one call per run

@@ -304,8 +304,10 @@ static void finish_take(warren_worker *w, slot *s)
                    "worker %s: taking %s and the runs of its batch: %s; nothing of it committed "
                    "(or all of it, if only the COMMIT's answer was lost): claiming them instead",
                    w->id, s->run_key, c->error);
-    if (p != NULL && p->gen != w->gen) {
-        /* its broker connection is gone: the broker redelivers it */
+    if (p != NULL && (w->b == NULL || p->gen != w->gen || w->stopping)) {
+        /* its broker connection is gone (the broker redelivers it), or the
+         * worker is stopping: back to its queue for another worker */
+        warren__give_back(w, p);
         warren__pend_free(p);
         p = NULL;
     }

@@ -1001,8 +1001,9 @@ static char *fails_with(PGconn *c, const char *sql)
  * in the same transaction writes each once, in its final state: attempt 1,
  * started at the take's time, one attempt row, its success event. A key not
  * taken fails the whole call (55000: the caller's pipelined COMMIT must not
- * commit that run's effect), and so does a taken_at from before the
- * transaction (22023). */
+ * commit that run's effect; a capped job's too), a row another transaction
+ * holds fails at once (55P03, no wait), and so does a taken_at from before
+ * the transaction (22023). */
 START_TEST(test_take_many_locks_fast_path_runs_and_finish_many_records_them)
 {
     char *url = setup("skip", 5, 1000, 60000, 30000); /* j1 (skip): RK due now */
@@ -1046,6 +1047,20 @@ START_TEST(test_take_many_locks_fast_path_runs_and_finish_many_records_them)
                                                                   "'1 second')");
     ck_assert_str_eq(st, "22023");
     free(st);
+    free(one(a, "ROLLBACK TO SAVEPOINT s"));
+    /* a key take_many would not take (a capped job's), one held elsewhere */
+    sql = testenv_fmt("SELECT warren.finish_many(ARRAY['j3@2026-01-01T00:00:01Z'], 'w1', '%s')",
+                      bar + 1);
+    st = fails_with(a, sql);
+    ck_assert_str_eq(st, "55000");
+    free(st);
+    free(sql);
+    free(one(a, "ROLLBACK TO SAVEPOINT s"));
+    sql = testenv_fmt("SELECT warren.finish_many(ARRAY[" J2("3") "], 'w1', '%s')", bar + 1);
+    st = fails_with(a, sql);
+    ck_assert_str_eq(st, "55P03");
+    free(st);
+    free(sql);
     free(one(a, "ROLLBACK TO SAVEPOINT s"));
     sql = testenv_fmt("SELECT warren.finish_many(ARRAY[" J2("1") ", " J2("2") "], 'w1', '%s')",
                       bar + 1);

@@ -2121,6 +2121,50 @@ START_TEST(test_worker_sql_take_completes_a_failing_statement_as_a_retry_run_onc
 }
 END_TEST
 
+/* A statement measured quick that turns slow in a take: a take gives it at
+ * most 1 s (the run's row is locked, the run not seen running, meanwhile).
+ * It is cancelled there, its effect rolled back, and it goes back with the
+ * other runs of its statement to be claimed, then runs with its own timeout
+ * and succeeds: every effect once, none taken, nothing retried (a sequence
+ * counts the statements started). */
+START_TEST(test_worker_sql_take_gives_a_statement_that_turns_slow_back_to_the_claim)
+{
+    env e;
+    worker_thread wt = {0};
+    warren_worker_stats ws;
+    env_setup(&e,
+              "{ name = \"sl\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qsl\"; overlap = "
+              "\"allow\"; handler = { sql = \"WITH x AS (INSERT INTO execs VALUES ($1, 0, 's')), n "
+              "AS (SELECT nextval('sl_execs')) SELECT pg_sleep(CASE WHEN EXISTS (SELECT 1 FROM "
+              "slow_now) THEN 1.5 ELSE 0 END) FROM n\"; }; }",
+              "concurrency = 8; shutdown_grace = \"3s\"; heartbeat_margin = \"1500ms\";", 5);
+    qx(e.db, "CREATE TABLE slow_now (x int); CREATE SEQUENCE sl_execs");
+    worker_thread_start(&e, &wt, NULL, NULL, NULL);
+    planner_start(&e);
+    add_runs_due_soon(&e, "sl", 2, 5);
+    ck_assert(
+        wait_for(e.db, "2", 20000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
+    qx(e.db, "INSERT INTO slow_now VALUES (1)");
+    add_runs_due_soon(&e, "sl", 3, 100);
+    ck_assert(
+        wait_for(e.db, "5", 30000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
+    assert_executions_of(&e, "SELECT run_key FROM warren.runs", NULL);
+    ck_assert(wait_for(e.db, "5|5", 0,
+                       "SELECT count(*) || '|' || count(*) FILTER (WHERE attempt = 1 AND "
+                       "outcome = 'succeeded') FROM warren.attempts"));
+    /* six statements started: the first wave's two, the one the take
+     * cancelled (the pipeline stopped there), the three claimed */
+    ck_assert(wait_for(e.db, "6", 0, "SELECT last_value FROM sl_execs"));
+    worker_thread_join(&wt);
+    warren_worker_stats_get(wt.w, &ws);
+    ck_assert_uint_eq(ws.started, 5);
+    ck_assert_uint_eq(ws.taken, 0);
+    ck_assert_uint_eq(ws.retried, 0);
+    warren_worker_free(wt.w);
+    env_teardown(&e);
+}
+END_TEST
+
 /* What take_many leaves out goes back to the loop's ordinary claim: a job
  * this worker's config says is uncapped but the database caps (take_many
  * has the database's word) runs claimed, each once; and with worker.sql_take
@@ -2680,6 +2724,7 @@ static Suite *worker_suite(void)
     tcase_add_test(tc, test_worker_sql_take_claims_runs_and_completes_in_the_effects_transaction);
     tcase_add_test(tc, test_worker_sql_take_completes_a_failing_statement_as_a_retry_run_once);
     tcase_add_test(tc, test_worker_sql_take_gives_back_what_it_cannot_take_and_can_be_turned_off);
+    tcase_add_test(tc, test_worker_sql_take_gives_a_statement_that_turns_slow_back_to_the_claim);
     tcase_add_test(tc, test_worker_prefetch_holds_deliveries_beyond_the_slots_unclaimed);
     suite_add_tcase(s, tc);
 

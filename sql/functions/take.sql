@@ -69,6 +69,9 @@ BEGIN
       FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job || ''
      WHERE rr.run_key = ANY (keys)
        AND rr.state || '' IN ('planned', 'published', 'retrying') AND rr.due_at <= t0
+       -- not a run released from waiting under a cap (its slot is released
+       -- by its completion: caps.sql), even if a sync removed the cap since
+       AND rr.cap_group IS NULL AND rr.cap_released_at IS NULL
        AND jb.overlap = 'allow'
        AND CASE WHEN jb.template IS NULL
                 THEN jb.max_running IS NULL AND jb.max_running_per_tenant IS NULL
@@ -117,6 +120,11 @@ BEGIN
             USING ERRCODE = '42501';
     END IF;
     SELECT count(DISTINCT x) INTO nkeys FROM unnest(finish_many.run_keys) x;
+    -- The rows as take_many left them: held by this transaction already
+    -- (then this is immediate), or free; a row another transaction holds
+    -- fails at once (55P03) instead of being waited for.
+    PERFORM 1 FROM warren.runs rr WHERE rr.run_key = ANY (finish_many.run_keys)
+      ORDER BY rr.run_key FOR UPDATE NOWAIT;
     WITH u AS (
         -- The take's lock is held: the row is as take_many found it. The
         -- same fields claim_many's fast path sets for an uncapped allow
@@ -128,7 +136,20 @@ BEGIN
                lease_until = NULL, started_at = t0, finished_at = clock_timestamp()
           FROM (SELECT DISTINCT x AS k FROM unnest(finish_many.run_keys) x ORDER BY 1) tk
          WHERE rr.run_key = tk.k AND rr.state || '' IN ('planned', 'published', 'retrying')
-           AND rr.due_at <= t0
+           AND rr.due_at <= t0 AND rr.cap_group IS NULL AND rr.cap_released_at IS NULL
+           -- what take_many takes, checked again: a key it did not return
+           -- (a capped or overlap job's) must not be recorded here
+           AND EXISTS (SELECT 1 FROM warren.jobs jb
+                        WHERE jb.name = rr.job AND jb.overlap = 'allow'
+                          AND CASE WHEN jb.template IS NULL
+                                   THEN jb.max_running IS NULL
+                                        AND jb.max_running_per_tenant IS NULL
+                                   ELSE NOT EXISTS (SELECT 1 FROM warren.jobs gj
+                                                     WHERE gj.name = jb.template
+                                                       AND (gj.max_running IS NOT NULL
+                                                            OR gj.max_running_per_tenant
+                                                               IS NOT NULL))
+                              END)
         RETURNING rr.run_key, rr.job, rr.attempt, rr.scheduled_at, rr.due_at, rr.finished_at
     ), at AS (
         INSERT INTO warren.attempts (run_key, attempt, worker, login, started_at, finished_at,
@@ -163,8 +184,9 @@ BEGIN
     )
     SELECT count(*) INTO n FROM u;
     -- All or nothing: the caller commits right after (its COMMIT goes in
-    -- the same pipeline), so a run it did not take must fail the
-    -- transaction, or that run's effect would commit without its outcome.
+    -- the same pipeline), so a run that is not as take_many takes them must
+    -- fail the transaction, or that run's effect would commit without its
+    -- outcome.
     IF n <> nkeys THEN
         RAISE EXCEPTION 'warren.finish_many: % of % runs were not taken by warren.take_many in '
                         'this transaction', nkeys - n, nkeys USING ERRCODE = '55000';
@@ -174,4 +196,5 @@ END
 $fn$;
 COMMENT ON FUNCTION warren.finish_many(text[], text, timestamptz) IS
     'Records the runs warren.take_many took in this transaction as succeeded (one write each, '
-    'its attempt row and success event); raises 55000 unless every key was taken';
+    'its attempt row and success event); raises 55000 unless every key is a run take_many '
+    'takes, 55P03 for a row another transaction holds';
