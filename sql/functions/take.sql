@@ -188,8 +188,12 @@ BEGIN
     -- fail the transaction, or that run's effect would commit without its
     -- outcome.
     IF n <> nkeys THEN
-        RAISE EXCEPTION 'warren.finish_many: % of % runs were not taken by warren.take_many in '
-                        'this transaction', nkeys - n, nkeys USING ERRCODE = '55000';
+        RAISE EXCEPTION 'warren.finish_many: % of % runs are not runs warren.take_many took in '
+                        'this transaction (fresh, due, of an uncapped allow job)', nkeys - n, nkeys
+            USING ERRCODE = '55000',
+                  HINT = 'pass only the keys take_many returned, in the same transaction; claim '
+                         'the others with warren.claim_many and complete them with '
+                         'warren.complete_many';
     END IF;
     RETURN n;
 END
