@@ -643,18 +643,21 @@ out:
 
 /* An sql run its pool thread may take in its effect's transaction
  * (warren.take_many) instead of this loop claiming it: a job that needs no
- * committed claim (overlap allow, no cap, as far as this worker's config
- * says: take_many has the database's word) and a statement measured (in
- * this process) at most one batch's budget: a slow one, or one not measured
- * yet, is claimed, and so seen running and heartbeated, with its row not
- * locked, while it runs. Not after a take gave it back or a claim of it
+ * committed claim (overlap allow or skip, no cap, as far as this worker's
+ * config says: take_many has the database's word, and takes a skip job's run
+ * only under the job's overlap lock, with none of its runs running) and a
+ * statement measured (in this process) at most one batch's budget: a slow
+ * one, or one not measured yet, is claimed, and so seen running and
+ * heartbeated, with its row not locked, while it runs. Not after a take gave it back or a claim of it
  * went wrong. */
 static int take_ok(warren_worker *w, const pend *p)
 {
     const warren_job *j = p->job;
     if (!w->cfg->worker.sql_take || j == NULL || j->handler != WARREN_HANDLER_SQL ||
-        j->sql == NULL || j->overlap != WARREN_OVERLAP_ALLOW || j->max_running > 0 ||
-        j->max_running_per_tenant > 0 || p->no_take || p->answer_lost || p->claim_alone)
+        j->sql == NULL ||
+        (j->overlap != WARREN_OVERLAP_ALLOW && j->overlap != WARREN_OVERLAP_SKIP) ||
+        j->max_running > 0 || j->max_running_per_tenant > 0 || p->no_take || p->answer_lost ||
+        p->claim_alone)
         return 0;
     int64_t cost = warren__hpool_sql_cost(w->hp, j->sql);
     return cost >= 0 && cost <= WARREN_SQL_BATCH_BUDGET_US;

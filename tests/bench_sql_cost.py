@@ -28,7 +28,10 @@ others are skipped, and the round counts claimed + skipped runs.
 With --take each round also takes and finishes the runs (warren.take_many,
 then warren.finish_many, one transaction per batch: the C worker's
 worker.sql_take path without the handler's statements), printed as variant
-"take" with its cost in claim_us (complete_us 0).
+"take" (with a VARIANT.sql: "take:VARIANT.sql") with its cost in claim_us
+(complete_us 0); with --overlap skip (--jobs at least --batch) the runs of
+skip jobs, one a job a batch, which take_many takes under their overlap
+locks.
 The database is dropped at the end. Needs psycopg2 (Debian python3-psycopg2).
 """
 import argparse
@@ -114,9 +117,10 @@ def one_round(url, label, variant, runs, batch, tenants=0, per_tenant=None, over
                         (keys[i:i + batch],))
             got = cur.fetchall()
             attempt.update((k, a) for k, a, _ in got)
-            cur.execute("SELECT warren.finish_many(%s, 'bench-sql', %s)",
-                        ([k for k, _, _ in got], got[0][2]))
-            recorded += cur.fetchone()[0]
+            if got:
+                cur.execute("SELECT warren.finish_many(%s, 'bench-sql', %s)",
+                            ([k for k, _, _ in got], got[0][2]))
+                recorded += cur.fetchone()[0]
             cur.execute("COMMIT")
         c1, t1 = backend_cpu_s(pid), time.monotonic()
         c2, t2 = c1, t1
@@ -191,8 +195,11 @@ def main():
     a = ap.parse_args()
     if a.jobs is None:
         a.jobs = 1 if a.overlap == "allow" else a.batch
-    if a.take and (a.overlap != "allow" or a.tenants):
-        sys.exit("bench_sql_cost: --take is for uncapped allow runs (no --overlap, no --tenants)")
+    if a.take and (a.overlap not in ("allow", "skip") or a.tenants):
+        sys.exit("bench_sql_cost: --take is for uncapped allow or skip runs (no --tenants)")
+    if a.take and a.overlap == "skip" and a.jobs < a.batch:
+        sys.exit("bench_sql_cost: --take --overlap skip needs --jobs >= --batch (take_many takes "
+                 "a skip job's run only when it is the job's one key in the batch)")
     if a.jobs < 1:
         sys.exit("bench_sql_cost: --jobs must be at least 1, not %d" % a.jobs)
     server = os.environ.get("WARREN_TEST_PG_URL")
@@ -214,6 +221,9 @@ def main():
             for v in a.variants:
                 one_round(url, os.path.basename(v), v, a.runs, a.batch, a.tenants, a.per_tenant,
                           a.overlap, a.jobs)
+                if a.take:
+                    one_round(url, "take:" + os.path.basename(v), v, a.runs, a.batch, a.tenants,
+                              a.per_tenant, a.overlap, a.jobs, take=True)
     finally:
         admin.cursor().execute('DROP DATABASE IF EXISTS "%s" WITH (FORCE)' % name)
         admin.close()

@@ -57,7 +57,10 @@
  * migrations (A/B experiments, e.g. an older definition of a function of
  * sql/functions/ in the same session as the current one).
  * BENCH_WORKER_CFG=TEXT is added inside the config's worker group (e.g.
- * "sql_batch = 1;" for A/B runs of a worker setting). */
+ * "sql_batch = 1;" for A/B runs of a worker setting).
+ * BENCH_HORIZON=DURATION sets planner.horizon (default 2m).
+ * BENCH_CRON_OVERLAP=POLICY sets the --cron jobs' overlap (default: unset,
+ * the config default `skip`), e.g. `allow` for A/B runs of the policy. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -579,16 +582,21 @@ int main(int argc, char **argv)
     const char *wextra = getenv("BENCH_WORKER_CFG");
     fprintf(f,
             "database = { url = \"%s\"; };\nbroker = { url = \"%s\"; };\n"
-            "planner = { tick = \"100ms\"; horizon = \"2m\"; publish_batch = 500;%s };\n"
+            "planner = { tick = \"100ms\"; horizon = \"%s\"; publish_batch = 500;%s };\n"
             "worker = { concurrency = %d; %s };\n"
             "jobs = ( { name = \"bench\"; at = \"2099-01-01T00:00:00Z\"; queue = \"bench\";"
             " overlap = \"allow\"; handler = { %s }; }",
-            db, amqp, ring_opt, o.concurrency, wextra ? wextra : "", handler);
+            db, amqp, getenv("BENCH_HORIZON") ? getenv("BENCH_HORIZON") : "2m", ring_opt,
+            o.concurrency, wextra ? wextra : "", handler);
+    const char *cov = getenv("BENCH_CRON_OVERLAP");
+    char covl[64] = "";
+    if (cov != NULL && cov[0] != '\0')
+        snprintf(covl, sizeof(covl), " overlap = \"%s\";", cov);
     for (int j = 0; j < cron_jobs; j++)
         fprintf(f,
-                ",\n { name = \"cron-%d\"; cron = \"* * * * *\"; queue = \"bench\"; "
+                ",\n { name = \"cron-%d\"; cron = \"* * * * *\"; queue = \"bench\";%s "
                 "payload = { bench = \"cron\"; }; handler = { %s }; }",
-                j, handler);
+                j, covl, handler);
     fprintf(f, " );\n");
     fclose(f);
     if (warren_config_load(cfg_path, &cfg, NULL, &err) != 0)

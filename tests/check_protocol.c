@@ -996,7 +996,7 @@ static char *fails_with(PGconn *c, const char *sql)
 
 /* warren.take_many locks, writing nothing, the runs claim_many's fast path
  * would claim (fresh, due, of an uncapped allow job) and leaves out the
- * rest: a skip job's, a capped job's, one not due, an unknown key, one
+ * rest: a queue job's, a capped job's, one not due, an unknown key, one
  * whose row another transaction holds (SKIP LOCKED: no wait). finish_many
  * in the same transaction writes each once, in its final state: attempt 1,
  * started at the take's time, one attempt row, its success event. A key not
@@ -1006,7 +1006,7 @@ static char *fails_with(PGconn *c, const char *sql)
  * the transaction (22023). */
 START_TEST(test_take_many_locks_fast_path_runs_and_finish_many_records_them)
 {
-    char *url = setup("skip", 5, 1000, 60000, 30000); /* j1 (skip): RK due now */
+    char *url = setup("queue", 5, 1000, 60000, 30000); /* j1 (queue): RK due now */
     ck_assert_int_eq(qn(url, "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, "
                              "overlap, max_running) VALUES ('j2', 'every', '60s', 'q1', 'allow', "
                              "NULL), ('j3', 'every', '60s', 'q1', 'allow', 5);"
@@ -1088,6 +1088,98 @@ START_TEST(test_take_many_locks_fast_path_runs_and_finish_many_records_them)
     free(got);
     PQfinish(a);
     PQfinish(b);
+    free(url);
+}
+END_TEST
+
+/* An uncapped skip job's run is taken under the job's overlap lock, held to
+ * the commit: only a job's one fresh key in the batch (two of one job both go
+ * to the claim, which claims the first and skips the second), only while
+ * none of the job's runs is running, only when the lock is free (tried, never
+ * waited for). A claim of the job's next run meanwhile waits for the lock,
+ * then sees the taken run succeeded and claims its own: never two of the job
+ * at once. finish_many checks the same (two keys of one skip job: 55000; a
+ * lock held elsewhere: 55P03; a run running: 55000). */
+START_TEST(test_take_many_takes_a_skip_jobs_run_under_its_overlap_lock)
+{
+    char *url = setup("skip", 5, 1000, 60000, 30000); /* j1 (skip): RK due now */
+    add_run2(url);                                    /* RK2: j1's next, due now */
+    ck_assert_int_eq(
+        qn(url, "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, overlap) "
+                "SELECT 'j' || g, 'every', '60s', 'q1', 'skip' FROM generate_series(4, 6) g;"
+                "INSERT INTO warren.runs (job, scheduled_at, due_at) VALUES "
+                "('j4', '2026-01-01T00:00:00Z', now()), ('j4', '2026-01-01T00:01:00Z', now()), "
+                "('j5', '2026-01-01T00:00:00Z', now()), ('j5', '2026-01-01T00:01:00Z', now()), "
+                "('j6', '2026-01-01T00:00:00Z', now())"),
+        5);
+    /* j5's first run is running (claimed and committed) */
+    ck_q(url, "1",
+         "SELECT count(*) FROM warren.claim_many(ARRAY['j5@2026-01-01T00:00:00Z'], 'w0')");
+    PGconn *a = PQconnectdb(url), *b = PQconnectdb(url), *c = PQconnectdb(url);
+    ck_assert_int_eq(PQstatus(a), CONNECTION_OK);
+    ck_assert_int_eq(PQstatus(b), CONNECTION_OK);
+    ck_assert_int_eq(PQstatus(c), CONNECTION_OK);
+    /* b holds j6's overlap lock (a claim of j6 under way) */
+    free(one(b, "BEGIN"));
+    free(one(b, "SELECT warren.wp_overlap_lock('j6', false)"));
+    free(one(a, "BEGIN"));
+    char *got = one(a, "SELECT string_agg(run_key, ',' ORDER BY run_key) || '|' || min(taken_at) "
+                       "FROM warren.take_many(ARRAY['" RK "', 'j4@2026-01-01T00:00:00Z', "
+                       "'j4@2026-01-01T00:01:00Z', 'j5@2026-01-01T00:01:00Z', "
+                       "'j6@2026-01-01T00:00:00Z'], 'w1')");
+    char *bar = strchr(got, '|');
+    ck_assert_ptr_nonnull(bar);
+    *bar = '\0';
+    ck_assert_str_eq(got, RK);
+    /* the job's next run: its claim waits for the take's lock */
+    ck_assert_int_eq(PQsendQuery(c, "SELECT string_agg(run_key, ',') FROM "
+                                    "warren.claim_many(ARRAY['" RK2 "'], 'w2')"),
+                     1);
+    usleep(300 * 1000);
+    ck_assert_int_eq(PQconsumeInput(c), 1);
+    ck_assert_int_eq(PQisBusy(c), 1);
+    char *sql = testenv_fmt("SELECT warren.finish_many(ARRAY['" RK "'], 'w1', '%s')", bar + 1);
+    char *n = one(a, sql);
+    ck_assert_str_eq(n, "1");
+    free(n);
+    free(sql);
+    free(one(a, "COMMIT"));
+    PGresult *res = PQgetResult(c);
+    ck_assert_int_eq(PQresultStatus(res), PGRES_TUPLES_OK);
+    ck_assert_str_eq(PQgetvalue(res, 0, 0), RK2);
+    PQclear(res);
+    while ((res = PQgetResult(c)) != NULL)
+        PQclear(res);
+    ck_q(url, "succeeded:1:1:succeeded|running",
+         "SELECT r.state || ':' || r.attempt || ':' || a.attempt || ':' || a.outcome || '|' || "
+         "(SELECT state FROM warren.runs WHERE run_key = '" RK2 "') FROM warren.runs r JOIN "
+         "warren.attempts a USING (run_key) WHERE r.run_key = '" RK "'");
+    /* finish_many alone refuses what take_many leaves out */
+    free(one(a, "BEGIN"));
+    free(one(a, "SAVEPOINT s"));
+    char *st = fails_with(a, "SELECT warren.finish_many(ARRAY['j4@2026-01-01T00:00:00Z', "
+                             "'j4@2026-01-01T00:01:00Z'], 'w1', clock_timestamp())");
+    ck_assert_str_eq(st, "55000");
+    free(st);
+    free(one(a, "ROLLBACK TO SAVEPOINT s"));
+    st = fails_with(a, "SELECT warren.finish_many(ARRAY['j6@2026-01-01T00:00:00Z'], 'w1', "
+                       "clock_timestamp())");
+    ck_assert_str_eq(st, "55P03");
+    free(st);
+    free(one(a, "ROLLBACK TO SAVEPOINT s"));
+    st = fails_with(a, "SELECT warren.finish_many(ARRAY['j5@2026-01-01T00:01:00Z'], 'w1', "
+                       "clock_timestamp())");
+    ck_assert_str_eq(st, "55000");
+    free(st);
+    free(one(a, "ROLLBACK"));
+    free(one(b, "ROLLBACK"));
+    ck_q(url, "planned,planned,running,planned,planned",
+         "SELECT string_agg(state, ',' ORDER BY run_key) FROM warren.runs "
+         "WHERE job IN ('j4', 'j5', 'j6')");
+    free(got);
+    PQfinish(a);
+    PQfinish(b);
+    PQfinish(c);
     free(url);
 }
 END_TEST
@@ -1245,6 +1337,7 @@ static Suite *protocol_suite(void)
     tcase_add_test(tc, test_claim_many_skips_behind_a_concurrent_claim_of_the_same_skip_job);
     tcase_add_test(tc, test_batch_calls_take_cap_locks_only_for_runs_that_need_them);
     tcase_add_test(tc, test_take_many_locks_fast_path_runs_and_finish_many_records_them);
+    tcase_add_test(tc, test_take_many_takes_a_skip_jobs_run_under_its_overlap_lock);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("security");

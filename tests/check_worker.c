@@ -2208,6 +2208,64 @@ START_TEST(test_worker_sql_take_gives_back_what_it_cannot_take_and_can_be_turned
 }
 END_TEST
 
+/* An uncapped skip job's sql run is taken too, under the job's overlap lock
+ * (warren.take_many holds it to the commit), when it is its job's only run
+ * due in the batch and none of the job's runs is running. Eight skip jobs
+ * (one statement, measured by a first wave of one run each, claimed) get one
+ * run each due together, and one of them three more due at the same time:
+ * the seven lone runs are taken; the four of one job go to the claim, which
+ * starts one at a time and skips what would overlap. Every run ends
+ * succeeded or skipped, no two attempts of a job overlap, and each succeeded
+ * run's statement committed exactly once (no unique key), a skipped one's
+ * never. */
+START_TEST(test_worker_sql_take_takes_skip_jobs_runs_under_their_overlap_lock)
+{
+    env e;
+    worker_thread wt = {0};
+    warren_worker_stats ws;
+    char jobs[4096];
+    size_t off = 0;
+    for (int j = 0; j < 8; j++)
+        off += (size_t)snprintf(jobs + off, sizeof(jobs) - off,
+                                "%s{ name = \"sk%d\"; at = \"2099-01-01T00:00:00Z\"; queue = "
+                                "\"qsk\"; handler = { sql = \"WITH x AS (INSERT INTO execs VALUES "
+                                "($1, 0, 's')) SELECT 1\"; }; }",
+                                j ? "," : "", j);
+    env_setup(&e, jobs, "concurrency = 16; shutdown_grace = \"3s\"; heartbeat_margin = \"1500ms\";",
+              5);
+    ck_assert(wait_for(e.db, "skip|skip|8", 0,
+                       "SELECT min(overlap) || '|' || max(overlap) || '|' || count(*) FROM "
+                       "warren.jobs WHERE name LIKE 'sk%'"));
+    worker_thread_start(&e, &wt, NULL, NULL, NULL);
+    planner_start(&e);
+    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) SELECT 'sk' || j, "
+             "date_trunc('second', now()) - interval '5 s', now() + interval '2 s', 'trigger' "
+             "FROM generate_series(0, 7) j; NOTIFY warren_jobs");
+    ck_assert(
+        wait_for(e.db, "8", 20000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
+    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) SELECT 'sk' || j, "
+             "date_trunc('second', now()) - make_interval(secs => 100 + g), now() + interval "
+             "'2 s', 'trigger' FROM generate_series(0, 7) j, generate_series(1, CASE WHEN j = 0 "
+             "THEN 4 ELSE 1 END) g; NOTIFY warren_jobs");
+    ck_assert(wait_for(e.db, "19", 20000,
+                       "SELECT count(*) FROM warren.runs WHERE state IN ('succeeded', 'skipped')"));
+    assert_executions_of(&e, "SELECT run_key FROM warren.runs WHERE state = 'succeeded'", NULL);
+    ck_assert(wait_for(e.db, "0|14", 0,
+                       "SELECT (SELECT count(*) FROM warren.attempts a JOIN warren.runs ra USING "
+                       "(run_key) JOIN warren.attempts b ON b.run_key > a.run_key JOIN "
+                       "warren.runs rb ON rb.run_key = b.run_key AND rb.job = ra.job WHERE "
+                       "a.started_at < coalesce(b.finished_at, 'infinity') AND b.started_at < "
+                       "coalesce(a.finished_at, 'infinity')) || '|' || (SELECT count(*) FROM "
+                       "warren.runs WHERE job <> 'sk0' AND state = 'succeeded' AND attempt = 1)"));
+    worker_thread_join(&wt);
+    warren_worker_stats_get(wt.w, &ws);
+    ck_assert_uint_ge(ws.taken, 7);
+    ck_assert_uint_eq(ws.retried + ws.failed, 0);
+    warren_worker_free(wt.w);
+    env_teardown(&e);
+}
+END_TEST
+
 /* worker.prefetch beyond the slots: with 2 slots and prefetch 4, four of
  * six runs are delivered (two are left ready in the queue, an exact count)
  * while only two are claimed and running (the other two wait in the worker
@@ -2725,6 +2783,7 @@ static Suite *worker_suite(void)
     tcase_add_test(tc, test_worker_sql_take_completes_a_failing_statement_as_a_retry_run_once);
     tcase_add_test(tc, test_worker_sql_take_gives_back_what_it_cannot_take_and_can_be_turned_off);
     tcase_add_test(tc, test_worker_sql_take_gives_a_statement_that_turns_slow_back_to_the_claim);
+    tcase_add_test(tc, test_worker_sql_take_takes_skip_jobs_runs_under_their_overlap_lock);
     tcase_add_test(tc, test_worker_prefetch_holds_deliveries_beyond_the_slots_unclaimed);
     suite_add_tcase(s, tc);
 

@@ -17,14 +17,20 @@
 -- the connection dropped) leaves the runs as they were, `published`, and
 -- claimable through the ordinary claim.
 --
--- Only the runs claim_many's fast path would claim without a check: fresh
--- (planned, published, retrying), due, of a job with overlap `allow` and no
--- cap (its own or its template's), of a queue the login is granted. Runs of
--- overlap or capped jobs need their claim committed: the next claim of the
--- job must see it running. Those, and every key take_many does not return,
--- go through warren.claim_many. A run whose row another transaction holds
--- is skipped (SKIP LOCKED), never waited for: the caller's ordinary claim
--- waits for it with its own bound.
+-- Only the runs claim_many's fast path would claim: fresh (planned,
+-- published, retrying), due, of a job with no cap (its own or its
+-- template's), of a queue the login is granted, and of a job with overlap
+-- `allow`, or with overlap `skip` when the run is the job's only fresh key in
+-- the batch, none of the job's runs is running and the job's overlap lock
+-- (claim.sql, wp_overlap_lock) is free. take_many then holds that lock to the
+-- commit, as a claim holds it to its own: the job's next claim waits for the
+-- take's outcome and sees the run finished, never a run it could overlap.
+-- Runs of `queue` and `cancel_previous` jobs and of capped ones need their
+-- claim committed (the next claim must see them running, a cap slot taken).
+-- Those, and every key take_many does not return, go through
+-- warren.claim_many. A run whose row or overlap lock another transaction
+-- holds is skipped, never waited for: the caller's ordinary claim waits for
+-- it with its own bound.
 
 CREATE OR REPLACE FUNCTION warren.take_many(run_keys text[], worker text)
 RETURNS TABLE(run_key text, attempt int, job text, scheduled_at timestamptz, payload jsonb,
@@ -41,6 +47,7 @@ DECLARE
     bad text[];
     due timestamptz;
     t0 timestamptz;
+    sk text[];
     priv boolean := warren.wp_privileged();
 BEGIN
     PERFORM warren.wp_check_worker('warren.take_many', w);
@@ -52,12 +59,41 @@ BEGIN
         END IF;
     END IF;
     -- As claim_many: wait until the latest of them is due, if that is at
-    -- most 1 s away (before any lock); runs due later are not taken.
-    SELECT max(rr.due_at) INTO due FROM warren.runs rr
-     WHERE rr.run_key = ANY (keys) AND rr.state || '' IN ('planned', 'published', 'retrying')
-       AND rr.due_at <= clock_timestamp() + interval '1 second';
+    -- most 1 s away (before any lock); runs due later are not taken. The
+    -- same pass names the `skip` jobs with exactly one such key (sk), none
+    -- of whose runs is running: a job with two keys would have its first
+    -- claimed and its second skipped, so both go to the claim, and so does
+    -- a job with a run running (live, or one to reap). Read before the
+    -- lock below, so that a job seen busy here is never locked; read again
+    -- after it.
+    SELECT max(d.due),
+           array_agg(d.job ORDER BY d.job)
+               FILTER (WHERE d.skip AND d.n = 1
+                         AND NOT EXISTS (SELECT 1 FROM warren.runs o
+                                          WHERE o.job = d.job AND o.state = 'running'))
+      INTO due, sk
+      FROM (SELECT rr.job, max(rr.due_at) AS due, bool_or(jb.overlap = 'skip') AS skip,
+                   count(*) AS n
+              FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job || ''
+             WHERE rr.run_key = ANY (keys)
+               AND rr.state || '' IN ('planned', 'published', 'retrying')
+               AND rr.due_at <= clock_timestamp() + interval '1 second'
+             GROUP BY rr.job) d;
     IF due > clock_timestamp() THEN
         PERFORM warren.wp_wait_until(due);
+    END IF;
+    IF sk IS NOT NULL THEN
+        -- Their overlap locks, only tried (never a wait: no lock order to
+        -- keep), held to the commit; then, in a statement after them (a
+        -- snapshot that sees every committed claim of those jobs), the jobs
+        -- none of whose runs is running still. A job whose lock is held
+        -- elsewhere (a claim of its runs under way) goes to the claim, as
+        -- does one a claim started meanwhile (its lock is then held to this
+        -- transaction's end: that job's next claim waits for it).
+        sk := ARRAY(SELECT j FROM unnest(sk) j WHERE warren.wp_overlap_lock(j, true));
+        sk := ARRAY(SELECT j FROM unnest(sk) j
+                     WHERE NOT EXISTS (SELECT 1 FROM warren.runs o
+                                        WHERE o.job = j AND o.state = 'running'));
     END IF;
     t0 := clock_timestamp(); -- the runs' started_at (finish_many), after the wait
     -- In key order (one lock order with claim_many's per-key path and the
@@ -72,7 +108,7 @@ BEGIN
        -- not a run released from waiting under a cap (its slot is released
        -- by its completion: caps.sql), even if a sync removed the cap since
        AND rr.cap_group IS NULL AND rr.cap_released_at IS NULL
-       AND jb.overlap = 'allow'
+       AND (jb.overlap = 'allow' OR (jb.overlap = 'skip' AND rr.job = ANY (sk)))
        AND CASE WHEN jb.template IS NULL
                 THEN jb.max_running IS NULL AND jb.max_running_per_tenant IS NULL
                 ELSE NOT EXISTS (SELECT 1 FROM warren.jobs gj
@@ -88,7 +124,8 @@ END
 $fn$;
 COMMENT ON FUNCTION warren.take_many(text[], text) IS
     'Locks the runs among run_keys that claim_many''s fast path would claim (fresh, due, of '
-    'an uncapped allow job, granted), writing nothing, skipping rows another transaction holds: '
+    'an uncapped allow job, or of an uncapped skip job with no run running, under its overlap '
+    'lock, granted), writing nothing, skipping rows and locks another transaction holds: '
     'one row each with the attempt finish_many records; finish_many in the same transaction '
     'records them as succeeded';
 
@@ -105,6 +142,8 @@ DECLARE
     priv boolean := warren.wp_privileged();
     nkeys int;
     n int;
+    locked boolean;
+    one_each boolean;
 BEGIN
     PERFORM warren.wp_check_worker('warren.finish_many', w);
     PERFORM warren.wp_check_batch('warren.finish_many', finish_many.run_keys);
@@ -122,13 +161,32 @@ BEGIN
     SELECT count(DISTINCT x) INTO nkeys FROM unnest(finish_many.run_keys) x;
     -- The rows as take_many left them: held by this transaction already
     -- (then this is immediate), or free; a row another transaction holds
-    -- fails at once (55P03) instead of being waited for.
-    PERFORM 1 FROM warren.runs rr WHERE rr.run_key = ANY (finish_many.run_keys)
-      ORDER BY rr.run_key FOR UPDATE NOWAIT;
+    -- fails at once (55P03) instead of being waited for. The same for the
+    -- overlap locks of their `skip` jobs (only tried), one key a job, so
+    -- that the statement below, after them, sees every committed claim of
+    -- those jobs.
+    SELECT coalesce(bool_and(CASE WHEN l.skip THEN warren.wp_overlap_lock(l.job, true) END),
+                    true),
+           count(*) FILTER (WHERE l.skip) = count(DISTINCT l.job) FILTER (WHERE l.skip)
+      INTO locked, one_each
+      FROM (SELECT rr.job, jb.overlap = 'skip' AS skip
+              FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job
+             WHERE rr.run_key = ANY (finish_many.run_keys)
+             ORDER BY rr.run_key FOR UPDATE OF rr NOWAIT) l;
+    IF NOT locked OR NOT one_each THEN
+        RAISE EXCEPTION 'warren.finish_many: %', CASE WHEN NOT one_each
+                  THEN 'two runs of one skip job: warren.take_many takes at most one'
+                  ELSE 'the overlap lock of a skip job among run_keys is held by another '
+                       'transaction (warren.take_many holds it for the runs it takes)' END
+            USING ERRCODE = CASE WHEN NOT one_each THEN '55000' ELSE '55P03' END,
+                  HINT = 'pass only the keys take_many returned, in the same transaction';
+    END IF;
     WITH u AS (
         -- The take's lock is held: the row is as take_many found it. The
-        -- same fields claim_many's fast path sets for an uncapped allow
-        -- job's run, then the ones complete_many sets, in one write.
+        -- same fields claim_many's fast path sets for an uncapped job's run,
+        -- then the ones complete_many sets, in one write (cap_tenant, which
+        -- the fast path sets for a skip job's run, is read only with a
+        -- cap_group, and these runs have none).
         UPDATE warren.runs rr
            SET state = 'succeeded', attempt = rr.attempt + 1, lease_owner = w,
                lease_login = session_user,
@@ -138,9 +196,15 @@ BEGIN
          WHERE rr.run_key = tk.k AND rr.state || '' IN ('planned', 'published', 'retrying')
            AND rr.due_at <= t0 AND rr.cap_group IS NULL AND rr.cap_released_at IS NULL
            -- what take_many takes, checked again: a key it did not return
-           -- (a capped or overlap job's) must not be recorded here
+           -- (a capped job's, a queue or cancel_previous job's, a skip job's
+           -- with a run running) must not be recorded here
            AND EXISTS (SELECT 1 FROM warren.jobs jb
-                        WHERE jb.name = rr.job AND jb.overlap = 'allow'
+                        WHERE jb.name = rr.job
+                          AND (jb.overlap = 'allow'
+                               OR (jb.overlap = 'skip'
+                                   AND NOT EXISTS (SELECT 1 FROM warren.runs o
+                                                    WHERE o.job = rr.job
+                                                      AND o.state = 'running')))
                           AND CASE WHEN jb.template IS NULL
                                    THEN jb.max_running IS NULL
                                         AND jb.max_running_per_tenant IS NULL
@@ -189,7 +253,8 @@ BEGIN
     -- outcome.
     IF n <> nkeys THEN
         RAISE EXCEPTION 'warren.finish_many: % of % runs are not runs warren.take_many took in '
-                        'this transaction (fresh, due, of an uncapped allow job)', nkeys - n, nkeys
+                        'this transaction (fresh, due, of an uncapped allow job, or of an '
+                        'uncapped skip job none of whose runs is running)', nkeys - n, nkeys
             USING ERRCODE = '55000',
                   HINT = 'pass only the keys take_many returned, in the same transaction; claim '
                          'the others with warren.claim_many and complete them with '
@@ -201,4 +266,4 @@ $fn$;
 COMMENT ON FUNCTION warren.finish_many(text[], text, timestamptz) IS
     'Records the runs warren.take_many took in this transaction as succeeded (one write each, '
     'its attempt row and success event); raises 55000 unless every key is a run take_many '
-    'takes, 55P03 for a row another transaction holds';
+    'takes, 55P03 for a row or a skip job''s overlap lock another transaction holds';
