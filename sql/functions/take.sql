@@ -48,6 +48,7 @@ DECLARE
     due timestamptz;
     t0 timestamptz;
     sk text[];
+    n int;
     priv boolean := warren.wp_privileged();
 BEGIN
     PERFORM warren.wp_check_worker('warren.take_many', w);
@@ -59,46 +60,20 @@ BEGIN
         END IF;
     END IF;
     -- As claim_many: wait until the latest of them is due, if that is at
-    -- most 1 s away (before any lock); runs due later are not taken. The
-    -- same pass names the `skip` jobs with exactly one such key (sk), none
-    -- of whose runs is running: a job with two keys would have its first
-    -- claimed and its second skipped, so both go to the claim, and so does
-    -- a job with a run running (live, or one to reap). Read before the
-    -- lock below, so that a job seen busy here is never locked; read again
-    -- after it.
-    SELECT max(d.due),
-           array_agg(d.job ORDER BY d.job)
-               FILTER (WHERE d.skip AND d.n = 1
-                         AND NOT EXISTS (SELECT 1 FROM warren.runs o
-                                          WHERE o.job = d.job AND o.state = 'running'))
-      INTO due, sk
-      FROM (SELECT rr.job, max(rr.due_at) AS due, bool_or(jb.overlap = 'skip') AS skip,
-                   count(*) AS n
-              FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job || ''
-             WHERE rr.run_key = ANY (keys)
-               AND rr.state || '' IN ('planned', 'published', 'retrying')
-               AND rr.due_at <= clock_timestamp() + interval '1 second'
-             GROUP BY rr.job) d;
+    -- most 1 s away (before any lock); runs due later are not taken.
+    SELECT max(rr.due_at) INTO due FROM warren.runs rr
+     WHERE rr.run_key = ANY (keys) AND rr.state || '' IN ('planned', 'published', 'retrying')
+       AND rr.due_at <= clock_timestamp() + interval '1 second';
     IF due > clock_timestamp() THEN
         PERFORM warren.wp_wait_until(due);
     END IF;
-    IF sk IS NOT NULL THEN
-        -- Their overlap locks, only tried (never a wait: no lock order to
-        -- keep), held to the commit; then, in a statement after them (a
-        -- snapshot that sees every committed claim of those jobs), the jobs
-        -- none of whose runs is running still. A job whose lock is held
-        -- elsewhere (a claim of its runs under way) goes to the claim, as
-        -- does one a claim started meanwhile (its lock is then held to this
-        -- transaction's end: that job's next claim waits for it).
-        sk := ARRAY(SELECT j FROM unnest(sk) j WHERE warren.wp_overlap_lock(j, true));
-        sk := ARRAY(SELECT j FROM unnest(sk) j
-                     WHERE NOT EXISTS (SELECT 1 FROM warren.runs o
-                                        WHERE o.job = j AND o.state = 'running'));
-    END IF;
     t0 := clock_timestamp(); -- the runs' started_at (finish_many), after the wait
-    -- In key order (one lock order with claim_many's per-key path and the
-    -- completions); `state || ''` and `job || ''` as in claim_many's fast
-    -- path: no index on state to prefer, no way in from warren.jobs.
+    -- The runs of uncapped `allow` jobs first; then, only when some keys
+    -- are left, those of uncapped `skip` jobs (below). In key order within
+    -- each pass (SKIP LOCKED never waits, so no lock order to keep with
+    -- claim_many's per-key path and the completions); `state || ''` and
+    -- `job || ''` as in claim_many's fast path: no index on state to
+    -- prefer, no way in from warren.jobs.
     RETURN QUERY
     SELECT rr.run_key, rr.attempt + 1, rr.job, rr.scheduled_at, coalesce(rr.payload, jb.payload),
            greatest(1, ceil(jb.lease_ms / 1000.0))::int, t0
@@ -108,7 +83,55 @@ BEGIN
        -- not a run released from waiting under a cap (its slot is released
        -- by its completion: caps.sql), even if a sync removed the cap since
        AND rr.cap_group IS NULL AND rr.cap_released_at IS NULL
-       AND (jb.overlap = 'allow' OR (jb.overlap = 'skip' AND rr.job = ANY (sk)))
+       AND jb.overlap = 'allow'
+       AND CASE WHEN jb.template IS NULL
+                THEN jb.max_running IS NULL AND jb.max_running_per_tenant IS NULL
+                ELSE NOT EXISTS (SELECT 1 FROM warren.jobs gj
+                                  WHERE gj.name = jb.template
+                                    AND (gj.max_running IS NOT NULL
+                                         OR gj.max_running_per_tenant IS NOT NULL))
+           END
+       AND (priv OR EXISTS (SELECT 1 FROM warren.worker_grants g
+                             WHERE g.login = session_user AND g.queue = jb.queue))
+     ORDER BY rr.run_key
+       FOR UPDATE OF rr SKIP LOCKED;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    IF n >= (SELECT count(DISTINCT x) FROM unnest(keys) x) THEN
+        RETURN;
+    END IF;
+    -- The `skip` jobs with exactly one fresh, due key (sk), none of whose
+    -- runs is running: a job with two keys would have its first claimed and
+    -- its second skipped, so both go to the claim, and so does a job with a
+    -- run running (live, or one to reap). Read before the lock, so that a
+    -- job seen busy here is never locked.
+    SELECT array_agg(d.job ORDER BY d.job) INTO sk
+      FROM (SELECT rr.job FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job || ''
+             WHERE rr.run_key = ANY (keys)
+               AND rr.state || '' IN ('planned', 'published', 'retrying') AND rr.due_at <= t0
+               AND jb.overlap = 'skip'
+             GROUP BY rr.job HAVING count(*) = 1) d
+     WHERE NOT EXISTS (SELECT 1 FROM warren.runs o WHERE o.job = d.job AND o.state = 'running');
+    IF sk IS NULL THEN
+        RETURN;
+    END IF;
+    -- Their overlap locks, only tried (never a wait), held to the commit;
+    -- then, in a statement after them (a snapshot that sees every committed
+    -- claim of those jobs), the jobs none of whose runs is running still. A
+    -- job whose lock is held elsewhere (a claim of its runs under way) goes
+    -- to the claim, as does one a claim started meanwhile (its lock is then
+    -- held to this transaction's end: that job's next claim waits for it).
+    sk := ARRAY(SELECT j FROM unnest(sk) j WHERE warren.wp_overlap_lock(j, true));
+    sk := ARRAY(SELECT j FROM unnest(sk) j
+                 WHERE NOT EXISTS (SELECT 1 FROM warren.runs o
+                                    WHERE o.job = j AND o.state = 'running'));
+    RETURN QUERY
+    SELECT rr.run_key, rr.attempt + 1, rr.job, rr.scheduled_at, coalesce(rr.payload, jb.payload),
+           greatest(1, ceil(jb.lease_ms / 1000.0))::int, t0
+      FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job || ''
+     WHERE rr.run_key = ANY (keys) AND rr.job = ANY (sk)
+       AND rr.state || '' IN ('planned', 'published', 'retrying') AND rr.due_at <= t0
+       AND rr.cap_group IS NULL AND rr.cap_released_at IS NULL
+       AND jb.overlap = 'skip'
        AND CASE WHEN jb.template IS NULL
                 THEN jb.max_running IS NULL AND jb.max_running_per_tenant IS NULL
                 ELSE NOT EXISTS (SELECT 1 FROM warren.jobs gj
@@ -142,8 +165,6 @@ DECLARE
     priv boolean := warren.wp_privileged();
     nkeys int;
     n int;
-    locked boolean;
-    one_each boolean;
 BEGIN
     PERFORM warren.wp_check_worker('warren.finish_many', w);
     PERFORM warren.wp_check_batch('warren.finish_many', finish_many.run_keys);
@@ -161,26 +182,9 @@ BEGIN
     SELECT count(DISTINCT x) INTO nkeys FROM unnest(finish_many.run_keys) x;
     -- The rows as take_many left them: held by this transaction already
     -- (then this is immediate), or free; a row another transaction holds
-    -- fails at once (55P03) instead of being waited for. The same for the
-    -- overlap locks of their `skip` jobs (only tried), one key a job, so
-    -- that the statement below, after them, sees every committed claim of
-    -- those jobs.
-    SELECT coalesce(bool_and(CASE WHEN l.skip THEN warren.wp_overlap_lock(l.job, true) END),
-                    true),
-           count(*) FILTER (WHERE l.skip) = count(DISTINCT l.job) FILTER (WHERE l.skip)
-      INTO locked, one_each
-      FROM (SELECT rr.job, jb.overlap = 'skip' AS skip
-              FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job
-             WHERE rr.run_key = ANY (finish_many.run_keys)
-             ORDER BY rr.run_key FOR UPDATE OF rr NOWAIT) l;
-    IF NOT locked OR NOT one_each THEN
-        RAISE EXCEPTION 'warren.finish_many: %', CASE WHEN NOT one_each
-                  THEN 'two runs of one skip job: warren.take_many takes at most one'
-                  ELSE 'the overlap lock of a skip job among run_keys is held by another '
-                       'transaction (warren.take_many holds it for the runs it takes)' END
-            USING ERRCODE = CASE WHEN NOT one_each THEN '55000' ELSE '55P03' END,
-                  HINT = 'pass only the keys take_many returned, in the same transaction';
-    END IF;
+    -- fails at once (55P03) instead of being waited for.
+    PERFORM 1 FROM warren.runs rr WHERE rr.run_key = ANY (finish_many.run_keys)
+      ORDER BY rr.run_key FOR UPDATE NOWAIT;
     WITH u AS (
         -- The take's lock is held: the row is as take_many found it. The
         -- same fields claim_many's fast path sets for an uncapped job's run,
@@ -189,32 +193,35 @@ BEGIN
         -- cap_group, and these runs have none).
         UPDATE warren.runs rr
            SET state = 'succeeded', attempt = rr.attempt + 1, lease_owner = w,
-               lease_login = session_user,
-               lease_ms = (SELECT jb.lease_ms FROM warren.jobs jb WHERE jb.name = rr.job),
+               lease_login = session_user, lease_ms = jb.lease_ms,
                lease_until = NULL, started_at = t0, finished_at = clock_timestamp()
-          FROM (SELECT DISTINCT x AS k FROM unnest(finish_many.run_keys) x ORDER BY 1) tk
+          FROM (SELECT DISTINCT x AS k FROM unnest(finish_many.run_keys) x ORDER BY 1) tk,
+               warren.jobs jb
          WHERE rr.run_key = tk.k AND rr.state || '' IN ('planned', 'published', 'retrying')
            AND rr.due_at <= t0 AND rr.cap_group IS NULL AND rr.cap_released_at IS NULL
+           -- `rr.job || ''`: the job's row from the run's, never a way in
+           -- from warren.jobs into runs_job (as claim_many's fast path)
+           AND jb.name = rr.job || ''
            -- what take_many takes, checked again: a key it did not return
            -- (a capped job's, a queue or cancel_previous job's, a skip job's
-           -- with a run running) must not be recorded here
-           AND EXISTS (SELECT 1 FROM warren.jobs jb
-                        WHERE jb.name = rr.job
-                          AND (jb.overlap = 'allow'
-                               OR (jb.overlap = 'skip'
-                                   AND NOT EXISTS (SELECT 1 FROM warren.runs o
-                                                    WHERE o.job = rr.job
-                                                      AND o.state = 'running')))
-                          AND CASE WHEN jb.template IS NULL
-                                   THEN jb.max_running IS NULL
-                                        AND jb.max_running_per_tenant IS NULL
-                                   ELSE NOT EXISTS (SELECT 1 FROM warren.jobs gj
-                                                     WHERE gj.name = jb.template
-                                                       AND (gj.max_running IS NOT NULL
-                                                            OR gj.max_running_per_tenant
-                                                               IS NOT NULL))
-                              END)
-        RETURNING rr.run_key, rr.job, rr.attempt, rr.scheduled_at, rr.due_at, rr.finished_at
+           -- with a run running) must not be recorded here. A skip job's
+           -- overlap lock is take_many's, held since a statement before
+           -- this one (so this one's snapshot sees every committed claim of
+           -- the job); tried again here, it is re-entrant, and one another
+           -- transaction holds fails the row.
+           AND (jb.overlap = 'allow'
+                OR (jb.overlap = 'skip' AND warren.wp_overlap_lock(jb.name, true)
+                    AND NOT EXISTS (SELECT 1 FROM warren.runs o
+                                     WHERE o.job = rr.job AND o.state = 'running')))
+           AND CASE WHEN jb.template IS NULL
+                    THEN jb.max_running IS NULL AND jb.max_running_per_tenant IS NULL
+                    ELSE NOT EXISTS (SELECT 1 FROM warren.jobs gj
+                                      WHERE gj.name = jb.template
+                                        AND (gj.max_running IS NOT NULL
+                                             OR gj.max_running_per_tenant IS NOT NULL))
+               END
+        RETURNING rr.run_key, rr.job, rr.attempt, rr.scheduled_at, rr.due_at, rr.finished_at,
+                  jb.overlap = 'skip' AS sk
     ), at AS (
         INSERT INTO warren.attempts (run_key, attempt, worker, login, started_at, finished_at,
                                      outcome)
@@ -246,15 +253,26 @@ BEGIN
                   FROM u) u
          ORDER BY u.run_key
     )
-    SELECT count(*) INTO n FROM u;
+    -- one run a skip job (take_many takes no more: the claim would skip
+    -- the second)
+    SELECT CASE WHEN count(*) FILTER (WHERE u.sk) = count(DISTINCT u.job) FILTER (WHERE u.sk)
+                THEN count(*) ELSE -1 END
+      INTO n FROM u;
     -- All or nothing: the caller commits right after (its COMMIT goes in
     -- the same pipeline), so a run that is not as take_many takes them must
     -- fail the transaction, or that run's effect would commit without its
     -- outcome.
+    IF n < 0 THEN
+        RAISE EXCEPTION 'warren.finish_many: two runs of one skip job among run_keys '
+                        '(warren.take_many takes at most one a job)'
+            USING ERRCODE = '55000',
+                  HINT = 'pass only the keys take_many returned, in the same transaction';
+    END IF;
     IF n <> nkeys THEN
         RAISE EXCEPTION 'warren.finish_many: % of % runs are not runs warren.take_many took in '
                         'this transaction (fresh, due, of an uncapped allow job, or of an '
-                        'uncapped skip job none of whose runs is running)', nkeys - n, nkeys
+                        'uncapped skip job none of whose runs is running, with its overlap lock)', nkeys - n,
+                        nkeys
             USING ERRCODE = '55000',
                   HINT = 'pass only the keys take_many returned, in the same transaction; claim '
                          'the others with warren.claim_many and complete them with '
@@ -266,4 +284,5 @@ $fn$;
 COMMENT ON FUNCTION warren.finish_many(text[], text, timestamptz) IS
     'Records the runs warren.take_many took in this transaction as succeeded (one write each, '
     'its attempt row and success event); raises 55000 unless every key is a run take_many '
-    'takes, 55P03 for a row or a skip job''s overlap lock another transaction holds';
+    'takes (a skip job''s with its overlap lock held, one a job), 55P03 for a row another '
+    'transaction holds';
