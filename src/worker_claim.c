@@ -648,8 +648,8 @@ out:
  * only under the job's overlap lock, with none of its runs running) and a
  * statement measured (in this process) at most one batch's budget: a slow
  * one, or one not measured yet, is claimed, and so seen running and
- * heartbeated, with its row not locked, while it runs. Not after a take gave it back or a claim of it
- * went wrong. */
+ * heartbeated, with its row not locked, while it runs. Not after a take
+ * gave it back or a claim of it went wrong. */
 static int take_ok(warren_worker *w, const pend *p)
 {
     const warren_job *j = p->job;
