@@ -68,81 +68,71 @@ BEGIN
         PERFORM warren.wp_wait_until(due);
     END IF;
     t0 := clock_timestamp(); -- the runs' started_at (finish_many), after the wait
-    -- The runs of uncapped `allow` jobs first; then, only when some keys
-    -- are left, those of uncapped `skip` jobs (below). In key order within
+    -- Pass 1: the runs of uncapped `allow` jobs. Pass 2, only when keys are
+    -- left: those of uncapped `skip` jobs (sk, below). In key order within
     -- each pass (SKIP LOCKED never waits, so no lock order to keep with
-    -- claim_many's per-key path and the completions); `state || ''` and
-    -- `job || ''` as in claim_many's fast path: no index on state to
-    -- prefer, no way in from warren.jobs.
-    RETURN QUERY
-    SELECT rr.run_key, rr.attempt + 1, rr.job, rr.scheduled_at, coalesce(rr.payload, jb.payload),
-           greatest(1, ceil(jb.lease_ms / 1000.0))::int, t0
-      FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job || ''
-     WHERE rr.run_key = ANY (keys)
-       AND rr.state || '' IN ('planned', 'published', 'retrying') AND rr.due_at <= t0
-       -- not a run released from waiting under a cap (its slot is released
-       -- by its completion: caps.sql), even if a sync removed the cap since
-       AND rr.cap_group IS NULL AND rr.cap_released_at IS NULL
-       AND jb.overlap = 'allow'
-       AND CASE WHEN jb.template IS NULL
-                THEN jb.max_running IS NULL AND jb.max_running_per_tenant IS NULL
-                ELSE NOT EXISTS (SELECT 1 FROM warren.jobs gj
-                                  WHERE gj.name = jb.template
-                                    AND (gj.max_running IS NOT NULL
-                                         OR gj.max_running_per_tenant IS NOT NULL))
-           END
-       AND (priv OR EXISTS (SELECT 1 FROM warren.worker_grants g
-                             WHERE g.login = session_user AND g.queue = jb.queue))
-     ORDER BY rr.run_key
-       FOR UPDATE OF rr SKIP LOCKED;
-    GET DIAGNOSTICS n = ROW_COUNT;
-    IF n >= (SELECT count(DISTINCT x) FROM unnest(keys) x) THEN
-        RETURN;
-    END IF;
-    -- The `skip` jobs with exactly one fresh, due key (sk), none of whose
-    -- runs is running: a job with two keys would have its first claimed and
-    -- its second skipped, so both go to the claim, and so does a job with a
-    -- run running (live, or one to reap). Read before the lock, so that a
-    -- job seen busy here is never locked.
-    SELECT array_agg(d.job ORDER BY d.job) INTO sk
-      FROM (SELECT rr.job FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job || ''
-             WHERE rr.run_key = ANY (keys)
-               AND rr.state || '' IN ('planned', 'published', 'retrying') AND rr.due_at <= t0
-               AND jb.overlap = 'skip'
-             GROUP BY rr.job HAVING count(*) = 1) d
-     WHERE NOT EXISTS (SELECT 1 FROM warren.runs o WHERE o.job = d.job AND o.state = 'running');
-    IF sk IS NULL THEN
-        RETURN;
-    END IF;
-    -- Their overlap locks, only tried (never a wait), held to the commit;
-    -- then, in a statement after them (a snapshot that sees every committed
-    -- claim of those jobs), the jobs none of whose runs is running still. A
-    -- job whose lock is held elsewhere (a claim of its runs under way) goes
-    -- to the claim, as does one a claim started meanwhile (its lock is then
-    -- held to this transaction's end: that job's next claim waits for it).
-    sk := ARRAY(SELECT j FROM unnest(sk) j WHERE warren.wp_overlap_lock(j, true));
-    sk := ARRAY(SELECT j FROM unnest(sk) j
-                 WHERE NOT EXISTS (SELECT 1 FROM warren.runs o
-                                    WHERE o.job = j AND o.state = 'running'));
-    RETURN QUERY
-    SELECT rr.run_key, rr.attempt + 1, rr.job, rr.scheduled_at, coalesce(rr.payload, jb.payload),
-           greatest(1, ceil(jb.lease_ms / 1000.0))::int, t0
-      FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job || ''
-     WHERE rr.run_key = ANY (keys) AND rr.job = ANY (sk)
-       AND rr.state || '' IN ('planned', 'published', 'retrying') AND rr.due_at <= t0
-       AND rr.cap_group IS NULL AND rr.cap_released_at IS NULL
-       AND jb.overlap = 'skip'
-       AND CASE WHEN jb.template IS NULL
-                THEN jb.max_running IS NULL AND jb.max_running_per_tenant IS NULL
-                ELSE NOT EXISTS (SELECT 1 FROM warren.jobs gj
-                                  WHERE gj.name = jb.template
-                                    AND (gj.max_running IS NOT NULL
-                                         OR gj.max_running_per_tenant IS NOT NULL))
-           END
-       AND (priv OR EXISTS (SELECT 1 FROM warren.worker_grants g
-                             WHERE g.login = session_user AND g.queue = jb.queue))
-     ORDER BY rr.run_key
-       FOR UPDATE OF rr SKIP LOCKED;
+    -- claim_many's per-key path and the completions).
+    FOR pass IN 1 .. 2 LOOP
+        IF pass = 2 THEN
+            IF n >= (SELECT count(DISTINCT x) FROM unnest(keys) x) THEN
+                RETURN;
+            END IF;
+            -- The `skip` jobs with exactly one fresh, due key, none of whose
+            -- runs is running: a job with two keys would have its first
+            -- claimed and its second skipped, so both go to the claim, and
+            -- so does a job with a run running (live, or one to reap). Read
+            -- before the lock, so that a job seen busy here is never locked.
+            SELECT array_agg(d.job ORDER BY d.job) INTO sk
+              FROM (SELECT rr.job FROM warren.runs rr
+                      JOIN warren.jobs jb ON jb.name = rr.job || ''
+                     WHERE rr.run_key = ANY (keys)
+                       AND rr.state || '' IN ('planned', 'published', 'retrying')
+                       AND rr.due_at <= t0 AND jb.overlap = 'skip'
+                     GROUP BY rr.job HAVING count(*) = 1) d
+             WHERE NOT EXISTS (SELECT 1 FROM warren.runs o
+                                WHERE o.job = d.job AND o.state = 'running');
+            IF sk IS NULL THEN
+                RETURN;
+            END IF;
+            -- Their overlap locks, only tried (never a wait), held to the
+            -- commit; then, in a statement after them (a snapshot that sees
+            -- every committed claim of those jobs), the jobs none of whose
+            -- runs is running still. A job whose lock is held elsewhere (a
+            -- claim of its runs under way) goes to the claim, as does one a
+            -- claim started meanwhile (its lock is then held to this
+            -- transaction's end: that job's next claim waits for it).
+            sk := ARRAY(SELECT j FROM unnest(sk) j WHERE warren.wp_overlap_lock(j, true));
+            sk := ARRAY(SELECT j FROM unnest(sk) j
+                         WHERE NOT EXISTS (SELECT 1 FROM warren.runs o
+                                            WHERE o.job = j AND o.state = 'running'));
+        END IF;
+        -- `state || ''` and `job || ''` as in claim_many's fast path: no
+        -- index on state to prefer, no way in from warren.jobs.
+        RETURN QUERY
+        SELECT rr.run_key, rr.attempt + 1, rr.job, rr.scheduled_at,
+               coalesce(rr.payload, jb.payload), greatest(1, ceil(jb.lease_ms / 1000.0))::int, t0
+          FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job || ''
+         WHERE rr.run_key = ANY (keys)
+           AND rr.state || '' IN ('planned', 'published', 'retrying') AND rr.due_at <= t0
+           -- not a run released from waiting under a cap (its slot is
+           -- released by its completion: caps.sql), even if a sync removed
+           -- the cap since
+           AND rr.cap_group IS NULL AND rr.cap_released_at IS NULL
+           AND CASE WHEN pass = 1 THEN jb.overlap = 'allow'
+                    ELSE jb.overlap = 'skip' AND rr.job = ANY (sk) END
+           AND CASE WHEN jb.template IS NULL
+                    THEN jb.max_running IS NULL AND jb.max_running_per_tenant IS NULL
+                    ELSE NOT EXISTS (SELECT 1 FROM warren.jobs gj
+                                      WHERE gj.name = jb.template
+                                        AND (gj.max_running IS NOT NULL
+                                             OR gj.max_running_per_tenant IS NOT NULL))
+               END
+           AND (priv OR EXISTS (SELECT 1 FROM warren.worker_grants g
+                                 WHERE g.login = session_user AND g.queue = jb.queue))
+         ORDER BY rr.run_key
+           FOR UPDATE OF rr SKIP LOCKED;
+        GET DIAGNOSTICS n = ROW_COUNT;
+    END LOOP;
 END
 $fn$;
 COMMENT ON FUNCTION warren.take_many(text[], text) IS
