@@ -155,6 +155,7 @@ DECLARE
     priv boolean := warren.wp_privileged();
     nkeys int;
     n int;
+    twice text;
 BEGIN
     PERFORM warren.wp_check_worker('warren.finish_many', w);
     PERFORM warren.wp_check_batch('warren.finish_many', finish_many.run_keys);
@@ -245,24 +246,25 @@ BEGIN
     )
     -- one run a skip job (take_many takes no more: the claim would skip
     -- the second)
-    SELECT CASE WHEN count(*) FILTER (WHERE u.sk) = count(DISTINCT u.job) FILTER (WHERE u.sk)
-                THEN count(*) ELSE -1 END
-      INTO n FROM u;
+    SELECT count(*),
+           (SELECT min(d.job) FROM (SELECT x.job FROM u x WHERE x.sk GROUP BY x.job
+                                     HAVING count(*) > 1) d)
+      INTO n, twice FROM u;
     -- All or nothing: the caller commits right after (its COMMIT goes in
     -- the same pipeline), so a run that is not as take_many takes them must
     -- fail the transaction, or that run's effect would commit without its
     -- outcome.
-    IF n < 0 THEN
-        RAISE EXCEPTION 'warren.finish_many: two runs of one skip job among run_keys '
-                        '(warren.take_many takes at most one a job)'
+    IF twice IS NOT NULL THEN
+        RAISE EXCEPTION 'warren.finish_many: two or more runs of skip job % among run_keys '
+                        '(warren.take_many takes at most one a skip job)', twice
             USING ERRCODE = '55000',
                   HINT = 'pass only the keys take_many returned, in the same transaction';
     END IF;
     IF n <> nkeys THEN
         RAISE EXCEPTION 'warren.finish_many: % of % runs are not runs warren.take_many took in '
                         'this transaction (fresh, due, of an uncapped allow job, or of an '
-                        'uncapped skip job none of whose runs is running, with its overlap lock)', nkeys - n,
-                        nkeys
+                        'uncapped skip job none of whose runs is running, with its overlap '
+                        'lock)', nkeys - n, nkeys
             USING ERRCODE = '55000',
                   HINT = 'pass only the keys take_many returned, in the same transaction; claim '
                          'the others with warren.claim_many and complete them with '
