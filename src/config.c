@@ -1366,7 +1366,7 @@ static const warren__section broker_section = {"broker", broker_settings, COUNT(
 
 typedef warren_planner_config planner_t;
 static const warren__setting planner_settings[] = {
-    SET_DURATION("horizon", planner_t, horizon_ms, MINUTES(2), 1000, 0, NULL, 0, NULL),
+    SET_DURATION("horizon", planner_t, horizon_ms, SECONDS(150), 1000, 0, NULL, 0, NULL),
     SET_DURATION("tick", planner_t, tick_ms, SECONDS(1), 10, 0, NULL, 0, NULL),
     SET_DURATION("misfire_threshold", planner_t, misfire_threshold_ms, SECONDS(60), 1000, 0, NULL,
                  0, NULL),

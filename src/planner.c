@@ -275,7 +275,7 @@ int warren_planner_new(const warren_config *cfg, const char *store_url, const ch
     if (p->pc.tick_ms <= 0)
         p->pc.tick_ms = 1000;
     if (p->pc.horizon_ms <= 0)
-        p->pc.horizon_ms = 120000;
+        p->pc.horizon_ms = 150000; /* planner.horizon's default, "2m30s" */
     if (p->pc.misfire_threshold_ms <= 0)
         p->pc.misfire_threshold_ms = 60000;
     if (p->pc.reconcile_grace_ms <= 0)

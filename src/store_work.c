@@ -1594,3 +1594,19 @@ int warren_store_refuse(warren_store *st, const char *run_key, const char *worke
     PQclear(res);
     return 0;
 }
+
+int warren_store_warm_up(warren_store *st, warren_error *err)
+{
+    /* "@warm-up": a job name is never empty, so no run has this key */
+    static const char *const calls[] = {
+        "SELECT count(*) FROM warren.claim_many(ARRAY['@warm-up'], 'warm-up')",
+        "SELECT count(*) FROM warren.take_many(ARRAY['@warm-up'], 'warm-up')",
+        "SELECT warren.finish_many('{}'::text[], 'warm-up', now())",
+        "SELECT count(*) FROM warren.complete_many(ARRAY['@warm-up'], ARRAY[1])",
+    };
+    int rc = warren__store_begin(st, err);
+    for (size_t i = 0; rc == 0 && i < sizeof(calls) / sizeof(calls[0]); i++)
+        rc = warren__store_exec(st, calls[i], 0, NULL, NULL, "warm the connection up", err);
+    warren__store_rollback(st);
+    return rc;
+}

@@ -880,6 +880,13 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
                                         2 * w->db_timeout_ms, err)) != 0)
         goto out;
     {
+        /* this connection's claims compiled before the first run's */
+        warren_error e = {0};
+        if (warren_store_warm_up(w->st, &e) != 0)
+            warren_log(w->lg, WARREN_LOG_WARN, "worker %s: %s (going on: the first claims pay it)",
+                       w->id, e.message);
+    }
+    {
         /* The sql handlers' connections before the first run (not during a
          * burst): enough for every slot's run in batches of sql_batch, at
          * most 16 (a statement not measured yet shares its batch with at
@@ -895,9 +902,10 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
         if (sql_jobs > 0 &&
             warren__hpool_prefill(w->hp, w->db_url, (w->concurrency + batch - 1) / batch + 1, &e) !=
                 0)
-            warren_log(w->lg, WARREN_LOG_WARN,
-                       "worker %s: could not open the sql handlers' connections ahead: %s", w->id,
-                       e.message);
+            warren_log(
+                w->lg, WARREN_LOG_WARN,
+                "worker %s: could not open or warm up the sql handlers' connections ahead: %s",
+                w->id, e.message);
     }
     if ((rc = broker_setup(w, err)) != 0)
         goto out;

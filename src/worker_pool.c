@@ -142,15 +142,26 @@ static void pool_put(hpool *hp, warren_store *st)
 
 int warren__hpool_prefill(struct hpool *hp, const char *url, int n, warren_error *err)
 {
+    int rc = 0;
     if (n > SQL_POOL_MAX)
         n = SQL_POOL_MAX;
     for (int i = 0; i < n; i++) {
         warren_store *st = NULL;
         if (warren_store_open(url, NULL, &st, err) != 0)
             return err != NULL && err->code ? err->code : WARREN_EDBCONN;
+        /* warm, so that the first runs do not pay for compiling the
+         * protocol's functions in a dozen fresh backends at once; a
+         * connection that fails it still serves (the first error is
+         * returned, the rest are kept) */
+        warren_error we = {0};
+        if (warren_store_warm_up(st, &we) != 0 && rc == 0) {
+            rc = we.code ? we.code : WARREN_EDB;
+            if (err != NULL)
+                *err = we;
+        }
         pool_put(hp, st);
     }
-    return 0;
+    return rc;
 }
 
 /* Frees a pool no thread uses any more. */

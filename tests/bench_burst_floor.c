@@ -7,10 +7,16 @@
  * which adds a claim and a completion per run.
  *
  *   eval "$(tests/servers.sh start)"
- *   build/tests/bench_burst_floor [N] [CONSUMERS] [PREFETCH] [multiple|single]
+ *   build/tests/bench_burst_floor [N] [CONSUMERS] [PREFETCH] [multiple|single] [LEAD_MS]
  *
  * "multiple" (default) acknowledges with warren_broker_ack_later/_flush as
- * the worker does; "single" sends one basic.ack per message. */
+ * the worker does; "single" sends one basic.ack per message. LEAD_MS
+ * (default 0) releases the runs that long before due, as
+ * planner.release_lead does, and then the consumers hold what they get until
+ * the due time before acknowledging it, as the worker's claim waits: with
+ * `10000 2 100 multiple 3000` it is the broker's floor under the issue-17
+ * burst (2 workers x 50 slots, prefetch 2 x concurrency, lead 3 s). */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,14 +35,45 @@ static int64_t wall_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* CPU seconds every beam.smp (RabbitMQ) on this machine has used so far. */
+static double broker_cpu_s(void)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    double s = 0;
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        char path[300], buf[1024];
+        unsigned long long ut, st;
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            continue;
+        size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[len] = '\0';
+        char *close = strrchr(buf, ')');
+        if (strstr(buf, "(beam.smp)") == NULL || close == NULL ||
+            sscanf(close + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) !=
+                2)
+            continue;
+        s += (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+    }
+    if (d != NULL)
+        closedir(d);
+    return s;
+}
+
 static void die(const char *what, const warren_error *e)
 {
     fprintf(stderr, "bench_burst_floor: %s: %s\n", what, e ? e->message : "");
     exit(1);
 }
 
-/* A consumer: acknowledges everything; stops 3 s after the last message. */
-static void consume(const char *url, int prefetch, int multiple, int fd)
+/* A consumer: acknowledges everything, nothing before `hold_until` (wall
+ * clock, ms; 0: at once); stops 3 s after the last message. */
+static void consume(const char *url, int prefetch, int multiple, int64_t hold_until, int fd)
 {
     warren_broker *b = NULL;
     warren_error err = {0};
@@ -48,35 +85,33 @@ static void consume(const char *url, int prefetch, int multiple, int fd)
     for (;;) {
         warren_delivery d;
         int got = 0;
-        if (warren_broker_next(b, n > 0 ? 3000 : 60000, &d, &got, &err) != 0)
-            die("next", &err);
-        if (!got) {
-            if (multiple && warren_broker_ack_flush(b, &err) != 0)
+        /* flush the acknowledgements when nothing more is buffered: as the
+         * worker's loop does */
+        if (multiple) {
+            if (warren_broker_next(b, 0, &d, &got, &err) != 0)
+                die("next", &err);
+            if (!got && warren_broker_ack_flush(b, &err) != 0)
                 die("flush", &err);
-            break;
         }
+        if (!got && warren_broker_next(b, n > 0 ? 3000 : 60000, &d, &got, &err) != 0)
+            die("next", &err);
+        if (!got)
+            break;
         last = wall_ms();
         if (first == 0)
             first = last;
         n++;
+        if (last < hold_until) {
+            /* every run is due at the same instant: hold until then, as the
+             * worker's claim waits for the due time */
+            struct timespec ts = {(time_t)((hold_until - last) / 1000),
+                                  (long)((hold_until - last) % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+        }
         if ((multiple ? warren_broker_ack_later(b, d.tag, &err)
                       : warren_broker_ack(b, d.tag, &err)) != 0)
             die("ack", &err);
         warren_delivery_clear(&d);
-        /* flush when nothing more is buffered: as the worker's loop does */
-        if (multiple) {
-            if (warren_broker_next(b, 0, &d, &got, &err) != 0)
-                die("next", &err);
-            if (got) {
-                last = wall_ms();
-                n++;
-                if (warren_broker_ack_later(b, d.tag, &err) != 0)
-                    die("ack", &err);
-                warren_delivery_clear(&d);
-            }
-            if (n % 64 == 0 && warren_broker_ack_flush(b, &err) != 0)
-                die("flush", &err);
-        }
     }
     char line[128];
     int len = snprintf(line, sizeof(line), "%ld %lld %lld\n", n, (long long)first, (long long)last);
@@ -91,22 +126,24 @@ int main(int argc, char **argv)
     int nc = argc > 2 ? atoi(argv[2]) : 2;
     int prefetch = argc > 3 ? atoi(argv[3]) : 256;
     int multiple = !(argc > 4 && strcmp(argv[4], "single") == 0);
+    long lead = argc > 5 ? atol(argv[5]) : 0;
     static const char *const queues[] = {"bench"};
     warren_error err = {0};
     warren_broker *b = NULL;
     char *url = testenv_vhost();
     int pfd[2];
 
-    if (nc < 1 || nc > 16 || n < 1 || pipe(pfd) != 0)
+    if (nc < 1 || nc > 16 || n < 1 || lead < 0 || lead > 60000 || pipe(pfd) != 0)
         return 2;
     if (warren_broker_open(url, NULL, &b, &err) != 0 ||
         warren_broker_topology(b, queues, 1, 5, &err) != 0 ||
         warren_broker_confirm_select(b, &err) != 0)
         die("topology", &err);
+    int64_t due = (wall_ms() / 1000 + 2 + n / 4000) * 1000 + 1000 + lead;
     for (int i = 0; i < nc; i++)
         if (fork() == 0) {
             close(pfd[0]);
-            consume(url, prefetch, multiple, pfd[1]);
+            consume(url, prefetch, multiple, lead > 0 ? due : 0, pfd[1]);
             _exit(0);
         }
     close(pfd[1]);
@@ -132,12 +169,11 @@ int main(int argc, char **argv)
     m.body_len = 300;
     m.mandatory = 1;
     m.message_id = id;
-    int64_t due = (wall_ms() / 1000 + 2 + n / 8000) * 1000 + 1000;
-    if (warren_broker_delay_queue(b, due / 1000, 600000, qname, sizeof(qname), &err) != 0)
+    if (warren_broker_delay_queue(b, (due - lead) / 1000, 600000, qname, sizeof(qname), &err) != 0)
         die("delay_queue", &err);
     for (long i = 0; i < n; i++) {
         snprintf(id, sizeof(id), "bench@%ld", i);
-        m.expiration_ms = due - wall_ms();
+        m.expiration_ms = due - lead - wall_ms();
         if (m.expiration_ms < 1)
             m.expiration_ms = 1;
         if (warren_broker_publish(b, &m, &seq, &err) != 0)
@@ -148,6 +184,15 @@ int main(int argc, char **argv)
     if (warren_broker_confirm_wait(b, seq, 30000, NULL, NULL, &err) != 0)
         die("confirm_wait", &err);
     int64_t published = wall_ms();
+    /* the broker's CPU from the due time until the consumers stop (3 s idle
+     * after the last delivery): with a lead, what the drain costs it */
+    double cpu_pub = broker_cpu_s();
+    if (published < due) {
+        struct timespec ts = {(time_t)((due - published) / 1000),
+                              (long)((due - published) % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    double cpu_due = broker_cpu_s();
     long total = 0;
     int64_t first = 0, last = 0;
     FILE *f = fdopen(pfd[0], "r");
@@ -164,6 +209,7 @@ int main(int argc, char **argv)
     }
     while (wait(NULL) > 0)
         ;
+    double cpu_end = broker_cpu_s();
     char la[128] = "";
     FILE *lf = fopen("/proc/loadavg", "r");
     if (lf != NULL) {
@@ -173,10 +219,14 @@ int main(int argc, char **argv)
         fclose(lf);
     }
     printf("{\"bench\":\"broker_burst_floor\",\"runs\":%ld,\"consumers\":%d,\"prefetch\":%d,"
-           "\"acks\":\"%s\",\"published_before_due_ms\":%lld,\"first_after_due_ms\":%lld,"
-           "\"all_delivered_after_due_ms\":%lld,\"delivered\":%ld,\"loadavg\":\"%s\"}\n",
-           n, nc, prefetch, multiple ? "multiple" : "single", (long long)(due - published),
-           (long long)(first - due), (long long)(last - due), total, la);
+           "\"acks\":\"%s\",\"lead_ms\":%ld,\"published_before_due_ms\":%lld,\"first_after_due_"
+           "ms\":%lld,"
+           "\"all_delivered_after_due_ms\":%lld,\"delivered\":%ld,\"broker_cpu_s\":{\"until_due\":%"
+           ".2f,"
+           "\"after_due\":%.2f},\"loadavg\":\"%s\"}\n",
+           n, nc, prefetch, multiple ? "multiple" : "single", lead, (long long)(due - published),
+           (long long)(first - due), (long long)(last - due), total, cpu_due - cpu_pub,
+           cpu_end - cpu_due, la);
     warren_broker_free(b);
     free(url);
     return total == n ? 0 : 1;

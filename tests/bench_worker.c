@@ -49,7 +49,7 @@
  * time (it must not).
  *
  * BENCH_RING=N (with BENCH_RING_TYPE=classic, the default here, or quorum)
- * sets planner.delay_ring = N (at least 122 for the 2 min horizon).
+ * sets planner.delay_ring = N (at least 152 for the default 2m30s horizon).
  * BENCH_TIMELINE=1 prints the runs started and finished per 500 ms on stderr
  * (BENCH_TIMELINE=MS: per MS milliseconds).
  * BENCH_POLICY=JSON puts a policy with that definition on the ready queue.
@@ -58,7 +58,8 @@
  * sql/functions/ in the same session as the current one).
  * BENCH_WORKER_CFG=TEXT is added inside the config's worker group (e.g.
  * "sql_batch = 1;" for A/B runs of a worker setting).
- * BENCH_HORIZON=DURATION sets planner.horizon (default 2m).
+ * BENCH_HORIZON=DURATION sets planner.horizon (default "2m30s", the planner's).
+ * BENCH_KEEP_DB=1 keeps the benchmark database (for a look at warren.runs).
  * BENCH_CRON_OVERLAP=POLICY sets the --cron jobs' overlap (default: unset,
  * the config default `skip`), e.g. `allow` for A/B runs of the policy. */
 #include <dirent.h>
@@ -425,7 +426,7 @@ static void *planner_main(void *arg)
 static void usage(void)
 {
     fprintf(stderr, "usage: bench_worker [--burst N] [--rate R] [--seconds S] [--spread] "
-                    "[--cron J --minutes M] [--handler sql|c|exec] [--concurrency C] "
+                    "[--warmup W] [--cron J --minutes M] [--handler sql|c|exec] [--concurrency C] "
                     "[--workers W] [--noop-4096] [--lead DURATION] [--warren PATH] "
                     "[--label TEXT]\n");
     exit(2);
@@ -444,7 +445,7 @@ static long ms_until(const char *db, double epoch_ms)
 int main(int argc, char **argv)
 {
     long burst = 10000;
-    int rate = 200, seconds = 60, spread = 0, cron_jobs = 0, minutes = 3;
+    int rate = 200, seconds = 60, spread = 0, cron_jobs = 0, minutes = 3, warmup = 0;
     const char *lead = NULL; /* planner.release_lead; NULL: the default */
     const char *warren_bin = WARREN_BINARY;
     bench_opts o = {.handler = "sql", .label = "", .workers = 2, .concurrency = 50};
@@ -464,6 +465,8 @@ int main(int argc, char **argv)
             seconds = atoi(argv[++i]);
         else if (strcmp(argv[i], "--spread") == 0)
             spread = 1;
+        else if (strcmp(argv[i], "--warmup") == 0 && i + 1 < argc)
+            warmup = atoi(argv[++i]);
         else if (strcmp(argv[i], "--cron") == 0 && i + 1 < argc)
             cron_jobs = atoi(argv[++i]);
         else if (strcmp(argv[i], "--minutes") == 0 && i + 1 < argc)
@@ -493,7 +496,7 @@ int main(int argc, char **argv)
     if ((strcmp(o.handler, "sql") != 0 && strcmp(o.handler, "c") != 0 &&
          strcmp(o.handler, "exec") != 0) ||
         o.workers < 1 || o.workers > 8 || o.concurrency < 1 || o.concurrency > 4096 ||
-        cron_jobs < 0 || minutes < 1)
+        cron_jobs < 0 || minutes < 1 || warmup < 0 || (seconds > 0 && warmup >= seconds))
         usage();
     if (cron_jobs > 0 && (burst > 0 || (rate > 0 && seconds > 0))) {
         fprintf(stderr, "bench_worker: run --cron alone (--burst 0 --seconds 0): its jobs would "
@@ -550,7 +553,7 @@ int main(int argc, char **argv)
         free(text);
     }
     /* BENCH_RING=N [BENCH_RING_TYPE=classic|quorum]: the delay ring instead of
-     * one delay queue per second (N >= 122 for the 2 min horizon). */
+     * one delay queue per second (N >= 152 for the default 2m30s horizon). */
     char ring_opt[256] = "";
     if (getenv("BENCH_RING") != NULL && atoi(getenv("BENCH_RING")) > 0)
         snprintf(ring_opt, sizeof(ring_opt), " delay_ring = %d; delay_ring_type = \"%s\";",
@@ -586,7 +589,7 @@ int main(int argc, char **argv)
             "worker = { concurrency = %d; %s };\n"
             "jobs = ( { name = \"bench\"; at = \"2099-01-01T00:00:00Z\"; queue = \"bench\";"
             " overlap = \"allow\"; handler = { %s }; }",
-            db, amqp, getenv("BENCH_HORIZON") ? getenv("BENCH_HORIZON") : "2m", ring_opt,
+            db, amqp, getenv("BENCH_HORIZON") ? getenv("BENCH_HORIZON") : "2m30s", ring_opt,
             o.concurrency, wextra ? wextra : "", handler);
     const char *cov = getenv("BENCH_CRON_OVERLAP");
     char covl[64] = "";
@@ -733,11 +736,27 @@ int main(int argc, char **argv)
                        "FROM generate_series(0, %ld - 1) g; NOTIFY warren_jobs; SELECT 1",
                        due, n);
         free(v);
-        int ok =
-            wait_all(db, "origin = 'backfill' AND payload->>'bench' = 'steady'", n, seconds + 60);
-        report(db, spread ? "worker_steady_spread" : "worker_steady",
-               "origin = 'backfill' AND payload->>'bench' = 'steady'", n, w, &o, rate, ok, NULL,
-               NULL, NULL);
+        const char *all = "origin = 'backfill' AND payload->>'bench' = 'steady'";
+        int ok = wait_all(db, all, n, seconds + 60);
+        if (warmup == 0) {
+            report(db, spread ? "worker_steady_spread" : "worker_steady", all, n, w, &o, rate, ok,
+                   NULL, NULL, NULL);
+        } else {
+            /* --warmup W: the runs due in the first W seconds on a line of
+             * their own (the workers' first runs: cold backends, statements
+             * not measured yet), the steady state after them on the usual
+             * line */
+            char first[512], rest[512];
+            for (int part = 0; part < 2; part++)
+                snprintf(part ? rest : first, sizeof(first),
+                         "%s AND due_at %s (SELECT min(due_at) FROM warren.runs WHERE %s) + "
+                         "make_interval(secs => %d)",
+                         all, part ? ">=" : "<", all, warmup);
+            report(db, spread ? "worker_steady_spread_warmup" : "worker_steady_warmup", first,
+                   (long)rate * warmup, w, &o, rate, ok, NULL, NULL, NULL);
+            report(db, spread ? "worker_steady_spread" : "worker_steady", rest,
+                   n - (long)rate * warmup, w, &o, rate, ok, NULL, NULL, NULL);
+        }
     }
     /* Cron: the jobs fire at every minute boundary; measured from the first
      * boundary at least 20 s after the sync (their runs are materialised,
@@ -758,6 +777,31 @@ int main(int argc, char **argv)
             sleep_ms(until);
         int ok = wait_all(db, where, (long)cron_jobs * minutes, 120);
         report(db, "worker_cron", where, (long)cron_jobs * minutes, w, &o, 0, ok, NULL, NULL, NULL);
+        /* one line a minute boundary: the first wave is the workers' first
+         * sight of these jobs (cold backends, statements not measured yet,
+         * so claimed and not taken); the later ones are the steady state */
+        char *waves = sql1(
+            db,
+            "WITH r AS (SELECT run_key, scheduled_at, extract(epoch FROM started_at - due_at) * "
+            "1000 AS l, due_at FROM warren.runs WHERE %s AND state = 'succeeded'), "
+            "h AS (SELECT r.scheduled_at, min(s.start_ms) - extract(epoch FROM r.due_at) * 1000 AS "
+            "l FROM starts s JOIN r USING (run_key) GROUP BY r.run_key, r.scheduled_at, r.due_at) "
+            "SELECT string_agg(format('{\"bench\":\"worker_cron_wave\",\"label\":\"%s\","
+            "\"wave\":%%s,\"scheduled_at\":\"%%s\",\"runs\":%%s,\"p50_start_lateness_ms\":%%s,"
+            "\"max_start_lateness_ms\":%%s,\"handler_start_ms\":{\"p50\":%%s,\"max\":%%s}}', "
+            "w.n, to_char(w.scheduled_at AT TIME ZONE 'UTC', 'HH24:MI:SS'), w.runs, w.p50, w.mx, "
+            "coalesce(h.p50::text, 'null'), coalesce(h.mx::text, 'null')), E'\\n' ORDER BY w.n) "
+            "FROM (SELECT scheduled_at, row_number() OVER (ORDER BY scheduled_at) AS n, count(*) "
+            "AS runs, round(percentile_cont(0.5) WITHIN GROUP (ORDER BY l)::numeric, 1) AS p50, "
+            "round(max(l)::numeric, 1) AS mx FROM r GROUP BY scheduled_at) w LEFT JOIN "
+            "(SELECT scheduled_at, round(percentile_cont(0.5) WITHIN GROUP (ORDER BY l)::numeric, "
+            "1) AS p50, round(max(l)::numeric, 1) AS mx FROM h GROUP BY scheduled_at) h USING "
+            "(scheduled_at)",
+            where, o.label);
+        if (waves != NULL)
+            printf("%s\n", waves);
+        fflush(stdout);
+        free(waves);
     }
     for (int i = 0; i < o.workers; i++)
         kill(w[i], SIGTERM);
@@ -778,7 +822,9 @@ int main(int argc, char **argv)
     }
     warren_store_free(st);
     warren_config_free(cfg);
-    {
+    if (getenv("BENCH_KEEP_DB") != NULL) {
+        fprintf(stderr, "bench_worker: BENCH_KEEP_DB: kept %s\n", db);
+    } else {
         /* Drop the database: autovacuum of 50,000 dead rows left behind
          * would run during the next benchmark and skew it. */
         const char *name = strrchr(db, '/');

@@ -146,7 +146,7 @@ START_TEST(test_config_minimal_file_gets_documented_defaults)
     ck_assert_str_eq(cfg->database_url, "postgresql://localhost/warren");
     ck_assert_str_eq(cfg->amqp_url, "amqp://guest:guest@localhost:5672/%2f");
     ck_assert_int_eq(cfg->delivery_limit, 5);
-    ck_assert_int_eq(cfg->planner.horizon_ms, 120000);
+    ck_assert_int_eq(cfg->planner.horizon_ms, 150000);
     ck_assert_int_eq(cfg->planner.tick_ms, 1000);
     ck_assert_int_eq(cfg->planner.misfire_threshold_ms, 60000);
     ck_assert_int_eq(cfg->planner.reconcile_grace_ms, 30000);

@@ -9,8 +9,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <warren/store.h>
+
+#include "store_work.h"
 
 #include "testenv.h"
 
@@ -548,6 +551,77 @@ START_TEST(test_roles_producer_login_runs_the_application_api_only)
 }
 END_TEST
 
+/* The worker's warm-up of a fresh connection (warren_store_warm_up, run on
+ * every connection a worker opens ahead) works for a worker login, calls
+ * each protocol function its runs need, and writes nothing: a due run of
+ * a granted queue stays as it was. */
+START_TEST(test_roles_worker_login_warms_a_connection_up_writing_nothing)
+{
+    char *url = migrated_db();
+    char *login = testenv_unique_name("warren_login");
+    PGconn *admin = PQconnectdb(url);
+    PGresult *res;
+    char state[8], *sql, *wurl;
+    warren_store *st = NULL;
+    warren_error err = {0};
+
+    ck_assert_int_eq(PQstatus(admin), CONNECTION_OK);
+    sql = testenv_fmt("CREATE ROLE %s LOGIN IN ROLE warren_worker;"
+                      "INSERT INTO warren.worker_grants (login, queue) VALUES ('%s', 'q')",
+                      login, login);
+    ck_assert_str_eq(try_sql(admin, sql, state, sizeof(state)), "");
+    free(sql);
+    /* function statistics for the sessions opened from now on */
+    ck_assert_str_eq(try_sql(admin,
+                             "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET track_functions "
+                             "= ''pl''', current_database()); END $$;"
+                             "INSERT INTO warren.jobs (name, schedule_kind, expression, queue,"
+                             " overlap) VALUES ('job1', 'every', '1h', 'q', 'allow');"
+                             "INSERT INTO warren.runs (job, scheduled_at, due_at, state)"
+                             " VALUES ('job1', '2026-01-01T00:00:00Z', now(), 'published')",
+                             state, sizeof(state)),
+                     "");
+    wurl = login_url(url, login);
+    ck_assert_msg(warren_store_open(wurl, NULL, &st, &err) == 0, "%s", err.message);
+    ck_assert_msg(warren_store_warm_up(st, &err) == 0, "%s", err.message);
+    /* nothing left open: the connection serves the next call */
+    ck_assert_msg(warren_store_warm_up(st, &err) == 0, "%s", err.message);
+    warren_store_free(st); /* the backend reports its statistics as it exits */
+
+    res = query(admin, "SELECT state || ' ' || attempt || ' ' || coalesce(lease_owner, '-') "
+                       "|| ' ' || (SELECT count(*) FROM warren.attempts) "
+                       "|| ' ' || (SELECT count(*) FROM warren.outbox) FROM warren.runs");
+    ck_assert_int_eq(PQntuples(res), 1);
+    ck_assert_str_eq(PQgetvalue(res, 0, 0), "published 0 - 0 0");
+    PQclear(res);
+    /* each function its runs call was called (twice) in that backend */
+    const char *calls = NULL;
+    char *got = NULL;
+    for (int i = 0; i < 40; i++) { /* 2 s */
+        free(got);
+        got = testenv_sql1(url, "SELECT string_agg(funcname || '=' || calls, ' ' ORDER BY "
+                                "funcname) FROM pg_stat_user_functions WHERE schemaname = "
+                                "'warren' AND funcname IN ('claim_many', 'take_many', "
+                                "'finish_many', 'complete_many')");
+        calls = "claim_many=2 complete_many=2 finish_many=2 take_many=2";
+        if (got != NULL && strcmp(got, calls) == 0)
+            break;
+        usleep(50 * 1000);
+    }
+    ck_assert_msg(got != NULL && strcmp(got, calls) == 0, "function calls: \"%s\", want \"%s\"",
+                  got ? got : "(null)", calls);
+    free(got);
+    sql = testenv_fmt("DROP ROLE %s", login);
+    PQclear(PQexec(admin, "DELETE FROM warren.worker_grants"));
+    ck_assert_str_eq(try_sql(admin, sql, state, sizeof(state)), "");
+    free(sql);
+    PQfinish(admin);
+    free(wurl);
+    free(login);
+    free(url);
+}
+END_TEST
+
 static Suite *roles_suite(void)
 {
     Suite *s = suite_create("roles");
@@ -559,6 +633,7 @@ static Suite *roles_suite(void)
     tc = tcase_create("login");
     tcase_add_test(tc, test_roles_worker_login_runs_the_protocol_but_cannot_touch_tables);
     tcase_add_test(tc, test_roles_producer_login_runs_the_application_api_only);
+    tcase_add_test(tc, test_roles_worker_login_warms_a_connection_up_writing_nothing);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -75,7 +75,7 @@ typedef struct warren_job {
 } warren_job;
 
 typedef struct warren_planner_config {
-    int64_t horizon_ms;             /* default 2m */
+    int64_t horizon_ms;             /* default 2m30s: not a whole number of minutes */
     int64_t tick_ms;                /* default 1s */
     int64_t misfire_threshold_ms;   /* default 60s */
     int64_t reconcile_grace_ms;     /* default 30s */
