@@ -1599,6 +1599,10 @@ int warren_store_warm_up(warren_store *st, warren_error *err)
 {
     /* "@warm-up": a job name is never empty, so no run has this key */
     static const char *const calls[] = {
+        /* bounded whatever the connection's own settings (a pool
+         * connection has none): the ROLLBACK ends them */
+        "SET LOCAL statement_timeout = '2s'",
+        "SET LOCAL lock_timeout = '1s'",
         "SELECT count(*) FROM warren.claim_many(ARRAY['@warm-up'], 'warm-up')",
         "SELECT count(*) FROM warren.take_many(ARRAY['@warm-up'], 'warm-up')",
         "SELECT warren.finish_many('{}'::text[], 'warm-up', now())",

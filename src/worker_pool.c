@@ -142,7 +142,7 @@ static void pool_put(hpool *hp, warren_store *st)
 
 int warren__hpool_prefill(struct hpool *hp, const char *url, int n, warren_error *err)
 {
-    int rc = 0;
+    warren_error warm = {0};
     if (n > SQL_POOL_MAX)
         n = SQL_POOL_MAX;
     for (int i = 0; i < n; i++) {
@@ -151,17 +151,16 @@ int warren__hpool_prefill(struct hpool *hp, const char *url, int n, warren_error
             return err != NULL && err->code ? err->code : WARREN_EDBCONN;
         /* warm, so that the first runs do not pay for compiling the
          * protocol's functions in a dozen fresh backends at once; a
-         * connection that fails it still serves (the first error is
-         * returned, the rest are kept) */
+         * connection that fails it still serves (the first such error is
+         * returned once every connection is open) */
         warren_error we = {0};
-        if (warren_store_warm_up(st, &we) != 0 && rc == 0) {
-            rc = we.code ? we.code : WARREN_EDB;
-            if (err != NULL)
-                *err = we;
-        }
+        if (warren_store_warm_up(st, &we) != 0 && warm.code == 0)
+            warm = we;
         pool_put(hp, st);
     }
-    return rc;
+    if (warm.code == 0)
+        return 0;
+    return warren_error_set(err, warm.code, "%s", warm.message);
 }
 
 /* Frees a pool no thread uses any more. */

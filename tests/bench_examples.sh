@@ -3,7 +3,7 @@
 # examples/workers/python) at the settings users run: one `warren planner` and 2 worker
 # processes x --concurrency 50, a no-op handler (--work-ms 0 / --work-seconds 0) whose
 # effect row is written inside the completion transaction, the planner's defaults but
-# tick 100 ms, horizon 2 min and publish batch 500 (as bench_worker). Not part of ctest.
+# tick 100 ms, horizon 2m30s and publish batch 500 (as bench_worker). Not part of ctest.
 #
 #   tests/bench_examples.sh [--lang node|python|both] [--burst N] [--rate R] [--seconds S]
 #                           [--spread] [--concurrency C] [--prefetch P] [--workers W] [--lead D]
@@ -94,7 +94,7 @@ scenario() { # LANG KIND(burst|steady) N
     e2e_init "bench_$lang"
     local lead_opt=
     [ -z "$LEAD" ] || lead_opt=" release_lead = \"$LEAD\";"
-    e2e_warren "planner = { tick = \"100ms\"; horizon = \"2m\"; publish_batch = 500;$lead_opt };
+    e2e_warren "planner = { tick = \"100ms\"; horizon = \"2m30s\"; publish_batch = 500;$lead_opt };
 jobs = ( { name = \"bench\"; at = \"2099-01-01T00:00:00Z\"; queue = \"bench\"; overlap = \"allow\"; } );"
     e2e_execlog bench_effects
     e2e_planner

@@ -131,7 +131,7 @@ END_TEST
 START_TEST(test_config_delay_ring_type_classic_is_parsed)
 {
     warren_config *cfg = load_ok(VALID "/delay_ring_classic.cfg");
-    ck_assert_int_eq(cfg->planner.delay_ring, 150);
+    ck_assert_int_eq(cfg->planner.delay_ring, 160);
     ck_assert_int_eq(cfg->planner.delay_ring_type, WARREN_DELAY_RING_CLASSIC);
     ck_assert_int_ne(WARREN_DELAY_RING_CLASSIC, WARREN_DELAY_RING_QUORUM);
     warren_config_free(cfg);
