@@ -773,8 +773,7 @@ int warren_broker_delay_ring_check(int ring, int64_t horizon_ms, warren_error *e
                                 "more slots than seconds in the horizon (at least %" PRId64
                                 " for a horizon of %" PRId64 " ms, at most %d), or a slot would "
                                 "hold runs due in different seconds and block them: raise "
-                                "delay_ring to %" PRId64 " or set a shorter planner.horizon "
-                                "(its default is 2m30s, which needs 152)",
+                                "delay_ring to %" PRId64 " or set a shorter planner.horizon",
                                 ring, need, horizon_ms, MAX_RING, need);
     return 0;
 }
