@@ -7,7 +7,9 @@
 -- comments and blank lines belong here.
 
 \ir functions/format.sql
+\ir functions/validate.sql
 \ir functions/access.sql
+\ir functions/producer.sql
 \ir functions/outbox.sql
 \ir functions/retry.sql
 \ir functions/caps.sql
@@ -19,4 +21,5 @@
 \ir functions/deliveries.sql
 \ir functions/enqueue.sql
 \ir functions/api_jobs.sql
+\ir functions/status.sql
 \ir functions/grants.sql
