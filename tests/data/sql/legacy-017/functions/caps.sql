@@ -1,0 +1,264 @@
+-- caps.sql: a template's (or config job's) caps on running runs,
+-- max_running and max_running_per_tenant (docs/delivery.md, "Caps"): the
+-- lock that serialises a capped group's claims and releases, and the release
+-- of waiting runs that fit again. The check itself is in warren.wp_claim
+-- (claim.sql); complete.sql, lease.sql and claim.sql call the release. The
+-- one current definition; `warren migrate` re-applies it.
+--
+-- The cap group of a run of job J is coalesce(J.template, J.name), its caps
+-- that group row's; the run's tenant is coalesce(runs.tenant, J.tenant), ''
+-- for none (runs without a tenant count as one tenant of their own, so a
+-- per-tenant cap is never escaped by leaving the tenant out). What counts
+-- against a cap: the group's runs in state running that the claim counted in
+-- it (runs.cap_group, migration 013) and its runs released from waiting and
+-- not claimed yet (runs.cap_released_at): a released run holds its slot
+-- until its claim, so a newer run cannot take it first and the waiting runs
+-- start in due order. A running run counts until it leaves 'running', also
+-- when its lease ran out (until the reaper or a takeover settles it): a
+-- holder that was only paused must not find its slot given away.
+--
+-- Locks, always in this order (docs/delivery.md, "Lock order"): the
+-- group's cap lock(s) here, several in (group, tenant) order; the job's
+-- overlap lock(s) (claim.sql), several in name order; then row locks: the
+-- claimed or completed run's, the job's other running rows (a claim's
+-- overlap check), and last the waiting rows a release moves (never waited
+-- for). No cap or overlap lock is waited for after a row lock: the claim
+-- and the completion read a run's group without a lock first; a lock
+-- found needed only under the row lock (a sync in between) is tried. With
+-- max_running the group's lock is exclusive (every claim and release of the
+-- group serialises: the total and every tenant's count are exact); with
+-- max_running_per_tenant alone it is shared and the tenant's lock exclusive
+-- (claims of different tenants run in parallel). A count is a statement
+-- after the lock, so it sees every committed claim.
+
+-- Internal (prefix wp_): called by the SECURITY DEFINER functions only.
+
+-- Takes the cap lock(s) of group g, tenant t, for caps (mr, mrt); with
+-- try_only, only if free at once (returns false when not taken: the locks
+-- already taken stay held until the end of the transaction).
+CREATE OR REPLACE FUNCTION warren.wp_cap_lock(g text, t text, mr int, mrt int,
+                                              try_only boolean DEFAULT false)
+RETURNS boolean LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    kg bigint := hashtextextended('warren.cap:' || g, 0);
+    kt bigint := hashtextextended('warren.cap:' || g || '|' || coalesce(t, ''), 0);
+BEGIN
+    IF mr IS NULL AND mrt IS NOT NULL THEN
+        IF try_only THEN
+            RETURN pg_try_advisory_xact_lock_shared(kg) AND pg_try_advisory_xact_lock(kt);
+        END IF;
+        PERFORM pg_advisory_xact_lock_shared(kg);
+        PERFORM pg_advisory_xact_lock(kt);
+    ELSIF try_only THEN
+        RETURN pg_try_advisory_xact_lock(kg);
+    ELSE
+        PERFORM pg_advisory_xact_lock(kg);
+    END IF;
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION warren.wp_cap_lock(text, text, int, int, boolean) IS
+    'Takes the cap lock of group g (exclusive; shared plus tenant t''s exclusive lock when only '
+    'max_running_per_tenant is set); try_only: only if free at once (false: not taken)';
+
+-- How a note names a group: the template, or the config job itself.
+-- (plpgsql: function files are applied on every intermediate schema of a
+-- stepwise migration, and an SQL function's body is checked at creation.)
+CREATE OR REPLACE FUNCTION warren.wp_cap_label(g text)
+RETURNS text LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN CASE WHEN coalesce((SELECT jb.is_template FROM warren.jobs jb WHERE jb.name = g), false)
+                THEN 'template ' ELSE 'job ' END || g;
+END
+$$;
+COMMENT ON FUNCTION warren.wp_cap_label(text) IS
+    'How notes name a cap group: template NAME or job NAME';
+
+-- A slot of group g (tenant t) may have come free: under the cap lock, the
+-- oldest waiting runs (due_at, run_key) that fit now go back to 'planned',
+-- due_at unchanged, holding their slot (cap_released_at) until claimed, with
+-- a note; a NOTIFY (at commit) wakes the planners, whose relay publishes
+-- them at once (they are due: first in its due order). With
+-- max_running_per_tenant alone only tenant t's runs can fit; with
+-- max_running any tenant's (with both, per tenant: each tenant's oldest
+-- that fit its own cap, then the oldest of those). A group without caps any more releases its
+-- waiting runs, 1,000 per call. Returns how many were released. With
+-- try_only (the reconciler's sweep) a group whose lock is taken is left for
+-- the next pass instead of waited for: its holder is a claim or a release of
+-- the group anyway, and a reconciler that holds reaped rows must not wait
+-- for a claim batch that waits for one of those rows.
+CREATE OR REPLACE FUNCTION warren.wp_cap_release(g text, t text, try_only boolean DEFAULT false)
+RETURNS int LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    mr int;
+    mrt int;
+    held bigint;
+    room bigint;
+    keys text[] := '{}';
+    n int;
+    t0 timestamptz;
+    why text;
+BEGIN
+    t := coalesce(t, '');
+    SELECT jb.max_running, jb.max_running_per_tenant INTO mr, mrt
+      FROM warren.jobs jb WHERE jb.name = g;
+    IF NOT warren.wp_cap_lock(g, t, mr, mrt, try_only) THEN
+        RETURN 0; -- the sweep, and the group busy: next pass
+    END IF;
+    t0 := clock_timestamp(); -- after the lock: notes order releases as they happened
+    IF mr IS NULL AND mrt IS NOT NULL THEN
+        SELECT count(*) INTO held FROM warren.runs o
+         WHERE o.cap_group = g AND o.cap_tenant = t
+           AND (o.state = 'running'
+                OR (o.cap_released_at IS NOT NULL AND o.state IN ('planned', 'published')));
+        room := mrt - held;
+        IF room <= 0 THEN
+            RETURN 0;
+        END IF;
+        keys := ARRAY(SELECT o.run_key FROM warren.runs o
+                       WHERE o.cap_group = g AND o.cap_tenant = t AND o.state = 'waiting'
+                       ORDER BY o.due_at, o.run_key LIMIT room FOR UPDATE SKIP LOCKED);
+        why := format('tenant %s has %s of max_running_per_tenant %s running',
+                      CASE WHEN t = '' THEN '(none)' ELSE t END, held, mrt);
+    ELSIF mr IS NULL THEN
+        keys := ARRAY(SELECT o.run_key FROM warren.runs o
+                       WHERE o.cap_group = g AND o.state = 'waiting'
+                       ORDER BY o.due_at, o.run_key LIMIT 1000 FOR UPDATE SKIP LOCKED);
+        why := 'no cap any more';
+    ELSE
+        SELECT count(*) INTO held FROM warren.runs o
+         WHERE o.cap_group = g
+           AND (o.state = 'running'
+                OR (o.cap_released_at IS NOT NULL AND o.state IN ('planned', 'published')));
+        room := mr - held;
+        IF room <= 0 THEN
+            RETURN 0;
+        END IF;
+        why := format('%s of max_running %s running', held, mr);
+        IF mrt IS NULL THEN
+            keys := ARRAY(SELECT o.run_key FROM warren.runs o
+                           WHERE o.cap_group = g AND o.state = 'waiting'
+                           ORDER BY o.due_at, o.run_key LIMIT room FOR UPDATE SKIP LOCKED);
+        ELSE
+            -- Per tenant (a skip scan of runs_waiting_tenant): the oldest
+            -- waiting runs of each tenant below its own cap, as many as fit
+            -- it, then the oldest of those overall. No FOR UPDATE: the
+            -- group's exclusive lock serialises every claim and release of
+            -- the group, and the UPDATE below checks the state again.
+            keys := ARRAY(
+                WITH RECURSIVE tn AS (
+                    (SELECT o.cap_tenant AS t FROM warren.runs o
+                      WHERE o.cap_group = g AND o.state = 'waiting'
+                      ORDER BY o.cap_tenant LIMIT 1)
+                    UNION ALL
+                    SELECT (SELECT o.cap_tenant FROM warren.runs o
+                             WHERE o.cap_group = g AND o.state = 'waiting' AND o.cap_tenant > tn.t
+                             ORDER BY o.cap_tenant LIMIT 1)
+                      FROM tn WHERE tn.t IS NOT NULL
+                )
+                SELECT c.run_key
+                  FROM tn
+                 CROSS JOIN LATERAL (
+                       SELECT mrt - count(*) AS free FROM warren.runs o
+                        WHERE o.cap_group = g AND o.cap_tenant = tn.t
+                          AND (o.state = 'running'
+                               OR (o.cap_released_at IS NOT NULL
+                                   AND o.state IN ('planned', 'published')))) h
+                 CROSS JOIN LATERAL (
+                       SELECT o.run_key, o.due_at FROM warren.runs o
+                        WHERE o.cap_group = g AND o.cap_tenant = tn.t AND o.state = 'waiting'
+                        ORDER BY o.due_at, o.run_key LIMIT least(greatest(h.free, 0), room)) c
+                 WHERE tn.t IS NOT NULL
+                 ORDER BY c.due_at, c.run_key LIMIT room);
+            why := why || format(', its tenant below max_running_per_tenant %s', mrt);
+        END IF;
+    END IF;
+    IF cardinality(keys) = 0 THEN
+        RETURN 0;
+    END IF;
+    UPDATE warren.runs rr
+       SET state = 'planned', cap_released_at = t0,
+           note = warren.wp_note(rr.note, format('released at %s: %s (%s)',
+                  warren.wp_utc_ms(t0), why, warren.wp_cap_label(g)))
+     WHERE rr.run_key = ANY (keys) AND rr.state = 'waiting';
+    GET DIAGNOSTICS n = ROW_COUNT;
+    -- Wake the planners (delivered at commit): the relay publishes them now.
+    PERFORM pg_notify('warren_jobs', 'release');
+    RETURN n;
+END
+$fn$;
+COMMENT ON FUNCTION warren.wp_cap_release(text, text, boolean) IS
+    'Under the cap lock: the oldest waiting runs of group g (tenant t) that fit go back to '
+    'planned (due_at unchanged, holding their slot until claimed) and the planners are woken; '
+    'returns how many; try_only: nothing when the lock is not free at once';
+
+-- The reconciler's safety net (called by warren.reap_expired_leases every
+-- few seconds): a release for every group with waiting runs that has room:
+-- one per group with max_running (or without caps any more: it releases
+-- any tenant's), one per tenant below its cap with max_running_per_tenant
+-- alone, up to max of them per call. The groups and tenants with waiting
+-- runs are found by a skip scan of runs_waiting_tenant (one index probe per
+-- pair, not a scan of every waiting run), and the pass starts at a random
+-- point of that order and wraps around, so that with more than max pairs
+-- none is left behind for good. Locks are only tried (try_only above): a
+-- group or tenant whose lock is taken is left for the next pass (order
+-- does not matter for locks that never wait). It catches what no
+-- completion released: a cap raised or removed by `warren sync`, a
+-- released run that became dead before its claim (its slot is free again),
+-- a run reaped by another run's overlap check.
+CREATE OR REPLACE FUNCTION warren.wp_cap_release_all(max int)
+RETURNS int LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    x record;
+    n int := 0;
+    calls int := 0;
+    lim int := greatest(coalesce(max, 1000), 0);
+    pivot text := md5(random()::text);
+BEGIN
+    FOR x IN
+        WITH RECURSIVE pr AS (
+            (SELECT o.cap_group AS g, o.cap_tenant AS t FROM warren.runs o
+              WHERE o.state = 'waiting' AND o.cap_group IS NOT NULL
+              ORDER BY o.cap_group, o.cap_tenant LIMIT 1)
+            UNION ALL
+            SELECT nx.g, nx.t
+              FROM pr CROSS JOIN LATERAL (
+                   SELECT o.cap_group AS g, o.cap_tenant AS t FROM warren.runs o
+                    WHERE o.state = 'waiting' AND o.cap_group IS NOT NULL
+                      AND (o.cap_group, o.cap_tenant) > (pr.g, pr.t)
+                    ORDER BY o.cap_group, o.cap_tenant LIMIT 1) nx
+        ), u AS (
+            -- one row per group with max_running or no caps, one per tenant otherwise
+            SELECT DISTINCT pr.g,
+                   CASE WHEN jb.max_running IS NULL AND jb.max_running_per_tenant IS NOT NULL
+                        THEN pr.t END AS t,
+                   jb.max_running AS mr, jb.max_running_per_tenant AS mrt
+              FROM pr LEFT JOIN warren.jobs jb ON jb.name = pr.g
+        )
+        SELECT u.g, u.t FROM u
+         WHERE CASE WHEN u.mr IS NOT NULL
+                    THEN (SELECT count(*) FROM warren.runs o
+                           WHERE o.cap_group = u.g
+                             AND (o.state = 'running'
+                                  OR (o.cap_released_at IS NOT NULL
+                                      AND o.state IN ('planned', 'published')))) < u.mr
+                    WHEN u.mrt IS NOT NULL
+                    THEN (SELECT count(*) FROM warren.runs o
+                           WHERE o.cap_group = u.g AND o.cap_tenant = u.t
+                             AND (o.state = 'running'
+                                  OR (o.cap_released_at IS NOT NULL
+                                      AND o.state IN ('planned', 'published')))) < u.mrt
+                    ELSE true END
+         ORDER BY (u.g || '|' || coalesce(u.t, '')) < pivot, u.g, u.t
+    LOOP
+        EXIT WHEN calls >= lim;
+        calls := calls + 1;
+        n := n + warren.wp_cap_release(x.g, x.t, true);
+    END LOOP;
+    RETURN n;
+END
+$fn$;
+COMMENT ON FUNCTION warren.wp_cap_release_all(int) IS
+    'Releases the waiting runs that fit, one release per group with max_running and per tenant '
+    'below its cap otherwise, up to max releases, from a random point of (group, tenant) order '
+    '(the reconciler''s safety net); returns how many runs were released';
