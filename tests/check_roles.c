@@ -489,7 +489,13 @@ START_TEST(test_roles_producer_login_runs_the_application_api_only)
     ck_assert_msg(PQstatus(p) == CONNECTION_OK, "%s: %s", purl, PQerrorMessage(p));
     ck_assert_msg(PQstatus(w) == CONNECTION_OK, "%s: %s", wurl, PQerrorMessage(w));
 
-    /* The producer enqueues. */
+    /* Without producer grants in this database it can do nothing; granted
+     * the config job (`warren grant-producer LOGIN --job job1`), it enqueues. */
+    ck_assert_str_eq(try_sql(p, "SELECT * FROM warren.enqueue('job1', 'k0')", state, sizeof(state)),
+                     "42501");
+    sql = testenv_fmt("SELECT warren.grant_producer('%s', NULL, ARRAY['job1'], NULL)", plogin);
+    ck_assert_str_eq(try_sql(admin, sql, state, sizeof(state)), "");
+    free(sql);
     res = query(p, "SELECT run_key, created FROM warren.enqueue('job1', 'welcome:user-42')");
     ck_assert_str_eq(PQgetvalue(res, 0, 0), "job1@welcome:user-42");
     ck_assert_str_eq(PQgetvalue(res, 0, 1), "t");
@@ -514,6 +520,9 @@ START_TEST(test_roles_producer_login_runs_the_application_api_only)
         "SELECT warren.reap_expired_leases(10)",
         "SELECT warren.wp_enqueue_fail('a', 'b')",
         "SELECT warren.wp_enqueue_key_problem('a', 'b')",
+        "SELECT warren.grant_producer(current_user, ARRAY['t'], NULL, NULL)",
+        "SELECT warren.revoke_producer(current_user, NULL, NULL)",
+        "SELECT warren.wp_producer_require('x')",
     };
     for (size_t i = 0; i < sizeof(denied_p) / sizeof(denied_p[0]); i++)
         ck_assert_msg(strcmp(try_sql(p, denied_p[i], state, sizeof(state)), "42501") == 0,
