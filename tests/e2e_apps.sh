@@ -63,6 +63,10 @@ drop_app_login() {
     psql -qX "$WARREN_TEST_PG_URL" -c "DROP ROLE IF EXISTS $APP_LOGIN" >/dev/null 2>&1 || true
 }
 trap drop_app_login EXIT
+# Its producer grants in this database: the three templates, nothing else
+# (docs/api-jobs.md, "Producer grants").
+out=$("$BIN" grant-producer -c "$WORK/warren.cfg" "$APP_LOGIN" --template usage-report \
+    --template account-sync --template welcome 2>&1) || fail "warren grant-producer: $out"
 q "GRANT SELECT, INSERT ON app_customers TO $APP_LOGIN;
    GRANT USAGE ON SEQUENCE app_customers_id_seq TO $APP_LOGIN" >/dev/null
 ADB=$(printf '%s' "$DB" | sed -E "s#^([a-z]+://)[^@/]*@#\1$APP_LOGIN@#")
