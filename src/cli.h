@@ -34,24 +34,27 @@ int cli_wants_help(int argc, char **argv);
 void cli_stop_signals(volatile sig_atomic_t *flag, int ignore_sigpipe);
 
 /* The subcommands, by owning file. */
-int cli_check(int argc, char **argv);    /* cli_config.c */
-int cli_cron(int argc, char **argv);     /* cli_cron.c */
-int cli_migrate(int argc, char **argv);  /* cli_store.c */
-int cli_sync(int argc, char **argv);     /* cli_store.c */
-int cli_topology(int argc, char **argv); /* cli_broker.c */
-int cli_planner(int argc, char **argv);  /* cli_planner.c */
-int cli_trigger(int argc, char **argv);  /* cli_planner.c */
-int cli_pause(int argc, char **argv);    /* cli_planner.c */
-int cli_resume(int argc, char **argv);   /* cli_planner.c */
-int cli_backfill(int argc, char **argv); /* cli_planner.c */
-int cli_worker(int argc, char **argv);   /* cli_worker.c */
-int cli_run(int argc, char **argv);      /* cli_worker.c */
-int cli_replay(int argc, char **argv);   /* cli_worker.c */
-int cli_runs(int argc, char **argv);     /* cli_worker.c */
-int cli_show(int argc, char **argv);     /* cli_worker.c */
-int cli_grant(int argc, char **argv);    /* cli_grant.c */
-int cli_revoke(int argc, char **argv);   /* cli_grant.c */
-int cli_jobs(int argc, char **argv);     /* cli_jobs.c */
-int cli_enqueue(int argc, char **argv);  /* cli_enqueue.c */
+int cli_check(int argc, char **argv);           /* cli_config.c */
+int cli_cron(int argc, char **argv);            /* cli_cron.c */
+int cli_migrate(int argc, char **argv);         /* cli_store.c */
+int cli_sync(int argc, char **argv);            /* cli_store.c */
+int cli_topology(int argc, char **argv);        /* cli_broker.c */
+int cli_planner(int argc, char **argv);         /* cli_planner.c */
+int cli_trigger(int argc, char **argv);         /* cli_planner.c */
+int cli_pause(int argc, char **argv);           /* cli_planner.c */
+int cli_resume(int argc, char **argv);          /* cli_planner.c */
+int cli_backfill(int argc, char **argv);        /* cli_planner.c */
+int cli_worker(int argc, char **argv);          /* cli_worker.c */
+int cli_run(int argc, char **argv);             /* cli_worker.c */
+int cli_replay(int argc, char **argv);          /* cli_worker.c */
+int cli_runs(int argc, char **argv);            /* cli_worker.c */
+int cli_show(int argc, char **argv);            /* cli_worker.c */
+int cli_grant(int argc, char **argv);           /* cli_grant.c */
+int cli_revoke(int argc, char **argv);          /* cli_grant.c */
+int cli_grant_producer(int argc, char **argv);  /* cli_grant.c */
+int cli_revoke_producer(int argc, char **argv); /* cli_grant.c */
+int cli_tenant_cap(int argc, char **argv);      /* cli_grant.c */
+int cli_jobs(int argc, char **argv);            /* cli_jobs.c */
+int cli_enqueue(int argc, char **argv);         /* cli_enqueue.c */
 
 #endif

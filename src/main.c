@@ -27,6 +27,10 @@ static const struct {
     {"show", cli_show, "show one run with its history"},
     {"grant", cli_grant, "let a worker login work on queues (or list grants)"},
     {"revoke", cli_revoke, "take queues away from a worker login"},
+    {"grant-producer", cli_grant_producer,
+     "let a producer login use templates and jobs of the Job API (or list grants)"},
+    {"revoke-producer", cli_revoke_producer, "take templates and jobs away from a producer login"},
+    {"tenant-cap", cli_tenant_cap, "cap the runs of one tenant running at once (or list caps)"},
     {"jobs", cli_jobs, "list jobs: schedule, next fire time, paused, broken"},
 };
 
@@ -34,7 +38,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: warren [--version] [--help] COMMAND [ARGS]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+        fprintf(f, "  %-16s %s\n", commands[i].name, commands[i].help);
     fprintf(f, "\n'warren COMMAND --help' describes one command.\n"
                "exit codes: 0 ok, 1 runtime failure, 2 usage or config error, "
                "69 a server unreachable\n");

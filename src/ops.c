@@ -19,6 +19,9 @@
 /* Instants come back as integer microseconds (extract(epoch) is exact numeric). */
 #define US(x) "(extract(epoch FROM " x ") * 1000000)::bigint"
 
+/* The operator's per-tenant caps (migration 019, warren.set_tenant_cap). */
+#define TENANT_CAPS_TABLE "warren.tenant_caps"
+
 /* Runs one backfill writes per INSERT statement. */
 #define BACKFILL_BATCH 5000
 
@@ -957,6 +960,334 @@ int warren_ops_grants(warren_store *st, const char *login, warren_ops_grant_row 
         (*n)++;
         if (g->login == NULL || g->queue == NULL || g->granted_by == NULL) {
             warren_ops_grant_rows_free(*rows, *n);
+            *rows = NULL;
+            *n = 0;
+            PQclear(res);
+            return oom(err);
+        }
+    }
+    PQclear(res);
+    return 0;
+}
+
+/* -------------------------------------------------------- producer grants */
+
+static const char SQL_PRODUCER_ROLE[] =
+    "SELECT coalesce(pg_has_role(r.oid, (SELECT w.oid FROM pg_roles w"
+    "                                     WHERE w.rolname = 'warren_producer'), 'MEMBER'), false),"
+    "       r.rolsuper OR pg_has_role(r.oid, (SELECT n.nspowner FROM pg_namespace n"
+    "                                         WHERE n.nspname = 'warren'), 'MEMBER')"
+    "  FROM pg_roles r WHERE r.rolname = $1";
+
+/* The grants of one login, counted before and after a change in the same
+ * transaction: what the change did. */
+static const char SQL_PRODUCER_COUNT[] =
+    "SELECT (SELECT count(*) FROM warren.producer_grants WHERE login = $1),"
+    "       EXISTS (SELECT 1 FROM warren.producer_logins WHERE login = $1)";
+
+static const char SQL_GRANT_PRODUCER[] =
+    "SELECT warren.grant_producer($1, $2::text[], $3::text[], $4)";
+
+static const char SQL_REVOKE_PRODUCER[] =
+    "SELECT warren.revoke_producer($1, $2::text[], $3::text[])";
+
+static const char SQL_PRODUCER_GRANTS[] =
+    "SELECT l.login, l.tenant_prefix, g.kind, g.name, coalesce(g.granted_by, l.granted_by), " US(
+        "coalesce(g.granted_at, l.granted_at)") " FROM warren.producer_logins l"
+                                                " LEFT JOIN warren.producer_grants g ON g.login = "
+                                                "l.login"
+                                                " WHERE $1::text IS NULL OR l.login = $1 ORDER BY "
+                                                "l.login, g.kind, g.name";
+
+/* names as a text[] literal into *out (new; NULL for n == 0): valid job
+ * names need no quoting. WARREN_EINVAL naming what (template, job) for a bad
+ * name. */
+static int name_array(const char *what, const char *const *names, size_t n, char **out,
+                      warren_error *err)
+{
+    size_t cap = 3, len = 0;
+    char *p;
+
+    *out = NULL;
+    if (n == 0)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (names[i] == NULL || !warren_job_name_valid(names[i]))
+            return warren_error_set(err, WARREN_EINVAL,
+                                    "%s \"%.80s\" is not a valid job name "
+                                    "([A-Za-z0-9][A-Za-z0-9._-]{0,199})",
+                                    what, names[i] ? names[i] : "");
+        cap += strlen(names[i]) + 1;
+    }
+    if ((p = malloc(cap)) == NULL)
+        return oom(err);
+    p[len++] = '{';
+    for (size_t i = 0; i < n; i++)
+        len += (size_t)snprintf(p + len, cap - len, "%s%s", i ? "," : "", names[i]);
+    p[len++] = '}';
+    p[len] = '\0';
+    *out = p;
+    return 0;
+}
+
+/* A failure of an owner-only function, mapped by its SQLSTATE: bad input
+ * (22023) is the caller's to fix, an unknown role (42704) is not found. */
+static int producer_fail(warren_store *st, int rc)
+{
+    const char *state = warren__store_sqlstate(st);
+
+    if (rc == WARREN_EDB && strcmp(state, "22023") == 0)
+        return WARREN_EINVAL;
+    if (rc == WARREN_EDB && strcmp(state, "42704") == 0)
+        return WARREN_ENOENT;
+    return rc;
+}
+
+static int producer_count(warren_store *st, const char *login, int *grants, int *listed,
+                          warren_error *err)
+{
+    PGresult *res = NULL;
+    const char *params[1] = {login};
+    int rc = warren__store_exec(st, SQL_PRODUCER_COUNT, 1, params, &res,
+                                "count the producer grants", err);
+    if (rc != 0)
+        return rc;
+    warren__store_get_int(res, 0, 0, grants);
+    warren__store_get_bool(res, 0, 1, listed);
+    PQclear(res);
+    return 0;
+}
+
+static int change_producer(warren_store *st, int grant, const char *login,
+                           const char *const *templates, size_t nt, const char *const *jobs,
+                           size_t nj, const char *tenant_prefix, warren_ops_producer_result *out,
+                           warren_error *err)
+{
+    char *ta = NULL, *ja = NULL;
+    const char *params[4];
+    PGresult *res = NULL;
+    int rc, found = 0, before = 0, after = 0, listed_before = 0, listed_after = 0;
+    warren_ops_grant_result who = {0};
+
+    memset(out, 0, sizeof(*out));
+    if (login == NULL || login[0] == '\0' || strlen(login) > 63)
+        return warren_error_set(err, WARREN_EINVAL, "a login name has 1 to 63 characters");
+    if (grant && nt == 0 && nj == 0 && tenant_prefix == NULL)
+        return warren_error_set(err, WARREN_EINVAL,
+                                "nothing to grant: give a template, a job or a tenant prefix");
+    if (tenant_prefix != NULL && tenant_prefix[0] != '\0' && !warren_tenant_valid(tenant_prefix))
+        return warren_error_set(err, WARREN_EINVAL,
+                                "tenant prefix \"%.80s\" can never start a tenant name (tenants "
+                                "are [A-Za-z0-9][A-Za-z0-9._:@-]{0,199})",
+                                tenant_prefix);
+    if ((rc = name_array("template", templates, nt, &ta, err)) != 0 ||
+        (rc = name_array("job", jobs, nj, &ja, err)) != 0)
+        goto out;
+    {
+        const char *lp[1] = {login};
+        rc = warren__store_exec(st, SQL_PRODUCER_ROLE, 1, lp, &res, "read the login", err);
+        if (rc != 0)
+            goto out;
+        if (PQntuples(res) == 1) {
+            found = 1;
+            warren__store_get_bool(res, 0, 0, &who.is_worker);
+            warren__store_get_bool(res, 0, 1, &who.privileged);
+        }
+        PQclear(res);
+        res = NULL;
+    }
+    out->is_producer = who.is_worker;
+    out->privileged = who.privileged;
+    if (grant && !found) {
+        rc = warren_error_set(err, WARREN_ENOENT,
+                              "no role \"%s\" in this cluster: create it first (CREATE ROLE %s "
+                              "LOGIN PASSWORD '...' IN ROLE warren_producer)",
+                              login, login);
+        goto out;
+    }
+    if ((rc = warren__store_begin(st, err)) != 0)
+        goto out;
+    rc = producer_count(st, login, &before, &listed_before, err);
+    if (rc == 0) {
+        params[0] = login;
+        params[1] = ta;
+        params[2] = ja;
+        params[3] = tenant_prefix;
+        rc = warren__store_exec(st, grant ? SQL_GRANT_PRODUCER : SQL_REVOKE_PRODUCER, grant ? 4 : 3,
+                                params, NULL,
+                                grant ? "warren.grant_producer" : "warren.revoke_producer", err);
+        if (rc != 0)
+            rc = producer_fail(st, rc);
+    }
+    if (rc == 0)
+        rc = producer_count(st, login, &after, &listed_after, err);
+    if (rc == 0)
+        rc = warren__store_commit(st, err);
+    if (rc != 0) {
+        warren__store_rollback(st);
+        goto out;
+    }
+    out->had_login = listed_before;
+    out->changed = grant ? after - before : before - after;
+out:
+    free(ta);
+    free(ja);
+    return rc;
+}
+
+int warren_ops_grant_producer(warren_store *st, const char *login, const char *const *templates,
+                              size_t nt, const char *const *jobs, size_t nj,
+                              const char *tenant_prefix, warren_ops_producer_result *out,
+                              warren_error *err)
+{
+    return change_producer(st, 1, login, templates, nt, jobs, nj, tenant_prefix, out, err);
+}
+
+int warren_ops_revoke_producer(warren_store *st, const char *login, const char *const *templates,
+                               size_t nt, const char *const *jobs, size_t nj,
+                               warren_ops_producer_result *out, warren_error *err)
+{
+    return change_producer(st, 0, login, templates, nt, jobs, nj, NULL, out, err);
+}
+
+void warren_ops_producer_rows_free(warren_ops_producer_row *rows, size_t n)
+{
+    if (rows == NULL)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        free(rows[i].login);
+        free(rows[i].tenant_prefix);
+        free(rows[i].kind);
+        free(rows[i].name);
+        free(rows[i].granted_by);
+    }
+    free(rows);
+}
+
+int warren_ops_producer_grants(warren_store *st, const char *login, warren_ops_producer_row **rows,
+                               size_t *n, warren_error *err)
+{
+    PGresult *res = NULL;
+    const char *params[1] = {login};
+    int rc, nt;
+
+    *rows = NULL;
+    *n = 0;
+    rc = warren__store_exec(st, SQL_PRODUCER_GRANTS, 1, params, &res, "list producer grants", err);
+    if (rc != 0)
+        return rc;
+    nt = PQntuples(res);
+    if (nt > 0 && (*rows = calloc((size_t)nt, sizeof(**rows))) == NULL) {
+        PQclear(res);
+        return oom(err);
+    }
+    for (int i = 0; i < nt; i++) {
+        warren_ops_producer_row *g = &(*rows)[i];
+        g->login = dup_or_null(warren__store_get_text(res, i, 0));
+        g->tenant_prefix = dup_or_null(warren__store_get_text(res, i, 1));
+        g->kind = dup_or_null(warren__store_get_text(res, i, 2));
+        g->name = dup_or_null(warren__store_get_text(res, i, 3));
+        g->granted_by = dup_or_null(warren__store_get_text(res, i, 4));
+        g->granted_at = get_us0(res, i, 5);
+        (*n)++;
+        if (g->login == NULL || g->granted_by == NULL ||
+            (warren__store_get_text(res, i, 1) != NULL && g->tenant_prefix == NULL) ||
+            (warren__store_get_text(res, i, 2) != NULL && (g->kind == NULL || g->name == NULL))) {
+            warren_ops_producer_rows_free(*rows, *n);
+            *rows = NULL;
+            *n = 0;
+            PQclear(res);
+            return oom(err);
+        }
+    }
+    PQclear(res);
+    return 0;
+}
+
+/* ------------------------------------------------------------ tenant caps */
+
+static const char SQL_SET_TENANT_CAP[] = "SELECT warren.set_tenant_cap($1, $2::int)";
+
+static const char SQL_TENANT_CAP_OF[] =
+    "SELECT max_running FROM " TENANT_CAPS_TABLE " WHERE tenant = $1";
+
+static const char SQL_TENANT_CAPS[] = "SELECT tenant, max_running FROM " TENANT_CAPS_TABLE
+                                      " WHERE $1::text IS NULL OR tenant = $1 ORDER BY tenant";
+
+int warren_ops_set_tenant_cap(warren_store *st, const char *tenant, int max_running, int *had,
+                              warren_error *err)
+{
+    PGresult *res = NULL;
+    char nb[24];
+    const char *params[2] = {tenant, max_running > 0 ? nb : NULL};
+    int rc, before = 0;
+
+    if (had != NULL)
+        *had = 0;
+    if (tenant == NULL || !warren_tenant_valid(tenant))
+        return warren_error_set(
+            err, WARREN_EINVAL,
+            "\"%.80s\" is not a tenant name ([A-Za-z0-9][A-Za-z0-9._:@-]{0,199})",
+            tenant ? tenant : "");
+    snprintf(nb, sizeof(nb), "%d", max_running);
+    if ((rc = warren__store_begin(st, err)) != 0)
+        return rc;
+    rc = warren__store_exec(st, SQL_TENANT_CAP_OF, 1, params, &res, "read the tenant's cap", err);
+    if (rc == 0) {
+        if (PQntuples(res) == 1)
+            warren__store_get_int(res, 0, 0, &before);
+        PQclear(res);
+        res = NULL;
+        rc = warren__store_exec(st, SQL_SET_TENANT_CAP, 2, params, NULL, "warren.set_tenant_cap",
+                                err);
+        if (rc != 0)
+            rc = producer_fail(st, rc);
+    }
+    if (rc == 0)
+        rc = warren__store_commit(st, err);
+    if (rc != 0) {
+        warren__store_rollback(st);
+        return rc;
+    }
+    if (had != NULL)
+        *had = before;
+    return 0;
+}
+
+void warren_ops_tenant_caps_free(warren_ops_tenant_cap *rows, size_t n)
+{
+    if (rows == NULL)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        free(rows[i].tenant);
+    }
+    free(rows);
+}
+
+int warren_ops_tenant_caps(warren_store *st, const char *tenant, warren_ops_tenant_cap **rows,
+                           size_t *n, warren_error *err)
+{
+    PGresult *res = NULL;
+    const char *params[1] = {tenant};
+    int rc, nt;
+
+    *rows = NULL;
+    *n = 0;
+    rc = warren__store_exec(st, SQL_TENANT_CAPS, 1, params, &res, "list tenant caps", err);
+    if (rc != 0)
+        return rc;
+    nt = PQntuples(res);
+    if (nt > 0 && (*rows = calloc((size_t)nt, sizeof(**rows))) == NULL) {
+        PQclear(res);
+        return oom(err);
+    }
+    for (int i = 0; i < nt; i++) {
+        warren_ops_tenant_cap *c = &(*rows)[i];
+        c->tenant = dup_or_null(warren__store_get_text(res, i, 0));
+        warren__store_get_int(res, i, 1, &c->max_running);
+        (*n)++;
+        if (c->tenant == NULL) {
+            warren_ops_tenant_caps_free(*rows, *n);
             *rows = NULL;
             *n = 0;
             PQclear(res);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "testenv.h"
 
@@ -359,6 +360,176 @@ START_TEST(test_enqueue_rejects_bad_input_with_exit_2_and_writes_nothing)
 }
 END_TEST
 
+/* ------------------------------------------------------------ --help */
+
+/* Runs `warren ARGS` in an empty directory with no config and an unreachable
+ * database in the environment: a command that needs either fails, so help
+ * that reaches for them shows. */
+static void cli_bare(cli_result *r, const char *args)
+{
+    char tmpl[] = "/tmp/warren-check-cli-help-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(tmpl));
+    char *errpath = testenv_fmt("%s/stderr", tmpl);
+    char *cmd = testenv_fmt("cd %s && WARREN_CONFIG=%s/none.cfg "
+                            "WARREN_DATABASE_URL=postgresql://nobody@127.0.0.1:1/nowhere "
+                            "WARREN_AMQP_URL=amqp://nobody:x@127.0.0.1:1/%%2f %s %s 2>%s",
+                            tmpl, tmpl, WARREN_BINARY, args, errpath);
+    r->rc = testenv_run(cmd, r->out, sizeof(r->out));
+    read_file(errpath, r->err, sizeof(r->err));
+    unlink(errpath);
+    rmdir(tmpl);
+    free(cmd);
+    free(errpath);
+}
+
+/* Every command `warren help` lists (main.c's dispatch table, so a new
+ * command is covered without touching this test) prints its usage to
+ * standard output and exits 0 for --help and -h, writes nothing to standard
+ * error and needs no config, database or broker. */
+START_TEST(test_every_command_prints_its_usage_for_help_and_exits_0)
+{
+    cli_result top, r;
+    char names[64][32];
+    int n = 0;
+
+    cli_bare(&top, "help");
+    ck_assert_int_eq(top.rc, 0);
+    const char *p = strstr(top.out, "\ncommands:\n");
+    ck_assert_ptr_nonnull(p);
+    p += strlen("\ncommands:\n");
+    while (p[0] == ' ' && p[1] == ' ' && p[2] != ' ' && n < 64) {
+        size_t len = strcspn(p + 2, " \n");
+        ck_assert_uint_lt(len, sizeof(names[0]));
+        memcpy(names[n], p + 2, len);
+        names[n++][len] = '\0';
+        p = strchr(p, '\n');
+        ck_assert_ptr_nonnull(p);
+        p++;
+    }
+    ck_assert_msg(n >= 22, "only %d commands parsed from `warren help`:\n%s", n, top.out);
+    int failures = 0;
+    for (int i = 0; i < n; i++) {
+        static const char *const flags[] = {"--help", "-h"};
+        for (int f = 0; f < 2; f++) {
+            char *args = testenv_fmt("%s %s", names[i], flags[f]);
+            char *want = testenv_fmt("usage: warren %s", names[i]);
+            cli_bare(&r, args);
+            int ok = r.rc == 0 && strncmp(r.out, want, strlen(want)) == 0 &&
+                     (r.out[strlen(want)] == ' ' || r.out[strlen(want)] == '\n') &&
+                     r.err[0] == '\0';
+            if (!ok) {
+                fprintf(stderr, "FAIL `warren %s`: exit %d\nstdout: %.200s\nstderr: %.300s\n", args,
+                        r.rc, r.out, r.err);
+                failures++;
+            }
+            free(args);
+            free(want);
+        }
+    }
+    ck_assert_msg(failures == 0, "%d of %d help calls failed (see above)", failures, 2 * n);
+}
+END_TEST
+
+/* ------------------------------------------------------- producer grants */
+
+/* grant-producer grants templates, config jobs and a tenant prefix and lists
+ * them; revoke-producer takes some, then everything. */
+START_TEST(test_grant_producer_grants_lists_and_revoke_producer_takes_away)
+{
+    env e;
+    env_setup(&e);
+    cli_result r;
+    char *login = testenv_unique_name("warren_p1");
+    char *sql = testenv_fmt("CREATE ROLE %s LOGIN IN ROLE warren_producer", login);
+    ck_assert_int_eq(testenv_psql(e.db, sql, NULL), 0);
+    free(sql);
+
+    /* alpha is a config job: granted with --job; as a template it is refused */
+    cli(&e, &r, "grant-producer %s --template alpha", login);
+    ck_assert_int_eq(r.rc, 2);
+    ck_assert_ptr_nonnull(strstr(r.err, "\"alpha\" is not a template"));
+    ck_q(e.db, "0", "SELECT count(*) FROM warren.producer_logins");
+
+    cli(&e, &r, "grant-producer %s --job alpha --job beta --tenant-prefix acme-", login);
+    ck_assert_int_eq(r.rc, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "2 grants added (2 given)"));
+    ck_q(e.db, "job alpha acme-,job beta acme-",
+         "SELECT string_agg(g.kind || ' ' || g.name || ' ' || l.tenant_prefix, ',' ORDER BY g.name)"
+         " FROM warren.producer_grants g JOIN warren.producer_logins l USING (login)"
+         " WHERE login = '%s'",
+         login);
+
+    /* listing: with the login alone, and with nothing */
+    cli(&e, &r, "grant-producer %s", login);
+    ck_assert_int_eq(r.rc, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "LOGIN "));
+    ck_assert_int_eq(count_lines(r.out), 3);
+    ck_assert_ptr_nonnull(strstr(r.out, " job       alpha "));
+    cli(&e, &r, "grant-producer");
+    ck_assert_int_eq(r.rc, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, " job       beta "));
+
+    cli(&e, &r, "revoke-producer %s --job alpha", login);
+    ck_assert_int_eq(r.rc, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "1 grant removed (1 given)"));
+    ck_q(e.db, "beta", "SELECT string_agg(name, ',') FROM warren.producer_grants");
+
+    cli(&e, &r, "revoke-producer %s", login);
+    ck_assert_int_eq(r.rc, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "every grant revoked"));
+    ck_q(e.db, "0", "SELECT count(*) FROM warren.producer_logins");
+    cli(&e, &r, "grant-producer %s", login);
+    ck_assert_int_eq(r.rc, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "no producer grants for "));
+
+    sql = testenv_fmt("DROP ROLE %s", login);
+    ck_assert_int_eq(testenv_psql(e.db, sql, NULL), 0);
+    free(sql);
+    free(login);
+    env_teardown(&e);
+}
+END_TEST
+
+/* Usage errors exit 2 without touching the database; an unknown role exits 1. */
+START_TEST(test_producer_and_tenant_cap_commands_refuse_bad_input)
+{
+    static const struct {
+        const char *args, *err;
+        int rc;
+    } cases[] = {
+        {"grant-producer a b --template t", "give one LOGIN", 2},
+        {"grant-producer --template t", "give the LOGIN to grant to", 2},
+        {"grant-producer '' --template t", "a login name has 1 to 63 characters", 2},
+        {"grant-producer x --template=", "template \"\" is not a valid job name", 2},
+        {"grant-producer x --template 'a b'", "template \"a b\" is not a valid job name", 2},
+        {"grant-producer x --bogus", "unknown argument \"--bogus\"", 2},
+        {"grant-producer x --tenant-prefix 'a b'", "tenant prefix \"a b\" can never start", 2},
+        {"grant-producer warren_no_such_login_zz --template t",
+         "no role \"warren_no_such_login_zz\"", 1},
+        {"revoke-producer", "give the LOGIN", 2},
+        {"revoke-producer x --tenant-prefix p", "unknown argument \"--tenant-prefix\"", 2},
+        {"tenant-cap 'a b' 3", "\"a b\" is not a tenant name", 2},
+        {"tenant-cap acme 0", "N \"0\" is not a cap", 2},
+        {"tenant-cap acme -1", "unknown argument \"-1\"", 2},
+        {"tenant-cap acme many", "N \"many\" is not a cap", 2},
+        {"tenant-cap acme 3 4", "too many arguments", 2},
+        {"tenant-cap --remove", "--remove needs the TENANT", 2},
+        {"tenant-cap acme 3 --remove", "--remove takes the TENANT alone", 2},
+    };
+    env e;
+    env_setup(&e);
+    cli_result r;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        cli(&e, &r, "%s", cases[i].args);
+        ck_assert_int_eq(r.rc, cases[i].rc);
+        ck_assert_msg(strstr(r.err, cases[i].err) != NULL, "%s: stderr lacks \"%s\"", cases[i].args,
+                      cases[i].err);
+    }
+    ck_q(e.db, "0", "SELECT count(*) FROM warren.producer_logins");
+    env_teardown(&e);
+}
+END_TEST
+
 static Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -378,6 +549,15 @@ static Suite *cli_suite(void)
     tc = tcase_create("enqueue");
     tcase_add_test(tc, test_enqueue_creates_once_and_says_which_run_holds_the_key);
     tcase_add_test(tc, test_enqueue_rejects_bad_input_with_exit_2_and_writes_nothing);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("help");
+    tcase_add_test(tc, test_every_command_prints_its_usage_for_help_and_exits_0);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("producer_grants");
+    tcase_add_test(tc, test_grant_producer_grants_lists_and_revoke_producer_takes_away);
+    tcase_add_test(tc, test_producer_and_tenant_cap_commands_refuse_bad_input);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -206,6 +206,87 @@ void warren_ops_grant_rows_free(warren_ops_grant_row *rows, size_t n);
  * WARREN_EDB, WARREN_EDBCONN. */
 int warren_ops_grants(warren_store *st, const char *login, warren_ops_grant_row **rows, size_t *n,
                       warren_error *err);
+/* ------------------------------------------------------- producer grants */
+
+/* Least privilege for producers (docs/api-jobs.md, "Producer grants"): a
+ * login that is neither a superuser nor a member of the schema's owner may
+ * call the Job API in this database only when listed in
+ * warren.producer_logins, and may use only the templates and config jobs
+ * granted to it in warren.producer_grants (and only tenants starting with
+ * its tenant prefix, when it has one). Both call owner-only SQL functions
+ * (warren.grant_producer, warren.revoke_producer). */
+
+/* What warren_ops_grant_producer / warren_ops_revoke_producer found out. */
+typedef struct warren_ops_producer_result {
+    int changed;     /* grant: grants added; revoke: grants removed (and the login's
+                        entry, when everything was revoked) */
+    int is_producer; /* 1: the login is a member of warren_producer */
+    int privileged;  /* 1: a superuser or a member of the schema owner: not limited */
+    int had_login;   /* revoke: 1 if the login had an entry in producer_logins */
+} warren_ops_producer_result;
+
+/* Grants login the nt templates (create API jobs from them, enqueue on them)
+ * and the nj config jobs (enqueue on them); tenant_prefix (NULL: unchanged;
+ * "": none, any tenant) binds the login to tenants starting with it. At least
+ * one of templates, jobs or tenant_prefix is given. Granting what the login
+ * holds already changes nothing. A name not in the database yet is granted
+ * anyway (a WARNING reaches the store's logger). *out is filled in (zeroed
+ * first). Errors: WARREN_EINVAL (nothing to grant, a bad name, a template
+ * given as a job or the other way round, an API job, a bad prefix),
+ * WARREN_ENOENT (no role of that name), WARREN_EDB, WARREN_EDBCONN. */
+int warren_ops_grant_producer(warren_store *st, const char *login, const char *const *templates,
+                              size_t nt, const char *const *jobs, size_t nj,
+                              const char *tenant_prefix, warren_ops_producer_result *out,
+                              warren_error *err);
+/* Takes the nt templates and nj config jobs away from login (those it does
+ * not hold are ignored); with nt == nj == 0, everything: its grants and its
+ * tenant prefix, so it can no longer call the API in this database. The
+ * login need not exist any more. Errors: WARREN_EINVAL (a bad name or
+ * login), WARREN_EDB, WARREN_EDBCONN. */
+int warren_ops_revoke_producer(warren_store *st, const char *login, const char *const *templates,
+                               size_t nt, const char *const *jobs, size_t nj,
+                               warren_ops_producer_result *out, warren_error *err);
+
+/* One producer grant: a row of warren.producer_grants joined to its login's
+ * warren.producer_logins row; a login with no grant left is one row with
+ * kind and name NULL. Strings are new; tenant_prefix, kind and name may be
+ * NULL. */
+typedef struct warren_ops_producer_row {
+    char *login, *tenant_prefix, *kind, *name, *granted_by;
+    warren_us granted_at;
+} warren_ops_producer_row;
+/* Frees the n rows and the array; NULL allowed. */
+void warren_ops_producer_rows_free(warren_ops_producer_row *rows, size_t n);
+/* The producer grants of login (NULL: of every login), by login, kind, name.
+ * *rows is new; NULL when *n is 0. Errors: WARREN_ENOMEM, WARREN_EDB,
+ * WARREN_EDBCONN. */
+int warren_ops_producer_grants(warren_store *st, const char *login, warren_ops_producer_row **rows,
+                               size_t *n, warren_error *err);
+
+/* ------------------------------------------------------------ tenant caps */
+
+/* An operator's cap on the runs of one tenant running at once, over every
+ * job and template (docs/delivery.md, "Caps"); set through the owner-only
+ * warren.set_tenant_cap. */
+
+/* Sets tenant's cap to max_running (>= 1), or removes it (max_running <= 0).
+ * *had (may be NULL) gets the cap before (0: none). Errors: WARREN_EINVAL (a
+ * bad tenant name), WARREN_EDB (e.g. the database lacks the tenant caps of
+ * migration 019: run `warren migrate`), WARREN_EDBCONN. */
+int warren_ops_set_tenant_cap(warren_store *st, const char *tenant, int max_running, int *had,
+                              warren_error *err);
+
+typedef struct warren_ops_tenant_cap {
+    char *tenant; /* new */
+    int max_running;
+} warren_ops_tenant_cap;
+/* Frees the n rows and the array; NULL allowed. */
+void warren_ops_tenant_caps_free(warren_ops_tenant_cap *rows, size_t n);
+/* The tenant caps (of tenant only, when not NULL), by tenant. *rows is new;
+ * NULL when *n is 0. Errors: WARREN_ENOMEM, WARREN_EDB, WARREN_EDBCONN. */
+int warren_ops_tenant_caps(warren_store *st, const char *tenant, warren_ops_tenant_cap **rows,
+                           size_t *n, warren_error *err);
+
 /* ------------------------------------------------------------------- jobs */
 
 /* Which jobs warren_ops_jobs lists. Zeroed (or NULL), every job; each field's
