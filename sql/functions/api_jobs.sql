@@ -46,7 +46,9 @@ COMMENT ON FUNCTION warren.wp_duration_ms(text) IS
     'A duration ("90s", "1h30m") in milliseconds, NULL if it is not one (config syntax)';
 
 -- Is zone one PostgreSQL knows? The copy in warren.timezones first (an
--- index probe); a miss is looked up in pg_timezone_names itself.
+-- index probe); a miss is looked up in pg_timezone_names itself (a scan of
+-- the zone directory: tens of milliseconds). upsert checks an array's zones
+-- with wp_zones_unknown instead, whatever their number.
 CREATE OR REPLACE FUNCTION warren.wp_zone_known(zone text)
 RETURNS boolean LANGUAGE plpgsql STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -61,24 +63,88 @@ $$;
 COMMENT ON FUNCTION warren.wp_zone_known(text) IS
     'true if the zone is in pg_timezone_names (through the warren.timezones copy)';
 
+-- The zones of an array that PostgreSQL does not know (empty: all known):
+-- the ones missing from the warren.timezones copy (one index probe each),
+-- then those against pg_timezone_names in one pass, so that the cost does
+-- not grow with the number of unknown zones (each pg_timezone_names lookup
+-- reads the zone directory).
+CREATE OR REPLACE FUNCTION warren.wp_zones_unknown(zones text[])
+RETURNS text[] LANGUAGE plpgsql STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    missing text[];
+BEGIN
+    SELECT array_agg(DISTINCT z.tz) INTO missing
+      FROM unnest(zones) AS z(tz)
+     WHERE z.tz IS NOT NULL AND NOT EXISTS (SELECT 1 FROM warren.timezones t WHERE t.name = z.tz);
+    IF missing IS NULL THEN
+        RETURN '{}';
+    END IF;
+    RETURN coalesce((SELECT array_agg(m.tz) FROM (SELECT unnest(missing) EXCEPT
+                                                  SELECT n.name FROM pg_catalog.pg_timezone_names n)
+                                                 AS m(tz)), '{}');
+END
+$$;
+COMMENT ON FUNCTION warren.wp_zones_unknown(text[]) IS
+    'The zones of an array not in pg_timezone_names (through the warren.timezones copy; one '
+    'scan of pg_timezone_names at most)';
+
+-- A bad value as an error message shows it: JSON-quoted (control
+-- characters escaped), at most its first 80 characters, then how long it is.
+CREATE OR REPLACE FUNCTION warren.wp_echo(t text)
+RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN t IS NULL THEN 'null'
+                WHEN length(t) <= 80 THEN to_json(translate(t, U&'\007F', '?'))::text
+                ELSE to_json(translate(left(t, 80), U&'\007F', '?'))::text
+                     || format('... (%s characters)', length(t)) END
+$$;
+COMMENT ON FUNCTION warren.wp_echo(text) IS
+    'A value as errors show it: JSON-quoted, control characters escaped, at most 80 characters';
+
+-- The most characters each text field of an API job takes (the C parser's
+-- 256 for cron, src/cron.c; a duration, an RFC 3339 instant and a zone are
+-- far shorter than their bound).
+CREATE OR REPLACE FUNCTION warren.wp_api_job_max_len(field text)
+RETURNS int LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE field WHEN 'cron' THEN 256 WHEN 'every' THEN 32 WHEN 'jitter' THEN 32
+                      WHEN 'at' THEN 40 WHEN 'timezone' THEN 100 ELSE 200 END
+$$;
+COMMENT ON FUNCTION warren.wp_api_job_max_len(text) IS
+    'The most characters of an API job text field (cron 256, every/jitter 32, at 40, timezone '
+    '100, name/template/tenant 200)';
+
+-- The most elements one warren.upsert_jobs call takes.
+CREATE OR REPLACE FUNCTION warren.wp_upsert_max_batch()
+RETURNS int LANGUAGE sql IMMUTABLE AS $$ SELECT 10000 $$;
+COMMENT ON FUNCTION warren.wp_upsert_max_batch() IS
+    'Most jobs one warren.upsert_jobs call takes';
+
 -- What is wrong with a cron expression as far as SQL can tell exactly (NULL:
--- nothing): a macro, else 5 or 6 fields of the characters cron uses.
+-- nothing): at most 256 characters (the C parser's bound), no control
+-- characters, a macro, else 5 or 6 fields of the characters cron uses,
+-- separated by spaces.
 CREATE OR REPLACE FUNCTION warren.wp_cron_error(expr text)
 RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE
+        WHEN length(expr) > warren.wp_api_job_max_len('cron') THEN
+            format('%s is longer than %s characters (a cron expression is 5 or 6 short fields)',
+                   warren.wp_echo(expr), warren.wp_api_job_max_len('cron'))
+        WHEN expr ~ '[\x01-\x1f\x7f]' THEN
+            format('%s contains a control character: separate the fields with spaces',
+                   warren.wp_echo(expr))
         WHEN btrim(expr) = '' THEN 'is empty (e.g. "0 9 * * *")'
         WHEN btrim(expr) LIKE '@%' THEN
             CASE WHEN lower(btrim(expr)) IN ('@yearly', '@annually', '@monthly', '@weekly',
                                              '@daily', '@midnight', '@hourly') THEN NULL
                  ELSE format('%s: unknown macro (known: @yearly @annually @monthly @weekly '
-                             '@daily @midnight @hourly)', to_json(expr)) END
-        WHEN cardinality(regexp_split_to_array(btrim(expr), '\s+')) NOT IN (5, 6) THEN
+                             '@daily @midnight @hourly)', warren.wp_echo(expr)) END
+        WHEN cardinality(regexp_split_to_array(btrim(expr), ' +')) NOT IN (5, 6) THEN
             format('%s has %s fields: expected 5 (minute hour day-of-month month day-of-week) '
-                   'or 6 (a leading seconds field)', to_json(expr),
-                   cardinality(regexp_split_to_array(btrim(expr), '\s+')))
-        WHEN btrim(expr) !~ '^[0-9A-Za-z*?,/#()\s-]+$' THEN
+                   'or 6 (a leading seconds field)', warren.wp_echo(expr),
+                   cardinality(regexp_split_to_array(btrim(expr), ' +')))
+        WHEN btrim(expr) !~ '^[0-9A-Za-z*?,/#() -]+$' THEN
             format('%s contains %s, which no cron field uses (digits, names, * ? , - / # L W H)',
-                   to_json(expr), to_json(substring(btrim(expr) FROM '[^0-9A-Za-z*?,/#()\s-]')))
+                   warren.wp_echo(expr),
+                   warren.wp_echo(substring(btrim(expr) FROM '[^0-9A-Za-z*?,/#() -]')))
     END
 $$;
 COMMENT ON FUNCTION warren.wp_cron_error(text) IS
@@ -87,18 +153,29 @@ COMMENT ON FUNCTION warren.wp_cron_error(text) IS
 -- An RFC 3339 instant with whole seconds, as the config's `at` (NULL: fine).
 CREATE OR REPLACE FUNCTION warren.wp_at_error(t text)
 RETURNS text LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    why text;
 BEGIN
+    IF length(t) > warren.wp_api_job_max_len('at') THEN
+        RETURN format('%s is longer than %s characters: it is not an RFC 3339 instant (e.g. '
+                      '"2026-12-24T18:00:00Z")', warren.wp_echo(t), warren.wp_api_job_max_len('at'));
+    END IF;
     IF t ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]+(Z|[+-][0-9]{2}:[0-9]{2})$' THEN
-        RETURN format('%s must be whole seconds (run keys are JOB@TIME to the second)', to_json(t));
+        RETURN format('%s must be whole seconds (run keys are JOB@TIME to the second)',
+                      warren.wp_echo(t));
     END IF;
     IF t !~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(Z|[+-][0-9]{2}:[0-9]{2})$' THEN
         RETURN format('%s is not an RFC 3339 instant with a UTC offset (e.g. '
-                      '"2026-12-24T18:00:00Z" or "2026-12-24T18:00:00+01:00")', to_json(t));
+                      '"2026-12-24T18:00:00Z" or "2026-12-24T18:00:00+01:00")', warren.wp_echo(t));
     END IF;
-    PERFORM t::timestamptz;
+    -- what a run message can carry (years 1-9999 UTC: sql/functions/validate.sql)
+    why := warren.wp_instant_problem(t::timestamptz);
+    IF why IS NOT NULL THEN
+        RETURN format('%s %s', warren.wp_echo(t), regexp_replace(why, '^.* is outside', 'is outside'));
+    END IF;
     RETURN NULL;
 EXCEPTION WHEN datetime_field_overflow OR invalid_datetime_format OR invalid_time_zone_displacement_value THEN
-    RETURN format('%s is not a real instant (%s)', to_json(t), SQLERRM);
+    RETURN format('%s is not a real instant (%s)', warren.wp_echo(t), left(SQLERRM, 120));
 END
 $$;
 COMMENT ON FUNCTION warren.wp_at_error(text) IS
@@ -122,11 +199,23 @@ BEGIN
         IF k NOT IN ('name', 'template', 'cron', 'timezone', 'every', 'at', 'payload', 'jitter',
                      'tenant', 'paused') THEN
             RETURN format('unknown field %s (the fields: name, template, cron, timezone, every, '
-                          'at, payload, jitter, tenant, paused)', to_json(k));
+                          'at, payload, jitter, tenant, paused)', warren.wp_echo(k));
         END IF;
         IF k IN ('name', 'template', 'cron', 'every', 'at', 'timezone', 'jitter', 'tenant')
            AND jsonb_typeof(e -> k) <> 'string' THEN
             RETURN format('field %s must be a string', to_json(k));
+        END IF;
+        -- bounded and free of control characters (line breaks would forge
+        -- lines in the CLI's output and in logs), before any other check
+        -- echoes a prefix of it
+        IF k NOT IN ('payload', 'paused') THEN
+            IF length(e ->> k) > warren.wp_api_job_max_len(k) THEN
+                RETURN format('field %s: %s is longer than %s characters', to_json(k),
+                              warren.wp_echo(e ->> k), warren.wp_api_job_max_len(k));
+            ELSIF (e ->> k) ~ '[\x01-\x1f\x7f]' THEN
+                RETURN format('field %s: %s contains a control character (a line break, a tab, '
+                              '...): remove it', to_json(k), warren.wp_echo(e ->> k));
+            END IF;
         END IF;
     END LOOP;
     IF NOT e ? 'name' THEN
@@ -135,10 +224,14 @@ BEGIN
     IF NOT (e ->> 'name') ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$' THEN
         RETURN format('field "name": %s cannot be a job name (allowed: letters, digits, ''.'', '
                       '''_'' and ''-'', starting with a letter or digit, at most 200 characters)',
-                      to_json(left(e ->> 'name', 240)));
+                      warren.wp_echo(e ->> 'name'));
     END IF;
     IF NOT e ? 'template' THEN
         RETURN 'field "template" is missing: name a config job with template = true';
+    END IF;
+    IF NOT (e ->> 'template') ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$' THEN
+        RETURN format('field "template": %s cannot be a job name: name a config job with '
+                      'template = true', warren.wp_echo(e ->> 'template'));
     END IF;
     IF (e ? 'cron')::int + (e ? 'every')::int + (e ? 'at')::int = 0 THEN
         RETURN 'needs a schedule: one of "cron" (with "timezone"), "every" or "at"';
@@ -154,10 +247,10 @@ BEGIN
         ms := warren.wp_duration_ms(e ->> 'every');
         IF ms IS NULL THEN
             RETURN format('field "every": %s is not a duration (e.g. "90s", "15m", "1h30m"; '
-                          'units d h m s, largest first)', to_json(e ->> 'every'));
+                          'units d h m s, largest first)', warren.wp_echo(e ->> 'every'));
         ELSIF ms < 1000 OR ms % 1000 <> 0 OR ms > 36500::bigint * 86400000 THEN
             RETURN format('field "every": %s must be whole seconds, at least 1s and at most '
-                          '36500d', to_json(e ->> 'every'));
+                          '36500d', warren.wp_echo(e ->> 'every'));
         END IF;
     ELSE
         why := warren.wp_at_error(e ->> 'at');
@@ -167,16 +260,16 @@ BEGIN
     END IF;
     IF e ? 'timezone' AND NOT (e ->> 'timezone') ~ '^[A-Za-z][A-Za-z0-9_+/-]{0,99}$' THEN
         RETURN format('field "timezone": %s is not an IANA zone name (e.g. "Europe/Berlin")',
-                      to_json(left(e ->> 'timezone', 120)));
+                      warren.wp_echo(e ->> 'timezone'));
     END IF;
     IF e ? 'jitter' THEN
         ms := warren.wp_duration_ms(e ->> 'jitter');
         IF ms IS NULL THEN
             RETURN format('field "jitter": %s is not a duration (e.g. "30s", "5m")',
-                          to_json(e ->> 'jitter'));
+                          warren.wp_echo(e ->> 'jitter'));
         ELSIF ms % 1000 <> 0 OR ms > 36500::bigint * 86400000 THEN
             RETURN format('field "jitter": %s must be whole seconds, at most 36500d',
-                          to_json(e ->> 'jitter'));
+                          warren.wp_echo(e ->> 'jitter'));
         END IF;
     END IF;
     IF e ? 'payload' THEN
@@ -187,11 +280,16 @@ BEGIN
             RETURN format('field "payload" is %s bytes as JSON (limit 65536)',
                           octet_length((e -> 'payload')::text));
         END IF;
+        -- what a run message can carry (sql/functions/validate.sql)
+        why := warren.wp_payload_problem(e -> 'payload');
+        IF why IS NOT NULL THEN
+            RETURN 'field "payload" ' || why;
+        END IF;
     END IF;
     IF e ? 'tenant' AND NOT (e ->> 'tenant') ~ '^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$' THEN
         RETURN format('field "tenant": %s cannot be a tenant (allowed: letters, digits, ''.'', '
                       '''_'', '':'', ''@'' and ''-'', starting with a letter or digit, at most '
-                      '200 characters)', to_json(left(e ->> 'tenant', 240)));
+                      '200 characters)', warren.wp_echo(e ->> 'tenant'));
     END IF;
     IF e ? 'paused' AND jsonb_typeof(e -> 'paused') <> 'boolean' THEN
         RETURN 'field "paused" must be true or false';
@@ -218,9 +316,11 @@ RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
        AND (e ->> 'name') !~ '[^A-Za-z0-9._-]' AND (e ->> 'name') ~ '^[A-Za-z0-9]'
        AND length(e ->> 'name') <= 200
        AND jsonb_typeof(e -> 'template') = 'string'
+       AND (e ->> 'template') !~ '[^A-Za-z0-9._-]' AND (e ->> 'template') ~ '^[A-Za-z0-9]'
+       AND length(e ->> 'template') <= 200
        AND (e ? 'cron')::int + (e ? 'every')::int + (e ? 'at')::int = 1
        AND (NOT e ? 'cron' OR (jsonb_typeof(e -> 'cron') = 'string'
-            AND (e ->> 'cron') !~ '[^0-9A-Za-z*?,/#() -]'
+            AND (e ->> 'cron') !~ '[^0-9A-Za-z*?,/#() -]' AND length(e ->> 'cron') <= 256
             AND strpos(e ->> 'cron', '  ') = 0 AND left(e ->> 'cron', 1) <> ' '
             AND right(e ->> 'cron', 1) <> ' '
             AND cardinality(string_to_array(e ->> 'cron', ' ')) IN (5, 6)))
@@ -235,7 +335,8 @@ RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
             AND (e ->> 'jitter') ~ '^(0|([0-9]{1,4}d)?([0-9]{1,5}h)?([0-9]{1,7}m)?([0-9]{1,9}s)?)$'
             AND (e ->> 'jitter') <> ''))
        AND (NOT e ? 'payload' OR (jsonb_typeof(e -> 'payload') = 'object'
-            AND octet_length((e -> 'payload')::text) <= 65536))
+            AND octet_length((e -> 'payload')::text) <= 65536
+            AND warren.wp_payload_problem(e -> 'payload') IS NULL))
        AND (NOT e ? 'tenant' OR (jsonb_typeof(e -> 'tenant') = 'string'
             AND (e ->> 'tenant') !~ '[^A-Za-z0-9._:@-]' AND (e ->> 'tenant') ~ '^[A-Za-z0-9]'
             AND length(e ->> 'tenant') <= 200))
@@ -264,9 +365,32 @@ COMMENT ON FUNCTION warren.wp_sched_text(text, text, text) IS 'A schedule as a n
 
 -- ------------------------------------------------------------ upsert
 
+-- How an error names an element: `job "NAME"` for upsert_job, `jobs[i]
+-- ("NAME")` (i from 0) for upsert_jobs; the name as wp_echo shows it.
+CREATE OR REPLACE FUNCTION warren.wp_upsert_label(single boolean, i bigint, name text)
+RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN single THEN 'job ' || warren.wp_echo(name)
+                ELSE format('jobs[%s]%s', i - 1, coalesce(' (' || warren.wp_echo(name) || ')', ''))
+           END
+$$;
+COMMENT ON FUNCTION warren.wp_upsert_label(boolean, bigint, text) IS
+    'How an upsert error names element i (1-based) of an array, or the one job';
+
 -- The one implementation behind upsert_job and upsert_jobs. fn names the
 -- caller in messages; single: the elements are labelled `job "NAME"` (else
--- `jobs[i] ("NAME")`, i from 0).
+-- `jobs[i] ("NAME")`, i from 0). The caller has passed
+-- wp_producer_require.
+--
+-- Concurrency (docs/api-jobs.md, "Concurrency"): every job row the call
+-- writes is locked or inserted by ONE statement in one canonical order (the
+-- names sorted, COLLATE "C"): an INSERT ... ON CONFLICT DO UPDATE ... WHERE
+-- false inserts each new name and locks each existing row (waiting for a
+-- transaction that inserted or locked it). Two calls thus take their row
+-- locks in the same order and cannot deadlock, whatever the order of their
+-- arrays. What a name's outcome is (created / changed / unchanged) is
+-- decided after that: `created` only for the rows this call inserted; the
+-- others are read again, locked and as the other transaction committed
+-- them, and compared with the element.
 CREATE OR REPLACE FUNCTION warren.wp_upsert_jobs(jobs jsonb, fn text, single boolean)
 RETURNS TABLE (ord int, name text, result text)
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
@@ -275,12 +399,25 @@ AS $fn$
 DECLARE
     bad record;
     nparts int;
-    names text[];
+    nel int;
+    nmade int;
+    priv boolean := warren.wp_privileged();
+    unknown text[];
+    made text[];
 BEGIN
     IF jobs IS NULL OR jsonb_typeof(jobs) <> 'array' THEN
         RAISE EXCEPTION '%: jobs must be a JSON array of objects {"name", "template", "cron" | '
                         '"every" | "at", ...}, not %', fn, coalesce(jsonb_typeof(jobs), 'NULL')
             USING ERRCODE = '22023';
+    END IF;
+    nel := jsonb_array_length(jobs);
+    IF nel > warren.wp_upsert_max_batch() THEN
+        RAISE EXCEPTION '%: jobs has % elements; at most % per call: split the array into calls '
+                        'of at most % (one transaction may make several calls)', fn, nel,
+            warren.wp_upsert_max_batch(), warren.wp_upsert_max_batch() USING ERRCODE = '22023';
+    END IF;
+    IF nel = 0 THEN
+        RETURN;
     END IF;
 
     -- 1. Each element on its own.
@@ -291,16 +428,10 @@ BEGIN
      WHERE v.why IS NOT NULL ORDER BY v.i LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION '%: %: %', fn,
-            CASE WHEN single THEN format('job %s', coalesce(to_json(bad.e ->> 'name')::text, '?'))
-                 ELSE format('jobs[%s]%s', bad.i - 1,
-                             coalesce(' (' || to_json(left(bad.e ->> 'name', 240))::text || ')', ''))
-            END, bad.why
+            warren.wp_upsert_label(single, bad.i,
+                                   CASE WHEN jsonb_typeof(bad.e -> 'name') = 'string'
+                                        THEN bad.e ->> 'name' END), bad.why
             USING ERRCODE = '22023';
-    END IF;
-
-    SELECT array_agg(x.e ->> 'name') INTO names FROM jsonb_array_elements(jobs) AS x(e);
-    IF names IS NULL THEN
-        RETURN;
     END IF;
 
     -- 2. Across elements and against the tables.
@@ -309,21 +440,52 @@ BEGIN
             AS x(e, i)) d GROUP BY d.n HAVING count(*) > 1 ORDER BY min(d.i) LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION '%: jobs[%] and jobs[%] are both named %: give each job once', fn,
-            bad.first - 1, bad.second - 1, to_json(bad.n) USING ERRCODE = '22023';
+            bad.first - 1, bad.second - 1, warren.wp_echo(bad.n) USING ERRCODE = '22023';
+    END IF;
+
+    -- The producer's scope (docs/api-jobs.md, "Producer grants"), before any
+    -- row is locked: the templates granted, the tenants within its prefix
+    -- (each distinct one asked once). The jobs that exist are checked once
+    -- they are locked, below. A privileged session skips all of it.
+    IF NOT priv THEN
+        SELECT x.i, x.e ->> 'name' AS n, x.e ->> 'template' AS t INTO bad
+          FROM jsonb_array_elements(jobs) WITH ORDINALITY AS x(e, i)
+         WHERE x.e ->> 'template' IN (SELECT d.t FROM (SELECT DISTINCT y.e ->> 'template' AS t
+                                                         FROM jsonb_array_elements(jobs) AS y(e)
+                                                       OFFSET 0) d
+                                       WHERE NOT warren.wp_producer_template_ok(d.t))
+         ORDER BY x.i LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION '%', warren.wp_producer_refusal(fn, format(
+                'may not create or change API jobs from template %s (%s): it is not granted to '
+                'this login', warren.wp_echo(bad.t), warren.wp_upsert_label(single, bad.i, bad.n)))
+                USING ERRCODE = '42501';
+        END IF;
+        SELECT x.i, x.e ->> 'name' AS n, x.e ->> 'tenant' AS t INTO bad
+          FROM jsonb_array_elements(jobs) WITH ORDINALITY AS x(e, i)
+         WHERE coalesce(x.e ->> 'tenant', '') IN (
+                   SELECT d.t FROM (SELECT DISTINCT coalesce(y.e ->> 'tenant', '') AS t
+                                      FROM jsonb_array_elements(jobs) AS y(e) OFFSET 0) d
+                    WHERE NOT warren.wp_producer_tenant_ok(nullif(d.t, '')))
+         ORDER BY x.i LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION '%', warren.wp_producer_refusal(fn, format(
+                'may not make %s with %s', warren.wp_upsert_label(single, bad.i, bad.n),
+                CASE WHEN bad.t IS NULL THEN 'no tenant' ELSE 'the tenant ' || warren.wp_echo(bad.t)
+                END)) USING ERRCODE = '42501';
+        END IF;
     END IF;
 
     -- The partition count first (FOR SHARE: a sync changing it waits for
     -- this transaction, and its repartitioning then sees these jobs; a sync
     -- holding it, FOR UPDATE from its start, is waited for, and its count
-    -- read after), then templates FOR SHARE (a sync changing them waits),
-    -- existing jobs FOR UPDATE (a concurrent upsert of the same names
-    -- waits), in name order; each statement below then reads them as they
-    -- are now. The same order as sync's: sync_state, then jobs.
+    -- read after), then templates FOR SHARE (a sync changing them waits), in
+    -- name order; the jobs themselves below. The same order as sync's:
+    -- sync_state, then jobs.
     PERFORM 1 FROM warren.sync_state s FOR SHARE;
     PERFORM 1 FROM warren.jobs t
      WHERE t.name IN (SELECT DISTINCT x.e ->> 'template' FROM jsonb_array_elements(jobs) AS x(e))
      ORDER BY t.name FOR SHARE;
-    PERFORM 1 FROM warren.jobs j WHERE j.name = ANY (names) ORDER BY j.name FOR UPDATE;
 
     SELECT x.i, x.e ->> 'name' AS n, x.e ->> 'template' AS t, t.name IS NOT NULL AS found,
            coalesce(t.is_template, false) AS is_t, coalesce(t.removed, false) AS gone INTO bad
@@ -331,36 +493,35 @@ BEGIN
       LEFT JOIN warren.jobs t ON t.name = x.e ->> 'template'
      WHERE t.name IS NULL OR NOT t.is_template OR t.removed ORDER BY x.i LIMIT 1;
     IF FOUND THEN
-        RAISE EXCEPTION '%: %: field "template": %', fn,
-            CASE WHEN single THEN format('job %s', to_json(bad.n))
-                 ELSE format('jobs[%s] (%s)', bad.i - 1, to_json(bad.n)) END,
+        RAISE EXCEPTION '%: %: field "template": %', fn, warren.wp_upsert_label(single, bad.i, bad.n),
             CASE WHEN NOT bad.found THEN format('no job %s: name a config job with template = '
-                                                'true (and run `warren sync`)', to_json(bad.t))
+                                                'true (and run `warren sync`)', warren.wp_echo(bad.t))
                  WHEN bad.gone THEN format('template %s was removed from the config: add it '
                                            'back (and run `warren sync`) or use another',
-                                           to_json(bad.t))
+                                           warren.wp_echo(bad.t))
                  ELSE format('job %s is not a template: set template = true on it in the config '
-                             '(and run `warren sync`) or name a template', to_json(bad.t)) END
+                             '(and run `warren sync`) or name a template', warren.wp_echo(bad.t))
+            END
             USING ERRCODE = '22023';
     END IF;
 
-    -- each distinct zone looked up once
-    SELECT x.i, x.e ->> 'name' AS n, x.e ->> 'timezone' AS z INTO bad
-      FROM jsonb_array_elements(jobs) WITH ORDINALITY AS x(e, i)
-     WHERE x.e ->> 'timezone' IN (SELECT z.tz FROM (SELECT DISTINCT y.e ->> 'timezone' AS tz
-                                                      FROM jsonb_array_elements(jobs) AS y(e)
-                                                     WHERE y.e ? 'timezone' OFFSET 0) z
-                                   WHERE NOT warren.wp_zone_known(z.tz))
-     ORDER BY x.i LIMIT 1;
-    IF FOUND THEN
-        RAISE EXCEPTION '%: %: field "timezone": %', fn,
-            CASE WHEN single THEN format('job %s', to_json(bad.n))
-                 ELSE format('jobs[%s] (%s)', bad.i - 1, to_json(bad.n)) END,
+    -- The zones: all distinct ones at once (wp_zones_unknown reads
+    -- pg_timezone_names at most once, however many are unknown); the first
+    -- element with an unknown one is named.
+    SELECT warren.wp_zones_unknown(array_agg(DISTINCT x.e ->> 'timezone')) INTO unknown
+      FROM jsonb_array_elements(jobs) AS x(e) WHERE x.e ? 'timezone';
+    IF cardinality(unknown) > 0 THEN
+        SELECT x.i, x.e ->> 'name' AS n, x.e ->> 'timezone' AS z INTO bad
+          FROM jsonb_array_elements(jobs) WITH ORDINALITY AS x(e, i)
+         WHERE x.e ->> 'timezone' = ANY (unknown) ORDER BY x.i LIMIT 1;
+        RAISE EXCEPTION '%: %: field "timezone": %', fn, warren.wp_upsert_label(single, bad.i, bad.n),
             format('%s is not a time zone PostgreSQL knows (an IANA name from pg_timezone_names, '
-                   'e.g. "America/New_York")', to_json(bad.z))
+                   'e.g. "America/New_York")', warren.wp_echo(bad.z))
             USING ERRCODE = '22023';
     END IF;
 
+    -- a config job's name (config jobs change only with a sync, which waits
+    -- for the sync_state lock this transaction holds)
     SELECT x.i, j.name AS n INTO bad
       FROM jsonb_array_elements(jobs) WITH ORDINALITY AS x(e, i)
       JOIN warren.jobs j ON j.name = x.e ->> 'name'
@@ -368,30 +529,97 @@ BEGIN
     IF FOUND THEN
         RAISE EXCEPTION '%: %: field "name": job % is a config job (from the config file): '
                         'choose another name for the API job', fn,
-            CASE WHEN single THEN format('job %s', to_json(bad.n))
-                 ELSE format('jobs[%s] (%s)', bad.i - 1, to_json(bad.n)) END, to_json(bad.n)
+            warren.wp_upsert_label(single, bad.i, bad.n), warren.wp_echo(bad.n)
             USING ERRCODE = '22023';
     END IF;
 
     SELECT s.partitions INTO nparts FROM warren.sync_state s;
     nparts := coalesce(nparts, 64);
 
-    -- 3. The writes, in one statement. n: each element resolved against its
-    -- template (payload and jitter default to the template's) and the job
-    -- as it was; `what` is the outcome. A changed schedule (or a deleted job
-    -- made again) replaces the job's future unclaimed scheduled runs and
-    -- restarts its cursor from now, as `warren sync` does; a pause cancels
-    -- them and a resume plans them again, as `warren pause`/`resume` do.
-    RETURN QUERY
+    -- 3. The job rows, in one statement in name order: each new name
+    -- inserted as a new job (these, and only these, are `created`), each
+    -- existing row locked (WHERE false: not written here), waiting for a
+    -- transaction that holds it. Settings from the template (payload and
+    -- jitter default to the template's).
     WITH p AS (
-        SELECT x.i::int AS i, x.e ->> 'name' AS name, x.e ->> 'template' AS template,
+        SELECT x.e ->> 'name' AS name, x.e ->> 'template' AS template,
+               CASE WHEN x.e ? 'cron' THEN 'cron' WHEN x.e ? 'every' THEN 'every' ELSE 'at' END
+                   AS kind,
+               coalesce(x.e ->> 'cron', x.e ->> 'every', x.e ->> 'at') AS expr,
+               coalesce(x.e ->> 'timezone', 'UTC') AS tz, x.e -> 'payload' AS payload,
+               warren.wp_duration_ms(x.e ->> 'jitter') AS jitter_ms, x.e ->> 'tenant' AS tenant,
+               coalesce((x.e -> 'paused')::boolean, false) AS paused
+          FROM jsonb_array_elements(jobs) AS x(e)
+    ), ins AS (
+        INSERT INTO warren.jobs AS j (name, schedule_kind, expression, timezone, queue, payload,
+            handler, misfire, max_catch_up, overlap, retry_max_attempts, retry_base_ms,
+            retry_cap_ms, lease_ms, timeout_ms, jitter_ms, paused, paused_at, partition,
+            config_hash, origin, template, tenant, created_by, note)
+        SELECT p.name, p.kind, p.expr, p.tz, t.queue, coalesce(p.payload, t.payload), t.handler,
+               t.misfire, t.max_catch_up, t.overlap, t.retry_max_attempts, t.retry_base_ms,
+               t.retry_cap_ms, t.lease_ms, t.timeout_ms, coalesce(p.jitter_ms, t.jitter_ms),
+               p.paused, CASE WHEN p.paused THEN now() END,
+               warren.wp_job_partition(p.name, nparts),
+               md5(jsonb_build_object('template', p.template, 'kind', p.kind, 'expr', p.expr,
+                                      'tz', p.tz, 'payload', coalesce(p.payload, t.payload),
+                                      'jitter_ms', coalesce(p.jitter_ms, t.jitter_ms),
+                                      'tenant', p.tenant)::text),
+               'api', p.template, p.tenant, session_user, NULL
+          FROM p JOIN warren.jobs t ON t.name = p.template
+         ORDER BY p.name COLLATE "C"
+        ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name WHERE false
+        RETURNING j.name
+    )
+    SELECT array_agg(ins.name) INTO made FROM ins;
+    nmade := coalesce(cardinality(made), 0);
+
+    IF nmade = nel THEN
+        -- all new (a bulk import's common case): nothing else to do;
+        -- delivered at commit, the planners plan the new jobs at once
+        PERFORM pg_notify('warren_jobs', 'upsert');
+        RETURN QUERY SELECT x.i::int, x.e ->> 'name', 'created'::text
+                       FROM jsonb_array_elements(jobs) WITH ORDINALITY AS x(e, i) ORDER BY x.i;
+        RETURN;
+    END IF;
+
+    -- The rows that existed, now locked and read as they are: the
+    -- producer may act only on its own (an existing job outside its scope
+    -- answers with a refusal, never its state).
+    IF NOT priv THEN
+        SELECT x.i, x.e ->> 'name' AS n INTO bad
+          FROM jsonb_array_elements(jobs) WITH ORDINALITY AS x(e, i)
+          JOIN warren.jobs o ON o.name = x.e ->> 'name'
+         WHERE NOT EXISTS (SELECT 1 FROM unnest(made) AS m(name) WHERE m.name = o.name)
+           AND NOT coalesce(warren.wp_producer_job_ok(o), false)
+         ORDER BY x.i LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION '%', warren.wp_producer_refusal(fn, format(
+                'may not change API job %s: it belongs to a producer login with other grants (a '
+                'job belongs to the login that created it and to the logins with exactly its '
+                'grants) or lies outside this login''s templates or tenants',
+                warren.wp_upsert_label(single, bad.i, bad.n))) USING ERRCODE = '42501';
+        END IF;
+    END IF;
+
+    -- 4. The rows that existed, in one statement. n: each element resolved
+    -- against its template and the job as it is now (locked); `what` is the
+    -- outcome. A changed schedule (or a deleted job made again) replaces the
+    -- job's future unclaimed scheduled runs and restarts its cursor from
+    -- now, as `warren sync` does; a pause cancels them and a resume plans
+    -- them again, as `warren pause`/`resume` do.
+    RETURN QUERY
+    WITH el AS (
+        SELECT x.i::int AS i, x.e FROM jsonb_array_elements(jobs) WITH ORDINALITY AS x(e, i)
+    ), p AS (
+        SELECT x.i, x.e ->> 'name' AS name, x.e ->> 'template' AS template,
                CASE WHEN x.e ? 'cron' THEN 'cron' WHEN x.e ? 'every' THEN 'every' ELSE 'at' END
                    AS kind,
                coalesce(x.e ->> 'cron', x.e ->> 'every', x.e ->> 'at') AS expr,
                coalesce(x.e ->> 'timezone', 'UTC') AS tz, x.e -> 'payload' AS payload,
                warren.wp_duration_ms(x.e ->> 'jitter') AS jitter_ms, x.e ->> 'tenant' AS tenant,
                (x.e -> 'paused')::boolean AS paused
-          FROM jsonb_array_elements(jobs) WITH ORDINALITY AS x(e, i)
+          FROM el x
+         WHERE NOT EXISTS (SELECT 1 FROM unnest(made) AS m(name) WHERE m.name = x.e ->> 'name')
     ), n AS (
         SELECT p.i, p.name, p.template, p.kind, p.expr, p.tz, p.tenant,
                coalesce(p.payload, t.payload) AS payload,
@@ -404,10 +632,7 @@ BEGIN
                                       'tz', p.tz, 'payload', coalesce(p.payload, t.payload),
                                       'jitter_ms', coalesce(p.jitter_ms, t.jitter_ms),
                                       'tenant', p.tenant)::text) AS hash,
-               o.name IS NOT NULL AS existed, coalesce(o.removed, false) AS old_removed,
-               o.paused AS old_paused, o.config_hash AS old_hash, o.next_fire_at AS old_cursor,
-               o.note AS old_note, o.schedule_kind AS old_kind, o.expression AS old_expr,
-               o.timezone AS old_tz, o.partition AS old_partition,
+               o.removed AS old_removed, o.paused AS old_paused, o.config_hash AS old_hash,
                (o.schedule_kind, o.expression, o.timezone)
                    IS DISTINCT FROM (p.kind, p.expr, p.tz) AS resched,
                (o.queue, o.handler, o.misfire, o.max_catch_up, o.overlap, o.retry_max_attempts,
@@ -416,49 +641,34 @@ BEGIN
                                      t.retry_max_attempts, t.retry_base_ms, t.retry_cap_ms,
                                      t.lease_ms, t.timeout_ms) AS tdiff
           FROM p JOIN warren.jobs t ON t.name = p.template
-          LEFT JOIN warren.jobs o ON o.name = p.name
+          JOIN warren.jobs o ON o.name = p.name
     ), r AS (
         SELECT n.*,
-               CASE WHEN NOT n.existed OR n.old_removed THEN 'created'
+               CASE WHEN n.old_removed THEN 'created'
                     WHEN n.old_hash IS DISTINCT FROM n.hash OR n.old_paused IS DISTINCT FROM n.paused
                          OR n.tdiff THEN 'changed'
                     ELSE 'unchanged' END AS what,
-               n.existed AND NOT n.old_removed AND NOT n.resched AND NOT n.old_paused AND n.paused
-                   AS pausing,
-               n.existed AND NOT n.old_removed AND NOT n.resched AND n.old_paused AND NOT n.paused
-                   AS resuming,
-               n.existed AND (n.resched OR n.old_removed) AS replan
+               NOT n.old_removed AND NOT n.resched AND NOT n.old_paused AND n.paused AS pausing,
+               NOT n.old_removed AND NOT n.resched AND n.old_paused AND NOT n.paused AS resuming,
+               n.resched OR n.old_removed AS replan
           FROM n
     ), up AS (
-        INSERT INTO warren.jobs AS j (name, schedule_kind, expression, timezone, queue, payload,
-            handler, misfire, max_catch_up, overlap, retry_max_attempts, retry_base_ms,
-            retry_cap_ms, lease_ms, timeout_ms, jitter_ms, paused, paused_at, partition,
-            config_hash, origin, template, tenant, created_by, note)
-        SELECT r.name, r.kind, r.expr, r.tz, r.queue, r.payload, r.handler, r.misfire,
-               r.max_catch_up, r.overlap, r.retry_max_attempts, r.retry_base_ms, r.retry_cap_ms,
-               r.lease_ms, r.timeout_ms, r.jitter_ms, r.paused,
-               CASE WHEN r.paused THEN now() END, warren.wp_job_partition(r.name, nparts), r.hash,
-               'api', r.template, r.tenant, session_user, NULL
-          FROM r WHERE r.what <> 'unchanged'
-        ON CONFLICT (name) DO UPDATE SET
-            schedule_kind = EXCLUDED.schedule_kind, expression = EXCLUDED.expression,
-            timezone = EXCLUDED.timezone, queue = EXCLUDED.queue, payload = EXCLUDED.payload,
-            handler = EXCLUDED.handler, misfire = EXCLUDED.misfire,
-            max_catch_up = EXCLUDED.max_catch_up, overlap = EXCLUDED.overlap,
-            retry_max_attempts = EXCLUDED.retry_max_attempts,
-            retry_base_ms = EXCLUDED.retry_base_ms, retry_cap_ms = EXCLUDED.retry_cap_ms,
-            lease_ms = EXCLUDED.lease_ms, timeout_ms = EXCLUDED.timeout_ms,
-            jitter_ms = EXCLUDED.jitter_ms, paused = EXCLUDED.paused,
-            paused_at = CASE WHEN NOT EXCLUDED.paused THEN NULL
+        UPDATE warren.jobs j SET
+            schedule_kind = r.kind, expression = r.expr, timezone = r.tz, queue = r.queue,
+            payload = r.payload, handler = r.handler, misfire = r.misfire,
+            max_catch_up = r.max_catch_up, overlap = r.overlap,
+            retry_max_attempts = r.retry_max_attempts, retry_base_ms = r.retry_base_ms,
+            retry_cap_ms = r.retry_cap_ms, lease_ms = r.lease_ms, timeout_ms = r.timeout_ms,
+            jitter_ms = r.jitter_ms, paused = r.paused,
+            paused_at = CASE WHEN NOT r.paused THEN NULL
                              WHEN j.paused AND NOT j.removed THEN j.paused_at ELSE now() END,
-            paused_by_template = false, removed = false, config_hash = EXCLUDED.config_hash,
-            template = EXCLUDED.template, tenant = EXCLUDED.tenant,
-            partition = CASE WHEN j.removed THEN EXCLUDED.partition ELSE j.partition END,
+            paused_by_template = false, removed = false, config_hash = r.hash,
+            template = r.template, tenant = r.tenant,
+            partition = CASE WHEN j.removed THEN warren.wp_job_partition(j.name, nparts)
+                             ELSE j.partition END,
             next_fire_at = CASE
-                WHEN j.removed OR (j.schedule_kind, j.expression, j.timezone)
-                     IS DISTINCT FROM (EXCLUDED.schedule_kind, EXCLUDED.expression,
-                                       EXCLUDED.timezone) THEN NULL
-                WHEN j.paused AND NOT EXCLUDED.paused THEN
+                WHEN r.replan THEN NULL
+                WHEN r.resuming THEN
                     LEAST(j.next_fire_at,
                           (SELECT min(c.scheduled_at) FROM warren.runs c
                             WHERE c.job = j.name AND c.state = 'cancelled'
@@ -467,33 +677,35 @@ BEGIN
                 ELSE j.next_fire_at END,
             note = CASE
                 WHEN j.removed THEN warren.wp_job_note(j.note, format(
-                    'created again at %s by %s (warren.upsert_job) after it was deleted: %s',
-                    warren.plan_utc(now()), session_user,
-                    warren.wp_sched_text(EXCLUDED.schedule_kind, EXCLUDED.expression,
-                                         EXCLUDED.timezone)))
+                    'created again at %s by %s (%s) after it was deleted: %s',
+                    warren.plan_utc(now()), session_user, fn,
+                    warren.wp_sched_text(r.kind, r.expr, r.tz)))
                 ELSE warren.wp_job_note(j.note, concat_ws('; ',
-                    CASE WHEN (j.schedule_kind, j.expression, j.timezone)
-                              IS DISTINCT FROM (EXCLUDED.schedule_kind, EXCLUDED.expression,
-                                                EXCLUDED.timezone)
+                    CASE WHEN r.resched
                          THEN format('schedule changed at %s by %s: %s -> %s; its future '
                                      'unclaimed runs replaced', warren.plan_utc(now()),
                                      session_user,
                                      warren.wp_sched_text(j.schedule_kind, j.expression,
                                                           j.timezone),
-                                     warren.wp_sched_text(EXCLUDED.schedule_kind,
-                                                          EXCLUDED.expression,
-                                                          EXCLUDED.timezone)) END,
-                    CASE WHEN NOT j.paused AND EXCLUDED.paused
-                         THEN format('paused at %s by %s (warren.upsert_job)',
-                                     warren.plan_utc(now()), session_user)
-                         WHEN j.paused AND NOT EXCLUDED.paused
-                         THEN format('resumed at %s by %s (warren.upsert_job)',
-                                     warren.plan_utc(now()), session_user) END,
-                    CASE WHEN j.template IS DISTINCT FROM EXCLUDED.template
+                                     warren.wp_sched_text(r.kind, r.expr, r.tz)) END,
+                    CASE WHEN NOT j.paused AND r.paused
+                         THEN format('paused at %s by %s (%s)', warren.plan_utc(now()),
+                                     session_user, fn)
+                         WHEN j.paused AND NOT r.paused
+                         THEN format('resumed at %s by %s (%s)', warren.plan_utc(now()),
+                                     session_user, fn) END,
+                    CASE WHEN j.template IS DISTINCT FROM r.template
                          THEN format('template changed at %s by %s: %s -> %s',
                                      warren.plan_utc(now()), session_user, j.template,
-                                     EXCLUDED.template) END)) END,
+                                     r.template) END,
+                    CASE WHEN j.tenant IS DISTINCT FROM r.tenant
+                         THEN format('tenant changed at %s by %s: %s -> %s',
+                                     warren.plan_utc(now()), session_user,
+                                     coalesce(j.tenant, '(none)'), coalesce(r.tenant, '(none)'))
+                         END)) END,
             updated_at = now()
+          FROM r
+         WHERE j.name = r.name AND r.what <> 'unchanged'
         RETURNING j.name
     ), rp AS (
         -- job = ANY (ARRAY(...)): an index probe per job that needs it, whatever
@@ -508,8 +720,8 @@ BEGIN
         RETURNING x.run_key
     ), pz AS (
         UPDATE warren.runs x SET state = 'cancelled', finished_at = now(),
-               note = warren.plan_note(x.note, format('cancelled: job paused at %s '
-                                                     '(warren.upsert_job)', warren.plan_utc(now())))
+               note = warren.plan_note(x.note, format('cancelled: job paused at %s (%s)',
+                                                      warren.plan_utc(now()), fn))
          WHERE x.job = ANY (ARRAY(SELECT r.name FROM r WHERE r.pausing))
            AND x.origin IN ('schedule', 'misfire')
            AND x.state IN ('planned', 'published') AND x.due_at > now()
@@ -523,9 +735,15 @@ BEGIN
         RETURNING x.run_key
     ), nt AS (
         -- delivered at commit: the planners plan the new definitions at once
-        SELECT pg_notify('warren_jobs', 'upsert') WHERE EXISTS (SELECT 1 FROM up)
+        SELECT pg_notify('warren_jobs', 'upsert')
+         WHERE nmade > 0 OR EXISTS (SELECT 1 FROM up)
+    ), cnt AS (
+        SELECT (SELECT count(*) FROM nt) + (SELECT count(*) FROM rp) + (SELECT count(*) FROM pz)
+               + (SELECT count(*) FROM rs) AS n
     )
-    SELECT r.i, r.name, r.what FROM r WHERE (SELECT count(*) FROM nt) >= 0 ORDER BY r.i;
+    SELECT x.i, x.e ->> 'name', coalesce(r.what, 'created')
+      FROM el x LEFT JOIN r ON r.i = x.i
+     WHERE (SELECT cnt.n FROM cnt) >= 0 ORDER BY x.i;
 END
 $fn$;
 COMMENT ON FUNCTION warren.wp_upsert_jobs(jsonb, text, boolean) IS
@@ -533,11 +751,15 @@ COMMENT ON FUNCTION warren.wp_upsert_jobs(jsonb, text, boolean) IS
 
 CREATE OR REPLACE FUNCTION warren.upsert_jobs(jobs jsonb)
 RETURNS TABLE (name text, result text)
-LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $$
-    SELECT u.name, u.result FROM warren.wp_upsert_jobs(jobs, 'warren.upsert_jobs', false) u
-     ORDER BY u.ord
-$$;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM warren.wp_producer_require('warren.upsert_jobs');
+    RETURN QUERY SELECT u.name, u.result
+                   FROM warren.wp_upsert_jobs(upsert_jobs.jobs, 'warren.upsert_jobs', false) u
+                  ORDER BY u.ord;
+END
+$fn$;
 COMMENT ON FUNCTION warren.upsert_jobs(jsonb) IS
     'Creates or changes API jobs from a JSON array of {name, template, cron|every|at, timezone, '
     'payload, jitter, tenant, paused}; one row (name, created|changed|unchanged) per element, in '
@@ -550,18 +772,19 @@ AS $fn$
 DECLARE
     res text;
 BEGIN
+    PERFORM warren.wp_producer_require('warren.upsert_job');
     IF name IS NULL OR template IS NULL THEN
         RAISE EXCEPTION 'warren.upsert_job: % is NULL: give the job''s name and its template',
             CASE WHEN name IS NULL THEN 'name' ELSE 'template' END USING ERRCODE = '22023';
     END IF;
     IF spec IS NULL OR jsonb_typeof(spec) <> 'object' THEN
         RAISE EXCEPTION 'warren.upsert_job: job %: spec must be a JSON object {"cron": ..., '
-                        '"timezone": ...} (or "every", "at"), not %', to_json(name),
+                        '"timezone": ...} (or "every", "at"), not %', warren.wp_echo(name),
             coalesce(jsonb_typeof(spec), 'NULL') USING ERRCODE = '22023';
     END IF;
     IF spec ? 'name' OR spec ? 'template' THEN
         RAISE EXCEPTION 'warren.upsert_job: job %: spec field % is an argument of its own: '
-                        'leave it out of spec', to_json(name),
+                        'leave it out of spec', warren.wp_echo(name),
             CASE WHEN spec ? 'name' THEN '"name"' ELSE '"template"' END USING ERRCODE = '22023';
     END IF;
     SELECT u.result INTO res
@@ -577,46 +800,73 @@ COMMENT ON FUNCTION warren.upsert_job(text, text, jsonb) IS
 
 -- ------------------------------------------------------------ pause, resume, delete
 
+-- The refusal of a job outside the producer's scope (it says nothing of the
+-- job's state).
+CREATE OR REPLACE FUNCTION warren.wp_api_job_refusal(fn text, job text)
+RETURNS text LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT warren.wp_producer_refusal(fn, format(
+        'may not act on job %s: an API job belongs to the login that created it and to the logins '
+        'with exactly its producer grants, within their templates and tenant prefix; config jobs '
+        'are the operator''s', warren.wp_echo(job)))
+$$;
+COMMENT ON FUNCTION warren.wp_api_job_refusal(text, text) IS
+    'The 42501 message for a job outside the producer''s scope';
+
 -- The API job name (an API job, not deleted unless allow_removed), locked;
--- raises a clear error otherwise. Returns the row.
+-- raises a clear error otherwise. Returns the row. A producer's scope is
+-- checked before the lock (an outsider neither waits for the row nor
+-- learns its state) and again on the locked row.
 CREATE OR REPLACE FUNCTION warren.wp_api_job(fn text, job text, allow_removed boolean)
 RETURNS warren.jobs
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     j warren.jobs;
+    priv boolean := warren.wp_privileged();
 BEGIN
     IF job IS NULL THEN
         RAISE EXCEPTION '%: name is NULL: give the API job''s name', fn USING ERRCODE = '22023';
     END IF;
+    IF NOT priv THEN
+        SELECT * INTO j FROM warren.jobs x WHERE x.name = job;
+        IF FOUND AND NOT coalesce(warren.wp_producer_job_ok(j), false) THEN
+            RAISE EXCEPTION '%', warren.wp_api_job_refusal(fn, job) USING ERRCODE = '42501';
+        END IF;
+    END IF;
     SELECT * INTO j FROM warren.jobs x WHERE x.name = job FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION '%: no job % (API jobs are made with warren.upsert_job)', fn,
-            to_json(job) USING ERRCODE = '22023';
+            warren.wp_echo(job) USING ERRCODE = '22023';
+    END IF;
+    IF NOT priv AND NOT coalesce(warren.wp_producer_job_ok(j), false) THEN
+        RAISE EXCEPTION '%', warren.wp_api_job_refusal(fn, job) USING ERRCODE = '42501';
     END IF;
     IF j.origin <> 'api' THEN
         RAISE EXCEPTION '%: job % is a % from the config file, not an API job: the operator '
                         'changes it (`warren pause`, `warren resume`, the config and `warren sync`)',
-            fn, to_json(job), CASE WHEN j.is_template THEN 'template' ELSE 'job' END
+            fn, warren.wp_echo(job), CASE WHEN j.is_template THEN 'template' ELSE 'job' END
             USING ERRCODE = '22023';
     END IF;
     IF j.removed AND NOT allow_removed THEN
         RAISE EXCEPTION '%: API job % was deleted: create it again with warren.upsert_job', fn,
-            to_json(job) USING ERRCODE = '22023';
+            warren.wp_echo(job) USING ERRCODE = '22023';
     END IF;
     RETURN j;
 END
 $fn$;
 COMMENT ON FUNCTION warren.wp_api_job(text, text, boolean) IS
-    'Locks and returns an API job for pause_job, resume_job, delete_job, or raises';
+    'Locks and returns an API job for pause_job, resume_job, delete_job (within the producer''s '
+    'scope), or raises';
 
 CREATE OR REPLACE FUNCTION warren.pause_job(name text)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    j warren.jobs := warren.wp_api_job('warren.pause_job', name, false);
+    j warren.jobs;
 BEGIN
+    PERFORM warren.wp_producer_require('warren.pause_job');
+    j := warren.wp_api_job('warren.pause_job', pause_job.name, false);
     IF j.paused THEN
         -- already paused; the application's pause now owns it: a template
         -- coming back does not resume it
@@ -646,15 +896,17 @@ RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    j warren.jobs := warren.wp_api_job('warren.resume_job', name, false);
+    j warren.jobs;
     t warren.jobs;
 BEGIN
+    PERFORM warren.wp_producer_require('warren.resume_job');
+    j := warren.wp_api_job('warren.resume_job', resume_job.name, false);
     SELECT * INTO t FROM warren.jobs x WHERE x.name = j.template FOR SHARE;
     IF t.removed OR NOT t.is_template THEN
         RAISE EXCEPTION 'warren.resume_job: API job %: its template % was removed from the '
                         'config (the job stays paused until it is back): add the template back '
                         'and run `warren sync`, or move the job to another template with '
-                        'warren.upsert_job', to_json(j.name), to_json(j.template)
+                        'warren.upsert_job', warren.wp_echo(j.name), warren.wp_echo(j.template)
             USING ERRCODE = '22023';
     END IF;
     IF NOT j.paused THEN
@@ -687,8 +939,10 @@ RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    j warren.jobs := warren.wp_api_job('warren.delete_job', name, true);
+    j warren.jobs;
 BEGIN
+    PERFORM warren.wp_producer_require('warren.delete_job');
+    j := warren.wp_api_job('warren.delete_job', delete_job.name, true);
     IF j.removed THEN
         RETURN false;
     END IF;
