@@ -277,6 +277,13 @@ int warren_run_msg_encode(const warren_run_msg *m, char **body, size_t *len, war
     if (m->attempt < 0)
         return warren_error_set(err, WARREN_EINVAL, "run %s: attempt %d is negative", rk,
                                 m->attempt);
+    /* A consumer parses due_at as RFC 3339: a year outside 1-9999 has no
+     * such spelling (the key's scheduled_at was checked above). */
+    if (warren_us_to_s(m->due_at) < KEY_MIN_S || warren_us_to_s(m->due_at) > KEY_MAX_S)
+        return warren_error_set(err, WARREN_EINVAL,
+                                "run %s: \"due_at\" is outside years 1-9999 (UTC), which a "
+                                "message cannot spell (RFC 3339)",
+                                rk);
     if (m->template_name != NULL && !warren_job_name_valid(m->template_name))
         return warren_error_set(err, WARREN_EINVAL, "run %s: \"%.80s\" is not a template name", rk,
                                 m->template_name);
@@ -287,7 +294,16 @@ int warren_run_msg_encode(const warren_run_msg *m, char **body, size_t *len, war
         payload = json_object();
     } else {
         payload = json_loads(m->payload_json, JSON_REJECT_DUPLICATES, &jerr);
-        if (payload == NULL || !json_is_object(payload)) {
+        /* jansson's own words and position: "too big integer near
+         * '18446744073709551616'" says what to fix, where a generic "not a
+         * JSON object" sends the reader looking for brackets. */
+        if (payload == NULL)
+            return warren_error_set(err, WARREN_EINVAL,
+                                    "run %s: the payload cannot be carried in a message: %s (line "
+                                    "%d, column %d); a message carries integers within int64, "
+                                    "reals within double and at most 2048 levels of nesting",
+                                    rk, jerr.text, jerr.line, jerr.column);
+        if (!json_is_object(payload)) {
             json_decref(payload);
             return warren_error_set(err, WARREN_EINVAL, "run %s: payload is not a JSON object", rk);
         }

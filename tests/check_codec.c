@@ -174,6 +174,45 @@ START_TEST(test_codec_encode_defaults_payload_and_checks_key)
 }
 END_TEST
 
+/* What a message cannot carry is refused with the real reason: jansson's
+ * words and position for a number beyond int64 or double, the range for a
+ * due time outside years 1-9999 (no RFC 3339 spelling). */
+START_TEST(test_codec_encode_names_what_a_message_cannot_carry)
+{
+    warren_run_msg m = {0};
+    char *body = NULL;
+    warren_error err = {0};
+    m.job = "j";
+    m.scheduled_at = T0;
+    m.due_at = T0;
+    m.payload_json = "{\"n\": 18446744073709551616}";
+    ck_assert_int_eq(warren_run_msg_encode(&m, &body, NULL, &err), WARREN_EINVAL);
+    ck_assert_ptr_null(body);
+    ck_assert_msg(strstr(err.message, "too big integer near '18446744073709551616' (line 1, "
+                                      "column 26)") != NULL,
+                  "%s", err.message);
+    ck_assert_ptr_null(strstr(err.message, "not a JSON object"));
+
+    warren_error_clear(&err);
+    m.payload_json = "{\"r\": 1e400}";
+    ck_assert_int_eq(warren_run_msg_encode(&m, &body, NULL, &err), WARREN_EINVAL);
+    ck_assert_msg(strstr(err.message, "real number overflow") != NULL, "%s", err.message);
+
+    warren_error_clear(&err);
+    m.payload_json = NULL;
+    m.due_at = INT64_C(-65322000000) * WARREN_US_PER_S; /* year 101 BC */
+    ck_assert_int_eq(warren_run_msg_encode(&m, &body, NULL, &err), WARREN_EINVAL);
+    ck_assert_msg(strstr(err.message, "\"due_at\" is outside years 1-9999") != NULL, "%s",
+                  err.message);
+    warren_error_clear(&err);
+    m.due_at = INT64_C(253402300800) * WARREN_US_PER_S; /* 10000-01-01 */
+    ck_assert_int_eq(warren_run_msg_encode(&m, &body, NULL, &err), WARREN_EINVAL);
+    m.due_at = INT64_C(253402300799) * WARREN_US_PER_S; /* 9999-12-31T23:59:59Z: fine */
+    ck_assert_int_eq(warren_run_msg_encode(&m, &body, NULL, &err), 0);
+    free(body);
+}
+END_TEST
+
 /* Malformed bodies and the reason each must give (a substring). */
 #define GOOD_HEAD "\"run_key\":\"j@2026-11-30T14:00:00Z\",\"job\":\"j\","
 #define GOOD_TIMES "\"scheduled_at\":\"2026-11-30T14:00:00Z\",\"due_at\":\"2026-11-30T14:00:00Z\","
@@ -625,6 +664,7 @@ static Suite *codec_suite(void)
     tc = tcase_create("message");
     tcase_add_test(tc, test_codec_round_trips_a_run);
     tcase_add_test(tc, test_codec_encode_defaults_payload_and_checks_key);
+    tcase_add_test(tc, test_codec_encode_names_what_a_message_cannot_carry);
     tcase_add_loop_test(tc, test_codec_rejects_malformed_body, 0,
                         (int)(sizeof(malformed) / sizeof(malformed[0])));
     tcase_add_test(tc, test_codec_accepts_unknown_fields_and_offsets);

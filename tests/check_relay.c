@@ -397,6 +397,64 @@ START_TEST(test_run_due_at_minus_infinity_does_not_block_the_relay)
 }
 END_TEST
 
+/* Runs the API might once accept but a message cannot carry (written
+ * straight into the table): an integer beyond int64 in the payload, an
+ * enqueued run due in year 100 BC. Each is recorded dead with the real reason
+ * (jansson's words and position; the year), not "payload is not a JSON
+ * object"; the run between them goes out. */
+START_TEST(test_unpublishable_run_is_dead_with_the_real_reason)
+{
+    env e = env_new();
+    warren_config c = test_config();
+    warren_planner *p = planner_new(&e, &c);
+    warren_broker *b = consumer(&e, "warren.ready.q");
+    warren_delivery d = {0};
+    warren_error err = {0};
+
+    testenv_psql(e.db,
+                 "INSERT INTO warren.runs (job, scheduled_at, due_at, payload) VALUES "
+                 "('j', '2026-01-02T03:04:01Z', '2026-01-02T03:04:01Z', "
+                 "'{\"n\": 18446744073709551616}'), "
+                 "('j', '2026-01-02T03:04:02Z', '2026-01-02T03:04:02Z', '{\"ok\": 1}'), "
+                 "('j', '2026-01-02T03:04:03Z', '2026-01-02T03:04:03Z', '{\"r\": 1e400}'), "
+                 "('j', '2026-01-02T03:04:04Z', '0100-01-01T00:00:00Z BC', NULL);"
+                 "INSERT INTO warren.runs (run_key, job, scheduled_at, due_at, origin) VALUES "
+                 "('j@old-1', 'j', '0100-01-01T00:00:00Z BC', '0100-01-01T00:00:00Z BC', "
+                 "'enqueue')",
+                 NULL);
+    ck_assert_msg(warren_planner_tick(p, &err) == 0, "tick: %s", err.message);
+    ck_assert(next_msg(b, &d, 5000));
+    ck_assert_str_eq(d.message_id, "j@2026-01-02T03:04:02Z");
+    warren_broker_ack(b, d.tag, NULL);
+    warren_delivery_clear(&d);
+    static const struct {
+        const char *key, *want[2];
+    } cases[] = {
+        {"j@2026-01-02T03:04:01Z", {"too big integer", "18446744073709551616"}},
+        {"j@2026-01-02T03:04:03Z", {"too big integer", "column 407"}},
+        {"j@old-1", {"years 1-9999", "scheduled_at"}},
+        {"j@2026-01-02T03:04:04Z", {"years 1-9999", "due_at"}},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *sql =
+            testenv_fmt("SELECT state || ': ' || coalesce(last_error, '-') FROM warren.runs "
+                        "WHERE run_key = '%s'",
+                        cases[i].key);
+        char *why = testenv_sql1(e.db, sql);
+        fprintf(stderr, "%s: %s\n", cases[i].key, why ? why : "(null)");
+        ck_assert_msg(why != NULL && strncmp(why, "dead: ", 6) == 0 &&
+                          strstr(why, cases[i].want[0]) && strstr(why, cases[i].want[1]) &&
+                          !strstr(why, "not a JSON object"),
+                      "%s: %s", cases[i].key, why ? why : "(null)");
+        free(why);
+        free(sql);
+    }
+    warren_broker_free(b);
+    warren_planner_free(p);
+    env_free(&e);
+}
+END_TEST
+
 /* Outbox rows that cannot be published as written (70 headers, more than
  * an AMQP message may carry here; a header whose value is JSON null) do not
  * stop the rows behind them: the first goes to warren.dead in a form that
@@ -889,6 +947,7 @@ static Suite *relay_suite(void)
     tcase_add_test(tc, test_release_lead_releases_runs_that_long_before_due);
     tcase_add_test(tc, test_release_lead_needs_migration_009);
     tcase_add_test(tc, test_unpublishable_run_is_dead_lettered_and_the_batch_goes_on);
+    tcase_add_test(tc, test_unpublishable_run_is_dead_with_the_real_reason);
     tcase_add_test(tc, test_run_due_at_minus_infinity_does_not_block_the_relay);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
