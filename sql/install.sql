@@ -1,13 +1,20 @@
 -- install.sql: warren's schema in one psql run, as `warren migrate` would
 -- leave it: psql -X -v ON_ERROR_STOP=1 -f sql/install.sql postgresql://...
 -- Safe on a database migrated before (every migration is idempotent and
--- records its own version). One transaction, under the migration lock
--- (WARREN_MIGRATE_LOCK_KEY in include/warren/store.h), so it serialises with
--- `warren migrate`. A new migration is added here as well.
+-- records its own version). One transaction, under the migration lock that
+-- `warren migrate` takes (warren.schema_migrations locked IN SHARE ROW
+-- EXCLUSIVE MODE: only its owner or a superuser can take it, so no producer
+-- or worker login can stall an install), so it serialises with `warren
+-- migrate`. A first install has no table to lock yet: one racing another
+-- first install fails (duplicate key) with nothing applied; run it again.
+-- A new migration is added here as well.
 
 \set ON_ERROR_STOP on
 BEGIN;
-SELECT pg_advisory_xact_lock(8243214190722195001) AS locked \gset
+SELECT to_regclass('warren.schema_migrations') IS NOT NULL AS warren_installed \gset
+\if :warren_installed
+LOCK TABLE warren.schema_migrations IN SHARE ROW EXCLUSIVE MODE;
+\endif
 
 \ir migrations/001_schema.sql
 \ir migrations/002_worker_protocol.sql
@@ -25,6 +32,7 @@ SELECT pg_advisory_xact_lock(8243214190722195001) AS locked \gset
 \ir migrations/015_api_jobs_sync.sql
 \ir migrations/016_attempts_fillfactor.sql
 \ir migrations/017_jobs_replan.sql
+\ir migrations/018_producer_grants.sql
 
 \ir functions.sql
 

@@ -1,10 +1,13 @@
 /* cli_store.c: `warren migrate` (apply sql/migrations/NNN_*.sql, then sql/functions/) and `warren
  * sync` (upsert the config's jobs), thin wrappers over include/warren/store.h. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include <warren/duration.h>
+#include <warren/ops.h>
 #include <warren/store.h>
 
 #include "cli.h"
@@ -36,20 +39,33 @@ static const char migrate_usage[] =
     "unreachable\n";
 
 static const char sync_usage[] =
-    "usage: warren sync [-c FILE]\n"
+    "usage: warren sync [-c FILE] [--lock-timeout DURATION] [--take-over NAME]...\n"
     "\n"
     "Upserts the config's jobs into warren.jobs in one transaction and prints\n"
-    "what was added, changed and removed. A job no longer in the file is "
-    "paused\n"
-    "and marked removed, never deleted (its runs are history); putting it "
-    "back\n"
+    "what was added, changed and removed. A job no longer in the file is paused\n"
+    "and marked removed, never deleted (its runs are history); putting it back\n"
     "restores it. Planners are notified (NOTIFY " WARREN_NOTIFY_CHANNEL ").\n"
     "\n"
-    "  -c, --config FILE  config file (default $WARREN_CONFIG or warren.cfg);\n"
-    "                     WARREN_DATABASE_URL overrides its database.url\n"
+    "A config job may not have the name of an API job (one an application made\n"
+    "with warren.upsert_job): sync stops, naming it and who made it. --take-over\n"
+    "NAME makes that API job the config's job: its future scheduled runs are\n"
+    "planned again from the config, its other unclaimed runs are cancelled with a\n"
+    "note, its history is kept and its note says who took it over when.\n"
     "\n"
-    "exit codes: 0 ok, 1 failure, 2 usage or config error, 69 database "
-    "unreachable\n";
+    "An application's open transaction that called the Job API holds locks sync\n"
+    "needs until it ends. sync waits at most --lock-timeout for any one lock, then\n"
+    "gives up with nothing changed, naming the sessions holding locks on\n"
+    "warren's tables (exit 1).\n"
+    "\n"
+    "  -c, --config FILE        config file (default $WARREN_CONFIG or warren.cfg);\n"
+    "                           WARREN_DATABASE_URL overrides its database.url\n"
+    "  --lock-timeout DURATION  longest wait for one lock (default 10s; e.g. 500ms,\n"
+    "                           1m)\n"
+    "  --take-over NAME         the config job NAME takes over the API job of that\n"
+    "                           name; repeatable\n"
+    "\n"
+    "exit codes: 0 ok, 1 failure (a lock wait timed out), 2 usage or config error\n"
+    "(a config job named like an API job), 69 database unreachable\n";
 
 /* Matches "--name VALUE", "--name=VALUE" or, when short is set, "-s VALUE".
  * Returns 1 and sets *val (borrowed), 0 if argv[*i] is not this option,
@@ -160,10 +176,11 @@ static void print_names(const char *label, char **names, size_t n, const char *s
 
 int cli_sync(int argc, char **argv)
 {
-    const char *cfg_path = NULL, *val;
+    const char *cfg_path = NULL, *val, **take = NULL;
     warren_config *cfg;
     warren_store *st = NULL;
-    warren_sync_report rep = {0};
+    warren_ops_sync_options opts = {0};
+    warren_ops_sync_result res = {0};
     warren_logger lg = cli_logger();
     warren_error err = {0};
     int rc, r;
@@ -172,42 +189,77 @@ int cli_sync(int argc, char **argv)
         fputs(sync_usage, stdout);
         return WARREN_EXIT_OK;
     }
+    if ((take = calloc((size_t)argc, sizeof(*take))) == NULL) {
+        fprintf(stderr, "warren %s: out of memory\n", argv[0]);
+        return WARREN_EXIT_FAIL;
+    }
+    opts.take_over = take;
     for (int i = 1; i < argc; i++) {
-        if ((r = opt_value(argc, argv, &i, "--config", "-c", &val)) != 0)
+        if ((r = opt_value(argc, argv, &i, "--config", "-c", &val)) != 0) {
             cfg_path = val;
-        else
+        } else if ((r = opt_value(argc, argv, &i, "--take-over", NULL, &val)) != 0) {
+            take[opts.ntake_over++] = val;
+        } else if ((r = opt_value(argc, argv, &i, "--lock-timeout", NULL, &val)) != 0) {
+            if (r > 0 && (warren_duration_parse(val, &opts.lock_timeout_ms, &err) != 0 ||
+                          opts.lock_timeout_ms < 1 || opts.lock_timeout_ms > INT32_MAX)) {
+                fprintf(stderr,
+                        "warren %s: --lock-timeout \"%.40s\" is not a duration from 1ms to 24d "
+                        "(e.g. 500ms, 10s, 1m)\n",
+                        argv[0], val);
+                free(take);
+                return WARREN_EXIT_USAGE;
+            }
+        } else {
+            free(take);
             return usage_error(argv[0], sync_usage, "unknown argument", argv[i]);
-        if (r < 0)
+        }
+        if (r < 0) {
+            free(take);
             return usage_error(argv[0], sync_usage, "missing value for", argv[i]);
+        }
     }
     cfg = cli_load_config(cli_config_path(cfg_path));
-    if (cfg == NULL)
+    if (cfg == NULL) {
+        free(take);
         return WARREN_EXIT_USAGE;
+    }
     if (cfg->database_url == NULL || cfg->database_url[0] == '\0') {
         fprintf(stderr,
                 "warren %s: no database URL: set database.url in %s or "
                 "WARREN_DATABASE_URL\n",
                 argv[0], cfg->path ? cfg->path : "the config");
         warren_config_free(cfg);
+        free(take);
         return WARREN_EXIT_USAGE;
     }
     rc = warren_store_open(cfg->database_url, &lg, &st, &err);
     if (rc == 0)
-        rc = warren_store_sync(st, cfg, &rep, &err);
+        rc = warren_ops_sync(st, cfg, &opts, &res, &err);
     if (rc == 0) {
-        size_t unchanged = cfg->njobs - rep.nadded - rep.nchanged;
-        print_names("added", rep.added, rep.nadded, "");
-        print_names("changed", rep.changed, rep.nchanged, "");
-        print_names("removed", rep.removed, rep.nremoved, " (paused; its runs are kept)");
-        printf("sync: %zu added, %zu changed, %zu removed, %zu unchanged (%s)\n", rep.nadded,
-               rep.nchanged, rep.nremoved, unchanged, warren_store_where(st));
-        if (rep.api_updated + rep.api_paused + rep.api_resumed > 0)
+        const warren_sync_report *rep = &res.report;
+        size_t unchanged = cfg->njobs - rep->nadded - rep->nchanged;
+        for (size_t i = 0; i < res.ntaken_over; i++) {
+            const warren_ops_taken_over *t = &res.taken_over[i];
+            printf("taken    %s (an API job of template %s made by %s: %d unclaimed runs "
+                   "cancelled, %d planned runs dropped)\n",
+                   t->name, t->template ? t->template : "?", t->created_by ? t->created_by : "?",
+                   t->runs_cancelled, t->runs_dropped);
+        }
+        print_names("added", rep->added, rep->nadded, "");
+        print_names("changed", rep->changed, rep->nchanged, "");
+        print_names("removed", rep->removed, rep->nremoved, " (paused; its runs are kept)");
+        printf("sync: %zu added, %zu changed, %zu removed, %zu unchanged (%s)\n", rep->nadded,
+               rep->nchanged, rep->nremoved, unchanged, warren_store_where(st));
+        if (rep->api_updated + rep->api_paused + rep->api_resumed > 0)
             printf("sync: API jobs: %zu given their changed template's settings, %zu paused (their "
                    "template was removed), %zu resumed (their template is back)\n",
-                   rep.api_updated, rep.api_paused, rep.api_resumed);
+                   rep->api_updated, rep->api_paused, rep->api_resumed);
+        else if (opts.ntake_over > 0 && res.ntaken_over == 0)
+            printf("sync: no API job to take over (--take-over names config jobs already)\n");
     }
-    warren_sync_report_free(&rep);
+    warren_ops_sync_result_clear(&res);
     warren_store_free(st);
     warren_config_free(cfg);
+    free(take);
     return rc == 0 ? WARREN_EXIT_OK : fail(argv[0], &err, rc);
 }

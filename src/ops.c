@@ -1297,3 +1297,11 @@ int warren_ops_tenant_caps(warren_store *st, const char *tenant, warren_ops_tena
     PQclear(res);
     return 0;
 }
+
+/* ------------------------------------------------------------------- sync */
+
+int warren_ops_sync(warren_store *st, const warren_config *cfg, const warren_ops_sync_options *o,
+                    warren_ops_sync_result *out, warren_error *err)
+{
+    return warren__store_sync(st, cfg, o, out, err);
+}

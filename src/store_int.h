@@ -15,6 +15,7 @@
 
 #include <warren/error.h>
 #include <warren/log.h>
+#include <warren/ops.h>
 #include <warren/store.h>
 #include <warren/timefmt.h>
 
@@ -94,6 +95,11 @@ int warren__store_get_us(const PGresult *res, int row, int col, warren_us *out);
 char *warren__store_us_param(warren_us t, char *buf, size_t len);
 /* Formats an int64 as a parameter; buf >= 24. Returns buf. */
 char *warren__store_int_param(int64_t v, char *buf, size_t len);
+
+/* warren_ops_sync's body (store_sync.c; ops.h has the contract).
+ * warren_store_sync is this with the default options. */
+int warren__store_sync(warren_store *st, const warren_config *cfg, const warren_ops_sync_options *o,
+                       warren_ops_sync_result *out, warren_error *err);
 
 /* warren_store_migrate, applying only the pending migrations up to version
  * target (all when target < 0), then the function files as always (they must

@@ -11,10 +11,25 @@
 
 #include "store_int.h"
 
-/* Session-level advisory lock key (pg_advisory_lock takes a bigint). Any
- * other tool that changes warren's schema can take the same key
- * (sql/install.sql does). */
-#define MIGRATE_LOCK_KEY WARREN_MIGRATE_LOCK_KEY
+/* The migration lock: warren.schema_migrations locked IN SHARE ROW
+ * EXCLUSIVE MODE (it conflicts with itself) for the whole transaction. Only
+ * a login with UPDATE, DELETE or TRUNCATE on that table (its owner, a
+ * superuser) can take it, so no producer or worker login can stall a migrate
+ * the way any login could hold an advisory lock key. sql/install.sql takes
+ * the same lock. */
+static const char MIGRATE_LOCK_SQL[] =
+    "LOCK TABLE warren.schema_migrations IN SHARE ROW EXCLUSIVE MODE";
+
+/* A first install has no table to lock: it creates the schema and the table
+ * in its transaction. A second first install racing it waits on the catalog
+ * rows the first is inserting and fails when that one commits (23505, or
+ * 42P06/42P07); it then starts again and finds the table. No advisory lock:
+ * nothing any login of the database can hold stalls it. */
+static const char MIGRATE_CREATE_SQL[] = "CREATE SCHEMA IF NOT EXISTS warren; "
+                                         "CREATE TABLE IF NOT EXISTS warren.schema_migrations ("
+                                         " version int PRIMARY KEY, name text NOT NULL,"
+                                         " applied_at timestamptz NOT NULL DEFAULT now())";
+#define MIGRATE_CREATE_TRIES 5
 
 /* An SQL file larger than this is refused (every buffer has a cap). */
 #define SQL_FILE_MAX_BYTES (64L * 1024 * 1024)
@@ -401,9 +416,7 @@ int warren__store_migrate_to(warren_store *st, const char *sql_dir, int target, 
     namelist files = {0}, functions = {0}, done_now = {0};
     PGresult *res = NULL;
     char *done = NULL;
-    int rc, locked = 0, maxknown = 0, newer;
-    const char *lockp[1] = {MIGRATE_LOCK_KEY};
-    PGconn *conn = warren__store_conn(st);
+    int rc, maxknown = 0, newer;
     const warren_logger *lg = warren__store_logger(st);
 
     if (applied != NULL)
@@ -414,20 +427,42 @@ int warren__store_migrate_to(warren_store *st, const char *sql_dir, int target, 
         rc = list_functions(sql_dir, &functions, err);
     if (rc != 0)
         goto out;
-    /* Blocks while another migrate holds it: the second process then sees
+    /* One transaction: a database never has a new migration's tables without
+     * the functions written for them, nor half of a failed run. The lock
+     * blocks while another migrate holds it: the second process then sees
      * every version recorded and applies nothing (but the function files,
      * again: they are the same). */
-    rc = warren__store_exec(st, "SELECT pg_advisory_lock($1::bigint)", 1, lockp, NULL,
-                            "take the migration lock", err);
-    if (rc != 0)
-        goto out;
-    locked = 1;
-    rc = warren__store_exec_simple(st,
-                                   "CREATE SCHEMA IF NOT EXISTS warren; "
-                                   "CREATE TABLE IF NOT EXISTS warren.schema_migrations ("
-                                   " version int PRIMARY KEY, name text NOT NULL,"
-                                   " applied_at timestamptz NOT NULL DEFAULT now())",
-                                   "create warren.schema_migrations", err);
+    for (int attempt = 1;; attempt++) {
+        warren_error cerr = {0};
+        int installed;
+        rc = warren__store_begin(st, err);
+        if (rc == 0)
+            rc =
+                warren__store_exec(st, "SELECT to_regclass('warren.schema_migrations') IS NOT NULL",
+                                   0, NULL, &res, "look for warren.schema_migrations", err);
+        if (rc != 0)
+            goto out;
+        installed = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+        PQclear(res);
+        res = NULL;
+        if (!installed &&
+            warren__store_exec_simple(st, MIGRATE_CREATE_SQL, "create warren.schema_migrations",
+                                      &cerr) != 0) {
+            const char *state = warren__store_sqlstate(st);
+            int raced = strcmp(state, "23505") == 0 || strcmp(state, "42P06") == 0 ||
+                        strcmp(state, "42P07") == 0;
+            warren__store_rollback(st);
+            if (raced && attempt < MIGRATE_CREATE_TRIES) {
+                warren_log(lg, WARREN_LOG_DEBUG,
+                           "another migrate created warren's schema first: looking again");
+                continue;
+            }
+            rc = warren_error_set(err, cerr.code, "%s", cerr.message);
+            goto out;
+        }
+        break;
+    }
+    rc = warren__store_exec_simple(st, MIGRATE_LOCK_SQL, "take the migration lock", err);
     if (rc != 0)
         goto out;
     rc = warren__store_exec(st, "SELECT version FROM warren.schema_migrations ORDER BY version", 0,
@@ -458,11 +493,6 @@ int warren__store_migrate_to(warren_store *st, const char *sql_dir, int target, 
                    ": is this warren older than the one that migrated it? its function files "
                    "are not applied",
                    maxknown, sql_dir);
-    /* One transaction: a database never has a new migration's tables without
-     * the functions written for them, nor half of a failed run. */
-    rc = warren__store_begin(st, err);
-    if (rc != 0)
-        goto out;
     for (size_t i = 0; i < files.n; i++) {
         int v = migration_version(files.names[i]);
         if (v < 0 || done[v] || (target >= 0 && v > target)) {
@@ -494,9 +524,6 @@ out:
     if (rc != 0)
         warren__store_rollback(st);
     PQclear(res);
-    if (locked && PQstatus(conn) == CONNECTION_OK)
-        PQclear(PQexecParams(conn, "SELECT pg_advisory_unlock($1::bigint)", 1, NULL, lockp, NULL,
-                             NULL, 0));
     free(done);
     namelist_free(&files);
     namelist_free(&functions);

@@ -13,9 +13,41 @@
 #include "buf.h"
 #include "store_int.h"
 
-/* Transaction-level advisory lock key (pg_advisory_xact_lock takes a bigint).
- * Any other tool that changes warren's jobs can take the same key. */
-#define SYNC_LOCK_KEY WARREN_SYNC_LOCK_KEY
+/* The sync lock: warren.sync_state locked IN SHARE ROW EXCLUSIVE MODE (it
+ * conflicts with itself, not with the FOR SHARE row locks of the Job API)
+ * until the commit. Only a login with UPDATE, DELETE or TRUNCATE on the
+ * table (its owner, a superuser) can take it, so no producer or worker login
+ * can stall a sync the way any login could hold an advisory lock key. Then
+ * its one row FOR UPDATE: the Job API's callers (which hold it FOR SHARE
+ * until they commit) are done, and new ones wait for this sync. */
+static const char SYNC_LOCK_SQL[] = "LOCK TABLE warren.sync_state IN SHARE ROW EXCLUSIVE MODE; "
+                                    "SELECT 1 FROM warren.sync_state FOR UPDATE";
+
+/* The sync's bound on every lock wait (for this transaction only), the
+ * transaction's start (to name the sessions older than it after a timeout)
+ * and whether the schema has what sync writes. */
+static const char SYNC_BEGIN_SQL[] = "SELECT set_config('lock_timeout', $1, true), now()::text,"
+                                     "       to_regclass('warren.jobs') IS NOT NULL AND "
+                                     "to_regclass('warren.sync_state') IS NOT NULL";
+
+/* After a lock timeout (the transaction rolled back): the sessions of this
+ * database that hold a lock stronger than a plain read on a table of schema
+ * warren and whose transaction began before the sync's ($1), oldest first.
+ * A login that is not a superuser sees NULL for other logins' state, start
+ * and query (pg_stat_activity): such sessions are listed too. */
+static const char SYNC_BLOCKERS_SQL[] =
+    "SELECT a.pid, coalesce(a.usename, '?'), coalesce(nullif(a.application_name, ''), '-'),"
+    "  coalesce(a.state, '?'),"
+    "  coalesce(round(extract(epoch FROM clock_timestamp() - a.xact_start))::bigint::text, '?'),"
+    "  coalesce(left(regexp_replace(a.query, '[[:cntrl:][:space:]]+', ' ', 'g'), 60), '?')"
+    " FROM pg_stat_activity a"
+    " WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()"
+    "   AND (a.xact_start IS NULL OR a.xact_start <= $1::timestamptz)"
+    "   AND EXISTS (SELECT 1 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
+    "               JOIN pg_namespace n ON n.oid = c.relnamespace"
+    "               WHERE l.pid = a.pid AND l.granted AND n.nspname = 'warren'"
+    "                 AND l.mode <> 'AccessShareLock')"
+    " ORDER BY a.xact_start NULLS LAST, a.pid LIMIT 4";
 
 int warren_job_partition(const char *name, int partitions)
 {
@@ -172,8 +204,58 @@ static const char SYNC_LOAD_SQL[] =
 /* A config job may not take the name of a live API job (that job is the
  * application's: delete it with warren.delete_job first). */
 static const char SYNC_CLASH_SQL[] =
-    "SELECT c.name, j.template FROM warren_sync_cfg c JOIN warren.jobs j USING (name)"
-    " WHERE j.origin = 'api' AND NOT j.removed ORDER BY c.name LIMIT 1";
+    "SELECT c.name, coalesce(j.template, '?'), coalesce(j.created_by, '?'),"
+    "  warren.plan_utc(j.created_at), coalesce(j.tenant, '')"
+    " FROM warren_sync_cfg c JOIN warren.jobs j USING (name)"
+    " WHERE j.origin = 'api' AND NOT j.removed ORDER BY c.name LIMIT 11";
+
+/* --take-over: a name the config lacks ($1 text[]). */
+static const char SYNC_TAKE_MISSING_SQL[] =
+    "SELECT n FROM unnest($1::text[]) n"
+    " WHERE NOT EXISTS (SELECT 1 FROM warren_sync_cfg c WHERE c.name = n) LIMIT 1";
+
+/* A future scheduled run never claimed (the planner plans it again). */
+#define TAKE_PLANNED                                                                               \
+    "r.origin IN ('schedule', 'misfire') AND r.attempt = 0"                                        \
+    " AND r.state IN ('planned', 'published') AND r.due_at > now()"
+
+/* --take-over: each named live API job becomes the config's job. Its future
+ * scheduled runs never claimed are dropped (the config's schedule plans its
+ * own fire times under the same keys, as after any schedule change); its
+ * other unclaimed runs are cancelled with a note (an enqueued run would
+ * otherwise run the config job's handler with the application's payload);
+ * runs started and attempts stay (history). The job's cursor starts again
+ * from now and its hash is emptied, so the upsert below writes every setting
+ * from the config. */
+static const char SYNC_TAKE_OVER_SQL[] =
+    "WITH t AS ("
+    "  SELECT j.name, j.template, j.tenant, j.created_by FROM warren.jobs j"
+    "  WHERE j.name = ANY ($1::text[]) AND j.origin = 'api' AND NOT j.removed FOR UPDATE"
+    "), dropped AS ("
+    "  DELETE FROM warren.runs r USING t WHERE r.job = t.name AND " TAKE_PLANNED "  RETURNING r.job"
+    "), cancelled AS ("
+    "  UPDATE warren.runs r SET state = 'cancelled', finished_at = now(), cap_released_at = NULL,"
+    "    note = warren.plan_note(r.note, format('cancelled: job taken over by the config at %s "
+    "(warren sync --take-over, login %s)', warren.plan_utc(now()), session_user))"
+    "  FROM t WHERE r.job = t.name AND r.state IN ('planned', 'published', 'retrying', 'waiting')"
+    "    AND NOT (" TAKE_PLANNED ")"
+    "  RETURNING r.job"
+    "), job AS ("
+    "  UPDATE warren.jobs j SET origin = 'config', template = NULL, tenant = NULL,"
+    "    paused_by_template = false, config_hash = '', next_fire_at = NULL, updated_at = now(),"
+    "    note = warren.plan_note(j.note, format('taken over at %s by warren sync --take-over "
+    "(login %s): it was an API job of template %s%s made by %s; %s unclaimed runs cancelled, "
+    "%s planned runs dropped', warren.plan_utc(now()), session_user, t.template,"
+    "      CASE WHEN t.tenant IS NULL THEN '' ELSE format(' (tenant %s)', t.tenant) END,"
+    "      coalesce(t.created_by, '?'),"
+    "      (SELECT count(*) FROM cancelled c WHERE c.job = t.name),"
+    "      (SELECT count(*) FROM dropped d WHERE d.job = t.name)))"
+    "  FROM t WHERE j.name = t.name RETURNING j.name"
+    ")"
+    "SELECT t.name, t.template, t.created_by,"
+    "  (SELECT count(*) FROM cancelled c WHERE c.job = t.name),"
+    "  (SELECT count(*) FROM dropped d WHERE d.job = t.name)"
+    " FROM t JOIN job USING (name) ORDER BY t.name";
 
 /* What each job was before this sync (one snapshot, taken under the sync
  * lock): decides what happens to its not-yet-run runs below. */
@@ -444,78 +526,262 @@ void warren_sync_report_free(warren_sync_report *r)
     memset(r, 0, sizeof(*r));
 }
 
+/* The names of a take-over as a text[] literal into *out (new): valid job
+ * names need no quoting. WARREN_EINVAL for a name that is not one. */
+static int take_over_array(const warren_ops_sync_options *o, char **out, warren_error *err)
+{
+    dbuf b = {0};
+
+    *out = NULL;
+    warren__buf_puts(&b, "{");
+    for (size_t i = 0; i < o->ntake_over; i++) {
+        if (o->take_over[i] == NULL || !warren_job_name_valid(o->take_over[i])) {
+            free(b.p);
+            return warren_error_set(err, WARREN_EINVAL,
+                                    "--take-over \"%.80s\" is not a job name "
+                                    "([A-Za-z0-9][A-Za-z0-9._-]{0,199})",
+                                    o->take_over[i] ? o->take_over[i] : "");
+        }
+        warren__buf_printf(&b, "%s%s", i ? "," : "", o->take_over[i]);
+    }
+    warren__buf_puts(&b, "}");
+    if (b.err) {
+        free(b.p);
+        return warren_error_set(err, WARREN_ENOMEM, "out of memory");
+    }
+    *out = b.p;
+    return 0;
+}
+
+/* The error for config jobs named like live API jobs (res: SYNC_CLASH_SQL's
+ * rows, at least one). */
+static int clash_error(PGresult *res, warren_error *err)
+{
+    char more[600] = "", cmd[400] = "";
+    int n = PQntuples(res), shown = n > 10 ? 10 : n;
+    size_t len = 0, clen = 0;
+    const char *tenant = PQgetvalue(res, 0, 4);
+
+    for (int i = 0; i < shown; i++) {
+        if (i > 0 && len < sizeof(more))
+            len += (size_t)snprintf(more + len, sizeof(more) - len, "%s%s", i > 1 ? ", " : "",
+                                    PQgetvalue(res, i, 0));
+        if (clen < sizeof(cmd))
+            clen += (size_t)snprintf(cmd + clen, sizeof(cmd) - clen, " --take-over %s",
+                                     PQgetvalue(res, i, 0));
+    }
+    return warren_error_set(
+        err, WARREN_EINVAL,
+        "job \"%s\" of the config has the name of an API job (made by login %s at %s from "
+        "template \"%s\"%s%s%s)%s%s%s%s: an application holds that name. Run `warren sync%s` to "
+        "make it the config's job (its unclaimed runs are cancelled, its history kept, its note "
+        "says who took it over), or rename the config job, or delete the API job first "
+        "(SELECT warren.delete_job('%s'))",
+        PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 2), PQgetvalue(res, 0, 3), PQgetvalue(res, 0, 1),
+        tenant[0] ? ", tenant \"" : "", tenant, tenant[0] ? "\"" : "", n > 1 ? "; so do " : "",
+        more, n > 10 ? " and more" : "", n > 1 ? "" : "", cmd, PQgetvalue(res, 0, 0));
+}
+
+/* The message after a lock timeout (55P03): what timed out (failed, the
+ * libpq message), the sessions that hold locks on warren's tables since
+ * before the sync began (at xact_start) and the fix. */
+static int timeout_error(warren_store *st, const char *failed, const char *xact_start,
+                         int64_t timeout_ms, warren_error *err)
+{
+    PGresult *res = NULL;
+    warren_error qerr = {0};
+    const char *params[1] = {xact_start};
+    char who[700] = "", pids[120] = "";
+    size_t len = 0, plen = 0;
+    int n = 0;
+
+    if (warren__store_exec(st, SYNC_BLOCKERS_SQL, 1, params, &res, "find the blocking sessions",
+                           &qerr) == 0) {
+        n = PQntuples(res);
+        for (int i = 0; i < n && len < sizeof(who); i++) {
+            len += (size_t)snprintf(who + len, sizeof(who) - len,
+                                    "%spid %s (login %s, application %s, %s, transaction open "
+                                    "%s s, query \"%s\")",
+                                    i ? "; " : "", PQgetvalue(res, i, 0), PQgetvalue(res, i, 1),
+                                    PQgetvalue(res, i, 2), PQgetvalue(res, i, 3),
+                                    PQgetvalue(res, i, 4), PQgetvalue(res, i, 5));
+            if (plen < sizeof(pids))
+                plen += (size_t)snprintf(pids + plen, sizeof(pids) - plen, "%s%s", i ? ", " : "",
+                                         PQgetvalue(res, i, 0));
+        }
+        PQclear(res);
+    }
+    (void)failed;
+    if (n == 0)
+        return warren_error_set(
+            err, WARREN_ETIMEOUT,
+            "sync waited %lld ms for a lock and gave up; nothing was changed. No session holds a "
+            "lock on warren's tables any more (%s): run warren sync again",
+            (long long)timeout_ms, qerr.code ? qerr.message : "it ended meanwhile");
+    return warren_error_set(
+        err, WARREN_ETIMEOUT,
+        "sync waited %lld ms for a lock and gave up; nothing was changed. Sessions holding locks "
+        "on warren's tables since before this sync: %s. End that transaction (the application "
+        "commits or rolls back; or SELECT pg_terminate_backend(%s)), then run warren sync again; "
+        "--lock-timeout waits longer",
+        (long long)timeout_ms, who, pids);
+}
+
+void warren_ops_sync_result_clear(warren_ops_sync_result *r)
+{
+    if (r == NULL)
+        return;
+    warren_sync_report_free(&r->report);
+    for (size_t i = 0; i < r->ntaken_over; i++) {
+        free(r->taken_over[i].name);
+        free(r->taken_over[i].template);
+        free(r->taken_over[i].created_by);
+    }
+    free(r->taken_over);
+    memset(r, 0, sizeof(*r));
+}
+
+/* Takes over the API jobs o names (in the open transaction, after the
+ * snapshot). */
+static int take_over(warren_store *st, const warren_ops_sync_options *o,
+                     warren_ops_sync_result *out, warren_error *err)
+{
+    PGresult *res = NULL;
+    char *arr = NULL;
+    const char *params[1];
+    int rc, n;
+
+    if (o->ntake_over == 0)
+        return 0;
+    if ((rc = take_over_array(o, &arr, err)) != 0)
+        return rc;
+    params[0] = arr;
+    rc = warren__store_exec(st, SYNC_TAKE_MISSING_SQL, 1, params, &res,
+                            "look for the jobs to take over", err);
+    if (rc == 0 && PQntuples(res) > 0)
+        rc = warren_error_set(err, WARREN_EINVAL,
+                              "--take-over %s: the config has no job of that name (a config job "
+                              "takes over the API job of its own name)",
+                              PQgetvalue(res, 0, 0));
+    PQclear(res);
+    res = NULL;
+    if (rc == 0)
+        rc = warren__store_exec(st, SYNC_TAKE_OVER_SQL, 1, params, &res,
+                                "take over API jobs for the config", err);
+    free(arr);
+    if (rc != 0)
+        return rc;
+    n = PQntuples(res);
+    if (n > 0 && (out->taken_over = calloc((size_t)n, sizeof(*out->taken_over))) == NULL) {
+        PQclear(res);
+        return warren_error_set(err, WARREN_ENOMEM, "out of memory");
+    }
+    for (int i = 0; i < n; i++) {
+        warren_ops_taken_over *t = &out->taken_over[i];
+        const char *tpl = warren__store_get_text(res, i, 1),
+                   *by = warren__store_get_text(res, i, 2);
+        t->name = strdup(PQgetvalue(res, i, 0));
+        t->template = tpl ? strdup(tpl) : NULL;
+        t->created_by = by ? strdup(by) : NULL;
+        warren__store_get_int(res, i, 3, &t->runs_cancelled);
+        warren__store_get_int(res, i, 4, &t->runs_dropped);
+        out->ntaken_over++;
+        if (t->name == NULL || (tpl && !t->template) || (by && !t->created_by)) {
+            PQclear(res);
+            return warren_error_set(err, WARREN_ENOMEM, "out of memory");
+        }
+    }
+    PQclear(res);
+    return 0;
+}
+
 int warren_store_sync(warren_store *st, const warren_config *cfg, warren_sync_report *report,
                       warren_error *err)
 {
+    warren_ops_sync_result r = {0};
+    int rc = warren__store_sync(st, cfg, NULL, &r, err);
+
+    if (report != NULL) {
+        *report = r.report;
+        memset(&r.report, 0, sizeof(r.report));
+    }
+    warren_ops_sync_result_clear(&r);
+    return rc;
+}
+
+int warren__store_sync(warren_store *st, const warren_config *cfg, const warren_ops_sync_options *o,
+                       warren_ops_sync_result *out, warren_error *err)
+{
+    static const warren_ops_sync_options defaults = {0};
     warren_sync_report rep = {0};
+    warren_error e1 = {0};
     dbuf doc = {0};
     PGresult *res = NULL;
     const char *params[1];
-    const char *lockp[1] = {SYNC_LOCK_KEY};
+    char timeout[24], xact_start[64] = "";
     int partitions = cfg->planner.partitions > 0 ? cfg->planner.partitions : 64;
     int rc, moved = 0;
+    int64_t timeout_ms;
 
-    if (report != NULL)
-        memset(report, 0, sizeof(*report));
-    rc = jobs_document(cfg, partitions, &doc, err);
+    memset(out, 0, sizeof(*out));
+    if (o == NULL)
+        o = &defaults;
+    timeout_ms = o->lock_timeout_ms > 0 ? o->lock_timeout_ms : WARREN_OPS_SYNC_LOCK_TIMEOUT_MS;
+    if (timeout_ms > INT32_MAX)
+        timeout_ms = INT32_MAX;
+    snprintf(timeout, sizeof(timeout), "%lld", (long long)timeout_ms);
+    rc = jobs_document(cfg, partitions, &doc, &e1);
     if (rc != 0)
         goto fail;
     params[0] = doc.p;
-    rc = warren__store_begin(st, err);
+    rc = warren__store_begin(st, &e1);
     if (rc != 0)
         goto fail;
-    /* Two syncs at once serialise instead of deadlocking or double-reporting. */
-    rc = warren__store_exec(st, "SELECT pg_advisory_xact_lock($1::bigint)", 1, lockp, NULL,
-                            "take the sync lock", err);
+    {
+        const char *tp[1] = {timeout};
+        rc =
+            warren__store_exec(st, SYNC_BEGIN_SQL, 1, tp, &res, "set the sync's lock timeout", &e1);
+    }
     if (rc != 0)
         goto fail;
-    /* The partition count's row before any job (the order warren.upsert_jobs
-     * takes them in): an API job an upsert is inserting now is committed
-     * before this sync repartitions, or reads the count this sync writes. */
-    if (rc == 0)
-        rc = warren__store_exec_simple(
-            st,
-            "DO $$ BEGIN IF to_regclass('warren.sync_state') IS NOT NULL THEN "
-            "PERFORM 1 FROM warren.sync_state FOR UPDATE; END IF; END $$",
-            "lock warren.sync_state", err);
-    if (rc != 0)
-        goto fail;
-    rc = warren__store_exec(st, "SELECT to_regclass('warren.jobs') IS NOT NULL", 0, NULL, &res,
-                            "look for warren.jobs", err);
-    if (rc != 0)
-        goto fail;
-    if (strcmp(PQgetvalue(res, 0, 0), "t") != 0) {
-        rc = warren_error_set(err, WARREN_EDB,
-                              "the database at %s has no table warren.jobs: run `warren migrate` "
-                              "first",
+    snprintf(xact_start, sizeof(xact_start), "%s", PQgetvalue(res, 0, 1));
+    if (strcmp(PQgetvalue(res, 0, 2), "t") != 0) {
+        rc = warren_error_set(&e1, WARREN_EDB,
+                              "the database at %s has no table warren.jobs or warren.sync_state: "
+                              "run `warren migrate` first",
                               warren__store_where(st));
         goto fail;
     }
     PQclear(res);
     res = NULL;
-    rc = warren__store_exec_simple(st, SYNC_STAGE_SQL, "stage the config's jobs", err);
+    /* Two syncs at once serialise; the partition count's row before any job
+     * (the order warren.upsert_jobs takes them in): an API job an upsert is
+     * inserting now is committed before this sync repartitions, or reads the
+     * count this sync writes. */
+    rc = warren__store_exec_simple(st, SYNC_LOCK_SQL, "take the sync lock", &e1);
+    if (rc != 0)
+        goto fail;
+    rc = warren__store_exec_simple(st, SYNC_STAGE_SQL, "stage the config's jobs", &e1);
     if (rc == 0)
-        rc = warren__store_exec(st, SYNC_LOAD_SQL, 1, params, NULL, "load the config's jobs", err);
+        rc = warren__store_exec(st, SYNC_LOAD_SQL, 1, params, NULL, "load the config's jobs", &e1);
     if (rc == 0)
         rc = warren__store_exec_simple(st, "ANALYZE warren_sync_cfg", "analyze the config's jobs",
-                                       err);
+                                       &e1);
     if (rc == 0)
-        rc = warren__store_exec_simple(st, SYNC_SNAPSHOT_SQL, "read the jobs as they were", err);
+        rc = warren__store_exec_simple(st, SYNC_SNAPSHOT_SQL, "read the jobs as they were", &e1);
     if (rc == 0)
-        rc = warren__store_exec(st, SYNC_CLASH_SQL, 0, NULL, &res, "look for API job names", err);
+        rc = take_over(st, o, out, &e1);
+    if (rc == 0)
+        rc = warren__store_exec(st, SYNC_CLASH_SQL, 0, NULL, &res, "look for API job names", &e1);
     if (rc != 0)
         goto fail;
     if (PQntuples(res) > 0) {
-        rc = warren_error_set(err, WARREN_EINVAL,
-                              "job \"%s\" of the config has the name of an API job (created from "
-                              "template \"%s\" by warren.upsert_job): rename the config job, or "
-                              "delete the API job first (SELECT warren.delete_job('%s'))",
-                              PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1), PQgetvalue(res, 0, 0));
+        rc = clash_error(res, &e1);
         goto fail;
     }
     PQclear(res);
     res = NULL;
-    rc = warren__store_exec(st, SYNC_UPSERT_SQL, 0, NULL, &res, "sync jobs into warren.jobs", err);
+    rc = warren__store_exec(st, SYNC_UPSERT_SQL, 0, NULL, &res, "sync jobs into warren.jobs", &e1);
     if (rc != 0)
         goto fail;
     for (int i = 0; i < PQntuples(res) && rc == 0; i++) {
@@ -530,19 +796,19 @@ int warren_store_sync(warren_store *st, const warren_config *cfg, warren_sync_re
     PQclear(res);
     res = NULL;
     if (rc != 0) {
-        rc = warren_error_set(err, WARREN_ENOMEM, "out of memory");
+        rc = warren_error_set(&e1, WARREN_ENOMEM, "out of memory");
         goto fail;
     }
     rc = warren__store_exec_simple(st, SYNC_RUNS_REPLAN_SQL,
-                                   "delete planned runs of changed schedules", err);
+                                   "delete planned runs of changed schedules", &e1);
     if (rc == 0)
         rc = warren__store_exec_simple(st, SYNC_RUNS_RESUME_SQL, "re-plan runs of unpaused jobs",
-                                       err);
+                                       &e1);
     if (rc == 0)
-        rc = warren__store_exec_simple(st, SYNC_RUNS_PAUSE_SQL, "cancel runs of paused jobs", err);
+        rc = warren__store_exec_simple(st, SYNC_RUNS_PAUSE_SQL, "cancel runs of paused jobs", &e1);
     if (rc != 0)
         goto fail;
-    rc = warren__store_exec(st, SYNC_REMOVE_SQL, 0, NULL, &res, "mark removed jobs", err);
+    rc = warren__store_exec(st, SYNC_REMOVE_SQL, 0, NULL, &res, "mark removed jobs", &e1);
     if (rc != 0)
         goto fail;
     for (int i = 0; i < PQntuples(res) && rc == 0; i++)
@@ -550,14 +816,14 @@ int warren_store_sync(warren_store *st, const warren_config *cfg, warren_sync_re
     PQclear(res);
     res = NULL;
     if (rc != 0) {
-        rc = warren_error_set(err, WARREN_ENOMEM, "out of memory");
+        rc = warren_error_set(&e1, WARREN_ENOMEM, "out of memory");
         goto fail;
     }
     {
         char pb[24];
         const char *pp[1] = {pb};
         snprintf(pb, sizeof(pb), "%d", partitions);
-        rc = warren__store_exec(st, SYNC_STATE_SQL, 1, pp, &res, "record the partition count", err);
+        rc = warren__store_exec(st, SYNC_STATE_SQL, 1, pp, &res, "record the partition count", &e1);
         if (rc != 0)
             goto fail;
         int before = 0;
@@ -566,7 +832,7 @@ int warren_store_sync(warren_store *st, const warren_config *cfg, warren_sync_re
         res = NULL;
         if (changed) {
             rc = warren__store_exec(st, SYNC_API_REPARTITION_SQL, 1, pp, &res,
-                                    "move API jobs to the new partitions", err);
+                                    "move API jobs to the new partitions", &e1);
             if (rc != 0)
                 goto fail;
             PQclear(res);
@@ -574,46 +840,51 @@ int warren_store_sync(warren_store *st, const warren_config *cfg, warren_sync_re
         }
     }
     rc = warren__store_exec(st, SYNC_API_PROPAGATE_SQL, 0, NULL, &res,
-                            "copy changed templates to their API jobs", err);
+                            "copy changed templates to their API jobs", &e1);
     if (rc != 0)
         goto fail;
     rep.api_updated = (size_t)warren__store_cmd_tuples(res);
     PQclear(res);
     res = NULL;
     rc = warren__store_exec(st, SYNC_API_PAUSE_SQL, 0, NULL, &res,
-                            "pause the API jobs of removed templates", err);
+                            "pause the API jobs of removed templates", &e1);
     if (rc != 0)
         goto fail;
     rep.api_paused = (size_t)count_of(res);
     PQclear(res);
     res = NULL;
     rc = warren__store_exec(st, SYNC_API_RESUME_SQL, 0, NULL, &res,
-                            "resume the API jobs of templates back in the config", err);
+                            "resume the API jobs of templates back in the config", &e1);
     if (rc != 0)
         goto fail;
     rep.api_resumed = (size_t)warren__store_cmd_tuples(res);
     PQclear(res);
     res = NULL;
     /* Delivered on commit: planners wake up and plan the new definitions. */
-    rc = warren_store_notify(st, "sync", err);
+    rc = warren_store_notify(st, "sync", &e1);
     if (rc != 0)
         goto fail;
-    rc = warren__store_commit(st, err);
+    rc = warren__store_commit(st, &e1);
     if (rc != 0)
         goto fail;
     free(doc.p);
     if (moved > 0)
         warren_log(warren__store_logger(st), WARREN_LOG_INFO,
                    "sync: %d unchanged jobs moved to a new partition", moved);
-    if (report != NULL)
-        *report = rep;
-    else
-        warren_sync_report_free(&rep);
+    out->report = rep;
     return 0;
 fail:
     PQclear(res);
-    warren__store_rollback(st);
+    {
+        int lock_timeout = strcmp(warren__store_sqlstate(st), "55P03") == 0;
+        warren__store_rollback(st);
+        if (lock_timeout && xact_start[0] != '\0')
+            rc = timeout_error(st, e1.message, xact_start, timeout_ms, err);
+        else
+            warren_error_set(err, rc, "%s", e1.message);
+    }
     free(doc.p);
     warren_sync_report_free(&rep);
+    warren_ops_sync_result_clear(out);
     return rc;
 }

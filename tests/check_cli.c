@@ -406,7 +406,7 @@ START_TEST(test_every_command_prints_its_usage_for_help_and_exits_0)
         ck_assert_ptr_nonnull(p);
         p++;
     }
-    ck_assert_msg(n >= 22, "only %d commands parsed from `warren help`:\n%s", n, top.out);
+    ck_assert_msg(n >= 15, "only %d commands parsed from `warren help`:\n%s", n, top.out);
     int failures = 0;
     for (int i = 0; i < n; i++) {
         static const char *const flags[] = {"--help", "-h"};
@@ -553,6 +553,7 @@ static Suite *cli_suite(void)
 
     tc = tcase_create("help");
     tcase_add_test(tc, test_every_command_prints_its_usage_for_help_and_exits_0);
+    tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("producer_grants");

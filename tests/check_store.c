@@ -638,8 +638,9 @@ START_TEST(test_store_migrate_broken_file_names_file_and_line_and_rolls_back)
     ck_assert_msg(strstr(err.message, "002_b.sql:3:") != NULL, "%s", err.message);
     ck_assert_msg(strstr(err.message, "syntax error") != NULL, "%s", err.message);
     ck_assert_int_eq(applied, 0);
-    /* One transaction: 001 is rolled back with 002; 003 not tried. */
-    sql_eq(url, "SELECT count(*) FROM warren.schema_migrations", "0");
+    /* One transaction: 001 is rolled back with 002; 003 not tried. A first
+     * install leaves nothing behind, not even warren.schema_migrations. */
+    sql_eq(url, "SELECT to_regclass('warren.schema_migrations') IS NOT NULL", "f");
     sql_eq(url, "SELECT to_regclass('warren.a') IS NOT NULL", "f");
     sql_eq(url, "SELECT to_regclass('warren.b') IS NOT NULL", "f");
     sql_eq(url, "SELECT to_regclass('warren.c') IS NOT NULL", "f");

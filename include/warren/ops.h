@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include <warren/codec.h>
+#include <warren/config.h>
 #include <warren/error.h>
 #include <warren/store.h>
 #include <warren/timefmt.h>
@@ -206,6 +207,60 @@ void warren_ops_grant_rows_free(warren_ops_grant_row *rows, size_t n);
  * WARREN_EDB, WARREN_EDBCONN. */
 int warren_ops_grants(warren_store *st, const char *login, warren_ops_grant_row **rows, size_t *n,
                       warren_error *err);
+/* ------------------------------------------------------------------- sync */
+
+/* How long `warren sync` waits for any one lock by default (milliseconds). */
+#define WARREN_OPS_SYNC_LOCK_TIMEOUT_MS 10000
+
+typedef struct warren_ops_sync_options {
+    /* Longest wait for any one lock (<= 0: WARREN_OPS_SYNC_LOCK_TIMEOUT_MS).
+     * An application's open transaction that called the Job API holds locks
+     * sync needs until it ends; past this, sync gives up with nothing
+     * changed, naming the sessions that hold locks on warren's tables. */
+    int64_t lock_timeout_ms;
+    /* Names of config jobs that may take over a live API job of the same
+     * name (borrowed): see warren_ops_sync. */
+    const char *const *take_over;
+    size_t ntake_over;
+} warren_ops_sync_options;
+
+/* One API job sync took over. Strings are new; template and created_by may
+ * be NULL. */
+typedef struct warren_ops_taken_over {
+    char *name, *template, *created_by;
+    int runs_cancelled; /* unclaimed runs cancelled (enqueued, triggered, retrying, waiting) */
+    int runs_dropped;   /* future scheduled runs never claimed, dropped to be planned again */
+} warren_ops_taken_over;
+
+typedef struct warren_ops_sync_result {
+    warren_sync_report report;
+    warren_ops_taken_over *taken_over; /* new; NULL when ntaken_over is 0 */
+    size_t ntaken_over;
+} warren_ops_sync_result;
+/* Frees everything r holds and zeroes it; NULL allowed. */
+void warren_ops_sync_result_clear(warren_ops_sync_result *r);
+
+/* warren_store_sync (store.h) with options, in one transaction: nothing is
+ * changed unless all of it is. Every lock wait is bounded by
+ * o->lock_timeout_ms: past it, WARREN_ETIMEOUT with a message naming the
+ * sessions that held locks on warren's tables since before the sync (pid,
+ * login, application, state, how long their transaction has been open, the
+ * start of their query) and the fix.
+ * A config job named like a live API job (an application's, made by
+ * warren.upsert_job) is an error (WARREN_EINVAL naming the API job, its
+ * template, the login that made it and the fix) unless its name is in
+ * o->take_over: then the API job becomes the config's job: its future
+ * scheduled runs never claimed are dropped (the config's schedule plans its
+ * own), its other unclaimed runs (enqueued, triggered, retrying, waiting)
+ * cancelled with a note, its history (runs started, attempts) kept, and the
+ * job's note says who took it over when and from whom. A take_over name the
+ * config lacks is WARREN_EINVAL; one that names no API job does nothing.
+ * o may be NULL (defaults). *out is filled in (zeroed first; clear it with
+ * warren_ops_sync_result_clear, also after an error). Errors as
+ * warren_store_sync, and WARREN_ETIMEOUT. */
+int warren_ops_sync(warren_store *st, const warren_config *cfg, const warren_ops_sync_options *o,
+                    warren_ops_sync_result *out, warren_error *err);
+
 /* ------------------------------------------------------- producer grants */
 
 /* Least privilege for producers (docs/api-jobs.md, "Producer grants"): a
