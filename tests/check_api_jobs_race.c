@@ -240,6 +240,50 @@ START_TEST(test_two_upserts_of_one_new_name_one_created_the_other_sees_the_first
 }
 END_TEST
 
+/* The documented answer at REPEATABLE READ (docs/api-jobs.md,
+ * "Concurrency"): the second caller of one new name fails with 40001 once
+ * the first commits; its retry answers changed. */
+START_TEST(test_second_upsert_at_repeatable_read_fails_to_serialize_and_its_retry_sees_the_job)
+{
+    char *db = aj_db();
+    PGconn *admin = aj_connect(db), *a = aj_connect(db), *b = aj_connect(db);
+    for (int r = 0; r < 10; r++) {
+        char *sa =
+            testenv_fmt("SELECT warren.upsert_job('rr-%d', 'report', '{\"every\": \"1h\"}')", r);
+        char *sb =
+            testenv_fmt("SELECT warren.upsert_job('rr-%d', 'report', '{\"every\": \"2h\"}')", r);
+        exec_ok(a, "BEGIN");
+        char *ra = aj_val_on(a, sa);
+        ck_assert_str_eq(ra, "created");
+        free(ra);
+        exec_ok(b, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+        ck_assert_int_eq(PQsendQuery(b, sb), 1);
+        ck_assert(aj_wait_for_lock_wait(admin, PQbackendPID(b)));
+        exec_ok(a, "COMMIT");
+        PGresult *res = PQgetResult(b);
+        const char *st = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+        ck_assert_msg(PQresultStatus(res) == PGRES_FATAL_ERROR && st && strcmp(st, "40001") == 0,
+                      "round %d: the second call at REPEATABLE READ gave %s %s", r,
+                      PQresStatus(PQresultStatus(res)), st ? st : "");
+        PQclear(res);
+        while ((res = PQgetResult(b)) != NULL)
+            PQclear(res);
+        exec_ok(b, "ROLLBACK");
+        exec_ok(b, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+        char *rb = aj_val_on(b, sb);
+        ck_assert_str_eq(rb, "changed");
+        free(rb);
+        exec_ok(b, "COMMIT");
+        free(sa);
+        free(sb);
+    }
+    PQfinish(a);
+    PQfinish(b);
+    PQfinish(admin);
+    free(db);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("api_jobs_race");
@@ -248,6 +292,8 @@ static Suite *suite(void)
     tcase_add_test(tc,
                    test_bulk_upserts_in_opposite_orders_never_deadlock_and_create_each_name_once);
     tcase_add_test(tc, test_two_upserts_of_one_new_name_one_created_the_other_sees_the_first);
+    tcase_add_test(
+        tc, test_second_upsert_at_repeatable_read_fails_to_serialize_and_its_retry_sees_the_job);
     suite_add_tcase(s, tc);
     return s;
 }
