@@ -1214,10 +1214,24 @@ static const char SQL_TENANT_CAP_OF[] =
 static const char SQL_TENANT_CAPS[] = "SELECT tenant, max_running FROM " TENANT_CAPS_TABLE
                                       " WHERE $1::text IS NULL OR tenant = $1 ORDER BY tenant";
 
+/* A database migrated before the tenant caps (no table, no function): the
+ * fix, not the catalog's words. e1 holds the failure; the result goes to err. */
+static int tenant_caps_fail(warren_store *st, int rc, const warren_error *e1, warren_error *err)
+{
+    const char *state = warren__store_sqlstate(st);
+
+    if (rc == WARREN_EDB && (strcmp(state, "42P01") == 0 || strcmp(state, "42883") == 0))
+        return warren_error_set(err, WARREN_EDB,
+                                "this database has no tenant caps yet (migration 019): run "
+                                "`warren migrate` with this warren's sql/ first");
+    return warren_error_set(err, rc, "%s", e1->message);
+}
+
 int warren_ops_set_tenant_cap(warren_store *st, const char *tenant, int max_running, int *had,
                               warren_error *err)
 {
     PGresult *res = NULL;
+    warren_error e1 = {0};
     char nb[24];
     const char *params[2] = {tenant, max_running > 0 ? nb : NULL};
     int rc, before = 0;
@@ -1232,20 +1246,21 @@ int warren_ops_set_tenant_cap(warren_store *st, const char *tenant, int max_runn
     snprintf(nb, sizeof(nb), "%d", max_running);
     if ((rc = warren__store_begin(st, err)) != 0)
         return rc;
-    rc = warren__store_exec(st, SQL_TENANT_CAP_OF, 1, params, &res, "read the tenant's cap", err);
+    rc = warren__store_exec(st, SQL_TENANT_CAP_OF, 1, params, &res, "read the tenant's cap", &e1);
     if (rc == 0) {
         if (PQntuples(res) == 1)
             warren__store_get_int(res, 0, 0, &before);
         PQclear(res);
         res = NULL;
         rc = warren__store_exec(st, SQL_SET_TENANT_CAP, 2, params, NULL, "warren.set_tenant_cap",
-                                err);
+                                &e1);
         if (rc != 0)
             rc = producer_fail(st, rc);
     }
     if (rc == 0)
-        rc = warren__store_commit(st, err);
+        rc = warren__store_commit(st, &e1);
     if (rc != 0) {
+        rc = tenant_caps_fail(st, rc, &e1, err);
         warren__store_rollback(st);
         return rc;
     }
@@ -1273,9 +1288,10 @@ int warren_ops_tenant_caps(warren_store *st, const char *tenant, warren_ops_tena
 
     *rows = NULL;
     *n = 0;
-    rc = warren__store_exec(st, SQL_TENANT_CAPS, 1, params, &res, "list tenant caps", err);
+    warren_error e1 = {0};
+    rc = warren__store_exec(st, SQL_TENANT_CAPS, 1, params, &res, "list tenant caps", &e1);
     if (rc != 0)
-        return rc;
+        return tenant_caps_fail(st, rc, &e1, err);
     nt = PQntuples(res);
     if (nt > 0 && (*rows = calloc((size_t)nt, sizeof(**rows))) == NULL) {
         PQclear(res);
