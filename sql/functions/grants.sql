@@ -83,3 +83,11 @@ GRANT EXECUTE ON FUNCTION warren.enqueue(text, text, timestamptz, jsonb, text),
 GRANT EXECUTE ON FUNCTION warren.upsert_job(text, text, jsonb), warren.upsert_jobs(jsonb),
     warren.delete_job(text), warren.pause_job(text), warren.resume_job(text)
     TO warren_producer;
+
+-- What an application can see (docs/api-jobs.md, "What an application can
+-- see"; sql/functions/status.sql): its jobs' and runs' states, scoped by its
+-- producer grants inside each. Producers only: a worker learns what it needs
+-- from its claims (warren.run_states), and the operator reads the tables.
+GRANT EXECUTE ON FUNCTION warren.job_status(text), warren.job_statuses(text[]),
+    warren.run_status(text, text), warren.run_statuses(text[])
+    TO warren_producer;
