@@ -26,12 +26,67 @@
 --   no new runs.
 -- - The job may be a config job, an API job or a template (then the run's
 --   job is the template itself).
+-- - Scope (issue 33; sql/functions/producer.sql): a login that is not
+--   privileged must have producer grants in this database, may enqueue only
+--   on jobs wp_producer_job_ok accepts (a granted config job or template, an
+--   API job of its own), with an effective tenant (the given one, else the
+--   job's) that wp_producer_tenant_ok accepts; and a key already held by a
+--   run whose tenant is outside its prefix answers with the refusal, never
+--   with that run's state. Refusals are 42501 (wp_producer_refusal's text).
+--   A job that does not exist answers a non-privileged login with the same
+--   refusal as a job outside its grants (no probing of other names).
+-- - Locks: the job's row FOR SHARE before the decision reads it (exists,
+--   removed, scope), so an enqueue racing warren.delete_job or a sync that
+--   removes the job either commits before the removal (the removal waits
+--   for it) or sees it (and is refused); enqueue_many locks its distinct
+--   jobs in name order, once each (the lock order: jobs rows in name
+--   order, then runs). The row lock is held to the caller's commit: a
+--   `warren sync` or `warren pause` changing that job waits for the
+--   producer's transaction (sync's wait is bounded), and the planner
+--   (FOR UPDATE SKIP LOCKED) plans that job's schedule at its next tick, as
+--   it already did for the key share lock of the runs' foreign key.
+-- - Runs are inserted in one canonical order, run key (COLLATE "C") then
+--   array index, so two calls (any arrays, any orders) never deadlock on
+--   the runs' key: the second waits for the first and answers created =
+--   false; rows are still answered in array order. A transaction that makes
+--   several calls holds each call's keys to its end: two such transactions
+--   can deadlock unless each one's keys ascend across its calls (one call
+--   per transaction never does).
+-- - Isolation: under READ COMMITTED (the default) a concurrent enqueue of
+--   the same key waits and answers created = false. Under REPEATABLE READ or
+--   SERIALIZABLE, a key enqueued by a transaction that committed after the
+--   caller's snapshot, and a change of the job's row committed after it
+--   (the planner moving a scheduled job's cursor, sync, pause, delete),
+--   cannot be answered from that snapshot: the call raises 40001
+--   (serialization_failure) naming the key or the job; the caller retries
+--   the whole transaction, and the retry answers created = false for a key
+--   a run now holds. (No subtransaction under READ COMMITTED: a caller
+--   making thousands of calls in one transaction gets no sub-XIDs.)
+-- - Values: a payload and an instant must be what a run message carries
+--   (warren.wp_payload_problem, warren.wp_instant_problem: 64-bit integers,
+--   doubles, depth; years 1-9999 UTC, after rounding); else 22023 naming
+--   the field. Errors echo at most 80 characters of a bad value, with
+--   control characters shown as '?' (warren.wp_enqueue_show).
 
 -- ------------------------------------------------------------ checks
 
 -- Internal (wp_): plain SQL, no SET clause, so that the planner inlines them
 -- into enqueue_many's set-based statements. NULL = fine, else what is wrong
 -- and the fix (the caller prefixes the function and the field's place).
+
+-- A bad value as errors show it: quoted, at most 80 characters, control
+-- characters as '?' (a newline must not start a line of a log or a CLI's
+-- output), and the length when cut.
+CREATE OR REPLACE FUNCTION warren.wp_enqueue_show(v text)
+RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN v IS NULL THEN 'NULL' ELSE
+        '"' || regexp_replace(left(v, 80), '[[:cntrl:]]', '?', 'g') || '"'
+        || CASE WHEN length(v) > 80 THEN '... (' || length(v) || ' characters)' ELSE '' END
+    END
+$$;
+COMMENT ON FUNCTION warren.wp_enqueue_show(text) IS
+    'A value as enqueue''s errors echo it: quoted, at most 80 characters, control characters '
+    'as ?';
 
 CREATE OR REPLACE FUNCTION warren.wp_enqueue_key_problem(job text, key text)
 RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
@@ -48,16 +103,16 @@ RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
         WHEN length(key) > 200 THEN
             'key is ' || length(key) || ' characters long; at most 200'
         WHEN key !~ '^[A-Za-z0-9]' THEN
-            'key "' || left(key, 80) || '" must start with a letter or a digit'
+            'key ' || warren.wp_enqueue_show(key) || ' must start with a letter or a digit'
         WHEN key !~ '^[A-Za-z0-9._:/=+@-]*$' THEN
-            'key "' || left(key, 80) || '" has a character outside [A-Za-z0-9._:/=+@-] (at '
+            'key ' || warren.wp_enqueue_show(key) || ' has a character outside [A-Za-z0-9._:/=+@-] (at '
             'position ' || length(substring(key FROM '^[A-Za-z0-9._:/=+@-]*')) + 1 || ')'
         WHEN key ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}' THEN
-            'key "' || key || '" begins with a time of the form YYYY-MM-DDTHH:MM:SS, which is '
-            'kept for scheduled runs'' keys (JOB@YYYY-MM-DDTHH:MM:SSZ); add a prefix, e.g. ''at:'
-            || key || ''''
+            'key ' || warren.wp_enqueue_show(key) || ' begins with a time of the form '
+            'YYYY-MM-DDTHH:MM:SS, which is kept for scheduled runs'' keys '
+            '(JOB@YYYY-MM-DDTHH:MM:SSZ); add a prefix, e.g. ''at:'' before it'
         WHEN octet_length(job) + 1 + octet_length(key) > 255 THEN
-            'the run key "' || left(job, 40) || '@' || left(key, 40) || '..." would be '
+            'the run key ' || warren.wp_enqueue_show(left(job, 40) || '@' || left(key, 39)) || ' would be '
             || (octet_length(job) + 1 + octet_length(key)) || ' bytes; job name, ''@'' and key '
             'together are at most 255 (the AMQP message_id); use a shorter key'
     END
@@ -70,7 +125,7 @@ CREATE OR REPLACE FUNCTION warren.wp_enqueue_tenant_problem(tenant text)
 RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT CASE WHEN tenant IS NOT NULL
                      AND (length(tenant) > 200 OR tenant !~ '^[A-Za-z0-9][A-Za-z0-9._:@-]*$') THEN
-        'tenant "' || left(tenant, 80) || '" is not a tenant name: 1-200 of [A-Za-z0-9._:@-], '
+        'tenant ' || warren.wp_enqueue_show(tenant) || ' is not a tenant name: 1-200 of [A-Za-z0-9._:@-], '
         'first a letter or digit (or NULL: the job''s tenant)'
     END
 $$;
@@ -84,10 +139,10 @@ RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
         WHEN job IS NULL OR job = '' THEN 'job is required (the name of a config job, an API '
                                           'job or a template)'
         WHEN NOT found THEN
-            'job "' || left(job, 200) || '" does not exist (create it with warren.upsert_job, or '
+            'job ' || warren.wp_enqueue_show(job) || ' does not exist (create it with warren.upsert_job, or '
             'add it to the config and run `warren sync`)'
         WHEN removed THEN
-            'job "' || left(job, 200) || '" was removed (from the config, or by '
+            'job ' || warren.wp_enqueue_show(job) || ' was removed (from the config, or by '
             'warren.delete_job): it takes no new runs'
     END
 $$;
@@ -104,8 +159,28 @@ RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
         WHEN octet_length(payload::text) > 1000000 THEN
             'payload is ' || octet_length(payload::text) || ' bytes as JSON text; at most '
             '1000000 (a run message is at most 1 MiB)'
+        ELSE 'payload ' || warren.wp_payload_problem(payload)
     END
 $$;
+-- enqueue_many's form: digits true when the array's text has a run of 19
+-- digits somewhere (one scan of the whole array, '\d{19}': an integer
+-- outside int64, or a number beyond a double, has at least 19 digits). A
+-- payload of under 2000 bytes (jsonb, not text: nothing is printed) is at
+-- most 12,000 bytes as text and nests fewer than 2000 deep; with no long
+-- digit run in the array it needs no further look.
+CREATE OR REPLACE FUNCTION warren.wp_enqueue_payload_problem(payload jsonb, digits boolean)
+RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT CASE
+        WHEN payload IS NULL THEN NULL
+        WHEN NOT digits AND jsonb_typeof(payload) = 'object' AND pg_column_size(payload) < 2000
+            THEN NULL
+        ELSE warren.wp_enqueue_payload_problem(payload)
+    END
+$$;
+COMMENT ON FUNCTION warren.wp_enqueue_payload_problem(jsonb, boolean) IS
+    'warren.wp_enqueue_payload_problem with enqueue_many''s fast path (digits: the array has a '
+    'run of 19 digits)';
+
 COMMENT ON FUNCTION warren.wp_enqueue_payload_problem(jsonb) IS
     'What is wrong with an enqueue payload (NULL: nothing): a JSON object of at most 1000000 '
     'bytes, or NULL';
@@ -134,6 +209,44 @@ COMMENT ON FUNCTION warren.wp_enqueue_fail(text, text) IS
 
 -- ------------------------------------------------------------ enqueue
 
+-- Raises 40001 for a call under REPEATABLE READ or SERIALIZABLE that its
+-- snapshot cannot answer (see "Isolation" above): what, and the retry.
+CREATE OR REPLACE FUNCTION warren.wp_enqueue_retry(fn text, what text)
+RETURNS void LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RAISE EXCEPTION '%: %, after this % transaction''s snapshot: retry the whole transaction '
+                    '(a retry answers created = false for a key a run holds)', fn, what,
+                    upper(current_setting('transaction_isolation')) USING ERRCODE = '40001';
+END
+$$;
+COMMENT ON FUNCTION warren.wp_enqueue_retry(text, text) IS
+    'Raises serialization_failure (40001) "FN: WHAT, after this ... transaction''s snapshot: '
+    'retry the whole transaction"';
+
+-- The first problem of an enqueue_many run_at string (NULL: none): not a
+-- timestamptz, not finite, or (rounded up to the millisecond) outside what a
+-- run message carries. Called for the strings of years 0001 and 9999 only
+-- (an offset or the rounding moves only those out of years 1-9999) and by
+-- the slow path.
+CREATE OR REPLACE FUNCTION warren.wp_enqueue_run_at_problem(s text, t0 timestamptz)
+RETURNS text LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    t timestamptz;
+BEGIN
+    BEGIN
+        t := s::timestamptz;
+    EXCEPTION WHEN datetime_field_overflow OR invalid_datetime_format OR
+                   invalid_time_zone_displacement_value OR data_exception THEN
+        RETURN format('run_at %s is not a valid instant (%s)', warren.wp_enqueue_show(s),
+                      left(SQLERRM, 120));
+    END;
+    RETURN 'run_at ' || warren.wp_instant_problem(warren.wp_enqueue_at(t, t0));
+END
+$$;
+COMMENT ON FUNCTION warren.wp_enqueue_run_at_problem(text, timestamptz) IS
+    'What is wrong with an enqueue_many run_at string (NULL: nothing): a valid instant within '
+    'years 1-9999 UTC after rounding';
+
 CREATE OR REPLACE FUNCTION warren.enqueue(job text, key text, run_at timestamptz DEFAULT NULL,
                                           payload jsonb DEFAULT NULL, tenant text DEFAULT NULL)
 RETURNS TABLE(run_key text, created boolean, state text, scheduled_at timestamptz)
@@ -144,28 +257,72 @@ DECLARE
     j text := enqueue.job;
     k text := enqueue.key;
     pl jsonb := nullif(enqueue.payload, 'null'::jsonb); -- JSON null: the job's, as NULL
+    priv boolean := warren.wp_privileged();
+    rc boolean := current_setting('transaction_isolation') = 'read committed';
+    jr warren.jobs;
+    rr warren.runs;
     rk text;
     at timestamptz;
     p text;
-    found_ boolean;
-    removed_ boolean;
 BEGIN
-    SELECT true, jb.removed INTO found_, removed_ FROM warren.jobs jb WHERE jb.name = j;
-    p := coalesce(warren.wp_enqueue_job_problem(j, coalesce(found_, false), removed_),
+    IF NOT priv THEN
+        PERFORM warren.wp_producer_require('warren.enqueue');
+    END IF;
+    -- The job's row, locked (see "Locks"): its removal either waits for this
+    -- transaction or is seen here.
+    IF rc THEN
+        SELECT * INTO jr FROM warren.jobs jb WHERE jb.name = j FOR SHARE;
+    ELSE
+        BEGIN
+            SELECT * INTO jr FROM warren.jobs jb WHERE jb.name = j FOR SHARE;
+        EXCEPTION WHEN serialization_failure THEN
+            PERFORM warren.wp_enqueue_retry('warren.enqueue', format(
+                'job %s was changed (by the planner, `warren sync`, a pause or a delete)',
+                warren.wp_enqueue_show(j)));
+        END;
+    END IF;
+    IF NOT priv AND (jr.name IS NULL OR NOT warren.wp_producer_job_ok(jr)) THEN
+        RAISE EXCEPTION '%', warren.wp_producer_refusal('warren.enqueue', format(
+            'may not enqueue on job %s: no such job, or not one it is granted (a config job needs '
+            '--job, a template --template; an API job must be its own)',
+            warren.wp_enqueue_show(j))) USING ERRCODE = '42501';
+    END IF;
+    at := CASE WHEN run_at IS NULL OR isfinite(run_at)
+               THEN warren.wp_enqueue_at(run_at, clock_timestamp()) END;
+    p := coalesce(warren.wp_enqueue_job_problem(j, jr.name IS NOT NULL, jr.removed),
                   warren.wp_enqueue_key_problem(j, k),
                   CASE WHEN run_at IS NOT NULL AND NOT isfinite(run_at) THEN
                       'run_at must be a finite instant (or NULL: now), not ' || run_at::text END,
+                  'run_at ' || warren.wp_instant_problem(at),
                   warren.wp_enqueue_payload_problem(pl),
                   warren.wp_enqueue_tenant_problem(tenant));
     IF p IS NOT NULL THEN
         PERFORM warren.wp_enqueue_fail('warren.enqueue', p);
     END IF;
+    IF NOT priv AND NOT warren.wp_producer_tenant_ok(coalesce(tenant, jr.tenant)) THEN
+        RAISE EXCEPTION '%', warren.wp_producer_refusal('warren.enqueue', format(
+            'may not enqueue runs of tenant %s on job %s (give a tenant within its prefix)',
+            warren.wp_enqueue_show(coalesce(tenant, jr.tenant)), warren.wp_enqueue_show(j)))
+            USING ERRCODE = '42501';
+    END IF;
     rk := j || '@' || k;
-    at := warren.wp_enqueue_at(run_at, clock_timestamp());
-    INSERT INTO warren.runs AS rr (run_key, job, scheduled_at, due_at, state, origin, payload,
-                                   tenant)
-    VALUES (rk, j, at, at, 'planned', 'enqueue', pl, tenant)
-    ON CONFLICT ON CONSTRAINT runs_run_key DO NOTHING;
+    IF rc THEN
+        INSERT INTO warren.runs AS rr (run_key, job, scheduled_at, due_at, state, origin, payload,
+                                       tenant)
+        VALUES (rk, j, at, at, 'planned', 'enqueue', pl, tenant)
+        ON CONFLICT ON CONSTRAINT runs_run_key DO NOTHING;
+    ELSE
+        BEGIN
+            INSERT INTO warren.runs AS rr (run_key, job, scheduled_at, due_at, state, origin,
+                                           payload, tenant)
+            VALUES (rk, j, at, at, 'planned', 'enqueue', pl, tenant)
+            ON CONFLICT ON CONSTRAINT runs_run_key DO NOTHING;
+        EXCEPTION WHEN serialization_failure THEN
+            PERFORM warren.wp_enqueue_retry('warren.enqueue', format(
+                'run key %s was enqueued by a transaction that committed',
+                warren.wp_enqueue_show(rk)));
+        END;
+    END IF;
     IF FOUND THEN
         -- Delivered at commit (nothing on rollback); one per transaction.
         PERFORM pg_notify('warren_jobs', 'enqueue');
@@ -177,16 +334,33 @@ BEGIN
         RETURN;
     END IF;
     -- The key is taken: say by which run (a new statement: it sees a row a
-    -- concurrent transaction committed while this INSERT waited for it).
-    RETURN QUERY SELECT rr.run_key, false, rr.state, rr.scheduled_at
-                   FROM warren.runs rr WHERE rr.run_key = rk;
+    -- concurrent transaction committed while this INSERT waited for it),
+    -- unless that run is outside the caller's tenants: then a refusal, never
+    -- its state.
+    SELECT * INTO rr FROM warren.runs x WHERE x.run_key = rk;
+    IF rr.run_key IS NULL THEN
+        RETURN; -- deleted meanwhile (retention)
+    END IF;
+    IF NOT priv AND NOT warren.wp_producer_tenant_ok(rr.tenant) THEN
+        RAISE EXCEPTION '%', warren.wp_producer_refusal('warren.enqueue', format(
+            'may not enqueue key %s on job %s: a run outside its tenants holds it (choose '
+            'another key)', warren.wp_enqueue_show(k), warren.wp_enqueue_show(j)))
+            USING ERRCODE = '42501';
+    END IF;
+    run_key := rr.run_key;
+    created := false;
+    state := rr.state;
+    scheduled_at := rr.scheduled_at;
+    RETURN NEXT;
 END
 $fn$;
 COMMENT ON FUNCTION warren.enqueue(text, text, timestamptz, jsonb, text) IS
     'Enqueues a one-shot run of job with the caller''s idempotency key (run key JOB@KEY) at '
     'run_at (NULL: now; milliseconds, rounded up), with an optional payload override and tenant, '
     'in the caller''s transaction. One row: the run key, created (false: a run already holds '
-    'the key; state and scheduled_at are that run''s). Errors 22023 name the field and the fix';
+    'the key; state and scheduled_at are that run''s). Errors 22023 name the field and the fix; '
+    '42501 outside the login''s producer grants; 40001 under REPEATABLE READ/SERIALIZABLE when '
+    'the snapshot cannot answer (retry the transaction)';
 
 -- ------------------------------------------------------------ enqueue_many
 
@@ -198,28 +372,13 @@ COMMENT ON FUNCTION warren.wp_enqueue_max_batch() IS
 -- The first element of runs whose run_at string is not a timestamptz (the
 -- slow path after a cast error in the set-based statement), as a problem.
 CREATE OR REPLACE FUNCTION warren.wp_enqueue_bad_run_at(runs jsonb)
-RETURNS text LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    e record;
-    t timestamptz;
-BEGIN
-    FOR e IN SELECT o.ord - 1 AS i, o.v->>'run_at' AS s
-               FROM jsonb_array_elements(runs) WITH ORDINALITY o(v, ord)
-              WHERE jsonb_typeof(o.v->'run_at') = 'string' ORDER BY o.ord
-    LOOP
-        BEGIN
-            t := e.s::timestamptz;
-        EXCEPTION WHEN datetime_field_overflow OR invalid_datetime_format OR
-                       invalid_time_zone_displacement_value OR data_exception THEN
-            RETURN format('runs[%s].run_at "%s" is not a valid instant (%s)', e.i,
-                          left(e.s, 80), SQLERRM);
-        END;
-        IF NOT isfinite(t) THEN
-            RETURN format('runs[%s].run_at must be a finite instant, not "%s"', e.i, e.s);
-        END IF;
-    END LOOP;
-    RETURN NULL;
-END
+RETURNS text LANGUAGE sql STABLE AS $$
+    SELECT format('runs[%s].%s', o.ord - 1,
+                  warren.wp_enqueue_run_at_problem(o.v->>'run_at', clock_timestamp()))
+      FROM jsonb_array_elements(runs) WITH ORDINALITY o(v, ord)
+     WHERE jsonb_typeof(o.v->'run_at') = 'string'
+       AND warren.wp_enqueue_run_at_problem(o.v->>'run_at', clock_timestamp()) IS NOT NULL
+     ORDER BY o.ord LIMIT 1
 $$;
 COMMENT ON FUNCTION warren.wp_enqueue_bad_run_at(jsonb) IS
     'The first element of an enqueue_many array whose run_at is not a finite timestamptz, as a '
@@ -245,7 +404,13 @@ DECLARE
     p text;
     t0 timestamptz := clock_timestamp();
     made text[];
+    priv boolean := warren.wp_privileged();
+    rc boolean := current_setting('transaction_isolation') = 'read committed';
+    digits boolean;
 BEGIN
+    IF NOT priv THEN
+        PERFORM warren.wp_producer_require('warren.enqueue_many');
+    END IF;
     IF a IS NULL OR jsonb_typeof(a) <> 'array' THEN
         PERFORM warren.wp_enqueue_fail('warren.enqueue_many', format(
             'runs must be a JSON array of objects {"job": ..., "key": ..., "run_at": ..., '
@@ -261,9 +426,32 @@ BEGIN
     IF n = 0 THEN
         RETURN;
     END IF;
+    digits := a::text ~ '\d{19}'; -- see wp_enqueue_payload_problem(jsonb, boolean)
+    -- The distinct jobs' rows, locked in name order (see "Locks"), before
+    -- the pass below reads them (a new statement: it sees what a removal
+    -- this lock waited for committed).
+    IF rc THEN
+        PERFORM 1 FROM warren.jobs jb
+         WHERE jb.name IN (SELECT o.v->>'job' FROM jsonb_array_elements(a) o(v)
+                            WHERE jsonb_typeof(o.v) = 'object')
+         ORDER BY jb.name FOR SHARE;
+    ELSE
+        BEGIN
+            PERFORM 1 FROM warren.jobs jb
+             WHERE jb.name IN (SELECT o.v->>'job' FROM jsonb_array_elements(a) o(v)
+                                WHERE jsonb_typeof(o.v) = 'object')
+             ORDER BY jb.name FOR SHARE;
+        EXCEPTION WHEN serialization_failure THEN
+            PERFORM warren.wp_enqueue_retry('warren.enqueue_many',
+                'a job of runs was changed (by the planner, `warren sync`, a pause or a delete)');
+        END;
+    END IF;
     -- Shapes and types, then the values, element by element in one pass:
-    -- the first problem in array order.
-    SELECT format('runs[%s]%s', x.i, x.problem) INTO p
+    -- the first problem in array order. A scope refusal (non-privileged
+    -- logins only) is marked '!' and raised as 42501.
+    SELECT CASE WHEN left(x.problem, 1) = '!'
+                THEN format('!runs[%s]: %s', x.i, substr(x.problem, 2))
+                ELSE format('runs[%s]%s', x.i, x.problem) END INTO p
       FROM (SELECT o.ord - 1 AS i, CASE
               WHEN jsonb_typeof(o.v) <> 'object' THEN
                   format(' is a JSON %s; each element is an object {"job", "key", "run_at", '
@@ -272,8 +460,8 @@ BEGIN
                   format(': "%s" is missing (every element needs "job" and "key")',
                          CASE WHEN o.v ? 'job' THEN 'key' ELSE 'job' END)
               WHEN o.v - ARRAY['job', 'key', 'run_at', 'payload', 'tenant'] <> '{}' THEN
-                  format(' has the unknown field "%s" (allowed: job, key, run_at, payload, '
-                         'tenant)', (SELECT min(f) FROM jsonb_object_keys(o.v) f
+                  format(' has the unknown field %s (allowed: job, key, run_at, payload, '
+                         'tenant)', (SELECT warren.wp_enqueue_show(min(f)) FROM jsonb_object_keys(o.v) f
                                       WHERE f NOT IN ('job', 'key', 'run_at', 'payload',
                                                       'tenant')))
               WHEN jsonb_typeof(o.v->'job') <> 'string' THEN
@@ -285,34 +473,50 @@ BEGIN
                          'or null (now), not a JSON %s', jsonb_typeof(o.v->'run_at'))
               WHEN jsonb_typeof(o.v->'run_at') = 'string' AND o.v->>'run_at' !~
                    '^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?([Zz]|[+-][0-9]{2}:[0-9]{2})$' THEN
-                  format('.run_at "%s" is not an RFC 3339 instant with a UTC offset (e.g. '
+                  format('.run_at %s is not an RFC 3339 instant with a UTC offset (e.g. '
                          '"2026-12-01T09:00:00.250Z" or "2026-12-01T10:00:00+01:00")',
-                         left(o.v->>'run_at', 80))
+                         warren.wp_enqueue_show(o.v->>'run_at'))
               WHEN coalesce(jsonb_typeof(o.v->'tenant'), 'null') NOT IN ('string', 'null') THEN
                   format('.tenant must be a string or null, not a JSON %s',
                          jsonb_typeof(o.v->'tenant'))
               WHEN coalesce(jsonb_typeof(o.v->'payload'), 'null') NOT IN ('object', 'null') THEN
                   format('.payload must be a JSON object or null (the job''s payload), not a '
                          'JSON %s', jsonb_typeof(o.v->'payload'))
-              ELSE ': ' || coalesce(
+              WHEN NOT priv AND (jb.name IS NULL OR NOT warren.wp_producer_job_ok(jb)) THEN
+                  format('!may not enqueue on job %s: no such job, or not one it is granted (a '
+                         'config job needs --job, a template --template; an API job must be '
+                         'its own)', warren.wp_enqueue_show(o.v->>'job'))
+              ELSE coalesce(': ' || coalesce(
                   warren.wp_enqueue_job_problem(o.v->>'job', jb.name IS NOT NULL, jb.removed),
                   warren.wp_enqueue_key_problem(o.v->>'job', o.v->>'key'),
-                  warren.wp_enqueue_payload_problem(nullif(o.v->'payload', 'null')),
-                  warren.wp_enqueue_tenant_problem(o.v->>'tenant'))
+                  CASE WHEN left(o.v->>'run_at', 4) IN ('0001', '9999') THEN
+                      warren.wp_enqueue_run_at_problem(o.v->>'run_at', t0) END,
+                  warren.wp_enqueue_payload_problem(nullif(o.v->'payload', 'null'), digits),
+                  warren.wp_enqueue_tenant_problem(o.v->>'tenant')),
+                  CASE WHEN NOT priv AND NOT warren.wp_producer_tenant_ok(
+                                coalesce(o.v->>'tenant', jb.tenant)) THEN
+                      format('!may not enqueue runs of tenant %s on job %s (give a tenant within '
+                             'its prefix)', warren.wp_enqueue_show(coalesce(o.v->>'tenant',
+                                                                            jb.tenant)),
+                             warren.wp_enqueue_show(o.v->>'job')) END)
               END AS problem
               FROM jsonb_array_elements(a) WITH ORDINALITY o(v, ord)
               LEFT JOIN warren.jobs jb
                 ON jsonb_typeof(o.v) = 'object' AND jb.name = o.v->>'job') x
      WHERE x.problem IS NOT NULL
      ORDER BY x.i LIMIT 1;
-    IF p IS NOT NULL THEN
+    IF left(p, 1) = '!' THEN
+        RAISE EXCEPTION '%', warren.wp_producer_refusal('warren.enqueue_many', substr(p, 2))
+            USING ERRCODE = '42501';
+    ELSIF p IS NOT NULL THEN
         PERFORM warren.wp_enqueue_fail('warren.enqueue_many', p);
     END IF;
     -- The strings the pattern let through may still not be dates (Feb 30):
     -- the cast fails the statement before anything is written, and the slow
-    -- path finds the element. Rows go in in array order, so of two elements
-    -- with one key the first creates the run and the second meets it as a
-    -- conflict (DO NOTHING sees rows of its own statement).
+    -- path finds the element. Rows go in in the canonical order (run key,
+    -- then array index: see "Runs are inserted in one canonical order"), so
+    -- of two elements with one key the first creates the run and the second
+    -- meets it as a conflict (DO NOTHING sees rows of its own statement).
     BEGIN
         WITH e AS (
             SELECT x.ord - 1 AS i, x.job, x.key, x.run_at::timestamptz AS at, x.payload,
@@ -326,7 +530,7 @@ BEGIN
             SELECT e.job || '@' || e.key, e.job, warren.wp_enqueue_at(e.at, t0),
                    warren.wp_enqueue_at(e.at, t0), 'planned', 'enqueue', nullif(e.payload, 'null'),
                    e.tenant
-              FROM e ORDER BY e.i
+              FROM e ORDER BY (e.job || '@' || e.key) COLLATE "C", e.i
             ON CONFLICT ON CONSTRAINT runs_run_key DO NOTHING
             RETURNING rr.run_key
         )
@@ -334,10 +538,29 @@ BEGIN
     EXCEPTION WHEN datetime_field_overflow OR invalid_datetime_format OR
                    invalid_time_zone_displacement_value THEN
         p := warren.wp_enqueue_bad_run_at(a);
-        PERFORM warren.wp_enqueue_fail('warren.enqueue_many', coalesce(p, SQLERRM));
+        PERFORM warren.wp_enqueue_fail('warren.enqueue_many', coalesce(p, left(SQLERRM, 200)));
+    WHEN serialization_failure THEN
+        PERFORM warren.wp_enqueue_retry('warren.enqueue_many',
+            'a key of runs was enqueued by a transaction that committed');
     END;
     IF made IS NOT NULL THEN
         PERFORM pg_notify('warren_jobs', 'enqueue'); -- at commit; nothing on rollback
+    END IF;
+    -- A key held by a run outside the caller's tenants: a refusal naming the
+    -- first such element, never that run's state.
+    IF NOT priv AND coalesce(cardinality(made), 0) < n THEN
+        SELECT format('runs[%s]: may not enqueue key %s on job %s: a run outside its tenants '
+                      'holds it (choose another key)', x.ord - 1, warren.wp_enqueue_show(x.key),
+                      warren.wp_enqueue_show(x.job)) INTO p
+          FROM ROWS FROM (jsonb_to_recordset(a) AS (job text, key text))
+               WITH ORDINALITY AS x(job, key, ord)
+          JOIN warren.runs rr ON rr.run_key = x.job || '@' || x.key
+         WHERE NOT (rr.run_key = ANY (coalesce(made, '{}'))) AND NOT warren.wp_producer_tenant_ok(rr.tenant)
+         ORDER BY x.ord LIMIT 1;
+        IF p IS NOT NULL THEN
+            RAISE EXCEPTION '%', warren.wp_producer_refusal('warren.enqueue_many', p)
+                USING ERRCODE = '42501';
+        END IF;
     END IF;
     -- A new statement: it sees the rows just inserted, and those a concurrent
     -- transaction committed while the INSERT waited for them.
@@ -370,5 +593,6 @@ $fn$;
 COMMENT ON FUNCTION warren.enqueue_many(jsonb) IS
     'warren.enqueue for a JSON array of {job, key, run_at, payload, tenant}, set-based: every '
     'element checked first (22023 naming runs[i] and the field; nothing written), then one '
-    'INSERT. One row per element in array order: idx (0-based), run_key, created, the holding '
-    'run''s state and scheduled_at';
+    'INSERT in run key order (no two calls deadlock). One row per element in array order: idx '
+    '(0-based), run_key, created, the holding run''s state and scheduled_at. 42501 names the '
+    'first element outside the login''s producer grants; 40001 as warren.enqueue';
