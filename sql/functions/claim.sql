@@ -546,8 +546,18 @@ BEGIN
                array_agg(x.k) FILTER (WHERE x.k IS NOT NULL)
           INTO locks, skipk
           FROM (WITH kr AS (
-                    SELECT rr.job, rr.tenant, rr.run_key FROM unnest(tids) kk(tid)
-                      JOIN warren.runs rr ON rr.ctid = kk.tid
+                    -- By key, not by the first pass's TIDs: a row updated
+                    -- since (the relay's `published` mark, written after
+                    -- the broker's ack, so often while the worker already
+                    -- claims) has a new TID, and a key missed here took no
+                    -- lock: its per-key claim only tried the lock, found it
+                    -- held by another claim or a completion of the group,
+                    -- and gave no row with nothing written (its only
+                    -- message acknowledged, the run stranded `published`
+                    -- until the reconciler's republish, 30 s).
+                    SELECT rr.job, rr.tenant, rr.run_key
+                      FROM (SELECT DISTINCT x AS k FROM unnest(keys) x) kk
+                      JOIN warren.runs rr ON rr.run_key = kk.k
                      WHERE rr.state IN ('planned', 'published', 'retrying')
                         OR (rr.state = 'running' AND rr.lease_until < clock_timestamp())
                 ), jc AS (
