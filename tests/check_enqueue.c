@@ -446,6 +446,30 @@ static const struct {
     {"warren.enqueue_many((SELECT jsonb_agg(jsonb_build_object('job', 'mail', 'key', 'k' || g)) "
      "FROM generate_series(1, 100001) g))",
      "22023", "runs has 100001 elements; at most 100000 per call"},
+    /* issue 33 item 14: what a run message cannot carry */
+    {"warren.enqueue('mail', 'k', NULL, '{\"n\": 18446744073709551616}')", "22023",
+     "warren.enqueue: payload has the integer 18446744073709551616, outside the 64-bit range"},
+    {"warren.enqueue('mail', 'k', '0100-01-01 00:00:00+00 BC')", "22023",
+     "warren.enqueue: run_at 0100-01-01 00:00:00+00 BC is outside years 1-9999 UTC"},
+    {"warren.enqueue('mail', 'k', '9999-12-31 23:59:59.9999+00')", "22023",
+     "run_at 10000-01-01 00:00:00+00 is outside years 1-9999 UTC"},
+    {"warren.enqueue_many('[{\"job\": \"mail\", \"key\": \"a\"}, {\"job\": \"mail\", "
+     "\"key\": \"b\", \"payload\": {\"x\": [-18446744073709551616]}}]')",
+     "22023", "runs[1]: payload has the integer -18446744073709551616"},
+    {"warren.enqueue_many('[{\"job\": \"mail\", \"key\": \"k\", \"run_at\": "
+     "\"0001-01-01T00:00:00+01:00\"}]')",
+     "22023", "runs[0]: run_at 0001-12-31 23:00:00+00 BC is outside years 1-9999 UTC"},
+    /* item 15: at most 80 characters of a bad value, no control character */
+    {"warren.enqueue(E'a\\nINJECTED', 'k')", "22023", "job \"a?INJECTED\" does not exist"},
+    {"warren.enqueue(repeat('j', 10000), 'k')", "22023", "\"... (10000 characters) does not exist"},
+    {"warren.enqueue('mail', '2026-01-01T00:00:00' || repeat('x', 180))", "22023",
+     "\"... (199 characters) begins with a time"},
+    {"warren.enqueue_many(jsonb_build_array(jsonb_build_object('job', E'x\\nINJ' || repeat('y', "
+     "5000), 'key', 'k')))",
+     "22023", "runs[0]: job \"x?INJyyy"},
+    {"warren.enqueue_many(jsonb_build_array(jsonb_build_object('job', 'mail', 'key', 'k', "
+     "E'bo\\ngus' || repeat('y', 5000), 1)))",
+     "22023", "runs[0] has the unknown field \"bo?gusyyy"},
 };
 
 START_TEST(test_enqueue_refuses_bad_input_naming_the_field_and_writes_nothing)
@@ -469,6 +493,12 @@ START_TEST(test_enqueue_refuses_bad_input_naming_the_field_and_writes_nothing)
                       msg ? msg : "");
         ck_assert_msg(msg != NULL && strstr(msg, bad_calls[i].message) != NULL,
                       "%s: message \"%s\" lacks \"%s\"", sql, msg ? msg : "", bad_calls[i].message);
+        /* no control character; a bad value echoed at most 80 characters
+         * (the longest fixed text is under 300) */
+        for (const char *m = msg; *m != '\0'; m++)
+            ck_assert_msg((unsigned char)*m >= 0x20 && *m != 0x7f,
+                          "%s: control character in \"%s\"", sql, msg);
+        ck_assert_msg(strlen(msg) <= 420, "%s: message of %zu characters", sql, strlen(msg));
         PQclear(r);
         free(sql);
     }
