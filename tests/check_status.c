@@ -587,7 +587,7 @@ START_TEST(test_status_bulk_forms_probe_indexes)
      * and last runs through runs_history and runs_job; the only sequential
      * scan of runs is the test's own ORDER BY ... LIMIT, none of jobs. */
     static const char *const wanted[] = {
-        "Index Cond: (run_key = k.rk)",
+        "Index Cond: (run_key = n.rk)",
         "Index Cond: (name = n.nm)",
         "Index Scan Backward using runs_job on runs",
         "Index Scan Backward using runs_history on runs",

@@ -213,20 +213,39 @@ BEGIN
     PERFORM warren.wp_status_check(fn, what, run_keys);
     PERFORM warren.wp_producer_require(fn);
     priv := warren.wp_privileged();
+    -- The runs first, one primary-key probe per key (LIMIT 1: a subquery
+    -- the planner cannot turn into a join, so it never hashes all of
+    -- warren.runs when the array is large); then the scope, once per
+    -- distinct job and tenant among them (a batch usually holds a few jobs
+    -- and tenants: the checks cost far more than the probes).
     RETURN QUERY
-    SELECT (k.ord - 1)::int, k.rk, r.job, coalesce(r.state, 'unknown'), r.attempt, r.last_error,
-           r.scheduled_at, r.due_at, r.started_at, r.finished_at, r.note
-      FROM unnest(run_keys) WITH ORDINALITY k(rk, ord)
-      LEFT JOIN LATERAL (
-          SELECT x.job, x.state, x.attempt, x.last_error, x.scheduled_at, x.due_at,
-                 x.started_at, x.finished_at, x.note
-            FROM warren.runs x JOIN warren.jobs jb ON jb.name = x.job
-           WHERE x.run_key = k.rk
-             AND (priv OR (warren.wp_producer_job_ok(jb)
-                           AND warren.wp_producer_tenant_ok(coalesce(x.tenant, jb.tenant))))
-           -- LIMIT 1: each key an index probe (see wp_job_statuses)
-           LIMIT 1) r ON true
-     ORDER BY k.ord;
+    WITH k AS MATERIALIZED (
+        SELECT n.ord, n.rk, x.*
+          FROM unnest(run_keys) WITH ORDINALITY n(rk, ord)
+          LEFT JOIN LATERAL (
+              SELECT r.job, r.tenant, r.state, r.attempt, r.last_error, r.scheduled_at,
+                     r.due_at, r.started_at, r.finished_at, r.note
+                FROM warren.runs r WHERE r.run_key = n.rk LIMIT 1) x ON true
+    ), scope AS MATERIALIZED (
+        SELECT d.job, d.tenant,
+               (SELECT warren.wp_producer_job_ok(jb)
+                       AND warren.wp_producer_tenant_ok(coalesce(d.tenant, jb.tenant))
+                  FROM warren.jobs jb WHERE jb.name = d.job) AS ok
+          FROM (SELECT DISTINCT k.job, k.tenant FROM k WHERE k.job IS NOT NULL AND NOT priv) d
+    ), v AS (
+        SELECT k.*, k.job IS NOT NULL AND (priv OR coalesce(sc.ok, false)) AS seen
+          FROM k LEFT JOIN scope sc
+            ON sc.job = k.job AND sc.tenant IS NOT DISTINCT FROM k.tenant
+    )
+    SELECT (v.ord - 1)::int, v.rk,
+           CASE WHEN v.seen THEN v.job END,
+           CASE WHEN v.seen THEN v.state ELSE 'unknown' END,
+           CASE WHEN v.seen THEN v.attempt END, CASE WHEN v.seen THEN v.last_error END,
+           CASE WHEN v.seen THEN v.scheduled_at END, CASE WHEN v.seen THEN v.due_at END,
+           CASE WHEN v.seen THEN v.started_at END, CASE WHEN v.seen THEN v.finished_at END,
+           CASE WHEN v.seen THEN v.note END
+      FROM v
+     ORDER BY v.ord;
 END
 $fn$;
 COMMENT ON FUNCTION warren.wp_run_statuses(text, text, text[]) IS
