@@ -64,8 +64,10 @@ int warren_store_timed_out(const warren_store *st);
 /* Applies the migrations DIR/migrations/NNN_*.sql not yet recorded in
  * warren.schema_migrations, in order, then every function file DIR/functions.sql
  * lists ("\ir functions/NAME.sql" lines; every DIR/functions/ *.sql must be
- * listed), all in one transaction under a session advisory lock (two
- * migrates at once serialise). The function files are applied by every
+ * listed), all in one transaction under the migration lock
+ * (warren.schema_migrations locked IN SHARE ROW EXCLUSIVE MODE, which only
+ * the schema's owner or a superuser can take: two migrates at once
+ * serialise, and no other login can delay one). The function files are applied by every
  * migrate, also when no migration is pending; not on a database with a
  * migration newer than any in DIR (a warning: they would be older than its
  * functions). *applied (may be NULL) gets the number of migrations applied
@@ -84,12 +86,6 @@ int warren_store_has_migration(warren_store *st, int version, warren_error *err)
  * "warren.run_states(text[])") exists, 0 if not, <0 on a database error.
  * Needs no privilege on the function: a worker login may ask. */
 int warren_store_has_function(warren_store *st, const char *signature, warren_error *err);
-
-/* The advisory lock keys (bigint) held by migrate (session lock) and sync
- * (transaction lock); other tools changing the schema or the jobs may take
- * them too. */
-#define WARREN_MIGRATE_LOCK_KEY "8243214190722195001"
-#define WARREN_SYNC_LOCK_KEY "8243214190722195002"
 
 /* What sync did, by job name (arrays and names are new; free with
  * warren_sync_report_free). */
@@ -137,7 +133,9 @@ void warren_sync_report_free(warren_sync_report *r);
  * paused_by_template, runs cancelled as by a pause); a template back in the
  * config resumes exactly those. A config job named like a live API job is an
  * error (WARREN_EINVAL, nothing changed).
- * Two syncs at once serialise (WARREN_SYNC_LOCK_KEY). Errors: WARREN_EDB
+ * Two syncs at once serialise (LOCK TABLE warren.sync_state); each lock
+ * wait is bounded by 10 s (WARREN_ETIMEOUT; warren_ops_sync in ops.h sets
+ * the bound and take-over). Errors: WARREN_EDB
  * (e.g. a value the schema rejects; nothing is changed), WARREN_EDBCONN. */
 int warren_store_sync(warren_store *st, const warren_config *cfg, warren_sync_report *report,
                       warren_error *err);

@@ -25,7 +25,9 @@
 --   every run it enqueues has a tenant starting with the prefix (a tenant is
 --   then required), and it acts only on jobs and runs of such tenants.
 -- Checked inside each SECURITY DEFINER API function against session_user
--- (SET ROLE does not change it). Refusals are 42501.
+-- (SET ROLE does not change it). Refusals are 42501. session_user is a
+-- name, collation "C": compared as text in the database's collation so that
+-- the lookups use the tables' indexes (a filter over every grant otherwise).
 
 -- ------------------------------------------------------------ who
 
@@ -34,7 +36,7 @@ CREATE OR REPLACE FUNCTION warren.wp_producer_require(fn text)
 RETURNS void LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF warren.wp_privileged()
-       OR EXISTS (SELECT 1 FROM warren.producer_logins l WHERE l.login = session_user) THEN
+       OR EXISTS (SELECT 1 FROM warren.producer_logins l WHERE l.login = (session_user::text COLLATE "default")) THEN
         RETURN;
     END IF;
     RAISE EXCEPTION '%: login "%" has no producer grants in database "%": an operator grants '
@@ -65,7 +67,7 @@ RETURNS boolean LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS
 BEGIN
     RETURN warren.wp_privileged()
         OR EXISTS (SELECT 1 FROM warren.producer_grants g
-                    WHERE g.login = session_user AND g.kind = 'template'
+                    WHERE g.login = (session_user::text COLLATE "default") AND g.kind = 'template'
                       AND g.name = wp_producer_template_ok.template);
 END
 $$;
@@ -82,7 +84,7 @@ BEGIN
         RETURN true;
     END IF;
     SELECT true, l.tenant_prefix INTO found_, p
-      FROM warren.producer_logins l WHERE l.login = session_user;
+      FROM warren.producer_logins l WHERE l.login = (session_user::text COLLATE "default");
     IF found_ IS NULL THEN
         RETURN false;
     END IF;
@@ -107,14 +109,14 @@ BEGIN
         -- before migration 012 (created_by NULL) is no producer's
         RETURN coalesce(warren.wp_producer_template_ok(j.template)
                         AND warren.wp_producer_tenant_ok(j.tenant)
-                        AND (j.created_by = session_user
+                        AND (j.created_by = (session_user::text COLLATE "default")
                              OR warren.wp_producer_grant_key(j.created_by)
                                 = warren.wp_producer_grant_key(session_user)), false);
     ELSIF j.is_template THEN
         RETURN warren.wp_producer_template_ok(j.name);
     END IF;
     RETURN EXISTS (SELECT 1 FROM warren.producer_grants g
-                    WHERE g.login = session_user AND g.kind = 'job' AND g.name = j.name);
+                    WHERE g.login = (session_user::text COLLATE "default") AND g.kind = 'job' AND g.name = j.name);
 END
 $$;
 COMMENT ON FUNCTION warren.wp_producer_job_ok(warren.jobs) IS
@@ -127,7 +129,7 @@ RETURNS text LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     p text;
 BEGIN
-    SELECT l.tenant_prefix INTO p FROM warren.producer_logins l WHERE l.login = session_user;
+    SELECT l.tenant_prefix INTO p FROM warren.producer_logins l WHERE l.login = (session_user::text COLLATE "default");
     RETURN format('%s: login "%s" %s (its producer grants in database "%s": `warren '
                   'grant-producer %s` lists them%s; an operator changes them with `warren '
                   'grant-producer`, docs/api-jobs.md "Producer grants")', fn, session_user, what,
