@@ -407,6 +407,9 @@ DECLARE
     priv boolean := warren.wp_privileged();
     rc boolean := current_setting('transaction_isolation') = 'read committed';
     digits boolean;
+    okjobs text[];    -- not privileged: the distinct jobs of runs in its scope
+    oktenants text[]; -- and the distinct effective tenants (not NULL) within it
+    nullok boolean;   -- and whether a NULL tenant is
 BEGIN
     IF NOT priv THEN
         PERFORM warren.wp_producer_require('warren.enqueue_many');
@@ -446,6 +449,23 @@ BEGIN
                 'a job of runs was changed (by the planner, `warren sync`, a pause or a delete)');
         END;
     END IF;
+    -- The scope, once per distinct job and tenant (not per element: each is a
+    -- plpgsql call with its own lookups), joined below.
+    IF NOT priv THEN
+        SELECT coalesce(array_agg(jb.name), '{}') INTO okjobs
+          FROM warren.jobs jb
+         WHERE jb.name IN (SELECT o.v->>'job' FROM jsonb_array_elements(a) o(v)
+                            WHERE jsonb_typeof(o.v) = 'object')
+           AND warren.wp_producer_job_ok(jb);
+        SELECT coalesce(array_agg(t.t), '{}') INTO oktenants
+          FROM (SELECT DISTINCT coalesce(d.t, jb.tenant) AS t
+                  FROM (SELECT DISTINCT o.v->>'job' AS j, o.v->>'tenant' AS t
+                          FROM jsonb_array_elements(a) o(v)
+                         WHERE jsonb_typeof(o.v) = 'object') d
+                  LEFT JOIN warren.jobs jb ON jb.name = d.j) t
+         WHERE t.t IS NOT NULL AND warren.wp_producer_tenant_ok(t.t);
+        nullok := warren.wp_producer_tenant_ok(NULL);
+    END IF;
     -- Shapes and types, then the values, element by element in one pass:
     -- the first problem in array order. A scope refusal (non-privileged
     -- logins only) is marked '!' and raised as 42501.
@@ -482,7 +502,7 @@ BEGIN
               WHEN coalesce(jsonb_typeof(o.v->'payload'), 'null') NOT IN ('object', 'null') THEN
                   format('.payload must be a JSON object or null (the job''s payload), not a '
                          'JSON %s', jsonb_typeof(o.v->'payload'))
-              WHEN NOT priv AND (jb.name IS NULL OR NOT warren.wp_producer_job_ok(jb)) THEN
+              WHEN NOT priv AND okj.n IS NULL THEN
                   format('!may not enqueue on job %s: no such job, or not one it is granted (a '
                          'config job needs --job, a template --template; an API job must be '
                          'its own)', warren.wp_enqueue_show(o.v->>'job'))
@@ -493,8 +513,8 @@ BEGIN
                       warren.wp_enqueue_run_at_problem(o.v->>'run_at', t0) END,
                   warren.wp_enqueue_payload_problem(nullif(o.v->'payload', 'null'), digits),
                   warren.wp_enqueue_tenant_problem(o.v->>'tenant')),
-                  CASE WHEN NOT priv AND NOT warren.wp_producer_tenant_ok(
-                                coalesce(o.v->>'tenant', jb.tenant)) THEN
+                  CASE WHEN NOT priv AND okt.t IS NULL
+                            AND NOT (coalesce(o.v->>'tenant', jb.tenant) IS NULL AND nullok) THEN
                       format('!may not enqueue runs of tenant %s on job %s (give a tenant within '
                              'its prefix)', warren.wp_enqueue_show(coalesce(o.v->>'tenant',
                                                                             jb.tenant)),
@@ -502,7 +522,9 @@ BEGIN
               END AS problem
               FROM jsonb_array_elements(a) WITH ORDINALITY o(v, ord)
               LEFT JOIN warren.jobs jb
-                ON jsonb_typeof(o.v) = 'object' AND jb.name = o.v->>'job') x
+                ON jsonb_typeof(o.v) = 'object' AND jb.name = o.v->>'job'
+              LEFT JOIN unnest(okjobs) okj(n) ON okj.n = jb.name
+              LEFT JOIN unnest(oktenants) okt(t) ON okt.t = coalesce(o.v->>'tenant', jb.tenant)) x
      WHERE x.problem IS NOT NULL
      ORDER BY x.i LIMIT 1;
     IF left(p, 1) = '!' THEN
@@ -555,7 +577,10 @@ BEGIN
           FROM ROWS FROM (jsonb_to_recordset(a) AS (job text, key text))
                WITH ORDINALITY AS x(job, key, ord)
           JOIN warren.runs rr ON rr.run_key = x.job || '@' || x.key
-         WHERE NOT (rr.run_key = ANY (coalesce(made, '{}'))) AND NOT warren.wp_producer_tenant_ok(rr.tenant)
+          LEFT JOIN unnest(made) m(k) ON m.k = rr.run_key
+          LEFT JOIN unnest(oktenants) okt(t) ON okt.t = rr.tenant
+         WHERE m.k IS NULL AND okt.t IS NULL
+           AND NOT (rr.tenant IS NULL AND nullok) AND NOT warren.wp_producer_tenant_ok(rr.tenant)
          ORDER BY x.ord LIMIT 1;
         IF p IS NOT NULL THEN
             RAISE EXCEPTION '%', warren.wp_producer_refusal('warren.enqueue_many', p)
