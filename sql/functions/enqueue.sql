@@ -502,7 +502,7 @@ BEGIN
               WHEN coalesce(jsonb_typeof(o.v->'payload'), 'null') NOT IN ('object', 'null') THEN
                   format('.payload must be a JSON object or null (the job''s payload), not a '
                          'JSON %s', jsonb_typeof(o.v->'payload'))
-              WHEN NOT priv AND okj.n IS NULL THEN
+              WHEN NOT priv AND NOT coalesce(jb.name = ANY (okjobs), false) THEN
                   format('!may not enqueue on job %s: no such job, or not one it is granted (a '
                          'config job needs --job, a template --template; an API job must be '
                          'its own)', warren.wp_enqueue_show(o.v->>'job'))
@@ -513,8 +513,10 @@ BEGIN
                       warren.wp_enqueue_run_at_problem(o.v->>'run_at', t0) END,
                   warren.wp_enqueue_payload_problem(nullif(o.v->'payload', 'null'), digits),
                   warren.wp_enqueue_tenant_problem(o.v->>'tenant')),
-                  CASE WHEN NOT priv AND okt.t IS NULL
-                            AND NOT (coalesce(o.v->>'tenant', jb.tenant) IS NULL AND nullok) THEN
+                  CASE WHEN NOT priv AND NOT CASE
+                          WHEN coalesce(o.v->>'tenant', jb.tenant) IS NULL THEN nullok
+                          ELSE coalesce(o.v->>'tenant', jb.tenant) IN (SELECT unnest(oktenants))
+                          END THEN
                       format('!may not enqueue runs of tenant %s on job %s (give a tenant within '
                              'its prefix)', warren.wp_enqueue_show(coalesce(o.v->>'tenant',
                                                                             jb.tenant)),
@@ -523,8 +525,7 @@ BEGIN
               FROM jsonb_array_elements(a) WITH ORDINALITY o(v, ord)
               LEFT JOIN warren.jobs jb
                 ON jsonb_typeof(o.v) = 'object' AND jb.name = o.v->>'job'
-              LEFT JOIN unnest(okjobs) okj(n) ON okj.n = jb.name
-              LEFT JOIN unnest(oktenants) okt(t) ON okt.t = coalesce(o.v->>'tenant', jb.tenant)) x
+) x
      WHERE x.problem IS NOT NULL
      ORDER BY x.i LIMIT 1;
     IF left(p, 1) = '!' THEN
