@@ -428,6 +428,10 @@ int cli_revoke_producer(int argc, char **argv)
 
 /* ------------------------------------------------------------ tenant caps */
 
+/* Not dispatched yet (src/main.c): the claim does not read an operator's
+ * tenant cap until the migration that adds warren.set_tenant_cap and its
+ * table lands (issue 33 item 17, left open). */
+
 static const char tenant_cap_usage[] =
     "usage: warren tenant-cap [-c FILE] [--database URL] TENANT N\n"
     "       warren tenant-cap [-c FILE] [--database URL] TENANT off|--remove\n"

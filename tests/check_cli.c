@@ -491,7 +491,7 @@ START_TEST(test_grant_producer_grants_lists_and_revoke_producer_takes_away)
 END_TEST
 
 /* Usage errors exit 2 without touching the database; an unknown role exits 1. */
-START_TEST(test_producer_and_tenant_cap_commands_refuse_bad_input)
+START_TEST(test_producer_grant_commands_refuse_bad_input)
 {
     static const struct {
         const char *args, *err;
@@ -508,13 +508,6 @@ START_TEST(test_producer_and_tenant_cap_commands_refuse_bad_input)
          "no role \"warren_no_such_login_zz\"", 1},
         {"revoke-producer", "give the LOGIN", 2},
         {"revoke-producer x --tenant-prefix p", "unknown argument \"--tenant-prefix\"", 2},
-        {"tenant-cap 'a b' 3", "\"a b\" is not a tenant name", 2},
-        {"tenant-cap acme 0", "N \"0\" is not a cap", 2},
-        {"tenant-cap acme -1", "unknown argument \"-1\"", 2},
-        {"tenant-cap acme many", "N \"many\" is not a cap", 2},
-        {"tenant-cap acme 3 4", "too many arguments", 2},
-        {"tenant-cap --remove", "--remove needs the TENANT", 2},
-        {"tenant-cap acme 3 --remove", "--remove takes the TENANT alone", 2},
     };
     env e;
     env_setup(&e);
@@ -558,7 +551,7 @@ static Suite *cli_suite(void)
 
     tc = tcase_create("producer_grants");
     tcase_add_test(tc, test_grant_producer_grants_lists_and_revoke_producer_takes_away);
-    tcase_add_test(tc, test_producer_and_tenant_cap_commands_refuse_bad_input);
+    tcase_add_test(tc, test_producer_grant_commands_refuse_bad_input);
     suite_add_tcase(s, tc);
     return s;
 }
