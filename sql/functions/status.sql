@@ -61,6 +61,12 @@
 -- elements and no NULL element. fn names the function; what the argument
 -- (names, run_keys), or for a single form the one that is NULL (name, job,
 -- key) with a one-element array.
+-- The SQL-language functions below read columns of later migrations; a
+-- stepwise migrate applies the function files on every intermediate schema,
+-- where their bodies cannot be checked yet: checked at their first call
+-- instead (as pg_dump restores do). Reset at the end of this file.
+SET LOCAL check_function_bodies = off;
+
 CREATE OR REPLACE FUNCTION warren.wp_status_check(fn text, what text, a text[])
 RETURNS void LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -315,3 +321,5 @@ $fn$;
 COMMENT ON FUNCTION warren.run_statuses(text[]) IS
     'warren.run_status for each of up to 10000 whole run keys (JOB@KEY): one row per element, '
     'in order, idx from 0';
+
+RESET check_function_bodies;
