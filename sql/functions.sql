@@ -12,6 +12,7 @@
 \ir functions/producer.sql
 \ir functions/outbox.sql
 \ir functions/retry.sql
+\ir functions/locks.sql
 \ir functions/caps.sql
 \ir functions/claim.sql
 \ir functions/lease.sql

@@ -19,12 +19,12 @@
 
 /* warren.claim_many: claimed rows come back keyed by run key. */
 #define SQL_CLAIM_BATCH                                                                            \
-    "SELECT run_key, attempt, job, scheduled_at, payload, lease_seconds "                          \
+    "SELECT run_key, attempt, job, scheduled_at, payload, lease_seconds, template "                \
     "FROM warren.claim_many($1::text[], $2::text)"
 
 /* warren.reclaim_many: the same, for runs whose claim answer was lost. */
 #define SQL_RECLAIM_BATCH                                                                          \
-    "SELECT run_key, attempt, job, scheduled_at, payload, lease_seconds "                          \
+    "SELECT run_key, attempt, job, scheduled_at, payload, lease_seconds, template "                \
     "FROM warren.reclaim_many($1::text[], $2::text, $3::int)"
 
 #define SQL_HEARTBEAT_BATCH                                                                        \
@@ -187,6 +187,7 @@ static int claim_rows(warren_store *st, const char *stmt, const char *sql, const
         const char *key = warren__store_get_text(res, r, 0);
         const char *job = warren__store_get_text(res, r, 2);
         const char *payload = warren__store_get_text(res, r, 4);
+        const char *tmpl = warren__store_get_text(res, r, 6);
         if (key == NULL)
             continue;
         /* entries with this key in batch order: the first unclaimed one */
@@ -197,12 +198,14 @@ static int claim_rows(warren_store *st, const char *stmt, const char *sql, const
             if (warren__store_get_int(res, r, 1, &c->attempt) != 0 ||
                 warren__store_get_us(res, r, 3, &c->scheduled_at) != 0 ||
                 warren__store_get_int(res, r, 5, &c->lease_seconds) != 0 || job == NULL ||
-                strlen(job) > WARREN_JOB_NAME_MAX) {
+                strlen(job) > WARREN_JOB_NAME_MAX ||
+                (tmpl != NULL && strlen(tmpl) > WARREN_JOB_NAME_MAX)) {
                 rc = warren_error_set(err, WARREN_EDB, "claim %s: unexpected row from warren.%s",
                                       key, fn);
                 break;
             }
             snprintf(c->job, sizeof(c->job), "%s", job);
+            snprintf(c->handler, sizeof(c->handler), "%s", tmpl != NULL ? tmpl : job);
             c->payload_json = strdup(payload ? payload : "{}");
             if (c->payload_json == NULL) {
                 rc = warren_error_set(err, WARREN_ENOMEM, "out of memory");
@@ -1081,7 +1084,7 @@ out:
 /* ------------------------------------------------------------ take (one transaction) */
 
 #define SQL_TAKE_MANY                                                                              \
-    "SELECT run_key, attempt, job, scheduled_at, payload, lease_seconds, taken_at "                \
+    "SELECT run_key, attempt, job, scheduled_at, payload, lease_seconds, taken_at, template "      \
     "FROM warren.take_many($1::text[], $2)"
 #define SQL_FINISH_MANY "SELECT warren.finish_many($1::text[], $2, $3::timestamptz)"
 
@@ -1189,7 +1192,7 @@ static int take_try(warren_store *st, const char *worker, warren_take_run *runs,
                               PQerrorMessage(conn));
     if ((rc = pipeline_leave(conn, rc, 8, err)) != 0)
         goto out;
-    if (!res_ok(r1[0]) || !res_ok(r1[1]) || PQnfields(r1[1]) < 7) {
+    if (!res_ok(r1[0]) || !res_ok(r1[1]) || PQnfields(r1[1]) < 8) {
         rc = warren__store_fail(st, res_ok(r1[0]) ? r1[1] : r1[0], "take runs", err);
         if (rc == 0)
             rc = warren_error_set(err, WARREN_EDB, "take runs: unexpected answer");
@@ -1200,10 +1203,18 @@ static int take_try(warren_store *st, const char *worker, warren_take_run *runs,
         const char *job = warren__store_get_text(r1[1], row, 2);
         const char *payload = warren__store_get_text(r1[1], row, 4);
         const char *at = warren__store_get_text(r1[1], row, 6);
+        const char *tmpl = warren__store_get_text(r1[1], row, 7);
+        const char *handler = tmpl != NULL ? tmpl : job;
         for (size_t j = 0; key != NULL && j < m; j++) {
             warren_claim *c = &runs[live[j]].claim;
             if (taken[j] || strcmp(runs[live[j]].run_key, key) != 0)
                 continue;
+            /* The database says another config job's handler runs it (the
+             * message named the wrong template): not taken here; its claim
+             * then finds the right one, or refuses it (worker.c). */
+            if (handler == NULL || runs[live[j]].handler == NULL ||
+                strcmp(handler, runs[live[j]].handler) != 0)
+                break;
             warren_claim_clear(c);
             if (warren__store_get_int(r1[1], row, 1, &c->attempt) != 0 ||
                 warren__store_get_us(r1[1], row, 3, &c->scheduled_at) != 0 ||
@@ -1216,6 +1227,7 @@ static int take_try(warren_store *st, const char *worker, warren_take_run *runs,
                 goto rollback;
             }
             snprintf(c->job, sizeof(c->job), "%s", job);
+            snprintf(c->handler, sizeof(c->handler), "%s", handler);
             snprintf(taken_at, sizeof(taken_at), "%s", at);
             if ((c->payload_json = strdup(payload ? payload : "{}")) == NULL) {
                 rc = warren_error_set(err, WARREN_ENOMEM, "out of memory");

@@ -23,9 +23,12 @@ typedef struct warren_claim {
     int claimed;                       /* 0: no row (finished, leased, unknown, held back) */
     int attempt;                       /* the fencing token */
     char job[WARREN_JOB_NAME_MAX + 1]; /* the run's job */
-    warren_us scheduled_at;            /* whole seconds */
-    char *payload_json;                /* new (free()); the run's or job's payload */
-    int lease_seconds;                 /* the lease runs from the claim (database clock) */
+    /* The config job whose handler runs it (the database's word, never the
+     * message's): the job's template, else the job itself. */
+    char handler[WARREN_JOB_NAME_MAX + 1];
+    warren_us scheduled_at; /* whole seconds */
+    char *payload_json;     /* new (free()); the run's or job's payload */
+    int lease_seconds;      /* the lease runs from the claim (database clock) */
 } warren_claim;
 /* Frees payload_json and zeroes c; NULL allowed. */
 void warren_claim_clear(warren_claim *c);
@@ -139,6 +142,7 @@ enum {
  * claimed yet. */
 typedef struct warren_take_run {
     const char *run_key, *sql, *tag;
+    const char *handler; /* the config job whose sql this is: a run of another is not taken */
     int64_t timeout_ms;
     int fate;           /* out: WARREN_TAKE_* */
     int back_unknown;   /* out, BACK: its claim's answer was lost (it may be this worker's) */

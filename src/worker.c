@@ -458,13 +458,16 @@ static void slot_clocks(slot *s, const pend *p, int64_t start)
 void warren__slot_start(warren_worker *w, slot *s, pend *p, warren_claim *cl, int64_t claimed_mono)
 {
     warren_error e = {0};
+    char why[WARREN_ERROR_MSG_MAX];
     int rc;
+    /* The handler the database's answer names, never the message's. */
+    const warren_job *hj = warren__claimed_job(w, p, cl, why, sizeof(why));
 
     s->state = SLOT_RUNNING;
     s->tag = p->d.tag;
     s->gen = p->gen;
     snprintf(s->run_key, sizeof(s->run_key), "%s", p->msg.run_key);
-    s->job = p->job;
+    s->job = hj != NULL ? hj : p->job;
     s->claim = *cl;
     memset(cl, 0, sizeof(*cl));
     {
@@ -502,19 +505,15 @@ void warren__slot_start(warren_worker *w, slot *s, pend *p, warren_claim *cl, in
         }
     }
     slot_clocks(s, p, claimed_mono);
-    switch (s->job->handler) {
-    case WARREN_HANDLER_EXEC:
+    if (hj == NULL) {
+        s->kind = KIND_C; /* nothing started: the attempt fails with why */
+        rc = warren_error_set(&e, WARREN_EINVAL, "%s", why);
+    } else if (s->job->handler == WARREN_HANDLER_EXEC) {
         s->kind = KIND_EXEC;
         rc = warren__start_spawn(w, s, p->msg.due_at, &e); /* started by a pool thread */
-        break;
-    case WARREN_HANDLER_SQL:
-        s->kind = KIND_SQL;
+    } else {
+        s->kind = s->job->handler == WARREN_HANDLER_SQL ? KIND_SQL : KIND_C;
         rc = warren__start_thread(w, s, &e);
-        break;
-    default:
-        s->kind = KIND_C;
-        rc = warren__start_thread(w, s, &e);
-        break;
     }
     w->stats.started++;
     warren_log(w->lg, WARREN_LOG_DEBUG, "worker %s: started %s attempt %d", w->id, s->run_key,

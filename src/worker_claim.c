@@ -107,40 +107,10 @@ pend *warren__pq_at(warren_worker *w, size_t i)
 
 enum { JUDGED_OK = 0, JUDGED_BAD, JUDGED_FOREIGN };
 
-/* Checks a delivery. Returns JUDGED_OK if it is a run this worker can handle
- * (filling p); JUDGED_BAD for what is not a run of this queue (dead-lettered
- * at once); JUDGED_FOREIGN for a run this worker cannot handle but another
- * worker might (a job or in-process handler not in this worker's config: a
- * rolling deploy), which is given back (settle_foreign). The reason goes into
- * why. */
-static int judge(warren_worker *w, pend *p, char *why, size_t len)
+/* Whether config job j can be run by this worker for a delivery from
+ * queue q (NULL: any): JUDGED_OK, or JUDGED_BAD / JUDGED_FOREIGN with why. */
+static int job_usable(warren_worker *w, const warren_job *j, const char *q, char *why, size_t len)
 {
-    warren_error e = {0};
-    const warren_job *j;
-    const char *q = p->d.queue;
-
-    if (p->d.body_dropped > 0) {
-        snprintf(why, len,
-                 "malformed run message: body of %llu bytes exceeds the %d-byte limit (not kept)",
-                 (unsigned long long)p->d.body_dropped, WARREN_MSG_MAX_BODY);
-        return JUDGED_BAD;
-    }
-    if (warren_run_msg_decode(p->d.body ? p->d.body : "", p->d.body ? p->d.body_len : 0, &p->msg,
-                              &e) != 0) {
-        snprintf(why, len, "%s", e.message);
-        return JUDGED_BAD;
-    }
-    if (p->d.message_id != NULL && strcmp(p->d.message_id, p->msg.run_key) != 0) {
-        snprintf(why, len, "malformed run message: message_id \"%s\" differs from run_key \"%s\"",
-                 p->d.message_id, p->msg.run_key);
-        return JUDGED_BAD;
-    }
-    j = warren_config_job(w->cfg, p->msg.template_name ? p->msg.template_name : p->msg.job);
-    if (j == NULL) {
-        snprintf(why, len, "unknown job \"%s\": not in this worker's config (%s)", p->msg.job,
-                 w->cfg->path ? w->cfg->path : "config");
-        return JUDGED_FOREIGN;
-    }
     /* The consumer's queue is warren.ready.<job queue>: a run of another
      * queue was routed here by hand, or this worker's config differs from the
      * one synced (the job moved queues): foreign, like an unknown job. */
@@ -175,8 +145,73 @@ static int judge(warren_worker *w, pend *p, char *why, size_t len)
         snprintf(why, len, "job \"%s\" has no handler in this worker's config", j->name);
         return JUDGED_BAD;
     }
+    return JUDGED_OK;
+}
+
+/* Checks a delivery. Returns JUDGED_OK if it is a run this worker can handle
+ * (filling p); JUDGED_BAD for what is not a run of this queue (dead-lettered
+ * at once); JUDGED_FOREIGN for a run this worker cannot handle but another
+ * worker might (a job or in-process handler not in this worker's config: a
+ * rolling deploy), which is given back (settle_foreign). The reason goes into
+ * why. */
+static int judge(warren_worker *w, pend *p, char *why, size_t len)
+{
+    int rc;
+    warren_error e = {0};
+    const warren_job *j;
+    const char *q = p->d.queue;
+
+    if (p->d.body_dropped > 0) {
+        snprintf(why, len,
+                 "malformed run message: body of %llu bytes exceeds the %d-byte limit (not kept)",
+                 (unsigned long long)p->d.body_dropped, WARREN_MSG_MAX_BODY);
+        return JUDGED_BAD;
+    }
+    if (warren_run_msg_decode(p->d.body ? p->d.body : "", p->d.body ? p->d.body_len : 0, &p->msg,
+                              &e) != 0) {
+        snprintf(why, len, "%s", e.message);
+        return JUDGED_BAD;
+    }
+    if (p->d.message_id != NULL && strcmp(p->d.message_id, p->msg.run_key) != 0) {
+        snprintf(why, len, "malformed run message: message_id \"%s\" differs from run_key \"%s\"",
+                 p->d.message_id, p->msg.run_key);
+        return JUDGED_BAD;
+    }
+    /* Only a first look: the handler that runs is the one the claim's
+     * answer names (warren__claimed_job), never the message's. */
+    j = warren_config_job(w->cfg, p->msg.template_name ? p->msg.template_name : p->msg.job);
+    if (j == NULL) {
+        snprintf(why, len, "unknown job \"%s\": not in this worker's config (%s)", p->msg.job,
+                 w->cfg->path ? w->cfg->path : "config");
+        return JUDGED_FOREIGN;
+    }
+    if ((rc = job_usable(w, j, q, why, len)) != JUDGED_OK)
+        return rc;
     p->job = j;
     return JUDGED_OK;
+}
+
+const warren_job *warren__claimed_job(warren_worker *w, const pend *p, const warren_claim *cl,
+                                      char *why, size_t len)
+{
+    if (p->job != NULL && strcmp(cl->handler, p->job->name) == 0)
+        return p->job; /* what the message said, judged already */
+    const warren_job *j = warren_config_job(w->cfg, cl->handler);
+    if (j == NULL) {
+        snprintf(why, len,
+                 "run %s of job \"%s\" is handled by \"%s\" (the database's answer), which is not "
+                 "in this worker's config (%s); its message named \"%s\"",
+                 p->msg.run_key, cl->job, cl->handler, w->cfg->path ? w->cfg->path : "config",
+                 p->job != NULL ? p->job->name : "");
+        return NULL;
+    }
+    if (job_usable(w, j, p->d.queue, why, len) != JUDGED_OK)
+        return NULL;
+    warren_log(w->lg, WARREN_LOG_WARN,
+               "worker %s: run %s: its message named \"%s\", the database says \"%s\": running "
+               "the handler of \"%s\"",
+               w->id, p->msg.run_key, p->job != NULL ? p->job->name : "", cl->handler, j->name);
+    return j;
 }
 
 /* ------------------------------------------------------------ claims */

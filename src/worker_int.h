@@ -60,7 +60,9 @@ struct warren_handler_ctx {
     /* sql, not claimed yet: the pool thread's transaction takes, runs and
      * completes it (warren_store_take_sql_batch); its fate and claim come back */
     int take;
-    char *worker; /* take: the worker's name */
+    char *worker;  /* take: the worker's name */
+    char *handler; /* take: the config job whose sql this is (take_many's rows of another: not
+                      taken) */
     int take_fate, take_back_unknown;
     warren_claim take_claim;
     /* sql handler results */
@@ -202,6 +204,12 @@ static inline int free_slots(const warren_worker *w)
 /* ------------------------------------------------------------ worker.c */
 
 const handler_reg *warren__worker_find_reg(const warren_worker *w, const char *name);
+/* The config job whose handler runs the claimed run of delivery p: the one
+ * the database's answer names (cl->handler: the run's template, else its
+ * job), never the message's. NULL when this worker cannot run it (why says
+ * so: not in its config, another queue, a handler it lacks). */
+const warren_job *warren__claimed_job(warren_worker *w, const pend *p, const warren_claim *cl,
+                                      char *why, size_t len);
 /* The AMQP connection failed: drop it (and the pending deliveries whose tags
  * died with it) and reconnect after a backoff. */
 void warren__worker_broker_lost(warren_worker *w, const warren_error *e);

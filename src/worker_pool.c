@@ -47,6 +47,7 @@ void warren__ctx_free(warren_handler_ctx *c)
     free(c->db_url);
     free(c->sql_stmt_error);
     free(c->worker);
+    free(c->handler);
     warren_claim_clear(&c->take_claim);
     for (size_t i = 0; c->argv != NULL && c->argv[i] != NULL; i++)
         free(c->argv[i]);
@@ -343,6 +344,7 @@ static void sql_take_batch(warren_handler_ctx **cs, size_t n, int64_t *stmt_us)
         runs[i] = (warren_take_run){.run_key = cs[i]->run_key,
                                     .sql = cs[i]->sql,
                                     .tag = cs[i]->sql_tag,
+                                    .handler = cs[i]->handler,
                                     .timeout_ms = cs[i]->timeout_ms};
     if (warren_store_take_sql_batch(st, cs[0]->worker, runs, n, &e) != 0)
         snprintf(cs[0]->error, sizeof(cs[0]->error), "%s", e.message); /* for the loop's log */
@@ -686,7 +688,8 @@ int warren__start_thread(warren_worker *w, slot *s, warren_error *err)
         c->sql = strdup(s->job->sql);
         c->db_url = strdup(w->db_url ? w->db_url : "");
         c->take = s->take;
-        if (s->take && (c->worker = strdup(w->id)) == NULL) {
+        if (s->take &&
+            ((c->worker = strdup(w->id)) == NULL || (c->handler = strdup(s->job->name)) == NULL)) {
             warren__ctx_free(c);
             return warren_error_set(err, WARREN_ENOMEM, "out of memory");
         }

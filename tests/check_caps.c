@@ -611,7 +611,8 @@ START_TEST(test_caps_batches_with_tenants_in_opposite_key_orders_do_not_deadlock
              "('capt', '2026-01-01T00:00:03Z', now(), 'trigger', 'x'),"
              "('capt', '2026-01-01T00:00:04Z', now(), 'trigger', 'y')");
     PGconn *c = connect_ok(e.db), *a = connect_ok(e.db), *b = connect_ok(e.db);
-    exec_ok(c, "BEGIN; SELECT pg_advisory_xact_lock(hashtextextended('warren.cap:capt|y', 0))");
+    exec_ok(c, "SELECT warren.wp_cap_lock('capt', 'y', NULL, 5)"); /* makes the lock's row */
+    exec_ok(c, "BEGIN; SELECT warren.wp_cap_lock('capt', 'y', NULL, 5)");
     exec_ok(a, "SET deadlock_timeout = '100ms'");
     exec_ok(b, "SET deadlock_timeout = '100ms'");
     ck_assert_int_eq(PQsendQuery(a, "SELECT * FROM warren.claim_many(ARRAY["
@@ -664,7 +665,9 @@ START_TEST(test_caps_overlap_claim_many_and_a_completion_do_not_deadlock)
         PGconn *h = connect_ok(e.db), *m = connect_ok(e.db), *x = connect_ok(e.db);
         exec_ok(m, "SET deadlock_timeout = '100ms'");
         exec_ok(x, "SET deadlock_timeout = '100ms'");
-        exec_ok(h, "BEGIN; SELECT pg_advisory_xact_lock(hashtextextended('warren.cap:capt', 0))");
+        /* makes the lock's row */
+        exec_ok(h, "SELECT warren.wp_cap_lock('capt', NULL, 5, NULL)");
+        exec_ok(h, "BEGIN; SELECT warren.wp_cap_lock('capt', NULL, 5, NULL)");
         ck_assert_int_eq(PQsendQuery(m, "SELECT * FROM warren.claim_many("
                                         "ARRAY['capt@2026-01-01T00:00:02Z'], 'wm')"),
                          1);
@@ -707,7 +710,8 @@ START_TEST(test_caps_claim_and_claim_many_of_one_overlap_job_do_not_deadlock)
     PGconn *h = connect_ok(e.db), *m = connect_ok(e.db), *s1 = connect_ok(e.db);
     exec_ok(m, "SET deadlock_timeout = '100ms'");
     exec_ok(s1, "SET deadlock_timeout = '100ms'");
-    exec_ok(h, "BEGIN; SELECT pg_advisory_xact_lock(hashtextextended('warren.cap:capt', 0))");
+    exec_ok(h, "SELECT warren.wp_cap_lock('capt', NULL, 5, NULL)"); /* makes the lock's row */
+    exec_ok(h, "BEGIN; SELECT warren.wp_cap_lock('capt', NULL, 5, NULL)");
     ck_assert_int_eq(PQsendQuery(m, "SELECT * FROM warren.claim_many("
                                     "ARRAY['capt@2026-01-01T00:00:02Z'], 'wm')"),
                      1);

@@ -636,7 +636,7 @@ START_TEST(test_worker_takes_back_runs_whose_claim_answer_was_lost)
     char *wrap = testenv_fmt(
         "CREATE OR REPLACE FUNCTION warren.claim_many(run_keys text[], worker text) "
         "RETURNS TABLE(run_key text, attempt int, job text, scheduled_at timestamptz, "
-        "payload jsonb, lease_seconds int) LANGUAGE plpgsql AS $f$ BEGIN "
+        "payload jsonb, lease_seconds int, template text) LANGUAGE plpgsql AS $f$ BEGIN "
         "IF run_keys[1] LIKE 'la@%%' AND EXISTS (SELECT 1 FROM public.lose_answer) THEN "
         "  PERFORM n FROM public.dblink('%s', format('DELETE FROM public.lose_answer; "
         "SELECT count(*) FROM warren.claim_many_real(%%L::text[], %%L)', run_keys, worker)) "

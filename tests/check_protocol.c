@@ -841,25 +841,34 @@ START_TEST(test_claim_many_skips_behind_a_concurrent_claim_of_the_same_skip_job)
 }
 END_TEST
 
-/* Forks a session that holds advisory lock key (a bigint expression) for
- * hold_s seconds; returns once the lock is taken. */
-static pid_t hold_advisory_lock(const char *url, const char *key, double hold_s)
+/* Forks a session that holds the row lock_key of warren.claim_locks (a
+ * claim lock: sql/functions/locks.sql) for hold_s seconds; returns once it
+ * is held (the row made and committed first, so that "not lockable from
+ * here" means held). */
+static pid_t hold_claim_lock(const char *url, const char *lock_key, double hold_s)
 {
+    ck_assert_int_ge(
+        qn(url, "INSERT INTO warren.claim_locks VALUES ('%s') ON CONFLICT DO NOTHING", lock_key),
+        0);
     pid_t holder = fork();
     ck_assert_int_ge(holder, 0);
     if (holder == 0)
-        _exit(qn(url, "SELECT pg_advisory_lock(%s); SELECT pg_sleep(%g)", key, hold_s) < 0);
+        _exit(qn(url,
+                 "BEGIN; SELECT warren.wp_lock_row('%s', true, false); SELECT pg_sleep(%g); "
+                 "COMMIT",
+                 lock_key, hold_s) < 0);
     char *got = NULL;
     for (int i = 0; i < 100; i++) {
         free(got);
-        got = testenv_sql1f(url, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND "
-                                 "granted AND database = (SELECT oid FROM pg_database WHERE "
-                                 "datname = current_database())");
-        if (got != NULL && strcmp(got, "1") == 0)
+        got = testenv_sql1f(url,
+                            "SELECT count(*) FROM (SELECT 1 FROM warren.claim_locks WHERE "
+                            "lock_key = '%s' FOR UPDATE SKIP LOCKED) s",
+                            lock_key);
+        if (got != NULL && strcmp(got, "0") == 0)
             break;
         usleep(20000);
     }
-    ck_assert_str_eq(got, "1");
+    ck_assert_str_eq(got, "0");
     free(got);
     return holder;
 }
@@ -883,7 +892,7 @@ START_TEST(test_claim_many_does_not_claim_its_own_runs_twice)
                              "FROM generate_series(1, 2) g"),
                      2);
     /* the holder has the lock before the batch needs it */
-    pid_t holder = hold_advisory_lock(url, "hashtextextended('warren.overlap:j1', 0)", 1.5);
+    pid_t holder = hold_claim_lock(url, "o|j1", 1.5);
     /* RK2 (a second key of the skip job j1) keeps the per-key path in the
      * batch: the fast path claims RK, j1's smallest key. */
     add_run2(url);
@@ -909,7 +918,7 @@ static void wait_holder(pid_t holder)
 }
 
 /* claim_many and complete_many skip their cap/overlap lock pass when no key
- * needs it (a batch of uncapped `allow` runs takes no advisory lock), and
+ * needs it (a batch of uncapped `allow` runs makes and locks no claim lock), and
  * take it, waiting, before any row lock when one does: here an API job
  * whose cap is on its template (max_running = 2), not on its own row. A
  * batch that skipped the pass would only try the lock in its per-key
@@ -932,13 +941,14 @@ START_TEST(test_batch_calls_take_cap_locks_only_for_runs_that_need_them)
                 "('tpl.a', '2026-01-01T00:00:03Z', now(), 'trigger')"),
         0);
     add_run2(url);
-    /* Uncapped allow runs: claimed, no advisory lock taken. */
+    /* Uncapped allow runs: claimed, no claim lock taken (none made: a
+     * claim lock's row is made the first time it is taken). */
     ck_q(url, "1|0",
          "BEGIN; CREATE TEMP TABLE got ON COMMIT DROP AS SELECT * FROM "
          "warren.claim_many(ARRAY['" RK2 "'], 'w1'); SELECT (SELECT count(*) FROM got) || '|' || "
-         "(SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid())");
+         "(SELECT count(*) FROM warren.claim_locks WHERE lock_key NOT LIKE 'w|%%')");
     /* The template's lock held elsewhere: the batch waits for it, then claims both. */
-    pid_t holder = hold_advisory_lock(url, "hashtextextended('warren.cap:tpl', 0)", 1.0);
+    pid_t holder = hold_claim_lock(url, "c|tpl", 1.0);
     ck_q(url, "3",
          "SELECT count(*) FROM warren.claim_many(ARRAY['" RK "', 'tpl.a@2026-01-01T00:00:01Z', "
          "'tpl.a@2026-01-01T00:00:02Z'], 'w1')");
@@ -954,7 +964,7 @@ START_TEST(test_batch_calls_take_cap_locks_only_for_runs_that_need_them)
          "SELECT state FROM warren.runs WHERE run_key = 'tpl.a@2026-01-01T00:00:03Z'");
     /* Completing a capped run and an uncapped one while the lock is held
      * elsewhere: both recorded after the wait, and the waiting run released. */
-    holder = hold_advisory_lock(url, "hashtextextended('warren.cap:tpl', 0)", 1.0);
+    holder = hold_claim_lock(url, "c|tpl", 1.0);
     ck_q(url, "2",
          "SELECT count(*) FROM warren.complete_many(ARRAY['" RK "', "
          "'tpl.a@2026-01-01T00:00:01Z'], ARRAY[1, 1]) WHERE recorded");

@@ -53,6 +53,7 @@ static const struct {
     {"warren.run_statuses(text[])", "warren_producer"},
     /* The planner's and the operator's: their own connection (the owner). */
     {"warren.jobs_mark_replan()", ""},
+    {"warren.worker_grants_make_slots()", ""},
     {"warren.plan_note(text,text)", ""},
     {"warren.plan_utc(timestamp with time zone)", ""},
     {"warren.reap_expired_leases(integer)", ""},
@@ -90,6 +91,8 @@ static const struct {
     {"warren.wp_backoff_ms(bigint,bigint,integer)", ""},
     {"warren.wp_cap_label(text)", ""},
     {"warren.wp_cap_lock(text,text,integer,integer,boolean)", ""},
+    {"warren.wp_lock_row(text,boolean,boolean)", ""},
+    {"warren.wp_make_lock_row(text)", ""},
     {"warren.wp_overlap_lock(text,boolean)", ""},
     {"warren.wp_cap_release(text,text,boolean)", ""},
     {"warren.wp_cap_release_all(integer)", ""},

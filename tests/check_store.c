@@ -793,7 +793,9 @@ START_TEST(test_store_migrations_hold_schema_and_function_files_hold_functions)
      * (both databases run it): migrations create no function (but run_key,
      * which runs.run_key was generated from, runs_fill_key, the trigger
      * that fills it in since 012, and jobs_mark_replan, the trigger that
-     * marks warren.jobs.replan since 017: part of their tables) and grant nothing; function
+     * marks warren.jobs.replan since 017, and worker_grants_make_slots, the
+     * trigger that makes a granted login's wait slots since 019: part of
+     * their tables) and grant nothing; function
      * files change no table. */
     static const char *const not_in_migrations[] = {"FUNCTION WARREN.", "GRANT ", "REVOKE ",
                                                     "CREATE ROLE"};
@@ -801,7 +803,8 @@ START_TEST(test_store_migrations_hold_schema_and_function_files_hold_functions)
         const char *file, *function;
     } table_functions[] = {{"001_schema.sql", "FUNCTION WARREN.RUN_KEY("},
                            {"012_api_jobs.sql", "FUNCTION WARREN.RUNS_FILL_KEY("},
-                           {"017_jobs_replan.sql", "FUNCTION WARREN.JOBS_MARK_REPLAN("}};
+                           {"017_jobs_replan.sql", "FUNCTION WARREN.JOBS_MARK_REPLAN("},
+                           {"019_claim_locks.sql", "FUNCTION WARREN.WORKER_GRANTS_MAKE_SLOTS("}};
     static const char *const not_in_functions[] = {"CREATE TABLE", "ALTER TABLE", "CREATE INDEX",
                                                    "CREATE UNIQUE INDEX", "DROP TABLE"};
     const char *dirs[2] = {SQL_DIR "/migrations", SQL_DIR "/functions"};

@@ -4,7 +4,8 @@
  * application's open transaction that called the Job API makes sync give up
  * after its lock timeout, naming that session, with nothing changed; a
  * config job named like an application's API job stops sync with the way
- * out, and `--take-over NAME` takes it. Run as a user runs them: the
+ * out, and `--take-over NAME` takes it. The same logins holding the keys
+ * claims took before migration 019 cannot delay a claim. Run as a user runs them: the
  * `warren` program against a real PostgreSQL. */
 #include <check.h>
 #include <libpq-fe.h>
@@ -237,6 +238,105 @@ START_TEST(test_logins_holding_the_old_advisory_keys_delay_neither_sync_nor_migr
 }
 END_TEST
 
+/* ------------------------------------------------------- claim locks */
+
+/* The keys of the advisory locks claims took before migration 019 (a cap
+ * group's, its tenant's, a job's overlap lock, a login's wait slots), held
+ * by a producer and by a worker of another queue, while both also try to
+ * lock the rows that replaced them (refused: only the owner may). A
+ * worker login granted the job's queue then claims runs of a capped `skip`
+ * job with a tenant at once, one claim sleeping until its run is due (a
+ * wait slot), and completes them. Before 019 the first claim waited on the
+ * held keys until its statement timeout, and the sleeping claim found its
+ * login's 64 wait slots taken (53400). */
+START_TEST(test_logins_holding_the_old_claim_keys_delay_no_claim)
+{
+    env e;
+    env_setup(&e);
+    write_config(&e, ",\n  { name = \"capped\"; every = \"1h\"; queue = \"q2\"; overlap = \"skip\";"
+                     " max_running = 1; max_running_per_tenant = 1; }");
+    cli_result r;
+    cli(&e, &r, "sync -c %s", e.cfg_path);
+    ck_assert_int_eq(r.rc, 0);
+    char *victim = testenv_unique_name("warren_sv");
+    execf(e.admin, "CREATE ROLE %s LOGIN IN ROLE warren_worker", victim);
+    execf(e.admin, "INSERT INTO warren.worker_grants (login, queue) VALUES ('%s', 'q2')", victim);
+    exec_ok(e.admin, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) VALUES "
+                     "('capped', '2026-01-01T00:00:01Z', now(), 'trigger', 'acme'),"
+                     "('capped', '2026-01-01T00:00:02Z', now() + interval '3 seconds', "
+                     "'trigger', 'acme')");
+
+    PGconn *p = connect_as(&e, e.producer, "squatter-producer");
+    PGconn *w = connect_as(&e, e.worker, "squatter-worker");
+    char *hold = testenv_fmt("SELECT pg_advisory_lock(hashtextextended('warren.cap:capped', 0)), "
+                             "pg_advisory_lock(hashtextextended('warren.cap:capped|acme', 0)), "
+                             "(SELECT count(*) FROM generate_series(0, 63) i WHERE "
+                             "pg_try_advisory_lock(hashtext('warren.claim_wait:%s'), i))",
+                             victim);
+    exec_ok(p, hold);
+    ck_q(&e, "66", "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted");
+    static const char *const tries[] = {
+        "SELECT * FROM warren.claim_locks FOR UPDATE",
+        "SELECT * FROM warren.claim_locks FOR KEY SHARE",
+        "LOCK TABLE warren.claim_locks IN ACCESS SHARE MODE",
+        "SELECT warren.wp_lock_row('c|capped', true, false)",
+        "SELECT warren.wp_cap_lock('capped', 'acme', 1, 1)",
+    };
+    for (size_t i = 0; i < sizeof(tries) / sizeof(tries[0]); i++) {
+        PGconn *who[2] = {p, w};
+        for (int k = 0; k < 2; k++) {
+            exec_ok(who[k], "BEGIN");
+            PGresult *res = PQexec(who[k], tries[i]);
+            const char *st = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+            ck_assert_msg(st != NULL && strcmp(st, "42501") == 0,
+                          "%s as %s: want 42501 (insufficient privilege), got %s: %s", tries[i],
+                          k ? "a worker" : "a producer", st ? st : "success",
+                          PQresultErrorMessage(res));
+            PQclear(res);
+            exec_ok(who[k], "ROLLBACK");
+        }
+    }
+    /* The worker squatter keeps a transaction open that holds the job's old
+     * overlap key. */
+    exec_ok(w, "BEGIN");
+    exec_ok(w, "SELECT pg_advisory_xact_lock(hashtextextended('warren.overlap:capped', 0))");
+    ck_q(&e, "67", "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted");
+
+    PGconn *v = connect_as(&e, victim, "victim-worker");
+    exec_ok(v, "SET statement_timeout = '8s'");
+    double t0 = now_s();
+    PGresult *res = PQexec(v, "SELECT attempt FROM warren.claim('capped@2026-01-01T00:00:01Z', "
+                              "'v1')");
+    ck_assert_msg(PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1,
+                  "claim: %s (%d rows)", PQresultErrorMessage(res), PQntuples(res));
+    PQclear(res);
+    ck_assert_msg(now_s() - t0 < 2, "the claim took %.1f s", now_s() - t0);
+    res = PQexec(v, "SELECT warren.complete('capped@2026-01-01T00:00:01Z', 1, 'succeeded')");
+    ck_assert_msg(PQresultStatus(res) == PGRES_TUPLES_OK && strcmp(PQgetvalue(res, 0, 0), "t") == 0,
+                  "complete: %s", PQresultErrorMessage(res));
+    PQclear(res);
+    /* due 3 s after its insert: this claim sleeps in a wait slot */
+    t0 = now_s();
+    res = PQexec(v, "SELECT attempt FROM warren.claim('capped@2026-01-01T00:00:02Z', 'v1')");
+    ck_assert_msg(PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1,
+                  "sleeping claim: %s (%d rows)", PQresultErrorMessage(res), PQntuples(res));
+    PQclear(res);
+    ck_assert_msg(now_s() - t0 < 6, "the sleeping claim took %.1f s", now_s() - t0);
+    ck_q(&e, "succeeded,running",
+         "SELECT string_agg(state, ',' ORDER BY run_key) FROM warren.runs WHERE job = 'capped'");
+
+    exec_ok(w, "ROLLBACK");
+    PQfinish(v);
+    PQfinish(p);
+    PQfinish(w);
+    execf(e.admin, "DROP OWNED BY %s", victim);
+    execf(e.admin, "DROP ROLE %s", victim);
+    free(victim);
+    free(hold);
+    env_teardown(&e);
+}
+END_TEST
+
 /* --------------------------------------------------------- lock timeout */
 
 /* An application's transaction called warren.upsert_job and stays open (it
@@ -363,6 +463,11 @@ static Suite *sync_locks_suite(void)
     Suite *s = suite_create("sync_locks");
     TCase *tc = tcase_create("advisory");
     tcase_add_test(tc, test_logins_holding_the_old_advisory_keys_delay_neither_sync_nor_migrate);
+    tcase_set_timeout(tc, 120);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("claim_locks");
+    tcase_add_test(tc, test_logins_holding_the_old_claim_keys_delay_no_claim);
     tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
 

@@ -2373,6 +2373,82 @@ START_TEST(test_worker_dead_letters_malformed_and_unknown_messages_with_a_reason
 }
 END_TEST
 
+/* Publishes a run message for run_key (job, scheduled_at second ss of
+ * 2026-01-01) naming template tmpl, due long ago. */
+static void publish_run(env *e, const char *queue, const char *job, int ss, const char *tmpl)
+{
+    char *key = testenv_fmt("%s@2026-01-01T00:00:%02dZ", job, ss);
+    char *body = testenv_fmt("{\"run_key\":\"%s\",\"job\":\"%s\",\"template\":\"%s\","
+                             "\"scheduled_at\":\"2026-01-01T00:00:%02dZ\",\"due_at\":"
+                             "\"2026-01-01T00:00:00.000Z\",\"attempt\":0,\"payload\":{}}",
+                             key, job, tmpl, ss);
+    publish_raw(e, queue, body, key);
+    free(body);
+    free(key);
+}
+
+/* The handler that runs is the one the claim's answer names (the run's
+ * template in the database), never the message's: anything that can
+ * publish to a ready queue could otherwise run another template's handler
+ * on a real run. Two sql templates of one queue; evil's statement is
+ * measured first (its own runs, so that its runs are taken in their
+ * effect's transaction), then four runs of an API job of template good
+ * arrive at once in messages naming evil: each runs good's statement once
+ * (take_many answers with the template: not taken as evil's; the claim
+ * names good). A run of a template this worker's config lacks, in a
+ * message naming evil: its attempt fails with the reason, nothing runs. */
+START_TEST(test_worker_runs_the_handler_the_claim_names_not_the_messages)
+{
+    env e;
+    worker_thread wt = {0};
+    env_setup(&e,
+              "{ name = \"good\"; template = true; queue = \"qf\"; overlap = \"allow\";"
+              "  handler = { sql = \"INSERT INTO execs VALUES ($1, 0, 'good')\"; }; },"
+              "{ name = \"evil\"; template = true; queue = \"qf\"; overlap = \"allow\";"
+              "  handler = { sql = \"INSERT INTO execs VALUES ($1, 0, 'evil')\"; }; }",
+              "concurrency = 16;", 5);
+    qx(e.db, "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, overlap, "
+             "is_template, paused, next_fire_at) VALUES "
+             "('ghost', 'none', '', 'qf', 'allow', true, true, 'infinity');"
+             "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, overlap, origin, "
+             "template, next_fire_at) VALUES "
+             "('g1', 'every', '3600', 'qf', 'allow', 'api', 'good', 'infinity'),"
+             "('e1', 'every', '3600', 'qf', 'allow', 'api', 'evil', 'infinity'),"
+             "('o1', 'every', '3600', 'qf', 'allow', 'api', 'ghost', 'infinity');"
+             "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, state) "
+             "SELECT j, '2026-01-01'::timestamptz + make_interval(secs => g), now(), 'trigger', "
+             "'published' FROM unnest(ARRAY['g1', 'e1']) j, generate_series(1, 4) g;"
+             "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, state) VALUES "
+             "('o1', '2026-01-01T00:00:01Z', now(), 'trigger', 'published')");
+    worker_thread_start(&e, &wt, NULL, NULL, NULL);
+    for (int i = 1; i <= 4; i++) /* evil's own runs, one at a time: measured */
+        publish_run(&e, "qf", "e1", i, "evil");
+    ck_assert(wait_for(e.db, "4", 30000, "SELECT count(*) FROM execs WHERE who = 'evil'"));
+    for (int i = 1; i <= 4; i++)
+        publish_run(&e, "qf", "g1", i, "evil");
+    publish_run(&e, "qf", "o1", 1, "evil");
+    ck_assert(wait_for(e.db, "4", 30000,
+                       "SELECT count(*) FROM warren.runs WHERE job = 'g1' AND state = "
+                       "'succeeded'"));
+    ck_assert(wait_for(e.db, "1", 30000,
+                       "SELECT count(*) FROM warren.attempts WHERE run_key = "
+                       "'o1@2026-01-01T00:00:01Z' AND outcome IS NOT NULL"));
+    worker_thread_join(&wt);
+    /* each g1 run once, by good's statement; evil's ran only its own runs */
+    ck_assert(wait_for(e.db, "e1:evil:4:4|g1:good:4:4", 0,
+                       "SELECT string_agg(split_part(run_key, '@', 1) || ':' || who || ':' || n "
+                       "|| ':' || k, '|' ORDER BY who) FROM (SELECT min(run_key) AS run_key, who, "
+                       "count(*) AS n, count(DISTINCT run_key) AS k FROM execs "
+                       "GROUP BY split_part(run_key, '@', 1), who) x"));
+    ck_assert(wait_for(e.db, "t", 0,
+                       "SELECT error LIKE '%is handled by \"ghost\" (the database''s answer), "
+                       "which is not in this worker''s config%' FROM warren.attempts "
+                       "WHERE run_key = 'o1@2026-01-01T00:00:01Z'"));
+    warren_worker_free(wt.w);
+    env_teardown(&e);
+}
+END_TEST
+
 /* A consumer that crashes before its ack: the quorum queue's x-delivery-limit
  * dead-letters the message after delivery_limit + 1 deliveries. */
 START_TEST(test_poison_message_ends_in_warren_dead_via_delivery_limit)
@@ -2811,6 +2887,7 @@ static Suite *worker_suite(void)
     tc = tcase_create("bad_messages");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_worker_dead_letters_malformed_and_unknown_messages_with_a_reason);
+    tcase_add_test(tc, test_worker_runs_the_handler_the_claim_names_not_the_messages);
     tcase_add_test(tc, test_poison_message_ends_in_warren_dead_via_delivery_limit);
     suite_add_tcase(s, tc);
 

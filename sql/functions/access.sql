@@ -142,29 +142,31 @@ $$;
 COMMENT ON FUNCTION warren.wp_check_batch(text, text[]) IS
     'Raises 22023 for more than wp_max_batch() run keys in one call';
 
--- Takes one of the session login's wp_max_waiting() wait slots (transaction
--- advisory locks on (hash of the login, slot), released at commit or
--- rollback) before warren.claim sleeps for a due time; raises
--- configuration_limit_exceeded when every slot is taken. Why: a claim's
--- sleep holds a backend for up to wp_max_wait() (15 s); without a bound one
--- login could keep any number of them asleep. A session holds at most one
--- slot however many claims it sends (an advisory lock is re-entrant).
+-- Takes one of the session login's wp_max_waiting() wait slots (rows
+-- w|LOGIN|0..63 of warren.claim_locks, made when the login was granted a
+-- queue: locks.sql, migration 019; locked to commit or rollback) before
+-- warren.claim sleeps for a due time; raises configuration_limit_exceeded
+-- when every slot is taken. Why: a claim's sleep holds a backend for up to
+-- wp_max_wait() (15 s); without a bound one login could keep any number of
+-- them asleep. Row locks, not advisory locks: no other login can take this
+-- login's slots. A session usually holds one slot however many claims it
+-- sends (the first free one in slot order, its own included).
 -- Privileged sessions take none (they could pg_sleep anyway), nor does
 -- claim_many, whose wait is at most 1 s: a fleet of batch workers sharing
 -- one login must not fail its batches on this bound.
 CREATE OR REPLACE FUNCTION warren.wp_wait_slot(fn text)
 RETURNS void LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    key int := hashtext('warren.claim_wait:' || session_user);
 BEGIN
     IF warren.wp_privileged() THEN
         RETURN;
     END IF;
-    FOR i IN 0 .. warren.wp_max_waiting() - 1 LOOP
-        IF pg_try_advisory_xact_lock(key, i) THEN
-            RETURN;
-        END IF;
-    END LOOP;
+    PERFORM 1 FROM warren.claim_locks c
+     WHERE c.lock_key = ANY (ARRAY(SELECT 'w|' || session_user || '|' || i
+                                     FROM generate_series(0, warren.wp_max_waiting() - 1) i))
+     ORDER BY c.lock_key LIMIT 1 FOR UPDATE SKIP LOCKED;
+    IF FOUND THEN
+        RETURN;
+    END IF;
     RAISE EXCEPTION '%: login "%" already has % claims waiting for their due time; keep the '
                     'message and claim it again when it is due (x-warren-due-at)', fn,
                     session_user, warren.wp_max_waiting()

@@ -40,26 +40,20 @@ CREATE OR REPLACE FUNCTION warren.wp_cap_lock(g text, t text, mr int, mrt int,
                                               try_only boolean DEFAULT false)
 RETURNS boolean LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    kg bigint := hashtextextended('warren.cap:' || g, 0);
-    kt bigint := hashtextextended('warren.cap:' || g || '|' || coalesce(t, ''), 0);
+    kg text := 'c|' || g;
+    kt text := 'c|' || g || '|' || coalesce(t, '');
 BEGIN
+    -- Rows of warren.claim_locks (locks.sql): no other login can hold them.
     IF mr IS NULL AND mrt IS NOT NULL THEN
-        IF try_only THEN
-            RETURN pg_try_advisory_xact_lock_shared(kg) AND pg_try_advisory_xact_lock(kt);
-        END IF;
-        PERFORM pg_advisory_xact_lock_shared(kg);
-        PERFORM pg_advisory_xact_lock(kt);
-    ELSIF try_only THEN
-        RETURN pg_try_advisory_xact_lock(kg);
-    ELSE
-        PERFORM pg_advisory_xact_lock(kg);
+        RETURN warren.wp_lock_row(kg, false, try_only) AND warren.wp_lock_row(kt, true, try_only);
     END IF;
-    RETURN true;
+    RETURN warren.wp_lock_row(kg, true, try_only);
 END
 $$;
 COMMENT ON FUNCTION warren.wp_cap_lock(text, text, int, int, boolean) IS
     'Takes the cap lock of group g (exclusive; shared plus tenant t''s exclusive lock when only '
-    'max_running_per_tenant is set); try_only: only if free at once (false: not taken)';
+    'max_running_per_tenant is set): rows of warren.claim_locks; try_only: only if free at once '
+    '(false: not taken); NULL for a NULL group';
 
 -- How a note names a group: the template, or the config job itself.
 -- (plpgsql: function files are applied on every intermediate schema of a

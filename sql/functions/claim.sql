@@ -9,6 +9,31 @@
 -- claim, no reaper pass) still fences correctly: the lease only decides when
 -- others may take over, the attempt number decides who may write.
 
+-- The claim answers end with the run's template (NULL for a config job):
+-- a worker picks the handler from the database's answer, never from the
+-- message (anything that can publish to a ready queue could name another
+-- template). A function's result columns cannot change in place: a
+-- definition from before that column is dropped here and made again below
+-- (grants.sql grants it again). Only then: a re-run drops nothing.
+DO $$
+DECLARE
+    f text;
+BEGIN
+    FOREACH f IN ARRAY ARRAY['warren.wp_claim(text,text,boolean)', 'warren.claim(text,text)',
+                             'warren.claim_many(text[],text)',
+                             'warren.reclaim_many(text[],text,integer)',
+                             'warren.take_many(text[],text)']
+    LOOP
+        IF to_regprocedure(f) IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM pg_proc p
+                            WHERE p.oid = to_regprocedure(f)
+                              AND 'template' = ANY (p.proargnames)) THEN
+            EXECUTE 'DROP FUNCTION ' || f;
+        END IF;
+    END LOOP;
+END
+$$;
+
 -- ------------------------------------------------------------ waiting
 
 -- The claim waits until the run is due, and times the claim from then.
@@ -63,21 +88,17 @@ COMMENT ON FUNCTION warren.wp_wait_until(timestamptz) IS
 -- transaction, and the resumed holder's heartbeat returns false.
 -- The overlap lock of job jn (see wp_claim); try_only: only if free at once.
 CREATE OR REPLACE FUNCTION warren.wp_overlap_lock(jn text, try_only boolean)
-RETURNS boolean LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    IF try_only THEN
-        RETURN pg_try_advisory_xact_lock(hashtextextended('warren.overlap:' || jn, 0));
-    END IF;
-    PERFORM pg_advisory_xact_lock(hashtextextended('warren.overlap:' || jn, 0));
-    RETURN true;
-END
+RETURNS boolean LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+    -- A row of warren.claim_locks (locks.sql): no other login can hold it.
+    SELECT warren.wp_lock_row('o|' || jn, true, try_only)
 $$;
 COMMENT ON FUNCTION warren.wp_overlap_lock(text, boolean) IS
-    'Takes the overlap lock of job jn (claims of its runs serialise); try_only: only if free at '
-    'once (false: not taken)';
+    'Takes the overlap lock of job jn (claims of its runs serialise): a row of '
+    'warren.claim_locks; try_only: only if free at once (false: not taken); NULL for NULL jn';
 
 CREATE OR REPLACE FUNCTION warren.wp_claim(run_key text, worker text, may_wait boolean)
-RETURNS TABLE(attempt int, job text, scheduled_at timestamptz, payload jsonb, lease_seconds int)
+RETURNS TABLE(attempt int, job text, scheduled_at timestamptz, payload jsonb, lease_seconds int,
+              template text)
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $fn$
 #variable_conflict use_column
@@ -403,6 +424,7 @@ BEGIN
     scheduled_at := r.scheduled_at;
     payload := coalesce(r.payload, j.payload);
     lease_seconds := greatest(1, ceil(j.lease_ms / 1000.0))::int;
+    template := j.template;
     RETURN NEXT;
 END
 $fn$;
@@ -411,7 +433,8 @@ COMMENT ON FUNCTION warren.wp_claim(text, text, boolean) IS
     'locks held)';
 
 CREATE OR REPLACE FUNCTION warren.claim(run_key text, worker text)
-RETURNS TABLE(attempt int, job text, scheduled_at timestamptz, payload jsonb, lease_seconds int)
+RETURNS TABLE(attempt int, job text, scheduled_at timestamptz, payload jsonb, lease_seconds int,
+              template text)
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT * FROM warren.wp_claim($1, $2, true) $fn$;
 COMMENT ON FUNCTION warren.claim(text, text) IS
@@ -419,7 +442,9 @@ COMMENT ON FUNCTION warren.claim(text, text) IS
     'when the run is finished, unknown, leased by a live worker, due more than 15 s ahead, '
     'held back by the job''s overlap policy (skip, queue, cancel_previous), or over a cap of its '
     'template (max_running, max_running_per_tenant: then waiting until a slot is free). A run '
-    'due within 15 s is waited for: the claim returns when it is due';
+    'due within 15 s is waited for: the claim returns when it is due. The row''s template (NULL '
+    'for a config job) names the handler to run: the template''s, else the job''s; never the '
+    'message''s';
 
 -- ------------------------------------------------------------ batch claim
 
@@ -454,7 +479,7 @@ COMMENT ON FUNCTION warren.claim(text, text) IS
 -- through the per-key claim again).
 CREATE OR REPLACE FUNCTION warren.claim_many(run_keys text[], worker text)
 RETURNS TABLE(run_key text, attempt int, job text, scheduled_at timestamptz, payload jsonb,
-              lease_seconds int)
+              lease_seconds int, template text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off SET enable_bitmapscan = off SET enable_hashjoin = off
 SET enable_mergejoin = off
@@ -610,7 +635,7 @@ BEGIN
     -- recheck and goes to the full path below.
     RETURN QUERY
     WITH f AS MATERIALIZED (
-        SELECT rr.ctid AS tid, jb.lease_ms, jb.payload, jb.overlap <> 'allow' AS sk,
+        SELECT rr.ctid AS tid, jb.lease_ms, jb.payload, jb.overlap <> 'allow' AS sk, jb.template,
                coalesce(rr.tenant, jb.tenant, '') AS ct
           FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job || ''
          WHERE rr.ctid = ANY (tids)
@@ -656,7 +681,7 @@ BEGIN
          WHERE rr.ctid = f.tid
            AND rr.state || '' IN ('planned', 'published', 'retrying') AND rr.due_at <= t0
         RETURNING rr.run_key, rr.attempt, rr.job, rr.scheduled_at,
-                  coalesce(rr.payload, f.payload) AS payload, f.lease_ms
+                  coalesce(rr.payload, f.payload) AS payload, f.lease_ms, f.template
     ), a AS (
         INSERT INTO warren.attempts (run_key, attempt, worker, login, started_at)
         SELECT c.run_key, c.attempt, w, session_user, t0 FROM c
@@ -666,7 +691,7 @@ BEGIN
                 finished_at = NULL, outcome = NULL, error = NULL
     )
     SELECT c.run_key, c.attempt, c.job, c.scheduled_at, c.payload,
-           greatest(1, ceil(c.lease_ms / 1000.0))::int
+           greatest(1, ceil(c.lease_ms / 1000.0))::int, c.template
       FROM c;
     GET DIAGNOSTICS nfast = ROW_COUNT;
     IF nfast >= nkeys THEN
@@ -682,7 +707,7 @@ BEGIN
      WHERE rr.run_key = ANY (keys) AND rr.state || '' = 'running' AND rr.lease_owner = w
        AND rr.lease_login = session_user AND rr.started_at = t0;
     RETURN QUERY
-    SELECT t.k, cl.attempt, cl.job, cl.scheduled_at, cl.payload, cl.lease_seconds
+    SELECT t.k, cl.attempt, cl.job, cl.scheduled_at, cl.payload, cl.lease_seconds, cl.template
       FROM (SELECT DISTINCT x AS k FROM unnest(keys) x
              WHERE done_ IS NULL OR NOT (x = ANY (done_)) ORDER BY 1) t
      CROSS JOIN LATERAL warren.wp_claim(t.k, w, false) cl;
@@ -721,7 +746,7 @@ COMMENT ON FUNCTION warren.claim_many(text[], text) IS
 -- sent. Worker names should still be unique per process.
 CREATE OR REPLACE FUNCTION warren.reclaim_many(run_keys text[], worker text, within_ms int)
 RETURNS TABLE(run_key text, attempt int, job text, scheduled_at timestamptz, payload jsonb,
-              lease_seconds int)
+              lease_seconds int, template text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
 #variable_conflict use_column
@@ -777,6 +802,7 @@ BEGIN
         scheduled_at := r.scheduled_at;
         payload := coalesce(r.payload, j.payload);
         lease_seconds := greatest(1, ceil(j.lease_ms / 1000.0))::int;
+        template := j.template;
         RETURN NEXT;
     END LOOP;
 END

@@ -34,7 +34,7 @@
 
 CREATE OR REPLACE FUNCTION warren.take_many(run_keys text[], worker text)
 RETURNS TABLE(run_key text, attempt int, job text, scheduled_at timestamptz, payload jsonb,
-              lease_seconds int, taken_at timestamptz)
+              lease_seconds int, taken_at timestamptz, template text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 -- Key lookups only, as claim_many (claim.sql).
 SET enable_seqscan = off SET enable_bitmapscan = off SET enable_hashjoin = off
@@ -110,7 +110,8 @@ BEGIN
         -- index on state to prefer, no way in from warren.jobs.
         RETURN QUERY
         SELECT rr.run_key, rr.attempt + 1, rr.job, rr.scheduled_at,
-               coalesce(rr.payload, jb.payload), greatest(1, ceil(jb.lease_ms / 1000.0))::int, t0
+               coalesce(rr.payload, jb.payload), greatest(1, ceil(jb.lease_ms / 1000.0))::int, t0,
+               jb.template
           FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job || ''
          WHERE rr.run_key = ANY (keys)
            AND rr.state || '' IN ('planned', 'published', 'retrying') AND rr.due_at <= t0
