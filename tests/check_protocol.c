@@ -505,6 +505,57 @@ START_TEST(test_overlap_skip_skips_the_newer_run_with_a_note)
 }
 END_TEST
 
+/* Enqueued runs (origin 'enqueue') are claimed under `allow`, whatever the
+ * job's policy (issue 33 item 18; wp_overlap_of): for each policy, with
+ * the job's scheduled run RK running, two enqueued runs are claimed by
+ * warren.claim, two more by one claim_many and two more taken by
+ * take_many, all running side by side; a scheduled run claimed then is
+ * held back by its own policy counting only the scheduled run RK (skip:
+ * skipped, queue: retrying, cancel_previous: it is the newer one, so RK is
+ * cancelled), and the enqueued runs are left as they were. */
+START_TEST(test_overlap_does_not_hold_back_enqueued_runs)
+{
+    static const char *const pols[] = {"skip", "queue", "cancel_previous"};
+    static const char *const want[] = {"skipped", "retrying", "running"};
+    for (int p = 0; p < 3; p++) {
+        char *url = setup(pols[p], 5, 1000, 60000, 30000);
+        ck_assert_int_eq(qn(url, "INSERT INTO warren.runs (run_key, job, scheduled_at, due_at, "
+                                 "origin) SELECT 'j1@e' || g, 'j1', '2026-01-01'::timestamptz + "
+                                 "make_interval(secs => 100 + g), now(), 'enqueue' FROM "
+                                 "generate_series(1, 6) g"),
+                         6);
+        char *a = claim(url, RK, "w0");
+        ck_assert_ptr_nonnull(a);
+        free(a);
+        for (int i = 1; i <= 2; i++) {
+            char *k = testenv_fmt("j1@e%d", i);
+            char *got = claim(url, k, "w1");
+            ck_assert_msg(got != NULL, "%s: enqueued %s not claimed", pols[p], k);
+            free(got);
+            free(k);
+        }
+        ck_q(url, "2", "SELECT count(*) FROM warren.claim_many(ARRAY['j1@e3', 'j1@e4'], 'w2')");
+        ck_q(url, "2",
+             "WITH tk AS MATERIALIZED (SELECT * FROM warren.take_many(ARRAY['j1@e5', "
+             "'j1@e6'], 'w3')) SELECT warren.finish_many(ARRAY(SELECT run_key FROM tk), 'w3', "
+             "(SELECT min(taken_at) FROM tk))");
+        ck_q(url, "running:5,succeeded:2",
+             "SELECT string_agg(state || ':' || n, ',' ORDER BY state) FROM (SELECT state, "
+             "count(*) n FROM warren.runs GROUP BY state) x");
+        /* a scheduled run: the job's own policy, counting the enqueued ones */
+        add_run2(url);
+        free(claim(url, RK2, "w4"));
+        ck_q(url, want[p], "SELECT state FROM warren.runs WHERE run_key = '" RK2 "'");
+        ck_q(url, p == 2 ? "cancelled" : "running",
+             "SELECT state FROM warren.runs WHERE run_key = '" RK "'");
+        ck_q(url, "running:4,succeeded:2",
+             "SELECT string_agg(state || ':' || n, ',' ORDER BY state) FROM (SELECT state, "
+             "count(*) n FROM warren.runs WHERE origin = 'enqueue' GROUP BY state) x");
+        free(url);
+    }
+}
+END_TEST
+
 /* A run whose lease expired does not hold back the job's next run, and the
  * claim that starts the next run reaps it: its holder (paused, not dead) can
  * neither heartbeat nor complete it afterwards, so the two never both count
@@ -1331,6 +1382,7 @@ static Suite *protocol_suite(void)
 
     tc = tcase_create("overlap");
     tcase_add_test(tc, test_overlap_skip_skips_the_newer_run_with_a_note);
+    tcase_add_test(tc, test_overlap_does_not_hold_back_enqueued_runs);
     tcase_add_test(tc, test_overlap_skip_reaps_a_run_whose_lease_expired);
     tcase_add_test(tc, test_overlap_allow_runs_both);
     tcase_add_test(tc, test_overlap_queue_holds_the_newer_run_until_the_older_finishes);

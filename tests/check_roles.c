@@ -94,6 +94,7 @@ static const struct {
     {"warren.wp_lock_row(text,boolean,boolean)", ""},
     {"warren.wp_make_lock_row(text)", ""},
     {"warren.wp_overlap_lock(text,boolean)", ""},
+    {"warren.wp_overlap_of(text,text)", ""},
     {"warren.wp_cap_release(text,text,boolean)", ""},
     {"warren.wp_cap_release_all(integer)", ""},
     {"warren.wp_check_batch(text,text[])", ""},

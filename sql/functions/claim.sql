@@ -86,6 +86,25 @@ COMMENT ON FUNCTION warren.wp_wait_until(timestamptz) IS
 -- recorded as overlapping. Reaping it in the claim that lets the next run
 -- start closes that: the old attempt becomes lease_lost in the same
 -- transaction, and the resumed holder's heartbeat returns false.
+-- The overlap policy a run is claimed under: its job's, but `allow` for a
+-- run enqueued by an application (origin 'enqueue', warren.enqueue): an
+-- overlap policy is about a schedule's successive fire times, and runs
+-- enqueued with distinct keys are distinct pieces of work, as in every
+-- queue. A template that wants its enqueued runs one at a time says so
+-- with a cap (max_running = 1, or max_running_per_tenant = 1): they then
+-- wait their turn in due order instead of being skipped (docs/api-jobs.md,
+-- "Enqueued runs and overlap"). Both ways: a scheduled run's own check
+-- counts only the job's running runs that were not enqueued (its queries
+-- of "the job's other running runs" say `o.origin <> 'enqueue'`), so a
+-- `cancel_previous` fire never cancels enqueued work and a `skip` fire is
+-- not skipped because of it.
+CREATE OR REPLACE FUNCTION warren.wp_overlap_of(job_overlap text, run_origin text)
+RETURNS text LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN run_origin = 'enqueue' THEN 'allow' ELSE job_overlap END
+$$;
+COMMENT ON FUNCTION warren.wp_overlap_of(text, text) IS
+    'The overlap policy a run is claimed under: its job''s, allow for an enqueued run';
+
 -- The overlap lock of job jn (see wp_claim); try_only: only if free at once.
 CREATE OR REPLACE FUNCTION warren.wp_overlap_lock(jn text, try_only boolean)
 RETURNS boolean LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
@@ -139,7 +158,8 @@ BEGIN
     -- (warren.wp_max_wait) it is not claimable: its own message comes later.
     -- The login must be granted the run's queue (access.sql), checked before
     -- it may sleep; a sleeping claim takes one of its login's wait slots.
-    SELECT rr.state, rr.due_at, jb.queue, rr.lease_until, jb.name, jb.overlap,
+    SELECT rr.state, rr.due_at, jb.queue, rr.lease_until, jb.name,
+           warren.wp_overlap_of(jb.overlap, rr.origin),
            coalesce(jb.template, jb.name), coalesce(rr.tenant, jb.tenant, ''),
            gj.max_running, gj.max_running_per_tenant
       INTO st, due, q, lu, jn0, pol0, cg0, ct0, mr0, mrt0
@@ -199,7 +219,7 @@ BEGIN
     -- Again under the lock: the run may not have existed at the first check
     -- (q NULL), or a sync may have moved its job to another queue since.
     PERFORM warren.wp_require_queue('warren.claim', k, j.queue);
-    pol := j.overlap;
+    pol := warren.wp_overlap_of(j.overlap, r.origin);
     -- The group's caps as of now (a sync may have changed them since the
     -- unlocked read): locks beyond those taken above are only tried.
     cg := coalesce(j.template, j.name);
@@ -269,6 +289,7 @@ BEGIN
         -- return false) instead of finishing it alongside this run.
         FOR b IN SELECT * FROM warren.runs o
                   WHERE o.job = r.job AND o.run_key <> k AND o.state = 'running'
+                    AND o.origin <> 'enqueue'
                     AND o.lease_until < t0
                   ORDER BY o.scheduled_at
                   FOR UPDATE
@@ -286,6 +307,7 @@ BEGIN
         newer_key := NULL;
         FOR b IN SELECT * FROM warren.runs o
                   WHERE o.job = r.job AND o.run_key <> k AND o.state = 'running'
+                    AND o.origin <> 'enqueue'
                     AND o.lease_until >= t0
                   ORDER BY o.scheduled_at
                   FOR UPDATE
@@ -528,7 +550,7 @@ BEGIN
                   -- is left to the pre-pass itself), of a job with an
                   -- overlap check or a cap (its own, or its template's)
                   rr.state IN ('planned', 'published', 'retrying', 'running')
-                  AND (jb.overlap <> 'allow'
+                  AND (warren.wp_overlap_of(jb.overlap, rr.origin) <> 'allow'
                        OR CASE WHEN jb.template IS NULL
                                THEN jb.max_running IS NOT NULL
                                     OR jb.max_running_per_tenant IS NOT NULL
@@ -580,7 +602,7 @@ BEGIN
                     -- and gave no row with nothing written (its only
                     -- message acknowledged, the run stranded `published`
                     -- until the reconciler's republish, 30 s).
-                    SELECT rr.job, rr.tenant, rr.run_key
+                    SELECT rr.job, rr.tenant, rr.run_key, rr.origin
                       FROM (SELECT DISTINCT x AS k FROM unnest(keys) x) kk
                       JOIN warren.runs rr ON rr.run_key = kk.k
                      WHERE rr.state IN ('planned', 'published', 'retrying')
@@ -604,8 +626,11 @@ BEGIN
                 -- would claim first (the fast path's candidate, below)
                 SELECT 1, jc.name, '', NULL::int, NULL::int,
                        CASE WHEN jc.overlap = 'skip' AND jc.mr IS NULL AND jc.mrt IS NULL
-                            THEN (SELECT min(kr.run_key) FROM kr WHERE kr.job = jc.name) END
+                            THEN (SELECT min(kr.run_key) FROM kr
+                                   WHERE kr.job = jc.name AND kr.origin <> 'enqueue') END
                   FROM jc WHERE jc.overlap <> 'allow'
+                   -- enqueued runs have no overlap check (wp_overlap_of)
+                   AND EXISTS (SELECT 1 FROM kr WHERE kr.job = jc.name AND kr.origin <> 'enqueue')
                  ORDER BY 1, 2, 3) x;
     END IF;
     -- The claim's time: after the wait and after the locks (now() is the
@@ -635,7 +660,8 @@ BEGIN
     -- recheck and goes to the full path below.
     RETURN QUERY
     WITH f AS MATERIALIZED (
-        SELECT rr.ctid AS tid, jb.lease_ms, jb.payload, jb.overlap <> 'allow' AS sk, jb.template,
+        SELECT rr.ctid AS tid, jb.lease_ms, jb.payload,
+               warren.wp_overlap_of(jb.overlap, rr.origin) <> 'allow' AS sk, jb.template,
                coalesce(rr.tenant, jb.tenant, '') AS ct
           FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job || ''
          WHERE rr.ctid = ANY (tids)
@@ -646,7 +672,7 @@ BEGIN
            -- no overlap check and no cap (caps.sql): a config job's caps are
            -- on its own row, read with its overlap; an API job's on its
            -- template's, one more probe
-           AND (jb.overlap = 'allow'
+           AND (jb.overlap = 'allow' OR rr.origin = 'enqueue'
                 -- or a `skip` job's candidate (its overlap lock taken by the
                 -- pre-pass) while none of the job's runs is running: what
                 -- wp_claim would do then (no reap, no skip) is a plain
@@ -654,6 +680,7 @@ BEGIN
                 OR (jb.overlap = 'skip' AND rr.run_key = ANY (skipk)
                     AND NOT EXISTS (SELECT 1 FROM warren.runs o
                                      WHERE o.job = rr.job AND o.state = 'running'
+                                       AND o.origin <> 'enqueue'
                                        AND o.run_key <> rr.run_key)))
            AND CASE WHEN jb.template IS NULL
                     THEN jb.max_running IS NULL AND jb.max_running_per_tenant IS NULL

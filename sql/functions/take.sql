@@ -87,10 +87,11 @@ BEGIN
                       JOIN warren.jobs jb ON jb.name = rr.job || ''
                      WHERE rr.run_key = ANY (keys)
                        AND rr.state || '' IN ('planned', 'published', 'retrying')
-                       AND rr.due_at <= t0 AND jb.overlap = 'skip'
+                       AND rr.due_at <= t0 AND jb.overlap = 'skip' AND rr.origin <> 'enqueue'
                      GROUP BY rr.job HAVING count(*) = 1) d
              WHERE NOT EXISTS (SELECT 1 FROM warren.runs o
-                                WHERE o.job = d.job AND o.state = 'running');
+                                WHERE o.job = d.job AND o.state = 'running'
+                                  AND o.origin <> 'enqueue');
             IF sk IS NULL THEN
                 RETURN;
             END IF;
@@ -104,7 +105,8 @@ BEGIN
             sk := ARRAY(SELECT j FROM unnest(sk) j WHERE warren.wp_overlap_lock(j, true));
             sk := ARRAY(SELECT j FROM unnest(sk) j
                          WHERE NOT EXISTS (SELECT 1 FROM warren.runs o
-                                            WHERE o.job = j AND o.state = 'running'));
+                                            WHERE o.job = j AND o.state = 'running'
+                                              AND o.origin <> 'enqueue'));
         END IF;
         -- `state || ''` and `job || ''` as in claim_many's fast path: no
         -- index on state to prefer, no way in from warren.jobs.
@@ -119,8 +121,8 @@ BEGIN
            -- released by its completion: caps.sql), even if a sync removed
            -- the cap since
            AND rr.cap_group IS NULL AND rr.cap_released_at IS NULL
-           AND CASE WHEN pass = 1 THEN jb.overlap = 'allow'
-                    ELSE jb.overlap = 'skip' AND rr.job = ANY (sk) END
+           AND CASE WHEN pass = 1 THEN jb.overlap = 'allow' OR rr.origin = 'enqueue'
+                    ELSE jb.overlap = 'skip' AND rr.job = ANY (sk) AND rr.origin <> 'enqueue' END
            AND CASE WHEN jb.template IS NULL
                     THEN jb.max_running IS NULL AND jb.max_running_per_tenant IS NULL
                     ELSE NOT EXISTS (SELECT 1 FROM warren.jobs gj
@@ -201,10 +203,11 @@ BEGIN
            -- this one (so this one's snapshot sees every committed claim of
            -- the job); tried again here, it is re-entrant, and one another
            -- transaction holds fails the row.
-           AND (jb.overlap = 'allow'
+           AND (jb.overlap = 'allow' OR rr.origin = 'enqueue'
                 OR (jb.overlap = 'skip' AND warren.wp_overlap_lock(jb.name, true)
                     AND NOT EXISTS (SELECT 1 FROM warren.runs o
-                                     WHERE o.job = rr.job AND o.state = 'running')))
+                                     WHERE o.job = rr.job AND o.state = 'running'
+                                       AND o.origin <> 'enqueue')))
            AND CASE WHEN jb.template IS NULL
                     THEN jb.max_running IS NULL AND jb.max_running_per_tenant IS NULL
                     ELSE NOT EXISTS (SELECT 1 FROM warren.jobs gj
@@ -213,7 +216,7 @@ BEGIN
                                              OR gj.max_running_per_tenant IS NOT NULL))
                END
         RETURNING rr.run_key, rr.job, rr.attempt, rr.scheduled_at, rr.due_at, rr.finished_at,
-                  jb.overlap = 'skip' AS sk
+                  jb.overlap = 'skip' AND rr.origin <> 'enqueue' AS sk
     ), at AS (
         INSERT INTO warren.attempts (run_key, attempt, worker, login, started_at, finished_at,
                                      outcome)
