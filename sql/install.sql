@@ -34,6 +34,7 @@ LOCK TABLE warren.schema_migrations IN SHARE ROW EXCLUSIVE MODE;
 \ir migrations/017_jobs_replan.sql
 \ir migrations/018_producer_grants.sql
 \ir migrations/019_claim_locks.sql
+\ir migrations/020_tenant_caps.sql
 
 \ir functions.sql
 

@@ -428,20 +428,20 @@ int cli_revoke_producer(int argc, char **argv)
 
 /* ------------------------------------------------------------ tenant caps */
 
-/* Not dispatched yet (src/main.c): the claim does not read an operator's
- * tenant cap until the migration that adds warren.set_tenant_cap and its
- * table lands (issue 33 item 17, left open). */
+/* `warren tenant-cap`: warren.set_tenant_cap (migration 020,
+ * sql/functions/caps.sql), read by every claim as the template caps are. */
 
 static const char tenant_cap_usage[] =
     "usage: warren tenant-cap [-c FILE] [--database URL] TENANT N\n"
     "       warren tenant-cap [-c FILE] [--database URL] TENANT off|--remove\n"
     "       warren tenant-cap [-c FILE] [--database URL] [TENANT]\n"
     "\n"
-    "Caps the runs of TENANT running at once at N (1 or more), over every job and\n"
-    "template, on top of the jobs' own caps (a run waits while any cap it falls\n"
-    "under is full); `off` or --remove takes the cap away. With TENANT alone, or\n"
-    "nothing, lists the tenant caps. Only the operator (the schema's owner) sets\n"
-    "them.\n"
+    "Caps the runs of TENANT running at once at N (1 to 1000000) in each template\n"
+    "(over all its API jobs) and each config job, in place of its\n"
+    "max_running_per_tenant, higher or lower; its max_running still applies. A\n"
+    "run over the cap waits and starts in due order when a slot frees. `off` or\n"
+    "--remove takes the cap away. With TENANT alone, or nothing, lists the\n"
+    "tenant caps. Only the operator (the schema's owner) sets them.\n"
     "\n"
     "  --remove           remove TENANT's cap (as `off`)\n"
     "  -c, --config FILE  config file for database.url (default $WARREN_CONFIG or\n"

@@ -30,6 +30,7 @@ static const struct {
     {"grant-producer", cli_grant_producer,
      "let a producer login use templates and jobs of the Job API (or list grants)"},
     {"revoke-producer", cli_revoke_producer, "take templates and jobs away from a producer login"},
+    {"tenant-cap", cli_tenant_cap, "cap the runs of one tenant running at once (or list caps)"},
     {"jobs", cli_jobs, "list jobs: schedule, next fire time, paused, broken"},
 };
 

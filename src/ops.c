@@ -19,7 +19,7 @@
 /* Instants come back as integer microseconds (extract(epoch) is exact numeric). */
 #define US(x) "(extract(epoch FROM " x ") * 1000000)::bigint"
 
-/* The operator's per-tenant caps (migration 019, warren.set_tenant_cap). */
+/* The operator's per-tenant caps (migration 020, warren.set_tenant_cap). */
 #define TENANT_CAPS_TABLE "warren.tenant_caps"
 
 /* Runs one backfill writes per INSERT statement. */
@@ -1222,7 +1222,7 @@ static int tenant_caps_fail(warren_store *st, int rc, const warren_error *e1, wa
 
     if (rc == WARREN_EDB && (strcmp(state, "42P01") == 0 || strcmp(state, "42883") == 0))
         return warren_error_set(err, WARREN_EDB,
-                                "this database has no tenant caps yet (migration 019): run "
+                                "this database has no tenant caps yet (migration 020): run "
                                 "`warren migrate` with this warren's sql/ first");
     return warren_error_set(err, rc, "%s", e1->message);
 }

@@ -942,6 +942,77 @@ START_TEST(test_caps_template_group_and_a_raised_cap_released_by_the_reconciler)
 }
 END_TEST
 
+/* The operator's tenant cap (warren.set_tenant_cap, `warren tenant-cap`):
+ * on a job without caps it caps that tenant alone (another tenant's runs
+ * all start), in due order, released by a completion; on a group with
+ * max_running_per_tenant it takes that value's place for the tenant,
+ * lower or higher; removed, the reconciler's sweep releases what waits;
+ * bad values are refused (22023). Claims in SQL, as claim_many and
+ * warren.claim do it. */
+START_TEST(test_caps_operator_tenant_cap_replaces_the_groups_per_tenant_cap)
+{
+    env e;
+    env_setup(&e);
+    set_caps(&e, 0, 0);
+    ck_assert_int_eq(sql_long(e.db, "SELECT warren.set_tenant_cap('x', 1)::int"), 1);
+    ck_assert_int_eq(sql_long(e.db, "SELECT warren.set_tenant_cap('x', 1)::int"), 0);
+    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) "
+             "SELECT 'capt', '2026-01-01T00:00:00Z'::timestamptz + make_interval(secs => g), "
+             "now() - make_interval(secs => 10 - g), 'trigger', CASE WHEN g <= 3 THEN 'x' "
+             "ELSE 'y' END FROM generate_series(1, 6) g");
+    /* a batch: x's first claimed, its others wait; y uncapped: all three */
+    ck_assert_int_eq(sql_long(e.db, "SELECT count(*) FROM warren.claim_many(ARRAY("
+                                    "SELECT run_key FROM warren.runs ORDER BY run_key), 'w')"),
+                     4);
+    assert_state(&e, 1, "running");
+    assert_state(&e, 2, "waiting");
+    assert_state(&e, 3, "waiting");
+    for (int n = 4; n <= 6; n++)
+        assert_state(&e, n, "running");
+    ck_assert_int_eq(sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE note LIKE "
+                                    "'%waiting: tenant x has 1 of its tenant cap (warren "
+                                    "tenant-cap) 1 running (job capt)%'"),
+                     2);
+    qx(e.db, "SELECT warren.complete('capt@2026-01-01T00:00:01Z', 1, 'succeeded')");
+    assert_state(&e, 2, "planned+slot");
+    assert_state(&e, 3, "waiting");
+    ck_assert_int_eq(claim_n(&e, 2), 1);
+    /* a group cap of 5 per tenant: x's tenant cap of 1 still holds x */
+    set_caps(&e, 0, 5);
+    ck_assert_int_eq(claim_n(&e, 3), 0);
+    assert_state(&e, 3, "waiting");
+    /* the tenant cap raised above nothing running: the sweep releases it */
+    ck_assert_int_eq(sql_long(e.db, "SELECT warren.set_tenant_cap('x', 2)::int"), 1);
+    ck_assert_int_eq(sql_long(e.db, "SELECT warren.wp_cap_release_all(10)"), 1);
+    assert_state(&e, 3, "planned+slot");
+    ck_assert_int_eq(claim_n(&e, 3), 1);
+    /* lower than the group's: y's own tenant cap of 1 below the group's 5 */
+    qx(e.db, "UPDATE warren.runs SET state = 'succeeded', finished_at = now() "
+             "WHERE tenant = 'y'");
+    ck_assert_int_eq(sql_long(e.db, "SELECT warren.set_tenant_cap('y', 1)::int"), 1);
+    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) VALUES "
+             "('capt', '2026-01-01T00:00:07Z', now(), 'trigger', 'y'),"
+             "('capt', '2026-01-01T00:00:08Z', now(), 'trigger', 'y')");
+    ck_assert_int_eq(claim_n(&e, 7), 1);
+    ck_assert_int_eq(claim_n(&e, 8), 0);
+    assert_state(&e, 8, "waiting");
+    /* removed: the group's 5 again, released by the sweep */
+    ck_assert_int_eq(sql_long(e.db, "SELECT warren.set_tenant_cap('y', NULL)::int"), 1);
+    ck_assert_int_eq(sql_long(e.db, "SELECT warren.wp_cap_release_all(10)"), 1);
+    assert_state(&e, 8, "planned+slot");
+    char *caps = testenv_sql1(e.db, "SELECT string_agg(tenant || '=' || max_running, ',') "
+                                    "FROM warren.tenant_caps");
+    ck_assert_str_eq(caps ? caps : "", "x=2");
+    free(caps);
+    PGconn *c = connect_ok(e.db);
+    exec_fails(c, "SELECT warren.set_tenant_cap('x', 0)", "22023", "is not a cap");
+    exec_fails(c, "SELECT warren.set_tenant_cap('bad tenant', 1)", "22023",
+               "\"bad tenant\" is not a tenant name");
+    PQfinish(c);
+    env_teardown(&e);
+}
+END_TEST
+
 static Suite *caps_suite(void)
 {
     Suite *s = suite_create("caps");
@@ -950,6 +1021,7 @@ static Suite *caps_suite(void)
     tcase_add_test(tc,
                    test_caps_per_tenant_cap_is_never_exceeded_and_small_tenants_are_not_delayed);
     tcase_add_test(tc, test_caps_max_running_total_cap_with_a_tenant_cap);
+    tcase_add_test(tc, test_caps_operator_tenant_cap_replaces_the_groups_per_tenant_cap);
     tcase_add_test(tc, test_caps_template_group_and_a_raised_cap_released_by_the_reconciler);
     tcase_add_test(tc, test_caps_batches_with_tenants_in_opposite_key_orders_do_not_deadlock);
     tcase_add_test(tc, test_caps_overlap_claim_many_and_a_completion_do_not_deadlock);

@@ -490,8 +490,41 @@ START_TEST(test_grant_producer_grants_lists_and_revoke_producer_takes_away)
 }
 END_TEST
 
+/* `warren tenant-cap`: sets, changes, lists and removes the operator's cap
+ * on one tenant (warren.tenant_caps), saying what it was. */
+START_TEST(test_tenant_cap_sets_lists_and_removes_a_tenants_cap)
+{
+    env e;
+    env_setup(&e);
+    cli_result r;
+    cli(&e, &r, "tenant-cap");
+    ck_assert_int_eq(r.rc, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "no tenant caps"));
+    cli(&e, &r, "tenant-cap billing:acme 3");
+    ck_assert_int_eq(r.rc, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "tenant-cap billing:acme: 3 runs at once"));
+    cli(&e, &r, "tenant-cap billing:acme 5");
+    ck_assert_int_eq(r.rc, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "5 runs at once (it was 3)"));
+    ck_q(e.db, "billing:acme=5",
+         "SELECT string_agg(tenant || '=' || max_running, ',') FROM warren.tenant_caps");
+    cli(&e, &r, "tenant-cap billing:acme");
+    ck_assert_int_eq(r.rc, 0);
+    ck_assert_int_eq(count_lines(r.out), 2);
+    ck_assert_ptr_nonnull(strstr(r.out, "billing:acme"));
+    cli(&e, &r, "tenant-cap billing:acme off");
+    ck_assert_int_eq(r.rc, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "removed (it was 5)"));
+    cli(&e, &r, "tenant-cap billing:acme --remove");
+    ck_assert_int_eq(r.rc, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "had no cap"));
+    ck_q(e.db, "0", "SELECT count(*) FROM warren.tenant_caps");
+    env_teardown(&e);
+}
+END_TEST
+
 /* Usage errors exit 2 without touching the database; an unknown role exits 1. */
-START_TEST(test_producer_grant_commands_refuse_bad_input)
+START_TEST(test_producer_and_tenant_cap_commands_refuse_bad_input)
 {
     static const struct {
         const char *args, *err;
@@ -508,6 +541,13 @@ START_TEST(test_producer_grant_commands_refuse_bad_input)
          "no role \"warren_no_such_login_zz\"", 1},
         {"revoke-producer", "give the LOGIN", 2},
         {"revoke-producer x --tenant-prefix p", "unknown argument \"--tenant-prefix\"", 2},
+        {"tenant-cap 'a b' 3", "\"a b\" is not a tenant name", 2},
+        {"tenant-cap acme 0", "N \"0\" is not a cap", 2},
+        {"tenant-cap acme -1", "unknown argument \"-1\"", 2},
+        {"tenant-cap acme many", "N \"many\" is not a cap", 2},
+        {"tenant-cap acme 3 4", "too many arguments", 2},
+        {"tenant-cap --remove", "--remove needs the TENANT", 2},
+        {"tenant-cap acme 3 --remove", "--remove takes the TENANT alone", 2},
     };
     env e;
     env_setup(&e);
@@ -551,7 +591,8 @@ static Suite *cli_suite(void)
 
     tc = tcase_create("producer_grants");
     tcase_add_test(tc, test_grant_producer_grants_lists_and_revoke_producer_takes_away);
-    tcase_add_test(tc, test_producer_grant_commands_refuse_bad_input);
+    tcase_add_test(tc, test_tenant_cap_sets_lists_and_removes_a_tenants_cap);
+    tcase_add_test(tc, test_producer_and_tenant_cap_commands_refuse_bad_input);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -60,6 +60,8 @@ static const struct {
     {"warren.replay(text,text)", ""},
     {"warren.grant_producer(text,text[],text[],text)", ""},
     {"warren.revoke_producer(text,text[],text[])", ""},
+    {"warren.set_tenant_cap(text,integer)", ""},
+    {"warren.wp_tenant_cap(integer,text)", ""},
     {"warren.run_key(text,timestamp with time zone)", ""},
     {"warren.runs_fill_key()", ""},
     /* Internal helpers of the SECURITY DEFINER functions. */

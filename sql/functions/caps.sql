@@ -33,9 +33,66 @@
 
 -- Internal (prefix wp_): called by the SECURITY DEFINER functions only.
 
+-- The per-tenant cap of tenant t in a group whose max_running_per_tenant
+-- is mrt: the operator's tenant cap (warren.tenant_caps, `warren
+-- tenant-cap`, migration 020) when t has one, else mrt. Every place that
+-- reads a group's per-tenant cap for a tenant reads it through this
+-- (plpgsql: function files are applied on every intermediate schema of a
+-- stepwise migration, before the table exists).
+CREATE OR REPLACE FUNCTION warren.wp_tenant_cap(mrt int, t text)
+RETURNS int LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN coalesce((SELECT tc.max_running FROM warren.tenant_caps tc WHERE tc.tenant = t), mrt);
+END
+$$;
+COMMENT ON FUNCTION warren.wp_tenant_cap(int, text) IS
+    'The per-tenant cap of tenant t: its operator''s tenant cap (warren.tenant_caps), else mrt '
+    '(its group''s max_running_per_tenant)';
+
+-- Sets (max_running 1 to 1,000,000) or removes (NULL) the operator's cap on
+-- tenant t: in every cap group at most that many of its runs run at once,
+-- in place of the group's max_running_per_tenant. For the schema owner
+-- only (`warren tenant-cap TENANT N`; no role is granted it: an
+-- application must not raise its own tenants' caps). A raised or removed
+-- cap releases waiting runs at the reconciler's next sweep (within
+-- seconds); a lowered one holds back the next claims (running runs run
+-- on). Returns whether anything changed.
+CREATE OR REPLACE FUNCTION warren.set_tenant_cap(tenant text, max_running int)
+RETURNS boolean LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+#variable_conflict use_column
+DECLARE
+    t text := set_tenant_cap.tenant;
+    n int := set_tenant_cap.max_running;
+    k int;
+BEGIN
+    IF t IS NULL OR t !~ '^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$' THEN
+        RAISE EXCEPTION 'warren.set_tenant_cap: "%" is not a tenant name '
+                        '([A-Za-z0-9][A-Za-z0-9._:@-]{0,199})',
+            left(coalesce(t, 'NULL'), 80) USING ERRCODE = '22023';
+    ELSIF n IS NOT NULL AND (n < 1 OR n > 1000000) THEN
+        RAISE EXCEPTION 'warren.set_tenant_cap: max_running % is not a cap: give 1 to 1000000, or '
+                        'NULL to remove the tenant''s cap', n USING ERRCODE = '22023';
+    END IF;
+    IF n IS NULL THEN
+        DELETE FROM warren.tenant_caps tc WHERE tc.tenant = t;
+    ELSE
+        INSERT INTO warren.tenant_caps AS tc (tenant, max_running) VALUES (t, n)
+        ON CONFLICT ON CONSTRAINT tenant_caps_pkey DO UPDATE
+            SET max_running = EXCLUDED.max_running, set_at = now(), set_by = session_user
+            WHERE tc.max_running IS DISTINCT FROM EXCLUDED.max_running;
+    END IF;
+    GET DIAGNOSTICS k = ROW_COUNT;
+    RETURN k > 0;
+END
+$fn$;
+COMMENT ON FUNCTION warren.set_tenant_cap(text, int) IS
+    'The operator''s cap on tenant''s running runs, per cap group, in place of '
+    'max_running_per_tenant (NULL removes it); owner only; true when something changed';
+
 -- Takes the cap lock(s) of group g, tenant t, for caps (mr, mrt); with
 -- try_only, only if free at once (returns false when not taken: the locks
--- already taken stay held until the end of the transaction).
+-- already taken stay held until the end of the transaction). mrt is the
+-- group's max_running_per_tenant: t's tenant cap takes its place here.
 CREATE OR REPLACE FUNCTION warren.wp_cap_lock(g text, t text, mr int, mrt int,
                                               try_only boolean DEFAULT false)
 RETURNS boolean LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
@@ -43,6 +100,7 @@ DECLARE
     kg text := 'c|' || g;
     kt text := 'c|' || g || '|' || coalesce(t, '');
 BEGIN
+    mrt := warren.wp_tenant_cap(mrt, t);
     -- Rows of warren.claim_locks (locks.sql): no other login can hold them.
     IF mr IS NULL AND mrt IS NOT NULL THEN
         RETURN warren.wp_lock_row(kg, false, try_only) AND warren.wp_lock_row(kt, true, try_only);
@@ -86,6 +144,7 @@ RETURNS int LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $
 DECLARE
     mr int;
     mrt int;
+    gmrt int;
     held bigint;
     room bigint;
     keys text[] := '{}';
@@ -94,9 +153,10 @@ DECLARE
     why text;
 BEGIN
     t := coalesce(t, '');
-    SELECT jb.max_running, jb.max_running_per_tenant INTO mr, mrt
+    SELECT jb.max_running, jb.max_running_per_tenant INTO mr, gmrt
       FROM warren.jobs jb WHERE jb.name = g;
-    IF NOT warren.wp_cap_lock(g, t, mr, mrt, try_only) THEN
+    mrt := warren.wp_tenant_cap(gmrt, t); -- t's cap (its tenant cap, else the group's)
+    IF NOT warren.wp_cap_lock(g, t, mr, gmrt, try_only) THEN
         RETURN 0; -- the sweep, and the group busy: next pass
     END IF;
     t0 := clock_timestamp(); -- after the lock: notes order releases as they happened
@@ -112,11 +172,17 @@ BEGIN
         keys := ARRAY(SELECT o.run_key FROM warren.runs o
                        WHERE o.cap_group = g AND o.cap_tenant = t AND o.state = 'waiting'
                        ORDER BY o.due_at, o.run_key LIMIT room FOR UPDATE SKIP LOCKED);
-        why := format('tenant %s has %s of max_running_per_tenant %s running',
-                      CASE WHEN t = '' THEN '(none)' ELSE t END, held, mrt);
+        why := format('tenant %s has %s of %s %s running',
+                      CASE WHEN t = '' THEN '(none)' ELSE t END, held,
+                      CASE WHEN mrt IS DISTINCT FROM gmrt THEN 'its tenant cap'
+                           ELSE 'max_running_per_tenant' END, mrt);
     ELSIF mr IS NULL THEN
+        -- (tenants with a tenant cap of their own are released by their own
+        -- calls, above)
         keys := ARRAY(SELECT o.run_key FROM warren.runs o
                        WHERE o.cap_group = g AND o.state = 'waiting'
+                         AND NOT EXISTS (SELECT 1 FROM warren.tenant_caps tc
+                                          WHERE tc.tenant = o.cap_tenant)
                        ORDER BY o.due_at, o.run_key LIMIT 1000 FOR UPDATE SKIP LOCKED);
         why := 'no cap any more';
     ELSE
@@ -129,7 +195,9 @@ BEGIN
             RETURN 0;
         END IF;
         why := format('%s of max_running %s running', held, mr);
-        IF mrt IS NULL THEN
+        -- per tenant when the group has a per-tenant cap, or when any
+        -- tenant has a tenant cap (one of this group's may)
+        IF gmrt IS NULL AND NOT EXISTS (SELECT 1 FROM warren.tenant_caps) THEN
             keys := ARRAY(SELECT o.run_key FROM warren.runs o
                            WHERE o.cap_group = g AND o.state = 'waiting'
                            ORDER BY o.due_at, o.run_key LIMIT room FOR UPDATE SKIP LOCKED);
@@ -153,7 +221,8 @@ BEGIN
                 SELECT c.run_key
                   FROM tn
                  CROSS JOIN LATERAL (
-                       SELECT mrt - count(*) AS free FROM warren.runs o
+                       SELECT coalesce(warren.wp_tenant_cap(gmrt, tn.t) - count(*), room) AS free
+                         FROM warren.runs o
                         WHERE o.cap_group = g AND o.cap_tenant = tn.t
                           AND (o.state = 'running'
                                OR (o.cap_released_at IS NOT NULL
@@ -164,7 +233,10 @@ BEGIN
                         ORDER BY o.due_at, o.run_key LIMIT least(greatest(h.free, 0), room)) c
                  WHERE tn.t IS NOT NULL
                  ORDER BY c.due_at, c.run_key LIMIT room);
-            why := why || format(', its tenant below max_running_per_tenant %s', mrt);
+            why := why || format(', its tenant below %s',
+                                 CASE WHEN gmrt IS NULL THEN 'its tenant cap'
+                                      ELSE format('its cap (max_running_per_tenant %s, or its '
+                                                  'tenant cap)', gmrt) END);
         END IF;
     END IF;
     IF cardinality(keys) = 0 THEN
@@ -224,9 +296,12 @@ BEGIN
         ), u AS (
             -- one row per group with max_running or no caps, one per tenant otherwise
             SELECT DISTINCT pr.g,
-                   CASE WHEN jb.max_running IS NULL AND jb.max_running_per_tenant IS NOT NULL
+                   CASE WHEN jb.max_running IS NULL
+                             AND warren.wp_tenant_cap(jb.max_running_per_tenant, pr.t) IS NOT NULL
                         THEN pr.t END AS t,
-                   jb.max_running AS mr, jb.max_running_per_tenant AS mrt
+                   jb.max_running AS mr,
+                   CASE WHEN jb.max_running IS NULL
+                        THEN warren.wp_tenant_cap(jb.max_running_per_tenant, pr.t) END AS mrt
               FROM pr LEFT JOIN warren.jobs jb ON jb.name = pr.g
         )
         SELECT u.g, u.t FROM u

@@ -148,6 +148,7 @@ DECLARE
     ct0 text;
     mr0 int;
     mrt0 int;
+    gmrt int;
 BEGIN
     IF k IS NULL THEN
         RAISE EXCEPTION 'warren.claim: run_key and worker are required' USING ERRCODE = '22023';
@@ -166,6 +167,7 @@ BEGIN
       FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job
       LEFT JOIN warren.jobs gj ON gj.name = coalesce(jb.template, jb.name)
      WHERE rr.run_key = k;
+    mrt0 := warren.wp_tenant_cap(mrt0, ct0); -- the operator's tenant cap, if any (caps.sql)
     PERFORM warren.wp_require_queue('warren.claim', k, q);
     IF st = 'waiting' THEN
         RETURN; -- held back by a cap (caps.sql): released by a completion, not by a message
@@ -231,6 +233,8 @@ BEGIN
           FROM warren.jobs gj WHERE gj.name = j.template;
     END IF;
     ct := coalesce(r.tenant, j.tenant, '');
+    gmrt := mrt;
+    mrt := warren.wp_tenant_cap(mrt, ct); -- the operator's tenant cap, if any (caps.sql)
     -- A cap's count must see every committed claim: a statement's snapshot
     -- taken after the lock, which only READ COMMITTED gives (in REPEATABLE
     -- READ or SERIALIZABLE it is the transaction's first, and two claims
@@ -405,8 +409,11 @@ BEGIN
                AND (o.state = 'running'
                     OR (o.cap_released_at IS NOT NULL AND o.state IN ('planned', 'published')));
             IF held >= mrt THEN
-                wline := format('waiting: tenant %s has %s of max_running_per_tenant %s running (%s)',
-                                CASE WHEN ct = '' THEN '(none)' ELSE ct END, held, mrt,
+                wline := format('waiting: tenant %s has %s of %s %s running (%s)',
+                                CASE WHEN ct = '' THEN '(none)' ELSE ct END, held,
+                                CASE WHEN mrt IS DISTINCT FROM gmrt
+                                     THEN 'its tenant cap (warren tenant-cap)'
+                                     ELSE 'max_running_per_tenant' END, mrt,
                                 warren.wp_cap_label(cg));
             END IF;
         END IF;
@@ -520,6 +527,8 @@ DECLARE
     locks boolean;
     skipk text[];
     priv boolean := warren.wp_privileged();
+    -- any operator's tenant cap (caps.sql)? None: no run is capped by one
+    tc_any boolean := EXISTS (SELECT 1 FROM warren.tenant_caps);
 BEGIN
     PERFORM warren.wp_check_worker('warren.claim_many', w);
     PERFORM warren.wp_check_batch('warren.claim_many', keys);
@@ -551,6 +560,8 @@ BEGIN
                   -- overlap check or a cap (its own, or its template's)
                   rr.state IN ('planned', 'published', 'retrying', 'running')
                   AND (warren.wp_overlap_of(jb.overlap, rr.origin) <> 'allow'
+                       OR (tc_any AND EXISTS (SELECT 1 FROM warren.tenant_caps tc
+                                               WHERE tc.tenant = coalesce(rr.tenant, jb.tenant)))
                        OR CASE WHEN jb.template IS NULL
                                THEN jb.max_running IS NOT NULL
                                     OR jb.max_running_per_tenant IS NOT NULL
@@ -614,18 +625,23 @@ BEGIN
                       JOIN warren.jobs jb ON jb.name = d.job
                       JOIN warren.jobs gj ON gj.name = coalesce(jb.template, jb.name)
                      WHERE jb.overlap <> 'allow' OR gj.max_running IS NOT NULL
-                        OR gj.max_running_per_tenant IS NOT NULL
+                        OR gj.max_running_per_tenant IS NOT NULL OR tc_any
                 )
                 SELECT DISTINCT 0 AS kind, jc.g, coalesce(kr.tenant, jc.tenant, '') AS t, jc.mr,
                        jc.mrt, NULL::text AS k
                   FROM jc JOIN kr ON kr.job = jc.name
-                 WHERE jc.mr IS NOT NULL OR jc.mrt IS NOT NULL
+                 WHERE jc.mr IS NOT NULL
+                    OR warren.wp_tenant_cap(jc.mrt, coalesce(kr.tenant, jc.tenant, '')) IS NOT NULL
                 UNION
                 -- an uncapped `skip` job's smallest key among the batch's
                 -- claimable ones: the one the per-key path, in key order,
                 -- would claim first (the fast path's candidate, below)
                 SELECT 1, jc.name, '', NULL::int, NULL::int,
                        CASE WHEN jc.overlap = 'skip' AND jc.mr IS NULL AND jc.mrt IS NULL
+                                 AND NOT (tc_any AND EXISTS (
+                                     SELECT 1 FROM kr JOIN warren.tenant_caps tc
+                                         ON tc.tenant = coalesce(kr.tenant, jc.tenant)
+                                      WHERE kr.job = jc.name))
                             THEN (SELECT min(kr.run_key) FROM kr
                                    WHERE kr.job = jc.name AND kr.origin <> 'enqueue') END
                   FROM jc WHERE jc.overlap <> 'allow'
@@ -689,6 +705,9 @@ BEGIN
                                         AND (gj.max_running IS NOT NULL
                                              OR gj.max_running_per_tenant IS NOT NULL))
                END
+           -- no operator's tenant cap on the run's tenant (caps.sql)
+           AND NOT (tc_any AND EXISTS (SELECT 1 FROM warren.tenant_caps tc
+                                        WHERE tc.tenant = coalesce(rr.tenant, jb.tenant)))
            -- the grant again, in the statement that claims (access.sql): a
            -- run inserted or a job moved since `bad` was computed
            AND (priv OR EXISTS (SELECT 1 FROM warren.worker_grants g

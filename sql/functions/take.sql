@@ -130,6 +130,9 @@ BEGIN
                                         AND (gj.max_running IS NOT NULL
                                              OR gj.max_running_per_tenant IS NOT NULL))
                END
+           -- nor an operator's tenant cap on the run's tenant (caps.sql)
+           AND NOT EXISTS (SELECT 1 FROM warren.tenant_caps tc
+                            WHERE tc.tenant = coalesce(rr.tenant, jb.tenant))
            AND (priv OR EXISTS (SELECT 1 FROM warren.worker_grants g
                                  WHERE g.login = session_user AND g.queue = jb.queue))
          ORDER BY rr.run_key
@@ -215,6 +218,9 @@ BEGIN
                                         AND (gj.max_running IS NOT NULL
                                              OR gj.max_running_per_tenant IS NOT NULL))
                END
+           -- nor an operator's tenant cap on the run's tenant (caps.sql)
+           AND NOT EXISTS (SELECT 1 FROM warren.tenant_caps tc
+                            WHERE tc.tenant = coalesce(rr.tenant, jb.tenant))
         RETURNING rr.run_key, rr.job, rr.attempt, rr.scheduled_at, rr.due_at, rr.finished_at,
                   jb.overlap = 'skip' AND rr.origin <> 'enqueue' AS sk
     ), at AS (
