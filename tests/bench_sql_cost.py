@@ -50,14 +50,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SQL_DIR = os.path.join(HERE, "..", "sql")
 
 
-def sql_files():
-    """The migrations in order, then the function files in functions.sql's order."""
-    files = sorted(glob.glob(os.path.join(SQL_DIR, "migrations", "[0-9][0-9][0-9]_*.sql")))
-    with open(os.path.join(SQL_DIR, "functions.sql")) as fh:
+def sql_files(sql_dir=SQL_DIR):
+    """The migrations in order, then the function files in functions.sql's order
+    (of sql_dir: this tree's sql/, or another revision's; bench_api_cost.py)."""
+    files = sorted(glob.glob(os.path.join(sql_dir, "migrations", "[0-9][0-9][0-9]_*.sql")))
+    with open(os.path.join(sql_dir, "functions.sql")) as fh:
         for line in fh:
             line = line.strip()
             if line.startswith("\\ir functions/"):
-                files.append(os.path.join(SQL_DIR, line[len("\\ir "):]))
+                files.append(os.path.join(sql_dir, line[len("\\ir "):]))
     return files
 
 
