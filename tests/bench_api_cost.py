@@ -12,7 +12,8 @@ template `tmpl` and a producer login `warren_bench_producer` (in "head"
 granted the template, `warren.grant_producer`; at fcce054 a member of
 warren_producer needed no grant). Then R rounds, the two databases in
 alternating order within each round (so that each pair shares the
-machine's noise), each call its own transaction:
+machine's noise), each call its own transaction, after a VACUUM ANALYZE
+and a CHECKPOINT of its database:
 
     enqueue_many  one call of N runs (default 20,000) with fresh keys
     upsert_jobs   one call of J new API jobs (default 10,000)
@@ -77,6 +78,17 @@ def setup_db(admin_url, name, sql_dir, grant):
     return url
 
 
+def settle(url):
+    """Before each timed call: the same starting point for both databases
+    (no dirty buffers to write back, no autovacuum or hint bits pending)."""
+    conn = psycopg2.connect(url)
+    conn.autocommit = True
+    cur = conn.cursor()
+    cur.execute("VACUUM ANALYZE warren.runs, warren.jobs")
+    cur.execute("CHECKPOINT")
+    conn.close()
+
+
 def timed(url, sql, arg):
     conn = psycopg2.connect(url)
     conn.autocommit = True
@@ -136,6 +148,7 @@ def main():
                              "FROM warren.upsert_jobs(%s::jsonb)", jobs, a.jobs)):
                         if who == "producer":
                             arg = arg.replace('"r%d-' % r, '"p%d-' % r)
+                        settle(dbs[side])
                         n, c, w = timed(url, sql, arg)
                         if n != want:
                             sys.exit("bench_api_cost: %s %s as %s created %d of %d"
