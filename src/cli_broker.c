@@ -1,5 +1,5 @@
 /* cli_broker.c: `warren topology`: declare on RabbitMQ what the config's job
- * queues need (DESIGN §4) and print what was declared. */
+ * queues need (docs/design.md §4.1) and print what was declared. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

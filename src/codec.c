@@ -1,4 +1,4 @@
-/* codec.c: the run message body (DESIGN §4) in and out of JSON, and run keys.
+/* codec.c: the run message body (docs/design.md §4.3) in and out of JSON, and run keys.
  * All of warren's jansson use outside config.c lives here. */
 #include <stdarg.h>
 #include <stdint.h>

@@ -1,4 +1,4 @@
-/* config.c: loads the libconfig file (DESIGN §8) into warren_config and
+/* config.c: loads the libconfig file (docs/design.md §8) into warren_config and
  * validates all of it, collecting every error as "FILE:LINE: job "NAME":
  * setting "retry.base": ..." rather than stopping at the first. Each section's
  * settings are declared once, in a table (config_int.h) that drives parsing,

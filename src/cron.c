@@ -1,6 +1,6 @@
 /* cron.c: parses cron expressions into bit sets and finds their next fire
  * instants in a time zone, stepping by calendar fields (never by seconds) and
- * applying warren's DST contract (DESIGN §7, docs/cron.md). */
+ * applying warren's DST contract (docs/design.md §7, docs/cron.md). */
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>

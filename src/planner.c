@@ -1,4 +1,4 @@
-/* planner.c: the planner's tick (DESIGN §5): partition leases, materialising
+/* planner.c: the planner's tick (docs/design.md §5): partition leases, materialising
  * fire times into runs with misfire policies, then the relay, the outbox and
  * the reconciler; and the loop that ticks, wakes on NOTIFY and reconnects.
  * docs/delivery.md explains the decisions. */

@@ -1,5 +1,5 @@
 /* relay.h: publishes committed runs and outbox rows to RabbitMQ with
- * pipelined publisher confirms (the planner's steps 3 and 4, DESIGN §5).
+ * pipelined publisher confirms (the planner's steps 3 and 4, docs/design.md §5.3, §5.4).
  *
  * Runs: in due order, in batches (one transaction each: select FOR UPDATE
  * SKIP LOCKED, publish the batch, wait for every confirm, mark the acked ones

@@ -1,4 +1,4 @@
-/* worker.c: the C worker (DESIGN §6): its public API and its loop. One thread
+/* worker.c: the C worker (docs/design.md §6.2): its public API and its loop. One thread
  * owns the AMQP connection and the PostgreSQL connection (neither library is
  * thread-safe per connection) and runs a loop: take deliveries, claim them in
  * batches (worker_claim.c), start handlers in free slots, heartbeat, collect

@@ -1,4 +1,4 @@
-/* worker_claim.c: the C worker's claims (DESIGN §6): deliveries wait in a
+/* worker_claim.c: the C worker's claims (docs/design.md §6.2): deliveries wait in a
  * FIFO of pending runs, those released early (planner.release_lead) are held
  * there until due on an estimate of the database's clock, and the due ones
  * are claimed in batches (warren.claim_many, or warren.reclaim_many for those

@@ -1,4 +1,4 @@
-/* worker_exec.c: exec handler processes (DESIGN §6): PATH lookup, the run
+/* worker_exec.c: exec handler processes (docs/design.md §6.3): PATH lookup, the run
  * facts in a scrubbed environment, the payload on stdin, a process group per
  * handler, the tail of its output, and its exit status as an outcome. A
  * handler pool thread starts them (worker_pool.c: the loop thread never waits

@@ -1,4 +1,4 @@
-/* worker_exec.h: exec handler processes (DESIGN §6), the worker's internal API
+/* worker_exec.h: exec handler processes (docs/design.md §6.3), the worker's internal API
  * for them: start a command in its own process group with the payload on
  * stdin and the run facts in the environment, keep the tail of its output,
  * reap it and map its exit to an outcome. Needs no server (tests/check_exec.c). */

@@ -1,4 +1,4 @@
-/* worker_pool.c: the C worker's handler pool (DESIGN §6): persistent threads
+/* worker_pool.c: the C worker's handler pool (docs/design.md §6.2): persistent threads
  * that run in-process C handlers and sql handlers, one run per thread at a
  * time, and start exec handlers' processes (so the loop thread never waits
  * for a spawn); the sql handlers' PostgreSQL connections; and the wake pipe

@@ -1,4 +1,4 @@
-/* worker_settle.c: how the C worker settles its runs (DESIGN §6):
+/* worker_settle.c: how the C worker settles its runs (docs/design.md §6.2):
  * heartbeats in batches while handlers run, completions in batches when they
  * finish (warren.complete_many; sql handlers complete in their own
  * transaction), acknowledgements only after the completion committed, dead

@@ -11,7 +11,7 @@
 #include <warren/log.h>
 #include <warren/timefmt.h>
 
-/* Fixed names (DESIGN §4). */
+/* Fixed names (docs/design.md §4.1). */
 /* warren.ready is a HEADERS exchange: each ready queue is bound with
  * {x-match: all-with-x, x-warren-queue: <job queue>}. Every run message
  * carries the header x-warren-queue, so it routes the same whether published
@@ -60,7 +60,7 @@ int warren_broker_connected(const warren_broker *b);
 /* "HOST:PORT" of the server, for messages (borrowed, valid until free). */
 const char *warren_broker_where(const warren_broker *b);
 
-/* Declares, idempotently, everything DESIGN §4 names for these job queues:
+/* Declares, idempotently, everything docs/design.md §4.1 names for these job queues:
  * exchanges warren.ready (headers), warren.dead (fanout), warren.events
  * (topic), all durable; quorum queue warren.dead bound to warren.dead; per
  * job queue Q the quorum queue warren.ready.Q (x-delivery-limit, DLX

@@ -1,4 +1,4 @@
-/* codec.h: the run message contract (DESIGN §4) and run keys. The body every
+/* codec.h: the run message contract (docs/design.md §4.3) and run keys. The body every
  * ready-queue message carries is the JSON object
  *   {"run_key": "JOB@2026-11-30T14:00:00Z", "job": "JOB",
  *    "scheduled_at": "2026-11-30T14:00:00Z", "due_at": "2026-11-30T14:00:07.250Z",

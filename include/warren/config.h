@@ -1,4 +1,4 @@
-/* config.h: the libconfig file (DESIGN §8) loaded into plain structs, with
+/* config.h: the libconfig file (docs/design.md §8) loaded into plain structs, with
  * every validation error reported (file:line: job "NAME": setting ...). */
 #ifndef WARREN_CONFIG_H
 #define WARREN_CONFIG_H

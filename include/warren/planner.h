@@ -1,4 +1,4 @@
-/* planner.h: the planner (DESIGN §5): partition leases, materialising runs
+/* planner.h: the planner (docs/design.md §5): partition leases, materialising runs
  * from job schedules with misfire policies, the relay (publish with
  * confirms), the outbox and the reconciler, driven by a tick loop woken by
  * LISTEN/NOTIFY. Also the pure schedule helpers the planner and the

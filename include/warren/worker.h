@@ -1,4 +1,4 @@
-/* worker.h: the C worker (DESIGN §6): consumes ready queues with a prefetch
+/* worker.h: the C worker (docs/design.md §6.2): consumes ready queues with a prefetch
  * equal to its handler slots, claims each run through warren.claim, runs its
  * handler (exec, sql, or an in-process C function registered here),
  * heartbeats at a third of the lease, completes through warren.complete and

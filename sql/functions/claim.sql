@@ -1,4 +1,4 @@
--- claim.sql: the claim (DESIGN §3, docs/worker-protocol.md): warren.claim for
+-- claim.sql: the claim (docs/design.md §6.1, docs/worker-protocol.md): warren.claim for
 -- workers in any language, warren.claim_many for batches (the C worker),
 -- warren.reclaim_many after a claim whose answer was lost, and their
 -- helpers. The one current definition; `warren migrate` re-applies it.
