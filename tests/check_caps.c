@@ -1013,6 +1013,56 @@ START_TEST(test_caps_operator_tenant_cap_replaces_the_groups_per_tenant_cap)
 }
 END_TEST
 
+/* One lock mode per group whatever its tenants' caps: two complete_many
+ * calls, each with a run of tenant a (an operator's tenant cap) and one of
+ * tenant b (its cap removed since its claim, so counted under the group),
+ * in a group without max_running. Session h holds a's locks; both calls
+ * queue for them. When b's lock mode followed b's own (none: the group's
+ * lock exclusive), each call held the group's lock shared for a and then
+ * waited to take it exclusively for b: deadlock detected. */
+START_TEST(test_caps_tenant_caps_keep_one_lock_mode_per_group)
+{
+    env e;
+    char msg_x[512], msg_y[512];
+    env_setup(&e);
+    set_caps(&e, 0, 0);
+    qx(e.db, "SELECT warren.set_tenant_cap('a', 5), warren.set_tenant_cap('b', 5)");
+    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) VALUES "
+             "('capt', '2026-01-01T00:00:01Z', now(), 'trigger', 'a'),"
+             "('capt', '2026-01-01T00:00:02Z', now(), 'trigger', 'a'),"
+             "('capt', '2026-01-01T00:00:03Z', now(), 'trigger', 'b'),"
+             "('capt', '2026-01-01T00:00:04Z', now(), 'trigger', 'b')");
+    for (int n = 1; n <= 4; n++)
+        ck_assert_int_eq(claim_n(&e, n), 1);
+    ck_assert_int_eq(sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE cap_group = 'capt'"),
+                     4);
+    qx(e.db, "SELECT warren.set_tenant_cap('b', NULL)");
+    PGconn *h = connect_ok(e.db), *x = connect_ok(e.db), *y = connect_ok(e.db);
+    exec_ok(x, "SET deadlock_timeout = '100ms'");
+    exec_ok(y, "SET deadlock_timeout = '100ms'");
+    exec_ok(h, "BEGIN; SELECT warren.wp_cap_lock('capt', 'a', NULL, NULL)");
+    ck_assert_int_eq(PQsendQuery(x, "SELECT * FROM warren.complete_many(ARRAY["
+                                    "'capt@2026-01-01T00:00:01Z', 'capt@2026-01-01T00:00:03Z'], "
+                                    "ARRAY[1, 1]) WHERE recorded"),
+                     1);
+    wait_lock_wait(e.db, x);
+    ck_assert_int_eq(PQsendQuery(y, "SELECT * FROM warren.complete_many(ARRAY["
+                                    "'capt@2026-01-01T00:00:02Z', 'capt@2026-01-01T00:00:04Z'], "
+                                    "ARRAY[1, 1]) WHERE recorded"),
+                     1);
+    wait_lock_wait(e.db, y);
+    exec_ok(h, "COMMIT");
+    int nx = result_rows(x, msg_x, sizeof(msg_x));
+    int ny = result_rows(y, msg_y, sizeof(msg_y));
+    ck_assert_msg(nx == 2, "first call: %d rows %s", nx, msg_x);
+    ck_assert_msg(ny == 2, "second call: %d rows %s", ny, msg_y);
+    PQfinish(h);
+    PQfinish(x);
+    PQfinish(y);
+    env_teardown(&e);
+}
+END_TEST
+
 static Suite *caps_suite(void)
 {
     Suite *s = suite_create("caps");
@@ -1022,6 +1072,7 @@ static Suite *caps_suite(void)
                    test_caps_per_tenant_cap_is_never_exceeded_and_small_tenants_are_not_delayed);
     tcase_add_test(tc, test_caps_max_running_total_cap_with_a_tenant_cap);
     tcase_add_test(tc, test_caps_operator_tenant_cap_replaces_the_groups_per_tenant_cap);
+    tcase_add_test(tc, test_caps_tenant_caps_keep_one_lock_mode_per_group);
     tcase_add_test(tc, test_caps_template_group_and_a_raised_cap_released_by_the_reconciler);
     tcase_add_test(tc, test_caps_batches_with_tenants_in_opposite_key_orders_do_not_deadlock);
     tcase_add_test(tc, test_caps_overlap_claim_many_and_a_completion_do_not_deadlock);

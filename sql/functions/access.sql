@@ -167,6 +167,23 @@ BEGIN
     IF FOUND THEN
         RETURN;
     END IF;
+    -- No slot rows at all (a grant made with triggers disabled, e.g. by a
+    -- restore): make them now (a concurrent claim of the same login making
+    -- them too is waited for, then the rows are there), then take one.
+    IF NOT EXISTS (SELECT 1 FROM warren.claim_locks c
+                    WHERE c.lock_key = 'w|' || session_user || '|0') THEN
+        INSERT INTO warren.claim_locks (lock_key)
+        SELECT 'w|' || session_user || '|' || i
+          FROM generate_series(0, warren.wp_max_waiting() - 1) i
+        ON CONFLICT (lock_key) DO NOTHING;
+        PERFORM 1 FROM warren.claim_locks c
+         WHERE c.lock_key = ANY (ARRAY(SELECT 'w|' || session_user || '|' || i
+                                         FROM generate_series(0, warren.wp_max_waiting() - 1) i))
+         ORDER BY c.lock_key LIMIT 1 FOR UPDATE SKIP LOCKED;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+    END IF;
     RAISE EXCEPTION '%: login "%" already has % claims waiting for their due time; keep the '
                     'message and claim it again when it is due (x-warren-due-at)', fn,
                     session_user, warren.wp_max_waiting()

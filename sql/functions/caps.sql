@@ -26,9 +26,10 @@
 -- and the completion read a run's group without a lock first; a lock
 -- found needed only under the row lock (a sync in between) is tried. With
 -- max_running the group's lock is exclusive (every claim and release of the
--- group serialises: the total and every tenant's count are exact); with
--- max_running_per_tenant alone it is shared and the tenant's lock exclusive
--- (claims of different tenants run in parallel). A count is a statement
+-- group serialises: the total and every tenant's count are exact); without
+-- it (per-tenant caps only: the group's, or an operator's tenant cap) it is
+-- shared and the tenant's lock exclusive (claims of different tenants run
+-- in parallel). A count is a statement
 -- after the lock, so it sees every committed claim.
 
 -- Internal (prefix wp_): called by the SECURITY DEFINER functions only.
@@ -91,8 +92,8 @@ COMMENT ON FUNCTION warren.set_tenant_cap(text, int) IS
 
 -- Takes the cap lock(s) of group g, tenant t, for caps (mr, mrt); with
 -- try_only, only if free at once (returns false when not taken: the locks
--- already taken stay held until the end of the transaction). mrt is the
--- group's max_running_per_tenant: t's tenant cap takes its place here.
+-- already taken stay held until the end of the transaction). mrt (the
+-- group's max_running_per_tenant) does not change the mode: see below.
 CREATE OR REPLACE FUNCTION warren.wp_cap_lock(g text, t text, mr int, mrt int,
                                               try_only boolean DEFAULT false)
 RETURNS boolean LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
@@ -100,18 +101,25 @@ DECLARE
     kg text := 'c|' || g;
     kt text := 'c|' || g || '|' || coalesce(t, '');
 BEGIN
-    mrt := warren.wp_tenant_cap(mrt, t);
     -- Rows of warren.claim_locks (locks.sql): no other login can hold them.
-    IF mr IS NULL AND mrt IS NOT NULL THEN
+    -- The mode depends on the group's max_running alone, never on the
+    -- tenant: every caller takes one mode for a group, whatever tenants its
+    -- runs have, so no call holds a group's lock shared and then waits to
+    -- take it exclusively (a tenant with an operator's tenant cap next to
+    -- one without, in one complete_many, would otherwise deadlock with a
+    -- second such call). Without max_running the group's lock is shared and
+    -- the tenant's exclusive (a tenant without any cap takes its tenant lock
+    -- for nothing, harmlessly).
+    IF mr IS NULL THEN
         RETURN warren.wp_lock_row(kg, false, try_only) AND warren.wp_lock_row(kt, true, try_only);
     END IF;
     RETURN warren.wp_lock_row(kg, true, try_only);
 END
 $$;
 COMMENT ON FUNCTION warren.wp_cap_lock(text, text, int, int, boolean) IS
-    'Takes the cap lock of group g (exclusive; shared plus tenant t''s exclusive lock when only '
-    'max_running_per_tenant is set): rows of warren.claim_locks; try_only: only if free at once '
-    '(false: not taken); NULL for a NULL group';
+    'Takes the cap lock of group g (exclusive when max_running is set; else shared plus tenant '
+    't''s exclusive lock): rows of warren.claim_locks; try_only: only if free at once (false: '
+    'not taken); NULL for a NULL group';
 
 -- How a note names a group: the template, or the config job itself.
 -- (plpgsql: function files are applied on every intermediate schema of a

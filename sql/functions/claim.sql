@@ -655,6 +655,9 @@ BEGIN
     -- (a 1 s lease behind a 1.5 s wait): the next key of the same skip job
     -- would then reap the run this batch just claimed.
     t0 := clock_timestamp();
+    -- A tenant cap set since the call began: the fast path leaves its runs
+    -- to the per-key claim (which takes their locks) from now on.
+    tc_any := tc_any OR EXISTS (SELECT 1 FROM warren.tenant_caps);
     -- Fast path: fresh runs of jobs without an overlap check or a cap, and
     -- the fresh skipk run of an uncapped `skip` job none of whose runs is
     -- running (the overlap lock is held: a statement after it sees every

@@ -80,6 +80,11 @@ BEGIN
         IF FOUND THEN
             RETURN true;
         ELSIF try_only THEN
+            -- there (committed) but held elsewhere: not taken, at once;
+            -- missing (or being made): make it if that can be done at once
+            IF EXISTS (SELECT 1 FROM warren.claim_locks c WHERE c.lock_key = lk) THEN
+                RETURN false;
+            END IF;
             RETURN warren.wp_make_lock_row(lk);
         END IF;
         -- Not there yet: make it (held by this transaction until it ends).

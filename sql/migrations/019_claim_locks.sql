@@ -54,5 +54,23 @@ SELECT 'w|' || g.login || '|' || i
  CROSS JOIN generate_series(0, 63) i
 ON CONFLICT (lock_key) DO NOTHING;
 
+-- The cap locks in use today: every capped group's, and the (group,
+-- tenant) of every run held back or holding a slot (read through the
+-- partial indexes of migration 013). Made here, the first claims after the
+-- upgrade find them (a lock's first maker holds it exclusively, and a try
+-- makes one only if it can at once).
+INSERT INTO warren.claim_locks (lock_key)
+SELECT 'c|' || jb.name FROM warren.jobs jb
+ WHERE jb.max_running IS NOT NULL OR jb.max_running_per_tenant IS NOT NULL
+UNION
+SELECT DISTINCT 'c|' || o.cap_group || '|' || o.cap_tenant FROM warren.runs o
+ WHERE o.state = 'waiting' AND o.cap_group IS NOT NULL AND o.cap_tenant IS NOT NULL
+UNION
+SELECT DISTINCT 'c|' || o.cap_group || '|' || o.cap_tenant FROM warren.runs o
+ WHERE o.cap_group IS NOT NULL AND o.cap_tenant IS NOT NULL
+   AND (o.state = 'running'
+        OR (o.cap_released_at IS NOT NULL AND o.state IN ('planned', 'published')))
+ON CONFLICT (lock_key) DO NOTHING;
+
 INSERT INTO warren.schema_migrations (version, name) VALUES (19, '019_claim_locks')
 ON CONFLICT (version) DO NOTHING;
