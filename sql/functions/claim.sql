@@ -71,7 +71,7 @@ COMMENT ON FUNCTION warren.wp_wait_until(timestamptz) IS
 
 -- The claim itself; warren.claim(k, w) is wp_claim(k, w, true). claim_many's
 -- per-key path calls it with may_wait false: that transaction holds row and
--- advisory locks already, so it never sleeps there (a run that is not due by
+-- claim locks already, so it never sleeps there (a run that is not due by
 -- then gives no row). A planned, published or retrying run is claimed only
 -- when it is due, checked again after taking the run's lock.
 --
@@ -252,8 +252,8 @@ BEGIN
     END IF;
     -- Claims of one job's runs serialise so the overlap check (a statement
     -- after the lock, so with a fresh snapshot) sees every committed claim.
-    -- An advisory lock: the planner's FOR UPDATE SKIP LOCKED on warren.jobs
-    -- is not disturbed.
+    -- A row of warren.claim_locks (locks.sql), not the job's own row: the
+    -- planner's FOR UPDATE SKIP LOCKED on warren.jobs is not disturbed.
     IF pol <> 'allow' AND NOT warren.wp_overlap_lock(j.name, true) THEN
         RETURN;
     END IF;
