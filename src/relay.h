@@ -6,8 +6,9 @@
  * published, commit). A run not yet due goes to the classic delay queue of
  * its due second (warren.delay.<epoch s>; with planner.delay_ring = N the
  * quorum or classic ring slot warren.delay.ring.<s mod N>) with expiration =
- * due - now in ms, rounded up (never released early); a run already due goes straight to
- * warren.ready. Publishes are mandatory: a returned message is recorded on
+ * (due - planner.release_lead) - now in ms, rounded up (released that much
+ * early: the claim and the C worker hold it until due); a run already that
+ * close to due goes straight to warren.ready. Publishes are mandatory: a returned message is recorded on
  * the run (last_error) and retried later, never counted as published. A run
  * that cannot be published at all (WARREN_EINVAL: a payload that is not a
  * JSON object, a body over the cap, a time that is not finite) is recorded

@@ -1,5 +1,6 @@
 /* worker.h: the C worker (docs/design.md §6.2): consumes ready queues with a prefetch
- * equal to its handler slots, claims each run through warren.claim, runs its
+ * of at least its handler slots (worker.prefetch; by default twice them up to
+ * 256 slots), claims each run through warren.claim_many, runs its
  * handler (exec, sql, or an in-process C function registered here),
  * heartbeats at a third of the lease, completes through warren.complete and
  * only then acknowledges the message.
