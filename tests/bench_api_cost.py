@@ -4,6 +4,7 @@ tree's sql/ against another revision's, side by side (JSON lines on stdout).
 
     eval "$(bash tests/servers.sh start)"
     python3 tests/bench_api_cost.py [--base REF] [--rounds R] [--runs N] [--jobs J]
+        [--only enqueue_many|upsert_jobs] [--logins owner,producer]
 
 Makes two scratch databases on the server of WARREN_TEST_PG_URL: "base",
 migrated with REF's sql/ (default fcce054, the revision issue 33 was filed
@@ -109,6 +110,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--runs", type=int, default=20000)
     ap.add_argument("--jobs", type=int, default=10000)
+    ap.add_argument("--only", choices=["enqueue_many", "upsert_jobs"],
+                    help="measure this call alone")
+    ap.add_argument("--logins", default="owner,producer",
+                    help="owner, producer or both (comma-separated)")
     a = ap.parse_args()
     admin = os.environ.get("WARREN_TEST_PG_URL")
     if not admin:
@@ -137,7 +142,7 @@ def main():
             jobs = json.dumps([{"name": "r%d-j%d" % (r, g), "template": "tmpl", "every": "1h",
                                 "tenant": "t%d" % (g % 100)} for g in range(a.jobs)])
             order = ["base", "head"] if r % 2 else ["head", "base"]
-            for who in ("owner", "producer"):
+            for who in a.logins.split(","):
                 for side in order:
                     url = dbs[side] if who == "owner" else with_db(
                         admin, urlsplit(dbs[side]).path[1:], PRODUCER)
@@ -146,6 +151,8 @@ def main():
                              "warren.enqueue_many(%s::jsonb)", runs, a.runs),
                             ("upsert_jobs", "SELECT count(*) FILTER (WHERE result = 'created') "
                              "FROM warren.upsert_jobs(%s::jsonb)", jobs, a.jobs)):
+                        if a.only is not None and call != a.only:
+                            continue
                         if who == "producer":
                             arg = arg.replace('"r%d-' % r, '"p%d-' % r)
                         settle(dbs[side])
@@ -161,12 +168,16 @@ def main():
                                           "loadavg": open("/proc/loadavg").read().split()[0]}),
                               flush=True)
         for call in ("enqueue_many", "upsert_jobs"):
-            for who in ("owner", "producer"):
+            for who in a.logins.split(","):
+                if (call, who, "head") not in cpu:
+                    continue
                 ratios = [h / b for h, b in zip(cpu[(call, who, "head")],
                                                 cpu[(call, who, "base")]) if b > 0]
                 print(json.dumps({"bench": "api_cost_ratio", "call": call, "login": who,
                                   "base": a.base, "rounds": len(ratios),
                                   "cpu_ratio_median": round(statistics.median(ratios), 3),
+                                  "cpu_min_ratio": round(min(cpu[(call, who, "head")]) /
+                                                         min(cpu[(call, who, "base")]), 3),
                                   "cpu_ratios": [round(x, 3) for x in ratios]}), flush=True)
     finally:
         for url in dbs.values():
