@@ -1,5 +1,6 @@
 /* relay.h: publishes committed runs and outbox rows to RabbitMQ with
- * pipelined publisher confirms (the planner's steps 3 and 4, docs/design.md §5.3, §5.4).
+ * pipelined publisher confirms (the planner's steps 3 and 4,
+ * docs/design.md §5.3, §5.4).
  *
  * Runs: in due order, in batches (one transaction each: select FOR UPDATE
  * SKIP LOCKED, publish the batch, wait for every confirm, mark the acked ones
@@ -8,11 +9,12 @@
  * quorum or classic ring slot warren.delay.ring.<s mod N>) with expiration =
  * (due - planner.release_lead) - now in ms, rounded up (released that much
  * early: the claim and the C worker hold it until due); a run already that
- * close to due goes straight to warren.ready. Publishes are mandatory: a returned message is recorded on
- * the run (last_error) and retried later, never counted as published. A run
- * that cannot be published at all (WARREN_EINVAL: a payload that is not a
- * JSON object, a body over the cap, a time that is not finite) is recorded
- * dead with its dead letter, and the batch goes on.
+ * close to due goes straight to warren.ready. Publishes are mandatory: a
+ * returned message is recorded on the run (last_error) and retried later,
+ * never counted as published. A run that cannot be published at all
+ * (WARREN_EINVAL: a payload that is not a JSON object, a body over the cap,
+ * a time that is not finite) is recorded dead with its dead letter, and the
+ * batch goes on.
  * Outbox rows: in id order, with confirms, deleted after their ack; a row
  * RabbitMQ cannot take as written goes to warren.dead as a stand-in.
  *
