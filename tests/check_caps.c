@@ -593,6 +593,36 @@ static void wait_lock_wait(const char *url, PGconn *c)
     free(sql);
 }
 
+/* Two calls queued behind a held lock, the shape of every deadlock test
+ * below: a third session runs hold once (making the lock's row) and then
+ * again in an open transaction; q1 is sent and waits for a lock, then q2
+ * (deadlock_timeout 100 ms for both); the holder commits and both answers
+ * are collected (rows, or -1 and the error in msg). */
+typedef struct queued {
+    int n1, n2;
+    char msg1[512], msg2[512];
+} queued;
+
+static void run_queued(const env *e, const char *hold, const char *q1, const char *q2, queued *r)
+{
+    PGconn *h = connect_ok(e->db), *a = connect_ok(e->db), *b = connect_ok(e->db);
+    exec_ok(a, "SET deadlock_timeout = '100ms'");
+    exec_ok(b, "SET deadlock_timeout = '100ms'");
+    exec_ok(h, hold);
+    exec_ok(h, "BEGIN");
+    exec_ok(h, hold);
+    ck_assert_int_eq(PQsendQuery(a, q1), 1);
+    wait_lock_wait(e->db, a);
+    ck_assert_int_eq(PQsendQuery(b, q2), 1);
+    wait_lock_wait(e->db, b);
+    exec_ok(h, "COMMIT");
+    r->n1 = result_rows(a, r->msg1, sizeof(r->msg1));
+    r->n2 = result_rows(b, r->msg2, sizeof(r->msg2));
+    PQfinish(a);
+    PQfinish(b);
+    PQfinish(h);
+}
+
 /* Two claim_many batches whose keys have the tenants in opposite orders (A:
  * y then x; B: x then y) take the cap locks in (group, tenant) order, not in
  * key order: no deadlock. A third session holds tenant y's lock while both
@@ -601,7 +631,6 @@ static void wait_lock_wait(const char *url, PGconn *c)
 START_TEST(test_caps_batches_with_tenants_in_opposite_key_orders_do_not_deadlock)
 {
     env e;
-    char msg_a[512], msg_b[512];
 
     env_setup(&e);
     set_caps(&e, 0, 5);
@@ -610,29 +639,15 @@ START_TEST(test_caps_batches_with_tenants_in_opposite_key_orders_do_not_deadlock
              "('capt', '2026-01-01T00:00:02Z', now(), 'trigger', 'x'),"
              "('capt', '2026-01-01T00:00:03Z', now(), 'trigger', 'x'),"
              "('capt', '2026-01-01T00:00:04Z', now(), 'trigger', 'y')");
-    PGconn *c = connect_ok(e.db), *a = connect_ok(e.db), *b = connect_ok(e.db);
-    exec_ok(c, "SELECT warren.wp_cap_lock('capt', 'y', NULL, 5)"); /* makes the lock's row */
-    exec_ok(c, "BEGIN; SELECT warren.wp_cap_lock('capt', 'y', NULL, 5)");
-    exec_ok(a, "SET deadlock_timeout = '100ms'");
-    exec_ok(b, "SET deadlock_timeout = '100ms'");
-    ck_assert_int_eq(PQsendQuery(a, "SELECT * FROM warren.claim_many(ARRAY["
-                                    "'capt@2026-01-01T00:00:01Z', 'capt@2026-01-01T00:00:02Z'], "
-                                    "'wa')"),
-                     1);
-    wait_lock_wait(e.db, a);
-    ck_assert_int_eq(PQsendQuery(b, "SELECT * FROM warren.claim_many(ARRAY["
-                                    "'capt@2026-01-01T00:00:03Z', 'capt@2026-01-01T00:00:04Z'], "
-                                    "'wb')"),
-                     1);
-    wait_lock_wait(e.db, b);
-    exec_ok(c, "COMMIT");
-    int na = result_rows(a, msg_a, sizeof(msg_a));
-    int nb = result_rows(b, msg_b, sizeof(msg_b));
-    ck_assert_msg(na == 2, "batch A: %d rows %s", na, msg_a);
-    ck_assert_msg(nb == 2, "batch B: %d rows %s", nb, msg_b);
-    PQfinish(a);
-    PQfinish(b);
-    PQfinish(c);
+    queued r;
+    run_queued(&e, "SELECT warren.wp_cap_lock('capt', 'y', NULL, 5)",
+               "SELECT * FROM warren.claim_many(ARRAY['capt@2026-01-01T00:00:01Z', "
+               "'capt@2026-01-01T00:00:02Z'], 'wa')",
+               "SELECT * FROM warren.claim_many(ARRAY['capt@2026-01-01T00:00:03Z', "
+               "'capt@2026-01-01T00:00:04Z'], 'wb')",
+               &r);
+    ck_assert_msg(r.n1 == 2, "batch A: %d rows %s", r.n1, r.msg1);
+    ck_assert_msg(r.n2 == 2, "batch B: %d rows %s", r.n2, r.msg2);
     env_teardown(&e);
 }
 END_TEST
@@ -649,7 +664,6 @@ START_TEST(test_caps_overlap_claim_many_and_a_completion_do_not_deadlock)
     static const char *const pols[] = {"skip", "queue"};
     for (int p = 0; p < 2; p++) {
         env e;
-        char msg_m[512], msg_x[512];
         env_setup(&e);
         set_caps(&e, 5, 0);
         char *sql =
@@ -662,30 +676,14 @@ START_TEST(test_caps_overlap_claim_many_and_a_completion_do_not_deadlock)
         ck_assert_int_eq(sql_long(e.db, "SELECT count(*) FROM "
                                         "warren.claim('capt@2026-01-01T00:00:01Z', 'wb')"),
                          1);
-        PGconn *h = connect_ok(e.db), *m = connect_ok(e.db), *x = connect_ok(e.db);
-        exec_ok(m, "SET deadlock_timeout = '100ms'");
-        exec_ok(x, "SET deadlock_timeout = '100ms'");
-        /* makes the lock's row */
-        exec_ok(h, "SELECT warren.wp_cap_lock('capt', NULL, 5, NULL)");
-        exec_ok(h, "BEGIN; SELECT warren.wp_cap_lock('capt', NULL, 5, NULL)");
-        ck_assert_int_eq(PQsendQuery(m, "SELECT * FROM warren.claim_many("
-                                        "ARRAY['capt@2026-01-01T00:00:02Z'], 'wm')"),
-                         1);
-        wait_lock_wait(e.db, m);
-        ck_assert_int_eq(PQsendQuery(x, "SELECT warren.complete('capt@2026-01-01T00:00:01Z', 1, "
-                                        "'succeeded')"),
-                         1);
-        wait_lock_wait(e.db, x);
-        exec_ok(h, "COMMIT");
-        int nm = result_rows(m, msg_m, sizeof(msg_m));
-        int nx = result_rows(x, msg_x, sizeof(msg_x));
-        ck_assert_msg(nm == 0, "%s: batch: %d rows %s", pols[p], nm, msg_m);
-        ck_assert_msg(nx == 1, "%s: completion: %d rows %s", pols[p], nx, msg_x);
+        queued r;
+        run_queued(&e, "SELECT warren.wp_cap_lock('capt', NULL, 5, NULL)",
+                   "SELECT * FROM warren.claim_many(ARRAY['capt@2026-01-01T00:00:02Z'], 'wm')",
+                   "SELECT warren.complete('capt@2026-01-01T00:00:01Z', 1, 'succeeded')", &r);
+        ck_assert_msg(r.n1 == 0, "%s: batch: %d rows %s", pols[p], r.n1, r.msg1);
+        ck_assert_msg(r.n2 == 1, "%s: completion: %d rows %s", pols[p], r.n2, r.msg2);
         assert_state(&e, 1, "succeeded");
         assert_state(&e, 2, p == 0 ? "skipped" : "retrying");
-        PQfinish(h);
-        PQfinish(m);
-        PQfinish(x);
         env_teardown(&e);
     }
 }
@@ -700,35 +698,20 @@ END_TEST
 START_TEST(test_caps_claim_and_claim_many_of_one_overlap_job_do_not_deadlock)
 {
     env e;
-    char msg_m[512], msg_s[512];
     env_setup(&e);
     set_caps(&e, 5, 0);
     qx(e.db, "UPDATE warren.jobs SET overlap = 'queue' WHERE name = 'capt'");
     qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) VALUES "
              "('capt', '2026-01-01T00:00:01Z', now(), 'trigger', 'x'),"
              "('capt', '2026-01-01T00:00:02Z', now(), 'trigger', 'y')");
-    PGconn *h = connect_ok(e.db), *m = connect_ok(e.db), *s1 = connect_ok(e.db);
-    exec_ok(m, "SET deadlock_timeout = '100ms'");
-    exec_ok(s1, "SET deadlock_timeout = '100ms'");
-    exec_ok(h, "SELECT warren.wp_cap_lock('capt', NULL, 5, NULL)"); /* makes the lock's row */
-    exec_ok(h, "BEGIN; SELECT warren.wp_cap_lock('capt', NULL, 5, NULL)");
-    ck_assert_int_eq(PQsendQuery(m, "SELECT * FROM warren.claim_many("
-                                    "ARRAY['capt@2026-01-01T00:00:02Z'], 'wm')"),
-                     1);
-    wait_lock_wait(e.db, m);
-    ck_assert_int_eq(
-        PQsendQuery(s1, "SELECT * FROM warren.claim('capt@2026-01-01T00:00:01Z', 'ws')"), 1);
-    wait_lock_wait(e.db, s1);
-    exec_ok(h, "COMMIT");
-    int nm = result_rows(m, msg_m, sizeof(msg_m));
-    int ns = result_rows(s1, msg_s, sizeof(msg_s));
-    ck_assert_msg(nm == 1, "batch: %d rows %s", nm, msg_m);
-    ck_assert_msg(ns == 0, "single claim: %d rows %s", ns, msg_s);
+    queued r;
+    run_queued(&e, "SELECT warren.wp_cap_lock('capt', NULL, 5, NULL)",
+               "SELECT * FROM warren.claim_many(ARRAY['capt@2026-01-01T00:00:02Z'], 'wm')",
+               "SELECT * FROM warren.claim('capt@2026-01-01T00:00:01Z', 'ws')", &r);
+    ck_assert_msg(r.n1 == 1, "batch: %d rows %s", r.n1, r.msg1);
+    ck_assert_msg(r.n2 == 0, "single claim: %d rows %s", r.n2, r.msg2);
     assert_state(&e, 2, "running");
     assert_state(&e, 1, "retrying"); /* queue: run 2 was running */
-    PQfinish(h);
-    PQfinish(m);
-    PQfinish(s1);
     env_teardown(&e);
 }
 END_TEST
@@ -1023,7 +1006,6 @@ END_TEST
 START_TEST(test_caps_tenant_caps_keep_one_lock_mode_per_group)
 {
     env e;
-    char msg_x[512], msg_y[512];
     env_setup(&e);
     set_caps(&e, 0, 0);
     qx(e.db, "SELECT warren.set_tenant_cap('a', 5), warren.set_tenant_cap('b', 5)");
@@ -1037,28 +1019,15 @@ START_TEST(test_caps_tenant_caps_keep_one_lock_mode_per_group)
     ck_assert_int_eq(sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE cap_group = 'capt'"),
                      4);
     qx(e.db, "SELECT warren.set_tenant_cap('b', NULL)");
-    PGconn *h = connect_ok(e.db), *x = connect_ok(e.db), *y = connect_ok(e.db);
-    exec_ok(x, "SET deadlock_timeout = '100ms'");
-    exec_ok(y, "SET deadlock_timeout = '100ms'");
-    exec_ok(h, "BEGIN; SELECT warren.wp_cap_lock('capt', 'a', NULL, NULL)");
-    ck_assert_int_eq(PQsendQuery(x, "SELECT * FROM warren.complete_many(ARRAY["
-                                    "'capt@2026-01-01T00:00:01Z', 'capt@2026-01-01T00:00:03Z'], "
-                                    "ARRAY[1, 1]) WHERE recorded"),
-                     1);
-    wait_lock_wait(e.db, x);
-    ck_assert_int_eq(PQsendQuery(y, "SELECT * FROM warren.complete_many(ARRAY["
-                                    "'capt@2026-01-01T00:00:02Z', 'capt@2026-01-01T00:00:04Z'], "
-                                    "ARRAY[1, 1]) WHERE recorded"),
-                     1);
-    wait_lock_wait(e.db, y);
-    exec_ok(h, "COMMIT");
-    int nx = result_rows(x, msg_x, sizeof(msg_x));
-    int ny = result_rows(y, msg_y, sizeof(msg_y));
-    ck_assert_msg(nx == 2, "first call: %d rows %s", nx, msg_x);
-    ck_assert_msg(ny == 2, "second call: %d rows %s", ny, msg_y);
-    PQfinish(h);
-    PQfinish(x);
-    PQfinish(y);
+    queued r;
+    run_queued(&e, "SELECT warren.wp_cap_lock('capt', 'a', NULL, NULL)",
+               "SELECT * FROM warren.complete_many(ARRAY['capt@2026-01-01T00:00:01Z', "
+               "'capt@2026-01-01T00:00:03Z'], ARRAY[1, 1]) WHERE recorded",
+               "SELECT * FROM warren.complete_many(ARRAY['capt@2026-01-01T00:00:02Z', "
+               "'capt@2026-01-01T00:00:04Z'], ARRAY[1, 1]) WHERE recorded",
+               &r);
+    ck_assert_msg(r.n1 == 2, "first call: %d rows %s", r.n1, r.msg1);
+    ck_assert_msg(r.n2 == 2, "second call: %d rows %s", r.n2, r.msg2);
     env_teardown(&e);
 }
 END_TEST

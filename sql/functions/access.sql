@@ -156,34 +156,29 @@ COMMENT ON FUNCTION warren.wp_check_batch(text, text[]) IS
 -- one login must not fail its batches on this bound.
 CREATE OR REPLACE FUNCTION warren.wp_wait_slot(fn text)
 RETURNS void LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    slots text[];
 BEGIN
     IF warren.wp_privileged() THEN
         RETURN;
     END IF;
-    PERFORM 1 FROM warren.claim_locks c
-     WHERE c.lock_key = ANY (ARRAY(SELECT 'w|' || session_user || '|' || i
-                                     FROM generate_series(0, warren.wp_max_waiting() - 1) i))
-     ORDER BY c.lock_key LIMIT 1 FOR UPDATE SKIP LOCKED;
-    IF FOUND THEN
-        RETURN;
-    END IF;
-    -- No slot rows at all (a grant made with triggers disabled, e.g. by a
-    -- restore): make them now (a concurrent claim of the same login making
-    -- them too is waited for, then the rows are there), then take one.
-    IF NOT EXISTS (SELECT 1 FROM warren.claim_locks c
-                    WHERE c.lock_key = 'w|' || session_user || '|0') THEN
-        INSERT INTO warren.claim_locks (lock_key)
-        SELECT 'w|' || session_user || '|' || i
-          FROM generate_series(0, warren.wp_max_waiting() - 1) i
-        ON CONFLICT (lock_key) DO NOTHING;
+    slots := ARRAY(SELECT 'w|' || session_user || '|' || i
+                     FROM generate_series(0, warren.wp_max_waiting() - 1) i);
+    FOR pass IN 1 .. 2 LOOP
         PERFORM 1 FROM warren.claim_locks c
-         WHERE c.lock_key = ANY (ARRAY(SELECT 'w|' || session_user || '|' || i
-                                         FROM generate_series(0, warren.wp_max_waiting() - 1) i))
+         WHERE c.lock_key = ANY (slots)
          ORDER BY c.lock_key LIMIT 1 FOR UPDATE SKIP LOCKED;
         IF FOUND THEN
             RETURN;
         END IF;
-    END IF;
+        -- No slot rows at all (a grant made with triggers disabled, e.g. by
+        -- a restore): make them (a concurrent claim of the same login making
+        -- them too is waited for, then the rows are there) and try again.
+        EXIT WHEN pass = 2
+               OR EXISTS (SELECT 1 FROM warren.claim_locks c WHERE c.lock_key = slots[1]);
+        INSERT INTO warren.claim_locks (lock_key) SELECT unnest(slots)
+        ON CONFLICT (lock_key) DO NOTHING;
+    END LOOP;
     RAISE EXCEPTION '%: login "%" already has % claims waiting for their due time; keep the '
                     'message and claim it again when it is due (x-warren-due-at)', fn,
                     session_user, warren.wp_max_waiting()
