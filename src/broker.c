@@ -1967,6 +1967,36 @@ int warren_broker_ack_flush_held(warren_broker *b, int64_t hold_ms, warren_error
     return 0;
 }
 
+int64_t warren_broker_ack_due(const warren_broker *b, int64_t hold_ms)
+{
+    int64_t due = INT64_MAX;
+    if (b == NULL || b->dead || hold_ms <= 0)
+        return due;
+    for (size_t i = 0; i < b->uq_len; i++) {
+        const unsettled *u = &b->uq[(b->uq_head + i) & (b->uq_cap - 1)];
+        if (u->state == UQ_LATER && u->later_ms + hold_ms < due)
+            due = u->later_ms + hold_ms;
+    }
+    if (due != INT64_MAX && b->uq_len > 0) {
+        /* the first open one's long-open mark comes sooner */
+        int64_t long_open = b->uq[b->uq_head].open_ms + ACK_LONG_OPEN * hold_ms;
+        if (long_open < due)
+            due = long_open;
+    }
+    return due;
+}
+
+int warren_broker_fd(const warren_broker *b)
+{
+    return b != NULL && !b->dead ? amqp_get_sockfd(b->conn) : -1;
+}
+
+int warren_broker_readable(const warren_broker *b)
+{
+    return b != NULL && !b->dead &&
+           (b->dq_len > 0 || amqp_frames_enqueued(b->conn) || amqp_data_in_buffer(b->conn));
+}
+
 int warren_broker_reject(warren_broker *b, uint64_t tag, int requeue, warren_error *err)
 {
     int status;

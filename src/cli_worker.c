@@ -233,7 +233,14 @@ int cli_run(int argc, char **argv)
         goto out;
     }
     warren_worker_on_finished(w, print_report, NULL);
-    if (pthread_create(&th, NULL, run_planner, &pt) != 0) {
+    /* The planner's thread blocks the stop signals: they interrupt the
+     * worker loop's wait on this thread (warren_worker_run). */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int prc = pthread_create(&th, NULL, run_planner, &pt);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (prc != 0) {
         fprintf(stderr, "warren run: cannot start the planner thread\n");
         rc = WARREN_ESYS;
         goto out;

@@ -1,8 +1,12 @@
-/* worker_claim.c: the C worker's claims (docs/design.md §6.2): deliveries wait in a
- * FIFO of pending runs, those released early (planner.release_lead) are held
- * there until due on an estimate of the database's clock, and the due ones
- * are claimed in batches (warren.claim_many, or warren.reclaim_many for those
- * whose last claim's answer was lost) and started in free slots. */
+/* worker_claim.c: the C worker's claim phase (docs/design.md §6.2): the
+ * pending deliveries that are due (those released early, planner.release_lead,
+ * are held until due on the estimate of the database's clock) are claimed in
+ * batches (warren.claim_many, or warren.reclaim_many for those whose last
+ * claim's answer was lost) and started in free slots, or handed to the
+ * handler pool to be taken in their effect's transaction (warren.take_many).
+ * Deliveries the claim gives no row for, and runs this worker cannot handle,
+ * are settled by the database's word. Queue -> claim -> slot: it meets the
+ * intake and settle phases only in the FIFO and the slot table. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,205 +30,22 @@
  * due time; one due later is not held: the database decides (see
  * settle_unclaimed). */
 #define HOLD_MARGIN_US 5000000
-#define CLAIM_ALONE_RETRY_MS 500 /* a delivery whose own claim timed out: tried again then */
-/* A run this worker cannot handle (foreign) is given back to its queue this
- * many times, each after holding it FOREIGN_HOLD_MS x the times it came back
- * already, before the database is told that no worker can (warren.refuse). */
-#define FOREIGN_GIVE_BACKS 3
-#define FOREIGN_HOLD_MS 1000
-#define FOREIGN_FORGET_MS 60000 /* a give-back older than this no longer counts */
+/* Take only when at least this many are due together (warren__claim_pending). */
+#define TAKE_MIN 2
 
-/* ------------------------------------------------------------ pending deliveries */
+/* What becomes of a delivery taken out of the FIFO. */
+enum { FATE_ACK = 0, FATE_DEAD_LETTER, FATE_GIVE_BACK };
 
-static void pend_clear(pend *p)
-{
-    warren_delivery_clear(&p->d);
-    warren_run_msg_clear(&p->msg);
-    free(p->foreign);
-    p->foreign = NULL;
-}
-
-/* Moves *p out of the FIFO into *to (the FIFO's entry is left empty and
- * picked, for pq_drop_picked). */
-static void pend_take(pend *p, pend *to)
-{
-    *to = *p;
-    memset(p, 0, sizeof(*p));
-    p->picked = 1;
-}
-
-void warren__pend_free(pend *p)
-{
-    if (p == NULL)
-        return;
-    pend_clear(p);
-    free(p);
-}
-
-void warren__pq_clear(warren_worker *w)
-{
-    w->pq_held = 0;
-    w->next_due = 0;
-    while (w->pq_len > 0) {
-        pend_clear(&w->pq[w->pq_head]);
-        w->pq_head = (w->pq_head + 1) % w->pq_cap;
-        w->pq_len--;
-    }
-}
-
-static int pq_push(warren_worker *w, pend *p)
-{
-    if (w->pq_len == w->pq_cap) {
-        size_t ncap = w->pq_cap ? w->pq_cap * 2 : 64;
-        pend *nq = malloc(ncap * sizeof(*nq));
-        if (nq == NULL)
-            return WARREN_ENOMEM;
-        for (size_t i = 0; i < w->pq_len; i++)
-            nq[i] = w->pq[(w->pq_head + i) % w->pq_cap];
-        free(w->pq);
-        w->pq = nq;
-        w->pq_cap = ncap;
-        w->pq_head = 0;
-    }
-    w->pq[(w->pq_head + w->pq_len) % w->pq_cap] = *p;
-    w->pq_len++;
-    return 0;
-}
-
-int warren__pq_put_back(warren_worker *w, pend *p)
-{
-    if (pq_push(w, p) != 0) {
-        pend_clear(p);
-        return WARREN_ENOMEM;
-    }
-    return 0;
-}
-
-pend *warren__pq_at(warren_worker *w, size_t i)
-{
-    return &w->pq[(w->pq_head + i) % w->pq_cap];
-}
-
-enum { JUDGED_OK = 0, JUDGED_BAD, JUDGED_FOREIGN };
-
-/* Whether config job j can be run by this worker for a delivery from
- * queue q (NULL: any): JUDGED_OK, or JUDGED_BAD / JUDGED_FOREIGN with why. */
-static int job_usable(warren_worker *w, const warren_job *j, const char *q, char *why, size_t len)
-{
-    /* The consumer's queue is warren.ready.<job queue>: a run of another
-     * queue was routed here by hand, or this worker's config differs from the
-     * one synced (the job moved queues): foreign, like an unknown job. */
-    if (q != NULL && (strncmp(q, WARREN_READY_PREFIX, strlen(WARREN_READY_PREFIX)) != 0 ||
-                      strcmp(q + strlen(WARREN_READY_PREFIX), j->queue) != 0)) {
-        snprintf(why, len, "job \"%s\" belongs to queue \"%s\" in this worker's config, not to %s",
-                 j->name, j->queue, q);
-        return JUDGED_FOREIGN;
-    }
-    switch (j->handler) {
-    case WARREN_HANDLER_EXEC:
-        if (j->exec_argv == NULL || j->exec_argv[0] == NULL) {
-            snprintf(why, len, "job \"%s\" has an empty exec handler", j->name);
-            return JUDGED_BAD;
-        }
-        break;
-    case WARREN_HANDLER_SQL:
-        if (j->sql == NULL || j->sql[0] == '\0') {
-            snprintf(why, len, "job \"%s\" has an empty sql handler", j->name);
-            return JUDGED_BAD;
-        }
-        break;
-    case WARREN_HANDLER_C:
-        if (warren__worker_find_reg(w, j->c_handler) == NULL) {
-            snprintf(why, len,
-                     "job \"%s\": in-process handler \"%s\" is not registered in this worker",
-                     j->name, j->c_handler ? j->c_handler : "");
-            return JUDGED_FOREIGN;
-        }
-        break;
-    default:
-        snprintf(why, len, "job \"%s\" has no handler in this worker's config", j->name);
-        return JUDGED_BAD;
-    }
-    return JUDGED_OK;
-}
-
-/* Checks a delivery. Returns JUDGED_OK if it is a run this worker can handle
- * (filling p); JUDGED_BAD for what is not a run of this queue (dead-lettered
- * at once); JUDGED_FOREIGN for a run this worker cannot handle but another
- * worker might (a job or in-process handler not in this worker's config: a
- * rolling deploy), which is given back (settle_foreign). The reason goes into
- * why. */
-static int judge(warren_worker *w, pend *p, char *why, size_t len)
-{
-    int rc;
-    warren_error e = {0};
-    const warren_job *j;
-    const char *q = p->d.queue;
-
-    if (p->d.body_dropped > 0) {
-        snprintf(why, len,
-                 "malformed run message: body of %llu bytes exceeds the %d-byte limit (not kept)",
-                 (unsigned long long)p->d.body_dropped, WARREN_MSG_MAX_BODY);
-        return JUDGED_BAD;
-    }
-    if (warren_run_msg_decode(p->d.body ? p->d.body : "", p->d.body ? p->d.body_len : 0, &p->msg,
-                              &e) != 0) {
-        snprintf(why, len, "%s", e.message);
-        return JUDGED_BAD;
-    }
-    if (p->d.message_id != NULL && strcmp(p->d.message_id, p->msg.run_key) != 0) {
-        snprintf(why, len, "malformed run message: message_id \"%s\" differs from run_key \"%s\"",
-                 p->d.message_id, p->msg.run_key);
-        return JUDGED_BAD;
-    }
-    /* Only a first look: the handler that runs is the one the claim's
-     * answer names (warren__claimed_job), never the message's. */
-    j = warren_config_job(w->cfg, p->msg.template_name ? p->msg.template_name : p->msg.job);
-    if (j == NULL) {
-        snprintf(why, len, "unknown job \"%s\": not in this worker's config (%s)", p->msg.job,
-                 w->cfg->path ? w->cfg->path : "config");
-        return JUDGED_FOREIGN;
-    }
-    if ((rc = job_usable(w, j, q, why, len)) != JUDGED_OK)
-        return rc;
-    p->job = j;
-    return JUDGED_OK;
-}
-
-const warren_job *warren__claimed_job(warren_worker *w, const pend *p, const warren_claim *cl,
-                                      char *why, size_t len)
-{
-    if (p->job != NULL && strcmp(cl->handler, p->job->name) == 0)
-        return p->job; /* what the message said, judged already */
-    const warren_job *j = warren_config_job(w->cfg, cl->handler);
-    if (j == NULL) {
-        snprintf(why, len,
-                 "run %s of job \"%s\" is handled by \"%s\" (the database's answer), which is not "
-                 "in this worker's config (%s); its message named \"%s\"",
-                 p->msg.run_key, cl->job, cl->handler, w->cfg->path ? w->cfg->path : "config",
-                 p->job != NULL ? p->job->name : "");
-        return NULL;
-    }
-    if (job_usable(w, j, p->d.queue, why, len) != JUDGED_OK)
-        return NULL;
-    warren_log(w->lg, WARREN_LOG_WARN,
-               "worker %s: run %s: its message named \"%s\", the database says \"%s\": running "
-               "the handler of \"%s\"",
-               w->id, p->msg.run_key, p->job != NULL ? p->job->name : "", cl->handler, j->name);
-    return j;
-}
-
-/* ------------------------------------------------------------ claims */
+typedef struct fate {
+    int what;
+    pend p;    /* taken out of the FIFO (warren__pend_take) */
+    char *why; /* FATE_DEAD_LETTER: new */
+} fate;
 
 static int cmp_pend_key(const void *a, const void *b)
 {
     const pend *const *x = a, *const *y = b;
     return strcmp((*x)->msg.run_key, (*y)->msg.run_key);
-}
-
-static slot *a_free_slot(warren_worker *w)
-{
-    return w->nfree > 0 ? &w->slots[w->free_idx[--w->nfree]] : NULL;
 }
 
 /* Claims keys[0..n) into cl (zeroed). Deliveries whose last claim's answer
@@ -297,28 +118,6 @@ out:
     free(pos);
     free(c2);
     return rc;
-}
-
-/* The database's now from the last reading of its clock (0: none yet). */
-warren_us warren__db_now_cached(const warren_worker *w)
-{
-    return w->clock_at_ms != 0 ? warren__mono_us() + w->clock_off : 0;
-}
-
-/* A reading db of the database's clock between monotonic m0 and m1 (us).
- * Within CLOCK_RTT_MAX_US: *off = db - the midpoint, returns 1. Slower: too
- * slow to trust the midpoint (it could be off by half the round trip), so the
- * last estimate is kept (have), or for the first one *off is the offset's
- * low end (the clock was read before m1), which is never ahead; returns 0. */
-int warren__clock_reading(int64_t m0, int64_t m1, warren_us db, int have, int64_t *off)
-{
-    if (m1 - m0 <= CLOCK_RTT_MAX_US) {
-        *off = db - (m0 + (m1 - m0) / 2);
-        return 1;
-    }
-    if (!have)
-        *off = db - m1;
-    return 0;
 }
 
 /* The database's now estimated from the monotonic clock (read again every
@@ -416,34 +215,6 @@ static size_t pick_due(warren_worker *w, size_t n, pend **batch)
     return got;
 }
 
-/* Removes the picked deliveries from the FIFO, keeping the others' order. */
-static void pq_drop_picked(warren_worker *w)
-{
-    size_t keep = 0;
-    for (size_t i = 0; i < w->pq_len; i++) {
-        pend *p = warren__pq_at(w, i);
-        if (p->picked) {
-            pend_clear(p);
-            continue;
-        }
-        if (keep != i)
-            *warren__pq_at(w, keep) = *p;
-        keep++;
-    }
-    w->pq_len = keep;
-}
-
-/* ------------------------------------------------------------ deliveries not claimed */
-
-/* What becomes of a delivery taken out of the FIFO. */
-enum { FATE_ACK = 0, FATE_DEAD_LETTER, FATE_GIVE_BACK };
-
-typedef struct fate {
-    int what;
-    pend p;    /* taken out of the FIFO (pend_take) */
-    char *why; /* FATE_DEAD_LETTER: new */
-} fate;
-
 /* Settles fates[0..n) (after the FIFO was updated: an ack or dead letter that
  * finds the connection lost empties the FIFO) and frees them. */
 static void settle_fates(warren_worker *w, fate *f, size_t n)
@@ -456,27 +227,8 @@ static void settle_fates(warren_worker *w, fate *f, size_t n)
         else if (f[i].what == FATE_ACK)
             warren__ack(w, f[i].p.d.tag, f[i].p.gen, NULL);
         free(f[i].why);
-        pend_clear(&f[i].p);
+        warren__pend_clear(&f[i].p);
     }
-}
-
-static refusal *refusal_of(warren_worker *w, const char *key, int add)
-{
-    for (size_t i = 0; i < REFUSALS; i++)
-        if (w->refused[i].key[0] != '\0' && strcmp(w->refused[i].key, key) == 0)
-            return &w->refused[i];
-    if (!add)
-        return NULL;
-    for (size_t i = 0; i < REFUSALS; i++)
-        if (w->refused[i].key[0] == '\0') {
-            snprintf(w->refused[i].key, sizeof(w->refused[i].key), "%s", key);
-            return &w->refused[i];
-        }
-    refusal *r = &w->refused[w->refused_next];
-    w->refused_next = (w->refused_next + 1) % REFUSALS;
-    memset(r, 0, sizeof(*r));
-    snprintf(r->key, sizeof(r->key), "%s", key);
-    return r;
 }
 
 /* Runs this worker cannot handle (judge: JUDGED_FOREIGN). A run that does not
@@ -505,7 +257,7 @@ static void settle_foreign(warren_worker *w)
         const char *key = p->msg.run_key;
         if (p->foreign == NULL || p->picked || now < p->hold_until)
             continue;
-        refusal *r = refusal_of(w, key, 1);
+        refusal *r = warren__refusal_of(w, key, 1);
         if (r->count > 0 && now - r->at_ms > FOREIGN_FORGET_MS)
             r->count = 0; /* an old story (replayed since?): start again */
         if (r->count < FOREIGN_GIVE_BACKS) {
@@ -533,7 +285,7 @@ static void settle_foreign(warren_worker *w)
                     if (rs.found)
                         w->stats.duplicates++;
                     memset(r, 0, sizeof(*r));
-                    pend_take(p, &f[nf++].p);
+                    warren__pend_take(p, &f[nf++].p);
                     continue;
                 }
             }
@@ -543,7 +295,7 @@ static void settle_foreign(warren_worker *w)
                        "worker %s: giving %s back to its queue (%d of %d): %s", w->id, key,
                        r->count, FOREIGN_GIVE_BACKS, p->foreign);
             f[nf].what = FATE_GIVE_BACK;
-            pend_take(p, &f[nf++].p);
+            warren__pend_take(p, &f[nf++].p);
             continue;
         }
         char state[16];
@@ -565,7 +317,7 @@ static void settle_foreign(warren_worker *w)
             free(why);
             r->at_ms = now;
             f[nf].what = FATE_GIVE_BACK;
-            pend_take(p, &f[nf++].p);
+            warren__pend_take(p, &f[nf++].p);
             continue;
         }
         warren_log(w->lg, WARREN_LOG_WARN, "worker %s: %s: %s (run %s)", w->id, key,
@@ -581,10 +333,10 @@ static void settle_foreign(warren_worker *w)
             f[nf].what = FATE_ACK; /* dead (its dead letter is in the outbox), or stale */
             free(why);
         }
-        pend_take(p, &f[nf++].p);
+        warren__pend_take(p, &f[nf++].p);
     }
     if (nf > 0)
-        pq_drop_picked(w);
+        warren__pq_drop_picked(w);
     settle_fates(w, f, nf);
     free(f);
 }
@@ -633,7 +385,7 @@ static int settle_unclaimed(warren_worker *w, pend **un, size_t n, fate *f, size
         for (size_t i = 0; i < n; i++) {
             w->stats.duplicates++;
             f[*nf].what = FATE_ACK;
-            pend_take(un[i], &f[(*nf)++].p);
+            warren__pend_take(un[i], &f[(*nf)++].p);
         }
         rc = 0;
         goto out;
@@ -665,16 +417,13 @@ static int settle_unclaimed(warren_worker *w, pend **un, size_t n, fate *f, size
                        w->id, p->msg.run_key, rs[i].state);
             f[*nf].what = FATE_ACK;
         }
-        pend_take(p, &f[(*nf)++].p);
+        warren__pend_take(p, &f[(*nf)++].p);
     }
 out:
     free(keys);
     free(rs);
     return rc;
 }
-
-/* Take only when at least this many are due together (warren__claim_pending). */
-#define TAKE_MIN 2
 
 /* An sql run its pool thread may take in its effect's transaction
  * (warren.take_many) instead of this loop claiming it: a job that needs no
@@ -794,13 +543,13 @@ void warren__claim_pending(warren_worker *w)
      * its sql runs then share transactions (worker.sql_batch) */
     warren__hpool_hold(w->hp, 1);
     for (size_t i = 0; i < nt; i++)
-        if (warren__slot_take(w, a_free_slot(w), tk[i], sent) != 0) {
+        if (warren__slot_take(w, warren__slot_alloc(w), tk[i], sent) != 0) {
             tk[i]->picked = 0; /* claimed next time (the slot was released) */
             tk[i]->no_take = 1;
         }
     for (size_t i = 0; i < n; i++) {
         if (cl[i].claimed)
-            warren__slot_start(w, a_free_slot(w), batch[i], &cl[i], sent);
+            warren__slot_start(w, warren__slot_alloc(w), batch[i], &cl[i], sent);
         else
             un[nun++] = batch[i];
     }
@@ -808,7 +557,7 @@ void warren__claim_pending(warren_worker *w)
     /* Never acknowledged as a duplicate on the strength of an estimate: ask. */
     if (nun > 0)
         settle_unclaimed(w, un, nun, f, &nf);
-    pq_drop_picked(w);
+    warren__pq_drop_picked(w);
     settle_fates(w, f, nf);
 out:
     if (cl != NULL)
@@ -822,63 +571,21 @@ out:
     free(tk);
 }
 
-/* Reads what the broker has (waiting up to wait_ms for the first). */
-void warren__receive(warren_worker *w, int wait_ms, int stopping)
+int64_t warren__claim_deadline(warren_worker *w)
 {
-    int max = w->prefetch * 2 + 16;
-    for (int k = 0; k < max && w->b != NULL; k++) {
-        pend p;
-        int got = 0;
-        warren_error e = {0};
-        char why[WARREN_ERROR_MSG_MAX];
-        int rc;
-
-        memset(&p, 0, sizeof(p));
-        rc = warren_broker_next(w->b, k == 0 ? wait_ms : 0, &p.d, &got, &e);
-        if (rc != 0) {
-            if (rc == WARREN_EBROKERCONN || !warren_broker_connected(w->b))
-                warren__worker_broker_lost(w, &e);
-            else
-                warren_log(w->lg, WARREN_LOG_WARN, "worker %s: %s", w->id, e.message);
-            return;
-        }
-        if (!got)
-            return;
-        w->stats.received++;
-        p.gen = w->gen;
-        p.received_mono = warren__mono_ms();
-        if (stopping) {
-            /* Sent before the cancel reached the broker: not ours to start
-             * any more, so straight back to its queue. */
-            warren__give_back(w, &p);
-            pend_clear(&p);
-            continue;
-        }
-        int verdict = judge(w, &p, why, sizeof(why));
-        if (verdict == JUDGED_BAD) {
-            warren__dead_letter(w, &p.d, why);
-            pend_clear(&p);
-            continue;
-        }
-        if (verdict == JUDGED_FOREIGN) {
-            /* settle_foreign decides; one that came back is held first */
-            refusal *r = refusal_of(w, p.msg.run_key, 0);
-            int64_t times = r != NULL ? r->count : 0;
-            /* A redelivery whose story the table lost (more foreign runs in
-             * flight than REFUSALS) is still held once: it must not spin. */
-            if (times == 0 && p.d.redelivered)
-                times = 1;
-            p.hold_until = p.received_mono + times * FOREIGN_HOLD_MS;
-            if ((p.foreign = strdup(why)) == NULL) {
-                warren__dead_letter(w, &p.d, why);
-                pend_clear(&p);
-                continue;
-            }
-        }
-        if (pq_push(w, &p) != 0) {
-            warren_log(w->lg, WARREN_LOG_ERROR, "worker %s: out of memory queueing a delivery",
-                       w->id);
-            pend_clear(&p);
-        }
+    int64_t d = INT64_MAX, now = warren__mono_ms();
+    int room = free_slots(w) > 0;
+    if (room && w->next_due != 0 && w->clock_at_ms != 0) {
+        /* an early delivery falls due (on the estimate of the database's clock) */
+        int64_t until = (w->next_due - CLAIM_AHEAD_US - warren__db_now_cached(w) + 999) / 1000;
+        d = now + (until > 0 ? until : 0);
     }
+    for (size_t i = 0; i < w->pq_len; i++) {
+        const pend *p = warren__pq_at(w, i);
+        if (p->foreign != NULL && !p->picked && p->hold_until < d)
+            d = p->hold_until; /* settle_foreign gives it back, or refuses it */
+        else if (room && p->claim_alone && p->claim_retry_mono < d)
+            d = p->claim_retry_mono;
+    }
+    return d;
 }

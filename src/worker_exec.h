@@ -23,6 +23,7 @@
 typedef struct warren__exec {
     pid_t pid;  /* the child, also its process group; 0: none */
     int out_fd; /* read end of its stdout and stderr (non-blocking); -1: closed */
+    int pidfd;  /* readable when the child exits (pidfd_open); -1: none */
     char tail[TAIL_MAX + 1];
     size_t tail_len;
     unsigned long long out_total; /* bytes of output read so far */
@@ -40,6 +41,9 @@ typedef struct warren__exec_run {
      * "PFX*": every name starting with PFX; NULL-terminated; NULL: none). */
     const char *const *pass_env;
 } warren__exec_run;
+
+/* How often the worker's loop looks at a child it has no pidfd for (ms). */
+#define WARREN__EXEC_POLL_MS 20
 
 /* No process, no pipe. */
 void warren__exec_init(warren__exec *x);

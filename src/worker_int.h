@@ -22,11 +22,18 @@
 #include "store_work.h"
 #include "worker_exec.h"
 
-#define IDLE_WAIT_MS 10    /* loop wait when nothing is pending */
 #define BACKOFF_MIN_MS 100 /* reconnect / retry backoff: 100 ms doubling to 10 s */
 #define BACKOFF_MAX_MS 10000
 /* Runs released early (planner.release_lead) wait in the pending FIFO until due: */
-#define CLAIM_AHEAD_US 1000 /* claimed this close to due; warren.claim waits the rest */
+#define CLAIM_AHEAD_US 1000      /* claimed this close to due; warren.claim waits the rest */
+#define DB_TIMEOUT_MIN_MS 100    /* the loop connection's statement/lock timeout at least */
+#define CLAIM_ALONE_RETRY_MS 500 /* a delivery whose own claim timed out: tried again then */
+/* A run this worker cannot handle (foreign) is given back to its queue this
+ * many times, each after holding it FOREIGN_HOLD_MS x the times it came back
+ * already, before the database is told that no worker can (warren.refuse). */
+#define FOREIGN_GIVE_BACKS 3
+#define FOREIGN_HOLD_MS 1000
+#define FOREIGN_FORGET_MS 60000 /* a give-back older than this no longer counts */
 
 enum slot_state {
     SLOT_FREE = 0,
@@ -201,87 +208,23 @@ static inline int free_slots(const warren_worker *w)
     return w->nfree;
 }
 
-/* ------------------------------------------------------------ worker.c */
-
-const handler_reg *warren__worker_find_reg(const warren_worker *w, const char *name);
-/* The config job whose handler runs the claimed run of delivery p: the one
- * the database's answer names (cl->handler: the run's template, else its
- * job), never the message's. NULL when this worker cannot run it (why says
- * so: not in its config, another queue, a handler it lacks). */
-const warren_job *warren__claimed_job(warren_worker *w, const pend *p, const warren_claim *cl,
-                                      char *why, size_t len);
-/* The AMQP connection failed: drop it (and the pending deliveries whose tags
- * died with it) and reconnect after a backoff. */
-void warren__worker_broker_lost(warren_worker *w, const warren_error *e);
-/* A PostgreSQL call failed. Connection errors start the reconnect backoff. */
-void warren__worker_store_failed(warren_worker *w, int rc, const warren_error *e, const char *what);
-/* 1 if the store may be used now (reconnecting when its backoff allows). */
-int warren__worker_store_ready(warren_worker *w);
-void warren__worker_store_ok(warren_worker *w);
-/* Starts a claimed run (p, cl: cl's contents are taken) in slot s. On
- * failure the run is completed as retry. */
-void warren__slot_start(warren_worker *w, slot *s, pend *p, warren_claim *cl, int64_t claimed_mono);
-/* Starts p, an sql run not claimed yet, in slot s: its pool thread takes it
- * (slot.take). 0: p was moved into the slot (its FIFO entry left empty and
- * picked); else s is released and p left as it was. */
-int warren__slot_take(warren_worker *w, slot *s, pend *p, int64_t now);
-/* Frees a delivery moved out of the FIFO (slot.back). */
-void warren__pend_free(pend *p);
-/* Puts p (moved out of the FIFO) back at its end; p's storage is the
- * caller's. 0, or WARREN_ENOMEM (p cleared: its delivery is redelivered
- * when the broker connection ends). */
-int warren__pq_put_back(warren_worker *w, pend *p);
-/* A used slot becomes free again. */
-void warren__slot_release(warren_worker *w, slot *s);
-/* Stops a running handler for reason (enum stop_reason). */
-void warren__slot_stop(warren_worker *w, slot *s, int reason, int64_t now);
-/* An sql handler whose lease was lost: its transaction must not commit. */
-void warren__sql_lost(slot *s);
-/* An sql handler's thread is done: no heartbeat, its run is recorded or not. */
-int warren__sql_finished(const slot *s);
-
-/* ------------------------------------------------------------ worker_claim.c */
-
-/* Reads what the broker has (waiting up to wait_ms for the first) into the
- * pending FIFO; dead-letters what is not a run this worker can handle, and
- * gives back what arrives while stopping. */
-void warren__receive(warren_worker *w, int wait_ms, int stopping);
-/* Claims as many due deliveries as there are free slots, in one batch, and
- * starts them. */
-void warren__claim_pending(warren_worker *w);
-/* The database's now from the last reading of its clock (0: none yet). */
-warren_us warren__db_now_cached(const warren_worker *w);
-/* Takes a reading db of the database's clock between monotonic m0 and m1 (us)
- * into *off (database minus monotonic): 1 if used; 0 if its round trip was
- * too slow to trust (*off unchanged when have, else set to a value that is
- * never ahead). */
-int warren__clock_reading(int64_t m0, int64_t m1, warren_us db, int have, int64_t *off);
-/* Round trip above which a clock reading is not used (us). */
-#define WARREN__CLOCK_RTT_MAX_US 20000
-/* Empties the pending FIFO (no acks: their connection is gone, or they were
- * given back). */
-void warren__pq_clear(warren_worker *w);
-pend *warren__pq_at(warren_worker *w, size_t i);
-
-/* ------------------------------------------------------------ worker_settle.c */
-
-/* Queues the ack of a delivery (sent by warren__ack_flush); nothing if the
- * connection it came on (gen) is gone. key is for the log (may be NULL). */
-void warren__ack(warren_worker *w, uint64_t tag, uint64_t gen, const char *key);
-void warren__ack_flush(warren_worker *w, int all);
-void warren__dead_letter(warren_worker *w, warren_delivery *d, const char *reason);
-void warren__give_back(warren_worker *w, pend *p);
-void warren__stop_consuming(warren_worker *w);
-/* Heartbeats, in one batch, the running slots whose heartbeat is due. */
-void warren__heartbeat_due(warren_worker *w, int64_t now);
-/* Completes every finished slot in one batch, then acks (lost leases: only acks). */
-void warren__complete_done(warren_worker *w, int64_t now);
+/* The layers, bottom up; each file calls only the ones below it (worker.c,
+ * at the top, describes them):
+ *   worker_exec.c   exec handler processes (worker_exec.h)
+ *   worker_pool.c   the handler threads and the sql-handler engine
+ *   worker_pend.c   the pending FIFO, refusals, the database-clock estimate
+ *   worker_conn.c   the broker and store connections, acks, dead letters
+ *   worker_slot.c   the slot table and the run's state machine
+ *   worker_intake.c / worker_claim.c / worker_settle.c   the loop's phases
+ *   worker.c        the public API and the loop */
 
 /* ------------------------------------------------------------ worker_pool.c */
 
-/* The handler thread pool (c and sql handlers), writing to wake_fd (its own
- * duplicate) when a handler finishes while the loop waits. At most max threads;
- * up to sql_batch sql runs queued together share one transaction. */
+/* The handler thread pool (c and sql handlers, exec spawns), writing to
+ * wake_fd (its own duplicate) when a handler finishes while the loop waits
+ * (warren__hpool_arm). At most max threads; up to sql_batch sql runs queued
+ * together share one transaction. Its threads block every asynchronous
+ * signal: a signal for the process reaches the loop's thread. */
 struct hpool *warren__hpool_new(int wake_fd, int max, int sql_batch, warren_error *err);
 /* Opens n (at most the pool's cap) sql handler connections to url now, so
  * that the first runs do not wait for them. */
@@ -296,19 +239,150 @@ int64_t warren__hpool_sql_cost(struct hpool *hp, const char *sql);
  * warren__hpool_hold(hp, 0), which wakes a thread: the loop queues all the
  * runs of one claim batch before a thread forms its sql batch from them. */
 void warren__hpool_hold(struct hpool *hp, int on);
+/* Queues context c for a pool thread. Fails only when there is no thread at
+ * all and none can be started (c is then the caller's). */
+int warren__hpool_submit(struct hpool *hp, warren_handler_ctx *c, warren_error *err);
+/* The loop is about to wait: 0, and a finishing handler writes to the wake
+ * pipe from now on; 1 if one finished since the last warren__hpool_disarm
+ * (then do not wait). */
+int warren__hpool_arm(struct hpool *hp);
+/* The wait is over: finishing handlers write no more. */
+void warren__hpool_disarm(struct hpool *hp);
 /* Stops the pool; returns how many busy threads were left behind with it. */
 int warren__hpool_free(struct hpool *hp, int wait_ms);
-/* Waits up to ms for a handler thread to finish. */
-void warren__wait_wake(warren_worker *w, int ms);
-/* Hands slot s's run (c or sql) to a pool thread. */
-int warren__start_thread(warren_worker *w, slot *s, warren_error *err);
-/* Hands the start of slot s's exec handler to a pool thread (its context is
- * s->ctx until the loop takes the process: worker.c, poll_slot). due_at: the
- * due time the message was released for. */
-int warren__start_spawn(warren_worker *w, slot *s, warren_us due_at, warren_error *err);
 /* A started exec handler of context c that no slot will take (the loop gave
  * it up): its process group is killed and the process reaped. Any thread. */
 void warren__exec_abandoned(warren_handler_ctx *c);
 void warren__ctx_free(warren_handler_ctx *c);
+
+/* ------------------------------------------------------------ worker_pend.c */
+
+void warren__pend_clear(pend *p);
+/* Moves *p out of the FIFO into *to (the FIFO's entry is left empty and
+ * picked, for warren__pq_drop_picked). */
+void warren__pend_take(pend *p, pend *to);
+/* Frees a delivery moved out of the FIFO (slot.back). */
+void warren__pend_free(pend *p);
+/* Appends p (its contents are moved): 0 or WARREN_ENOMEM. */
+int warren__pq_push(warren_worker *w, pend *p);
+/* Puts p (moved out of the FIFO) back at its end; p's storage is the
+ * caller's. 0, or WARREN_ENOMEM (p cleared: its delivery is redelivered
+ * when the broker connection ends). */
+int warren__pq_put_back(warren_worker *w, pend *p);
+pend *warren__pq_at(warren_worker *w, size_t i);
+/* Removes the picked deliveries from the FIFO, keeping the others' order. */
+void warren__pq_drop_picked(warren_worker *w);
+/* Empties the pending FIFO (no acks: their connection is gone, or they were
+ * given back). */
+void warren__pq_clear(warren_worker *w);
+/* The entry of run key (added when add is set: the oldest is replaced when
+ * all are taken); NULL when absent. */
+refusal *warren__refusal_of(warren_worker *w, const char *key, int add);
+/* The database's now from the last reading of its clock (0: none yet). */
+warren_us warren__db_now_cached(const warren_worker *w);
+/* Takes a reading db of the database's clock between monotonic m0 and m1 (us)
+ * into *off (database minus monotonic): 1 if used; 0 if its round trip was
+ * too slow to trust (*off unchanged when have, else set to a value that is
+ * never ahead). */
+int warren__clock_reading(int64_t m0, int64_t m1, warren_us db, int have, int64_t *off);
+/* Round trip above which a clock reading is not used (us). */
+#define WARREN__CLOCK_RTT_MAX_US 20000
+
+/* ------------------------------------------------------------ worker_conn.c */
+
+/* Opens the broker connection: confirms, qos, a consumer per queue. */
+int warren__broker_setup(warren_worker *w, warren_error *err);
+/* The AMQP connection failed: drop it (and the pending deliveries whose tags
+ * died with it) and reconnect after a backoff. */
+void warren__worker_broker_lost(warren_worker *w, const warren_error *e);
+/* Reconnects the broker once its backoff allows. */
+void warren__broker_try_reconnect(warren_worker *w);
+/* A PostgreSQL call failed. Connection errors start the reconnect backoff. */
+void warren__worker_store_failed(warren_worker *w, int rc, const warren_error *e, const char *what);
+/* 1 if the store may be used now (reconnecting when its backoff allows). */
+int warren__worker_store_ready(warren_worker *w);
+void warren__worker_store_ok(warren_worker *w);
+/* Queues the ack of a delivery (sent by warren__ack_flush); nothing if the
+ * connection it came on (gen) is gone. key is for the log (may be NULL). */
+void warren__ack(warren_worker *w, uint64_t tag, uint64_t gen, const char *key);
+void warren__ack_flush(warren_worker *w, int all);
+/* The hold of acknowledgements behind an open delivery (ms; 0: none). */
+int64_t warren__ack_hold_ms(const warren_worker *w);
+void warren__dead_letter(warren_worker *w, warren_delivery *d, const char *reason);
+void warren__give_back(warren_worker *w, pend *p);
+/* Cancels the consumers and gives back every pending delivery. */
+void warren__stop_consuming(warren_worker *w);
+
+/* ------------------------------------------------------------ worker_slot.c */
+
+const handler_reg *warren__worker_find_reg(const warren_worker *w, const char *name);
+/* Whether config job j can be run by this worker for a delivery from queue
+ * q (NULL: any): JUDGED_OK, or JUDGED_BAD / JUDGED_FOREIGN with why. */
+enum { JUDGED_OK = 0, JUDGED_BAD, JUDGED_FOREIGN };
+int warren__job_usable(warren_worker *w, const warren_job *j, const char *q, char *why, size_t len);
+/* The config job whose handler runs the claimed run of delivery p: the one
+ * the database's answer names (cl->handler: the run's template, else its
+ * job), never the message's. NULL when this worker cannot run it (why says
+ * so: not in its config, another queue, a handler it lacks). */
+const warren_job *warren__claimed_job(warren_worker *w, const pend *p, const warren_claim *cl,
+                                      char *why, size_t len);
+/* A free slot, taken off the free stack (NULL: none). */
+slot *warren__slot_alloc(warren_worker *w);
+/* A used slot becomes free again. */
+void warren__slot_release(warren_worker *w, slot *s);
+/* Clears a slot (FREE, nothing held). */
+void warren__slot_reset(slot *s);
+/* SIGTERM -> SIGKILL, and how long a stopped thread is waited for. */
+int64_t warren__kill_grace(const warren_worker *w);
+/* Starts a claimed run (p, cl: cl's contents are taken) in slot s. On
+ * failure the run is completed as retry. */
+void warren__slot_start(warren_worker *w, slot *s, pend *p, warren_claim *cl, int64_t claimed_mono);
+/* Starts p, an sql run not claimed yet, in slot s: its pool thread takes it
+ * (slot.take). 0: p was moved into the slot (its FIFO entry left empty and
+ * picked); else s is released and p left as it was. */
+int warren__slot_take(warren_worker *w, slot *s, pend *p, int64_t now);
+/* Hands slot s's run (c or sql) to a pool thread. */
+int warren__start_thread(warren_worker *w, slot *s, warren_error *err);
+/* Hands the start of slot s's exec handler to a pool thread (its context is
+ * s->ctx until the loop takes the process: warren__slot_poll). due_at: the
+ * due time the message was released for. */
+int warren__start_spawn(warren_worker *w, slot *s, warren_us due_at, warren_error *err);
+/* Stops a running handler for reason (enum stop_reason). */
+void warren__slot_stop(warren_worker *w, slot *s, int reason, int64_t now);
+/* An sql handler whose lease was lost: its transaction must not commit. */
+void warren__sql_lost(slot *s);
+/* An sql handler's thread is done: no heartbeat, its run is recorded or not. */
+int warren__sql_finished(const slot *s);
+/* Polls one running slot: lease and timeout checks, then whether it finished. */
+void warren__slot_poll(warren_worker *w, slot *s, int64_t now);
+/* The earliest time (monotonic ms) slot s needs the loop for something of
+ * its own (INT64_MAX: never; 0: now), and in *store_at for a call to the
+ * database (a heartbeat, a completion, a cancel). */
+int64_t warren__slot_deadline(const slot *s, int64_t *store_at);
+/* sql handlers whose connection failed: started again once their backoff is over. */
+void warren__slots_relaunch_sql(warren_worker *w, int64_t now);
+
+/* ------------------------------------------------------------ worker_intake.c */
+
+/* Reads what the broker has (waiting up to wait_ms for the first) into the
+ * pending FIFO; dead-letters what is not a run this worker can handle, and
+ * gives back what arrives while stopping. */
+void warren__receive(warren_worker *w, int wait_ms, int stopping);
+
+/* ------------------------------------------------------------ worker_claim.c */
+
+/* Claims as many due deliveries as there are free slots, in one batch, and
+ * starts them. */
+void warren__claim_pending(warren_worker *w);
+/* The earliest time (monotonic ms) a held delivery needs the claim phase
+ * (a due time, a foreign run's hold, a lone claim's retry; INT64_MAX: none). */
+int64_t warren__claim_deadline(warren_worker *w);
+
+/* ------------------------------------------------------------ worker_settle.c */
+
+/* Heartbeats, in one batch, the running slots whose heartbeat is due. */
+void warren__heartbeat_due(warren_worker *w, int64_t now);
+/* Completes every finished slot in one batch, then acks (lost leases: only acks). */
+void warren__complete_done(warren_worker *w, int64_t now);
 
 #endif

@@ -1,9 +1,10 @@
 /* worker_pool.c: the C worker's handler pool (docs/design.md §6.2): persistent threads
  * that run in-process C handlers and sql handlers, one run per thread at a
  * time, and start exec handlers' processes (so the loop thread never waits
- * for a spawn); the sql handlers' PostgreSQL connections; and the wake pipe
- * through which a finished handler (or a started process) wakes the
- * worker's loop. */
+ * for a spawn); the sql handlers' PostgreSQL connections and cost table; and
+ * the wake pipe through which a finished handler (or a started process)
+ * wakes the worker's loop. Below the slots: it sees handler contexts, never
+ * a slot or the worker. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -57,25 +58,6 @@ void warren__ctx_free(warren_handler_ctx *c)
     free(c->pass_env);
     warren__exec_close(&c->ex);
     free(c);
-}
-
-/* A copy of the NULL-terminated list v (NULL: NULL); *ok = 0 when out of memory. */
-static char **strv_dup(char *const *v, int *ok)
-{
-    size_t n = 0;
-    char **d;
-    if (v == NULL)
-        return NULL;
-    while (v[n] != NULL)
-        n++;
-    if ((d = calloc(n + 1, sizeof(*d))) == NULL) {
-        *ok = 0;
-        return NULL;
-    }
-    for (size_t i = 0; i < n; i++)
-        if ((d[i] = strdup(v[i])) == NULL)
-            *ok = 0;
-    return d;
 }
 
 /* The handler pool: threads that outlive the runs they execute (a thread
@@ -175,48 +157,25 @@ static void hpool_destroy(hpool *hp)
     free(hp);
 }
 
-/* Waits up to ms for a handler thread to finish (no free slot: the broker
- * cannot send anything, so waiting on it would only add latency). */
-void warren__wait_wake(warren_worker *w, int ms)
+int warren__hpool_arm(hpool *hp)
 {
-    char buf[256];
-    struct pollfd one = {w->wake[0], POLLIN, 0}, *p = &one;
-    nfds_t np = 1;
-    hpool *hp = w->hp;
-    /* Running exec handlers' output pipes too: a handler that exits closes
-     * its end (POLLHUP), so its slot is reaped at once rather than when the
-     * wait times out. */
-    if (w->pfds != NULL) {
-        p = w->pfds;
-        p[0] = one;
-        for (int i = 0; i < w->concurrency; i++)
-            if (w->slots[i].state == SLOT_RUNNING && w->slots[i].kind == KIND_EXEC &&
-                w->slots[i].ex.out_fd >= 0)
-                p[np++] = (struct pollfd){w->slots[i].ex.out_fd, POLLIN, 0};
-    }
-    if (hp != NULL) {
-        /* Handler threads write to the pipe only while loop_waiting is set;
-         * what finished before that is seen through ndone. */
-        pthread_mutex_lock(&hp->mu);
-        if (hp->ndone != hp->ndone_seen) {
-            hp->ndone_seen = hp->ndone;
-            pthread_mutex_unlock(&hp->mu);
-            return;
-        }
-        hp->loop_waiting = 1;
-        pthread_mutex_unlock(&hp->mu);
-    }
-    /* A byte per finished handler, written only while the loop waits: a few
-     * reads empty it; what is left wakes the next wait at once (bounded). */
-    if (poll(p, np, ms) > 0 && (p[0].revents & POLLIN))
-        for (int i = 0; i < 4 && read(w->wake[0], buf, sizeof(buf)) == (ssize_t)sizeof(buf); i++)
-            ;
-    if (hp != NULL) {
-        pthread_mutex_lock(&hp->mu);
-        hp->loop_waiting = 0;
-        hp->ndone_seen = hp->ndone;
-        pthread_mutex_unlock(&hp->mu);
-    }
+    int ready;
+    /* Handler threads write to the pipe only while loop_waiting is set;
+     * what finished before that is seen through ndone. */
+    pthread_mutex_lock(&hp->mu);
+    ready = hp->ndone != hp->ndone_seen;
+    hp->ndone_seen = hp->ndone;
+    hp->loop_waiting = !ready;
+    pthread_mutex_unlock(&hp->mu);
+    return ready;
+}
+
+void warren__hpool_disarm(hpool *hp)
+{
+    pthread_mutex_lock(&hp->mu);
+    hp->loop_waiting = 0;
+    hp->ndone_seen = hp->ndone;
+    pthread_mutex_unlock(&hp->mu);
 }
 
 static void c_run(warren_handler_ctx *c)
@@ -461,7 +420,14 @@ static int hpool_wake_one(hpool *hp)
     pthread_attr_t at;
     pthread_attr_init(&at);
     pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    /* The thread starts with every asynchronous signal blocked (the
+     * synchronous ones cannot be), so that a SIGTERM for the process
+     * interrupts the loop's wait, not a handler thread. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
     int prc = pthread_create(&th, &at, hpool_main, hp);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_attr_destroy(&at);
     if (prc == 0) {
         hp->nthreads++;
@@ -590,7 +556,7 @@ void warren__hpool_hold(hpool *hp, int on)
 
 /* Queues c for a pool thread (hpool_wake_one). Fails only when there is no
  * thread at all and none can be started. */
-static int hpool_submit(hpool *hp, warren_handler_ctx *c, warren_error *err)
+int warren__hpool_submit(hpool *hp, warren_handler_ctx *c, warren_error *err)
 {
     int rc = 0;
     if (c->kind == KIND_SQL)
@@ -640,98 +606,4 @@ int warren__hpool_free(hpool *hp, int wait_ms)
     if (busy == 0)
         hpool_destroy(hp);
     return busy;
-}
-
-/* Queues slot s's context c for a pool thread; s->ctx from then on. On
- * failure c is freed. */
-static int submit_for(warren_worker *w, slot *s, warren_handler_ctx *c, warren_error *err)
-{
-    int prc;
-    if ((prc = hpool_submit(w->hp, c, err)) != 0) {
-        warren__ctx_free(c);
-        return prc;
-    }
-    s->has_thread = 1;
-    s->ctx = c;
-    return 0;
-}
-
-int warren__start_thread(warren_worker *w, slot *s, warren_error *err)
-{
-    warren_handler_ctx *c = calloc(1, sizeof(*c));
-    char key[WARREN_RUN_KEY_MAX];
-
-    if (c == NULL)
-        return warren_error_set(err, WARREN_ENOMEM, "out of memory");
-    warren__exec_init(&c->ex); /* none: out_fd -1 */
-    c->kind = s->kind;
-    snprintf(key, sizeof(key), "%s", s->run_key);
-    c->run_key = strdup(key);
-    c->job = strdup(s->claim.job);
-    c->payload = strdup(s->claim.payload_json ? s->claim.payload_json : "{}");
-    c->scheduled_at = s->claim.scheduled_at;
-    c->attempt = s->claim.attempt;
-    c->timeout_ms = s->job->timeout_ms;
-    c->hp = w->hp;
-    c->kind = s->kind;
-    atomic_init(&c->stop, 0);
-    atomic_init(&c->done, 0);
-    atomic_init(&c->lost, 0);
-    if (s->kind == KIND_SQL) {
-        /* A name no other session has: the loop cancels the statement by it
-         * (warren_store_cancel_tagged) if another worker takes the run. */
-        uint64_t r = 0;
-        if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r))
-            r = (uint64_t)warren__mono_ms() * 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid() ^
-                (uint64_t)(uintptr_t)c;
-        snprintf(c->sql_tag, sizeof(c->sql_tag), "warren sql %016llx", (unsigned long long)r);
-        c->sql = strdup(s->job->sql);
-        c->db_url = strdup(w->db_url ? w->db_url : "");
-        c->take = s->take;
-        if (s->take &&
-            ((c->worker = strdup(w->id)) == NULL || (c->handler = strdup(s->job->name)) == NULL)) {
-            warren__ctx_free(c);
-            return warren_error_set(err, WARREN_ENOMEM, "out of memory");
-        }
-    } else {
-        const handler_reg *r = warren__worker_find_reg(w, s->job->c_handler);
-        c->fn = r->fn;
-        c->ud = r->ud;
-    }
-    if (c->run_key == NULL || c->job == NULL || c->payload == NULL ||
-        (s->kind == KIND_SQL && (c->sql == NULL || c->db_url == NULL))) {
-        warren__ctx_free(c);
-        return warren_error_set(err, WARREN_ENOMEM, "out of memory");
-    }
-    return submit_for(w, s, c, err);
-}
-
-int warren__start_spawn(warren_worker *w, slot *s, warren_us due_at, warren_error *err)
-{
-    warren_handler_ctx *c = calloc(1, sizeof(*c));
-    int ok = 1;
-
-    if (c == NULL)
-        return warren_error_set(err, WARREN_ENOMEM, "out of memory");
-    warren__exec_init(&c->ex);
-    c->run_key = strdup(s->run_key);
-    c->job = strdup(s->claim.job);
-    c->payload = s->claim.payload_json ? strdup(s->claim.payload_json) : NULL;
-    c->scheduled_at = s->claim.scheduled_at;
-    c->attempt = s->claim.attempt;
-    c->due_at = due_at;
-    c->hp = w->hp;
-    c->kind = KIND_EXEC;
-    c->shell = s->job->exec_shell;
-    c->argv = strv_dup(s->job->exec_argv, &ok);
-    c->pass_env = strv_dup(w->cfg->worker.exec_env, &ok);
-    atomic_init(&c->stop, 0);
-    atomic_init(&c->done, 0);
-    atomic_init(&c->lost, 0);
-    if (!ok || c->run_key == NULL || c->job == NULL || c->argv == NULL ||
-        (s->claim.payload_json != NULL && c->payload == NULL)) {
-        warren__ctx_free(c);
-        return warren_error_set(err, WARREN_ENOMEM, "out of memory starting a handler");
-    }
-    return submit_for(w, s, c, err);
 }

@@ -254,6 +254,16 @@ int warren_broker_ack_flush(warren_broker *b, warren_error *err);
  * Nothing waits once the first open delivery has been open for 20 x hold_ms
  * (a long handler, not a run waiting for its batch). hold_ms <= 0: at once. */
 int warren_broker_ack_flush_held(warren_broker *b, int64_t hold_ms, warren_error *err);
+/* When (monotonic ms) warren_broker_ack_flush_held(hold_ms) next sends a
+ * held acknowledgement; INT64_MAX when none is held. */
+int64_t warren_broker_ack_due(const warren_broker *b, int64_t hold_ms);
+/* The connection's socket, for a caller's poll (POLLIN: call
+ * warren_broker_next or warren_broker_poll); -1 when there is none. */
+int warren_broker_fd(const warren_broker *b);
+/* 1 when something was read already and waits in memory (a delivery, a
+ * frame, buffered bytes): the socket may not poll readable for it, so call
+ * warren_broker_next without waiting. */
+int warren_broker_readable(const warren_broker *b);
 /* basic.reject; requeue 0 dead-letters (quorum ready queues -> warren.dead). */
 int warren_broker_reject(warren_broker *b, uint64_t tag, int requeue, warren_error *err);
 

@@ -112,6 +112,11 @@ void warren_worker_on_finished(warren_worker *w, warren_run_report_fn fn, void *
  * WARREN_EBROKERCONN, WARREN_ENOENT for a missing ready queue, WARREN_EINVAL
  * for nothing to consume) are returned; later outages are retried. */
 int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_error *err);
+/* Wakes the loop of warren_worker_run from its wait: call it after setting
+ * *stop from another thread (a signal delivered to the loop's thread
+ * interrupts the wait by itself; without either, the stop is seen within
+ * 10 s). Async-signal-safe; any thread. */
+void warren_worker_wake(warren_worker *w);
 
 /* Counters since the worker was created. */
 typedef struct warren_worker_stats {
@@ -130,6 +135,7 @@ typedef struct warren_worker_stats {
     uint64_t broker_reconnects;
     uint64_t taken; /* of started: sql runs claimed, run and completed in one transaction
                        (worker.sql_take, warren.take_many) */
+    uint64_t waits; /* times the loop slept (it sleeps only when nothing is due) */
 } warren_worker_stats;
 void warren_worker_stats_get(const warren_worker *w, warren_worker_stats *out);
 
