@@ -108,4 +108,15 @@ int warren__store_sync(warren_store *st, const warren_config *cfg, const warren_
 int warren__store_migrate_to(warren_store *st, const char *sql_dir, int target, int *applied,
                              warren_error *err);
 
+/* Shared by store_work.c (the protocol calls) and store_sql.c (the sql
+ * handler's transactions). */
+#define SQL_COMPLETE_MANY                                                                          \
+    "SELECT run_key, recorded FROM warren.complete_many($1::text[], $2::int[])"
+#define SQL_COMPLETE_ONE "SELECT warren.complete($1::text, $2::int, 'succeeded')"
+struct warren__buf;
+/* Appends one element of a text[] literal: NULL, or a quoted string. */
+void warren__sb_elem(struct warren__buf *b, const char *s, int first);
+/* Closes a text[] literal: 0, or the buffer's error. */
+int warren__sb_done(struct warren__buf *b, warren_error *err);
+
 #endif

@@ -206,4 +206,12 @@ int warren_store_run_states(warren_store *st, const char *const *keys, size_t n,
 int warren_store_refuse(warren_store *st, const char *run_key, const char *worker,
                         const char *reason, char *state, size_t len, warren_error *err);
 
+/* For store_sql.c (the sql handler's transactions), from store_work.c: */
+struct warren__buf;
+/* warren.complete_many's parameters for c[idx[j]] (c[j] if idx is NULL),
+ * j < m: the text[] of their keys in *ka, the int[] of their attempts in
+ * *aa. 0, or the error (both freed). */
+int warren__completion_arrays(const warren_completion *c, const size_t *idx, size_t m,
+                              struct warren__buf *ka, struct warren__buf *aa, warren_error *err);
+
 #endif

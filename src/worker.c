@@ -1,13 +1,28 @@
-/* worker.c: the C worker (docs/design.md §6.2): its public API and its loop. One thread
- * owns the AMQP connection and the PostgreSQL connection (neither library is
- * thread-safe per connection) and runs a loop: take deliveries, claim them in
- * batches (worker_claim.c), start handlers in free slots, heartbeat, collect
- * finished handlers, complete them in batches, and only then acknowledge
- * (worker_settle.c). exec handlers are child processes in their own process
- * group, watched with waitpid and a pipe (worker_exec.c); in-process C
- * handlers and sql handlers run on a thread of the handler pool per run (sql
- * handlers with their own PostgreSQL connection from a small pool) and report
- * through atomics (worker_pool.c). */
+/* worker.c: the C worker (docs/design.md §6.2): its public API and its loop.
+ * One thread owns the AMQP connection and the PostgreSQL connection (neither
+ * library is thread-safe per connection) and runs the loop: receive, claim,
+ * start, heartbeat, collect, complete, acknowledge; then it waits in one
+ * poll (loop_wait) until the earliest deadline or until something happens.
+ *
+ * The layers, each file calling only the ones below it (no cycles):
+ *   worker.c          public API, the loop and its one wait
+ *   worker_intake.c   receive and judge deliveries -> the pending FIFO
+ *   worker_claim.c    FIFO -> claim (or take) -> slot
+ *   worker_settle.c   slots -> heartbeat / complete -> acknowledge
+ *   worker_slot.c     the slot table and the run's state machine; starts
+ *                     each handler kind; each slot's deadlines
+ *   worker_conn.c     broker and store connections, backoff, acks, dead
+ *                     letters, give-backs
+ *   worker_pend.c     the pending FIFO, refusals, the database-clock estimate
+ *   worker_handler.c  the handler kinds as the pool runs them (c, exec
+ *                     spawn, sql batches); handler contexts
+ *   worker_sql.c      the sql handlers' engine: connections, cost table,
+ *                     batches (store_sql.c: pipelines, savepoints, take)
+ *   worker_pool.c     a generic thread pool and its wake pipe
+ *   worker_exec.c     exec handler processes
+ * The three phases meet only in the FIFO and the slot table. Handler threads
+ * and exec children report through the wake pipe (and their pidfds); the loop
+ * never waits on a fixed interval. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -348,7 +363,7 @@ static void loop_wait(warren_worker *w, volatile sig_atomic_t *stop, int stoppin
     }
     if (!stopping) {
         /* due deliveries (or new ones, not looked at yet) and a free slot */
-        if (w->pq_len > w->pq_held && free_slots(w) > 0)
+        if (w->q.len > w->q.held && free_slots(w) > 0)
             store_at = 0;
         store_at = earlier(store_at, warren__claim_deadline(w));
     }
@@ -443,8 +458,8 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
     w->nfree = w->concurrency;
     {
         warren_error e = {0};
-        if ((w->hp = warren__hpool_new(w->wake[1], w->concurrency, w->cfg->worker.sql_batch, &e)) ==
-            NULL) {
+        if ((w->hp = warren__handlers_new(w->wake[1], w->concurrency, w->cfg->worker.sql_batch,
+                                          &w->se, &e)) == NULL) {
             rc = warren_error_set(err, e.code, "%s", e.message);
             goto out;
         }
@@ -486,9 +501,8 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
         if (batch > 16)
             batch = 16;
         warren_error e = {0};
-        if (sql_jobs > 0 &&
-            warren__hpool_prefill(w->hp, w->db_url, (w->concurrency + batch - 1) / batch + 1, &e) !=
-                0)
+        if (sql_jobs > 0 && warren__sql_prefill(w->se, w->db_url,
+                                                (w->concurrency + batch - 1) / batch + 1, &e) != 0)
             warren_log(
                 w->lg, WARREN_LOG_WARN,
                 "worker %s: could not open or warm up the sql handlers' connections ahead: %s",
@@ -584,10 +598,11 @@ out:
         warren_log(w->lg, WARREN_LOG_WARN,
                    "worker %s: left handler thread(s) running that ignored should_stop", w->id);
     w->hp = NULL;
-    warren__pq_clear(w);
-    free(w->pq);
-    w->pq = NULL;
-    w->pq_cap = 0;
+    w->se = NULL; /* freed with the pool */
+    warren__pq_clear(&w->q);
+    free(w->q.items);
+    w->q.items = NULL;
+    w->q.cap = 0;
     warren_broker_free(w->b);
     w->b = NULL;
     warren_store_free(w->st);

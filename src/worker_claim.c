@@ -128,7 +128,7 @@ out:
 static warren_us db_now_est(warren_worker *w)
 {
     int64_t now = warren__mono_ms();
-    if (w->clock_at_ms == 0 || now - w->clock_at_ms >= CLOCK_RESAMPLE_MS) {
+    if (w->clock.at_ms == 0 || now - w->clock.at_ms >= CLOCK_RESAMPLE_MS) {
         warren_error e = {0};
         warren_us db;
         int64_t m0 = warren__mono_us();
@@ -138,18 +138,18 @@ static warren_us db_now_est(warren_worker *w)
             warren__worker_store_failed(w, rc, &e, "read the database clock");
             return -1;
         }
-        if (warren__clock_reading(m0, m1, db, w->clock_at_ms != 0, &w->clock_off)) {
-            w->clock_at_ms = now;
+        if (warren__clock_reading(m0, m1, db, w->clock.at_ms != 0, &w->clock.off)) {
+            w->clock.at_ms = now;
         } else {
-            w->clock_at_ms = now - CLOCK_RESAMPLE_MS + CLOCK_RETRY_MS; /* read again soon */
-            if (w->clock_at_ms <= 0)
-                w->clock_at_ms = 1;
+            w->clock.at_ms = now - CLOCK_RESAMPLE_MS + CLOCK_RETRY_MS; /* read again soon */
+            if (w->clock.at_ms <= 0)
+                w->clock.at_ms = 1;
             warren_log(w->lg, WARREN_LOG_DEBUG,
                        "worker %s: database clock read in %lld us (over %d): not used", w->id,
                        (long long)(m1 - m0), CLOCK_RTT_MAX_US);
         }
     }
-    return warren__db_now_cached(w);
+    return warren__db_now_cached(&w->clock);
 }
 
 /* How far ahead of its due time a delivery is held at most. */
@@ -168,15 +168,15 @@ static size_t pick_due(warren_worker *w, size_t n, pend **batch)
 
     if (now < 0)
         return 0; /* the claim would fail as well: later */
-    w->pq_held = 0;
-    w->next_due = 0;
+    w->q.held = 0;
+    w->q.next_due = 0;
     /* A delivery whose batch timed out on the server (a row lock held by an
      * operator's transaction, say) goes on its own, one per turn, and one
      * whose own claim timed out waits CLAIM_ALONE_RETRY_MS: the others'
      * batches never contain it, so they are not held up by its row. */
     int64_t mono = warren__mono_ms();
-    for (size_t i = 0; i < w->pq_len && n > 0; i++) {
-        pend *p = warren__pq_at(w, i);
+    for (size_t i = 0; i < w->q.len && n > 0; i++) {
+        pend *p = warren__pq_at(&w->q, i);
         if (p->foreign == NULL && p->claim_alone && mono >= p->claim_retry_mono &&
             (p->msg.due_at <= now + CLAIM_AHEAD_US || p->msg.due_at > now + hold_max_us(w))) {
             p->picked = 1;
@@ -184,14 +184,14 @@ static size_t pick_due(warren_worker *w, size_t n, pend **batch)
             return 1;
         }
     }
-    for (size_t i = 0; i < w->pq_len; i++) {
-        pend *p = warren__pq_at(w, i);
+    for (size_t i = 0; i < w->q.len; i++) {
+        pend *p = warren__pq_at(&w->q, i);
         if (p->foreign != NULL) {
-            w->pq_held++; /* settle_foreign's */
+            w->q.held++; /* settle_foreign's */
             continue;
         }
         if (p->claim_alone) {
-            w->pq_held++; /* claimed on its own, above, once its retry time comes */
+            w->q.held++; /* claimed on its own, above, once its retry time comes */
             continue;
         }
         /* Due further ahead than any early release: its body is wrong (or a
@@ -204,9 +204,9 @@ static size_t pick_due(warren_worker *w, size_t n, pend **batch)
             continue;
         }
         if (p->msg.due_at > now + CLAIM_AHEAD_US) {
-            if (w->next_due == 0 || p->msg.due_at < w->next_due)
-                w->next_due = p->msg.due_at;
-            w->pq_held++;
+            if (w->q.next_due == 0 || p->msg.due_at < w->q.next_due)
+                w->q.next_due = p->msg.due_at;
+            w->q.held++;
         } else if (got < n) {
             p->picked = 1;
             batch[got++] = p;
@@ -245,19 +245,19 @@ static void settle_foreign(warren_worker *w)
     fate *f = NULL;
     size_t nf = 0, nforeign = 0;
 
-    for (size_t i = 0; i < w->pq_len; i++)
-        nforeign += warren__pq_at(w, i)->foreign != NULL;
+    for (size_t i = 0; i < w->q.len; i++)
+        nforeign += warren__pq_at(&w->q, i)->foreign != NULL;
     if (nforeign == 0 || !warren__worker_store_ready(w))
         return;
     if ((f = calloc(nforeign, sizeof(*f))) == NULL)
         return;
-    for (size_t i = 0; i < w->pq_len; i++) {
-        pend *p = warren__pq_at(w, i);
+    for (size_t i = 0; i < w->q.len; i++) {
+        pend *p = warren__pq_at(&w->q, i);
         warren_error e = {0};
         const char *key = p->msg.run_key;
         if (p->foreign == NULL || p->picked || now < p->hold_until)
             continue;
-        refusal *r = warren__refusal_of(w, key, 1);
+        refusal *r = warren__refusal_of(&w->q, key, 1);
         if (r->count > 0 && now - r->at_ms > FOREIGN_FORGET_MS)
             r->count = 0; /* an old story (replayed since?): start again */
         if (r->count < FOREIGN_GIVE_BACKS) {
@@ -336,7 +336,7 @@ static void settle_foreign(warren_worker *w)
         warren__pend_take(p, &f[nf++].p);
     }
     if (nf > 0)
-        warren__pq_drop_picked(w);
+        warren__pq_drop_picked(&w->q);
     settle_fates(w, f, nf);
     free(f);
 }
@@ -399,7 +399,7 @@ static int settle_unclaimed(warren_worker *w, pend **un, size_t n, fate *f, size
                        p->msg.run_key, (long long)((rs[i].due_at - db_now) / 1000));
             p->msg.due_at = rs[i].due_at; /* the database's word, not the body's */
             p->picked = 0;
-            w->clock_at_ms = 1; /* the estimate was early: read the clock again */
+            w->clock.at_ms = 1; /* the estimate was early: read the clock again */
             continue;
         }
         if (!rs[i].found) {
@@ -443,7 +443,7 @@ static int take_ok(warren_worker *w, const pend *p)
         j->max_running > 0 || j->max_running_per_tenant > 0 || p->no_take || p->answer_lost ||
         p->claim_alone)
         return 0;
-    int64_t cost = warren__hpool_sql_cost(w->hp, j->sql);
+    int64_t cost = warren__sql_cost_of(w->se, j->sql);
     return cost >= 0 && cost <= WARREN_SQL_BATCH_BUDGET_US;
 }
 
@@ -461,13 +461,13 @@ void warren__claim_pending(warren_worker *w)
 
     settle_foreign(w);
     n = (size_t)free_slots(w);
-    if (n > w->pq_len)
-        n = w->pq_len;
+    if (n > w->q.len)
+        n = w->q.len;
     if (n == 0 || !warren__worker_store_ready(w))
         return;
     /* every delivery is held and the first is not due yet: nothing to scan */
-    if (w->pq_len == w->pq_held && w->next_due != 0 && w->clock_at_ms != 0 &&
-        warren__db_now_cached(w) < w->next_due - CLAIM_AHEAD_US)
+    if (w->q.len == w->q.held && w->q.next_due != 0 && w->clock.at_ms != 0 &&
+        warren__db_now_cached(&w->clock) < w->q.next_due - CLAIM_AHEAD_US)
         return;
     batch = calloc(n, sizeof(*batch));
     keys = calloc(n, sizeof(*keys));
@@ -557,7 +557,7 @@ void warren__claim_pending(warren_worker *w)
     /* Never acknowledged as a duplicate on the strength of an estimate: ask. */
     if (nun > 0)
         settle_unclaimed(w, un, nun, f, &nf);
-    warren__pq_drop_picked(w);
+    warren__pq_drop_picked(&w->q);
     settle_fates(w, f, nf);
 out:
     if (cl != NULL)
@@ -575,13 +575,14 @@ int64_t warren__claim_deadline(warren_worker *w)
 {
     int64_t d = INT64_MAX, now = warren__mono_ms();
     int room = free_slots(w) > 0;
-    if (room && w->next_due != 0 && w->clock_at_ms != 0) {
+    if (room && w->q.next_due != 0 && w->clock.at_ms != 0) {
         /* an early delivery falls due (on the estimate of the database's clock) */
-        int64_t until = (w->next_due - CLAIM_AHEAD_US - warren__db_now_cached(w) + 999) / 1000;
+        int64_t until =
+            (w->q.next_due - CLAIM_AHEAD_US - warren__db_now_cached(&w->clock) + 999) / 1000;
         d = now + (until > 0 ? until : 0);
     }
-    for (size_t i = 0; i < w->pq_len; i++) {
-        const pend *p = warren__pq_at(w, i);
+    for (size_t i = 0; i < w->q.len; i++) {
+        const pend *p = warren__pq_at(&w->q, i);
         if (p->foreign != NULL && !p->picked && p->hold_until < d)
             d = p->hold_until; /* settle_foreign gives it back, or refuses it */
         else if (room && p->claim_alone && p->claim_retry_mono < d)

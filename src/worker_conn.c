@@ -54,7 +54,7 @@ void warren__worker_broker_lost(warren_worker *w, const warren_error *e)
                e->message);
     warren_broker_free(w->b);
     w->b = NULL;
-    warren__pq_clear(w); /* their tags died with the connection; the broker redelivers them */
+    warren__pq_clear(&w->q); /* their tags died with the connection; the broker redelivers them */
     w->broker_backoff = warren_backoff_next(w->broker_backoff, BACKOFF_MIN_MS, BACKOFF_MAX_MS);
     w->broker_retry_at = warren__mono_ms() + w->broker_backoff;
 }
@@ -286,7 +286,7 @@ void warren__stop_consuming(warren_worker *w)
     }
     /* warren__give_back may lose the connection: warren__worker_broker_lost then empties the queue
      */
-    for (size_t i = 0; i < w->pq_len; i++)
-        warren__give_back(w, warren__pq_at(w, i));
-    warren__pq_clear(w);
+    for (size_t i = 0; i < w->q.len; i++)
+        warren__give_back(w, warren__pq_at(&w->q, i));
+    warren__pq_clear(&w->q);
 }

@@ -52,9 +52,9 @@ struct warren_handler_ctx {
     int64_t timeout_ms;
     warren_handler_fn fn;
     void *ud;
-    struct hpool *hp;                /* sql: its connection pool lives with the threads */
+    struct sqlengine *se; /* sql: its engine (connections, costs) lives with the threads */
     struct warren_handler_ctx *next; /* the handler pool's queue */
-    int kind;                        /* KIND_C, KIND_SQL or KIND_EXEC (a spawn) */
+    enum kind kind;                  /* KIND_C, KIND_SQL or KIND_EXEC (a spawn) */
     atomic_int stop;
     atomic_int done;
     atomic_int lost;   /* sql: the lease was lost: no effect, no completion */
@@ -95,8 +95,8 @@ typedef struct handler_reg {
 } handler_reg;
 
 typedef struct slot {
-    int state;
-    int kind;
+    enum slot_state state;
+    enum kind kind;
     uint64_t tag;
     uint64_t gen; /* broker generation of the delivery */
     char run_key[WARREN_RUN_KEY_MAX];
@@ -110,7 +110,7 @@ typedef struct slot {
     int64_t received_mono; /* the delivery's arrival (for the report's "released") */
     warren_us msg_due_at;  /* due time this attempt was released for (message header) */
     int64_t timeout_at;
-    int stop_reason;
+    enum stop_reason stop_reason;
     int64_t next_cancel; /* sql, lost: when to send the cancel (again) */
     int cancels_sent;
     int64_t kill_at; /* exec: SIGKILL after this; c: left behind after a timeout (0: not yet) */
@@ -157,6 +157,23 @@ typedef struct refusal {
     int64_t at_ms;
 } refusal;
 
+/* The pending FIFO (worker_pend.c): deliveries waiting for a slot or for
+ * their due time, and the runs this worker gave back. */
+typedef struct pendq {
+    pend *items; /* circular */
+    size_t head, len, cap;
+    size_t held;        /* of those, not due at the last warren__claim_pending */
+    warren_us next_due; /* the earliest due time of those (0: none) */
+    refusal refused[REFUSALS];
+    size_t refused_next; /* the entry replaced next when all are taken */
+} pendq;
+
+/* The estimate of the database's clock (worker_pend.c, read by worker_claim.c). */
+typedef struct dbclock {
+    int64_t off;   /* the database's clock (us) minus the monotonic one */
+    int64_t at_ms; /* when off was measured (monotonic; 0: never) */
+} dbclock;
+
 struct warren_worker {
     const warren_config *cfg;
     const warren_logger *lg;
@@ -186,18 +203,13 @@ struct warren_worker {
     slot *slots;
     int *free_idx; /* stack of free slot indexes (O(1) to find a free slot) */
     int nfree;
-    pend *pq; /* FIFO of deliveries waiting for a slot or for their due time */
-    size_t pq_head, pq_len, pq_cap;
-    size_t pq_held;      /* of those, not due at the last warren__claim_pending */
-    warren_us next_due;  /* the earliest due time of those (0: none) */
-    int64_t clock_off;   /* the database's clock (us) minus the monotonic one */
-    int64_t clock_at_ms; /* when clock_off was measured (monotonic; 0: never) */
-    refusal refused[REFUSALS];
-    size_t refused_next; /* the entry replaced next when all are taken */
+    pendq q;       /* deliveries waiting for a slot or for their due time */
+    dbclock clock; /* the estimate of the database's clock */
 
-    int wake[2];         /* handler threads write a byte when done (non-blocking) */
-    struct pollfd *pfds; /* warren__wait_wake: the wake pipe and every exec handler's output */
-    struct hpool *hp;    /* persistent handler threads (c and sql handlers) */
+    int wake[2];          /* handler threads write a byte when done (non-blocking) */
+    struct pollfd *pfds;  /* loop_wait: the wake pipe, the broker, exec pipes and pidfds */
+    struct hpool *hp;     /* persistent handler threads (c and sql handlers, exec spawns) */
+    struct sqlengine *se; /* the sql handlers' engine (owned by hp) */
 
     warren_worker_stats stats;
 };
@@ -211,7 +223,9 @@ static inline int free_slots(const warren_worker *w)
 /* The layers, bottom up; each file calls only the ones below it (worker.c,
  * at the top, describes them):
  *   worker_exec.c   exec handler processes (worker_exec.h)
- *   worker_pool.c   the handler threads and the sql-handler engine
+ *   worker_pool.c   the generic thread pool
+ *   worker_sql.c    the sql handlers' engine: connections, costs, batches
+ *   worker_handler.c  the handler kinds as the pool runs them
  *   worker_pend.c   the pending FIFO, refusals, the database-clock estimate
  *   worker_conn.c   the broker and store connections, acks, dead letters
  *   worker_slot.c   the slot table and the run's state machine
@@ -220,21 +234,24 @@ static inline int free_slots(const warren_worker *w)
 
 /* ------------------------------------------------------------ worker_pool.c */
 
-/* The handler thread pool (c and sql handlers, exec spawns), writing to
- * wake_fd (its own duplicate) when a handler finishes while the loop waits
- * (warren__hpool_arm). At most max threads; up to sql_batch sql runs queued
- * together share one transaction. Its threads block every asynchronous
- * signal: a signal for the process reaches the loop's thread. */
-struct hpool *warren__hpool_new(int wake_fd, int max, int sql_batch, warren_error *err);
-/* Opens n (at most the pool's cap) sql handler connections to url now, so
- * that the first runs do not wait for them. */
-int warren__hpool_prefill(struct hpool *hp, const char *url, int n, warren_error *err);
-/* The expected time (us) of an sql statement from the pool's cost table; -1
- * when it was not measured yet. Any thread. */
-int64_t warren__hpool_sql_cost(struct hpool *hp, const char *sql);
-/* The budget of one sql batch (us): a statement expected to take longer
- * runs alone, and is claimed before it runs (not taken). */
-#define WARREN_SQL_BATCH_BUDGET_US 10000
+/* What the pool runs, from its caller (worker_handler.c): form() puts the
+ * contexts queued first (head, linked by next) into batch, at least one and
+ * at most max, in queue order, and returns how many (called with the pool's
+ * lock held: it must not block); run() runs a batch on a pool thread;
+ * dropped() frees a context nobody waits for any more (its loop abandoned
+ * it); destroy(ud) runs when the pool is freed. */
+typedef struct hpool_ops {
+    size_t (*form)(void *ud, warren_handler_ctx *head, warren_handler_ctx **batch, size_t max);
+    void (*run)(void *ud, warren_handler_ctx **batch, size_t n);
+    void (*dropped)(void *ud, warren_handler_ctx *c);
+    void (*destroy)(void *ud);
+} hpool_ops;
+/* The thread pool, writing to wake_fd (its own duplicate) when a batch
+ * finishes while the loop waits (warren__hpool_arm). At most max threads.
+ * Its threads block every asynchronous signal: a signal for the process
+ * reaches the loop's thread. */
+struct hpool *warren__hpool_new(int wake_fd, int max, const hpool_ops *ops, void *ud,
+                                warren_error *err);
 /* on = 1: queued runs wait (no thread is woken, none takes one) until
  * warren__hpool_hold(hp, 0), which wakes a thread: the loop queues all the
  * runs of one claim batch before a thread forms its sql batch from them. */
@@ -242,14 +259,46 @@ void warren__hpool_hold(struct hpool *hp, int on);
 /* Queues context c for a pool thread. Fails only when there is no thread at
  * all and none can be started (c is then the caller's). */
 int warren__hpool_submit(struct hpool *hp, warren_handler_ctx *c, warren_error *err);
-/* The loop is about to wait: 0, and a finishing handler writes to the wake
+/* The loop is about to wait: 0, and a finishing batch writes to the wake
  * pipe from now on; 1 if one finished since the last warren__hpool_disarm
  * (then do not wait). */
 int warren__hpool_arm(struct hpool *hp);
-/* The wait is over: finishing handlers write no more. */
+/* The wait is over: finishing batches write no more. */
 void warren__hpool_disarm(struct hpool *hp);
-/* Stops the pool; returns how many busy threads were left behind with it. */
+/* Stops the pool; returns how many busy threads were left behind with it
+ * (the last of them frees it). */
 int warren__hpool_free(struct hpool *hp, int wait_ms);
+
+/* ------------------------------------------------------------ worker_sql.c */
+
+typedef struct sqlengine sqlengine;
+sqlengine *warren__sql_new(int sql_batch);
+void warren__sql_free(sqlengine *se);
+/* Opens n (at most the engine's cap) connections to url now, so that the
+ * first runs do not wait for them. */
+int warren__sql_prefill(sqlengine *se, const char *url, int n, warren_error *err);
+/* The key of a statement in the cost table (FNV-1a of its text). */
+uint64_t warren__sql_hash(const char *sql);
+/* The expected time (us) of an sql statement from the cost table; -1 when
+ * it was not measured yet. Any thread. */
+int64_t warren__sql_cost_of(sqlengine *se, const char *sql);
+/* The budget of one sql batch (us): a statement expected to take longer
+ * runs alone, and is claimed before it runs (not taken). */
+#define WARREN_SQL_BATCH_BUDGET_US 10000
+/* The sql runs queued first (head is one) that share one transaction:
+ * hpool_ops.form for sql. */
+size_t warren__sql_form(sqlengine *se, warren_handler_ctx *head, warren_handler_ctx **batch,
+                        size_t max);
+/* Runs a batch formed so (in the completion's transaction, or taken), and
+ * learns its statements' costs. */
+void warren__sql_run(sqlengine *se, warren_handler_ctx **batch, size_t n);
+
+/* ------------------------------------------------------------ worker_handler.c */
+
+/* The handler pool: the thread pool with the handler kinds' batches and
+ * runs, and its sql engine (*se, borrowed: it lives as long as the pool). */
+struct hpool *warren__handlers_new(int wake_fd, int max, int sql_batch, sqlengine **se,
+                                   warren_error *err);
 /* A started exec handler of context c that no slot will take (the loop gave
  * it up): its process group is killed and the process reaped. Any thread. */
 void warren__exec_abandoned(warren_handler_ctx *c);
@@ -264,22 +313,22 @@ void warren__pend_take(pend *p, pend *to);
 /* Frees a delivery moved out of the FIFO (slot.back). */
 void warren__pend_free(pend *p);
 /* Appends p (its contents are moved): 0 or WARREN_ENOMEM. */
-int warren__pq_push(warren_worker *w, pend *p);
+int warren__pq_push(pendq *q, pend *p);
 /* Puts p (moved out of the FIFO) back at its end; p's storage is the
  * caller's. 0, or WARREN_ENOMEM (p cleared: its delivery is redelivered
  * when the broker connection ends). */
-int warren__pq_put_back(warren_worker *w, pend *p);
-pend *warren__pq_at(warren_worker *w, size_t i);
+int warren__pq_put_back(pendq *q, pend *p);
+pend *warren__pq_at(pendq *q, size_t i);
 /* Removes the picked deliveries from the FIFO, keeping the others' order. */
-void warren__pq_drop_picked(warren_worker *w);
+void warren__pq_drop_picked(pendq *q);
 /* Empties the pending FIFO (no acks: their connection is gone, or they were
  * given back). */
-void warren__pq_clear(warren_worker *w);
+void warren__pq_clear(pendq *q);
 /* The entry of run key (added when add is set: the oldest is replaced when
  * all are taken); NULL when absent. */
-refusal *warren__refusal_of(warren_worker *w, const char *key, int add);
+refusal *warren__refusal_of(pendq *q, const char *key, int add);
 /* The database's now from the last reading of its clock (0: none yet). */
-warren_us warren__db_now_cached(const warren_worker *w);
+warren_us warren__db_now_cached(const dbclock *c);
 /* Takes a reading db of the database's clock between monotonic m0 and m1 (us)
  * into *off (database minus monotonic): 1 if used; 0 if its round trip was
  * too slow to trust (*off unchanged when have, else set to a value that is
@@ -348,7 +397,7 @@ int warren__start_thread(warren_worker *w, slot *s, warren_error *err);
  * due time the message was released for. */
 int warren__start_spawn(warren_worker *w, slot *s, warren_us due_at, warren_error *err);
 /* Stops a running handler for reason (enum stop_reason). */
-void warren__slot_stop(warren_worker *w, slot *s, int reason, int64_t now);
+void warren__slot_stop(warren_worker *w, slot *s, enum stop_reason reason, int64_t now);
 /* An sql handler whose lease was lost: its transaction must not commit. */
 void warren__sql_lost(slot *s);
 /* An sql handler's thread is done: no heartbeat, its run is recorded or not. */

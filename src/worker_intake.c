@@ -97,7 +97,7 @@ void warren__receive(warren_worker *w, int wait_ms, int stopping)
         }
         if (verdict == JUDGED_FOREIGN) {
             /* settle_foreign decides; one that came back is held first */
-            refusal *r = warren__refusal_of(w, p.msg.run_key, 0);
+            refusal *r = warren__refusal_of(&w->q, p.msg.run_key, 0);
             int64_t times = r != NULL ? r->count : 0;
             /* A redelivery whose story the table lost (more foreign runs in
              * flight than REFUSALS) is still held once: it must not spin. */
@@ -110,7 +110,7 @@ void warren__receive(warren_worker *w, int wait_ms, int stopping)
                 continue;
             }
         }
-        if (warren__pq_push(w, &p) != 0) {
+        if (warren__pq_push(&w->q, &p) != 0) {
             warren_log(w->lg, WARREN_LOG_ERROR, "worker %s: out of memory queueing a delivery",
                        w->id);
             warren__pend_clear(&p);

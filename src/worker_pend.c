@@ -39,90 +39,90 @@ void warren__pend_free(pend *p)
     free(p);
 }
 
-void warren__pq_clear(warren_worker *w)
+void warren__pq_clear(pendq *q)
 {
-    w->pq_held = 0;
-    w->next_due = 0;
-    while (w->pq_len > 0) {
-        warren__pend_clear(&w->pq[w->pq_head]);
-        w->pq_head = (w->pq_head + 1) % w->pq_cap;
-        w->pq_len--;
+    q->held = 0;
+    q->next_due = 0;
+    while (q->len > 0) {
+        warren__pend_clear(&q->items[q->head]);
+        q->head = (q->head + 1) % q->cap;
+        q->len--;
     }
 }
 
-int warren__pq_push(warren_worker *w, pend *p)
+int warren__pq_push(pendq *q, pend *p)
 {
-    if (w->pq_len == w->pq_cap) {
-        size_t ncap = w->pq_cap ? w->pq_cap * 2 : 64;
+    if (q->len == q->cap) {
+        size_t ncap = q->cap ? q->cap * 2 : 64;
         pend *nq = malloc(ncap * sizeof(*nq));
         if (nq == NULL)
             return WARREN_ENOMEM;
-        for (size_t i = 0; i < w->pq_len; i++)
-            nq[i] = w->pq[(w->pq_head + i) % w->pq_cap];
-        free(w->pq);
-        w->pq = nq;
-        w->pq_cap = ncap;
-        w->pq_head = 0;
+        for (size_t i = 0; i < q->len; i++)
+            nq[i] = q->items[(q->head + i) % q->cap];
+        free(q->items);
+        q->items = nq;
+        q->cap = ncap;
+        q->head = 0;
     }
-    w->pq[(w->pq_head + w->pq_len) % w->pq_cap] = *p;
-    w->pq_len++;
+    q->items[(q->head + q->len) % q->cap] = *p;
+    q->len++;
     return 0;
 }
 
-int warren__pq_put_back(warren_worker *w, pend *p)
+int warren__pq_put_back(pendq *q, pend *p)
 {
-    if (warren__pq_push(w, p) != 0) {
+    if (warren__pq_push(q, p) != 0) {
         warren__pend_clear(p);
         return WARREN_ENOMEM;
     }
     return 0;
 }
 
-pend *warren__pq_at(warren_worker *w, size_t i)
+pend *warren__pq_at(pendq *q, size_t i)
 {
-    return &w->pq[(w->pq_head + i) % w->pq_cap];
+    return &q->items[(q->head + i) % q->cap];
 }
 
 /* Removes the picked deliveries from the FIFO, keeping the others' order. */
-void warren__pq_drop_picked(warren_worker *w)
+void warren__pq_drop_picked(pendq *q)
 {
     size_t keep = 0;
-    for (size_t i = 0; i < w->pq_len; i++) {
-        pend *p = warren__pq_at(w, i);
+    for (size_t i = 0; i < q->len; i++) {
+        pend *p = warren__pq_at(q, i);
         if (p->picked) {
             warren__pend_clear(p);
             continue;
         }
         if (keep != i)
-            *warren__pq_at(w, keep) = *p;
+            *warren__pq_at(q, keep) = *p;
         keep++;
     }
-    w->pq_len = keep;
+    q->len = keep;
 }
 
-refusal *warren__refusal_of(warren_worker *w, const char *key, int add)
+refusal *warren__refusal_of(pendq *q, const char *key, int add)
 {
     for (size_t i = 0; i < REFUSALS; i++)
-        if (w->refused[i].key[0] != '\0' && strcmp(w->refused[i].key, key) == 0)
-            return &w->refused[i];
+        if (q->refused[i].key[0] != '\0' && strcmp(q->refused[i].key, key) == 0)
+            return &q->refused[i];
     if (!add)
         return NULL;
     for (size_t i = 0; i < REFUSALS; i++)
-        if (w->refused[i].key[0] == '\0') {
-            snprintf(w->refused[i].key, sizeof(w->refused[i].key), "%s", key);
-            return &w->refused[i];
+        if (q->refused[i].key[0] == '\0') {
+            snprintf(q->refused[i].key, sizeof(q->refused[i].key), "%s", key);
+            return &q->refused[i];
         }
-    refusal *r = &w->refused[w->refused_next];
-    w->refused_next = (w->refused_next + 1) % REFUSALS;
+    refusal *r = &q->refused[q->refused_next];
+    q->refused_next = (q->refused_next + 1) % REFUSALS;
     memset(r, 0, sizeof(*r));
     snprintf(r->key, sizeof(r->key), "%s", key);
     return r;
 }
 
 /* The database's now from the last reading of its clock (0: none yet). */
-warren_us warren__db_now_cached(const warren_worker *w)
+warren_us warren__db_now_cached(const dbclock *c)
 {
-    return w->clock_at_ms != 0 ? warren__mono_us() + w->clock_off : 0;
+    return c->at_ms != 0 ? warren__mono_us() + c->off : 0;
 }
 
 /* A reading db of the database's clock between monotonic m0 and m1 (us).

@@ -141,7 +141,7 @@ static void finish_take(warren_worker *w, slot *s)
             p->answer_lost = 1;
             p->answer_lost_mono = s->started_mono;
         }
-        if (warren__pq_put_back(w, p) != 0)
+        if (warren__pq_put_back(&w->q, p) != 0)
             warren_log(w->lg, WARREN_LOG_ERROR,
                        "worker %s: out of memory putting %s back; it is redelivered when the "
                        "broker connection ends",

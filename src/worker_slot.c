@@ -194,7 +194,7 @@ int warren__start_thread(warren_worker *w, slot *s, warren_error *err)
     c->scheduled_at = s->claim.scheduled_at;
     c->attempt = s->claim.attempt;
     c->timeout_ms = s->job->timeout_ms;
-    c->hp = w->hp;
+    c->se = w->se;
     c->kind = s->kind;
     atomic_init(&c->stop, 0);
     atomic_init(&c->done, 0);
@@ -208,6 +208,7 @@ int warren__start_thread(warren_worker *w, slot *s, warren_error *err)
                 (uint64_t)(uintptr_t)c;
         snprintf(c->sql_tag, sizeof(c->sql_tag), "warren sql %016llx", (unsigned long long)r);
         c->sql = strdup(s->job->sql);
+        c->sql_hash = warren__sql_hash(s->job->sql);
         c->db_url = strdup(w->db_url ? w->db_url : "");
         c->take = s->take;
         if (s->take &&
@@ -242,7 +243,7 @@ int warren__start_spawn(warren_worker *w, slot *s, warren_us due_at, warren_erro
     c->scheduled_at = s->claim.scheduled_at;
     c->attempt = s->claim.attempt;
     c->due_at = due_at;
-    c->hp = w->hp;
+    c->se = w->se;
     c->kind = KIND_EXEC;
     c->shell = s->job->exec_shell;
     c->argv = strv_dup(s->job->exec_argv, &ok);
@@ -380,7 +381,7 @@ void warren__sql_lost(slot *s)
     s->next_cancel = 0; /* at once */
 }
 
-void warren__slot_stop(warren_worker *w, slot *s, int reason, int64_t now)
+void warren__slot_stop(warren_worker *w, slot *s, enum stop_reason reason, int64_t now)
 {
     assert(reason == STOP_LOST || reason == STOP_TIMEOUT || reason == STOP_SHUTDOWN);
     if (s->stop_reason != STOP_NONE || s->state != SLOT_RUNNING)
