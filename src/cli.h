@@ -9,7 +9,7 @@
 #include <warren/error.h>
 #include <warren/log.h>
 
-/* Exit codes (README "CLI conventions"). */
+/* Exit codes (docs/operations.md, "The command line"). */
 #define WARREN_EXIT_OK 0
 #define WARREN_EXIT_FAIL 1
 #define WARREN_EXIT_USAGE 2

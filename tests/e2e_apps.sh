@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # e2e_apps.sh: the example applications (examples/apps/python/app.py and
 # examples/apps/node/app.js) against the real servers, the real planner and
-# the C worker (README, "Jobs from application code"):
+# the C worker (docs/api-jobs.md):
 # - each signs up customers: in ONE transaction of the application, its own
 #   row in app_customers, two API jobs from the templates usage-report and
 #   account-sync (tenant-scoped names, the customer's zone) and a one-shot

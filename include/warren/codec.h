@@ -33,7 +33,7 @@ int warren_name_valid(const char *s);
 /* 1 if s can be a job name: [A-Za-z0-9][A-Za-z0-9._-]{0,199}. */
 int warren_job_name_valid(const char *s);
 
-/* 1 if s can be an enqueued run's key (README, "Run keys"): 1-200 of
+/* 1 if s can be an enqueued run's key (docs/worker-protocol.md, "Run keys"): 1-200 of
  * [A-Za-z0-9._:/=+@-], the first a letter or a digit, and not beginning with a
  * time of the form YYYY-MM-DDTHH:MM:SS (kept for scheduled runs' keys, so the
  * two can never collide). The whole JOB@KEY must also fit in 255 bytes. */

@@ -1,7 +1,7 @@
-/* enqueue.h: one-shot runs from application code (README, "Jobs from
- * application code: the SQL API"), through the SQL function warren.enqueue,
- * for `warren enqueue` and C programs. Other languages call the SQL function
- * directly (inside their own transaction). */
+/* enqueue.h: one-shot runs from application code (docs/api-jobs.md, "One-shot runs:
+ * `warren.enqueue`, `warren.enqueue_many`"), through the SQL function warren.enqueue, for `warren
+ * enqueue` and C programs. Other languages call the SQL function directly (inside their own
+ * transaction). */
 #ifndef WARREN_ENQUEUE_H
 #define WARREN_ENQUEUE_H
 
@@ -18,8 +18,8 @@ typedef struct warren_enqueue_result {
     warren_us scheduled_at;           /* the run's instant (milliseconds) */
 } warren_enqueue_result;
 
-/* Enqueues a run of job under key (the caller's idempotency key, README
- * "Run keys") at *at (NULL: now, by the database's clock; rounded up to the
+/* Enqueues a run of job under key (the caller's idempotency key,
+ * docs/worker-protocol.md "Run keys") at *at (NULL: now, by the database's clock; rounded up to the
  * millisecond), with payload (a JSON object as text, NULL: the job's) and
  * tenant (NULL: the job's), in a transaction of its own. Runs warren.enqueue
  * as the store's login (which must be the owner or a warren_producer

@@ -1,7 +1,6 @@
 #!/usr/bin/env node
 // A SaaS application's sign-up, creating its warren schedules in its own
-// transaction (the Node twin of examples/apps/python/app.py; README, "Jobs
-// from application code").
+// transaction (the Node twin of examples/apps/python/app.py; docs/api-jobs.md).
 //
 //   node app.js --database-url URL signup TENANT EMAIL ZONE [--welcome-in SECONDS]
 //   node app.js --database-url URL signup-fails TENANT EMAIL ZONE

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A SaaS application's sign-up, creating its warren schedules in its own transaction.
 
-warren's SQL API (README, "Jobs from application code") is called inside the
+warren's SQL API (docs/api-jobs.md) is called inside the
 application's transaction: the customer row, the customer's schedules and a
 one-shot welcome run commit together or not at all. A rollback leaves no job
 and no run and sends no message; a commit is delivered once.
