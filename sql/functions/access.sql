@@ -18,6 +18,13 @@
 -- subquery and a SET clause) is parsed, rewritten (pg_roles is a view) and
 -- planned again at every call, which perf showed as a tenth of a batch
 -- claim's backend CPU; a plpgsql function keeps its plan for the session.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_privileged()
+--     Is the session privileged (a superuser, or a member of the schema owner)?
+-- Parameters: none
+-- Returns: true: not limited to granted queues nor to its own claims
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_privileged()
 RETURNS boolean LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -34,6 +41,17 @@ COMMENT ON FUNCTION warren.wp_privileged() IS
 -- an unknown run, nothing to protect). fn names the protocol function.
 -- warren.claim's check: one message, one call, so an error there holds up
 -- nothing else and tells the caller what to fix.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_require_queue(fn text, run_key text, queue text)
+--     Raises 42501 (naming the login, the queue and `warren grant`) unless the session may work on
+--     queue.
+-- Parameters:
+--     fn      - the calling function, for the message
+--     run_key - the run, for the message
+--     queue   - the run's queue (NULL: an unknown run, nothing to check)
+-- Returns: void
+-- Locks:   none
+-- Writes:  nothing (reads only)
 CREATE OR REPLACE FUNCTION warren.wp_require_queue(fn text, run_key text, queue text)
 RETURNS void LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -58,6 +76,16 @@ COMMENT ON FUNCTION warren.wp_require_queue(text, text, text) IS
 -- whole batch again when it fails (and its other calls wait meanwhile), so
 -- one foreign key, a misrouted or forged message or a queue revoked
 -- mid-run, would otherwise block every run of the batch.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_ungranted(fn text, run_keys text[])
+--     The known runs among run_keys of queues the session may not work on, with one WARNING.
+-- Parameters:
+--     fn       - the calling function (heartbeat and complete(_many) spare runs claimed before
+--                migration 011)
+--     run_keys - the keys of the call
+-- Returns: text[], sorted; empty for a privileged session
+-- Locks:   none
+-- Writes:  nothing (reads only)
 CREATE OR REPLACE FUNCTION warren.wp_ungranted(fn text, run_keys text[])
 RETURNS text[] LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -98,23 +126,52 @@ COMMENT ON FUNCTION warren.wp_ungranted(text, text[]) IS
 
 -- ------------------------------------------------------------ bounds
 
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_max_batch()
+--     The most run keys one batch call of the worker protocol carries (10000).
+-- Parameters: none
+-- Returns: int
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_max_batch()
 RETURNS int LANGUAGE sql IMMUTABLE AS $$ SELECT 10000 $$;
 COMMENT ON FUNCTION warren.wp_max_batch() IS
     'The most run keys one claim_many, complete_many or reclaim_many call may carry (a C '
     'worker sends at most worker.concurrency, at most 4096)';
 
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_max_worker_name()
+--     The longest worker name a claim records (256 characters).
+-- Parameters: none
+-- Returns: int
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_max_worker_name()
 RETURNS int LANGUAGE sql IMMUTABLE AS $$ SELECT 256 $$;
 COMMENT ON FUNCTION warren.wp_max_worker_name() IS
     'The longest worker name a claim may record, in characters';
 
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_max_waiting()
+--     How many claims of one login may sleep at once for a due time (64).
+-- Parameters: none
+-- Returns: int
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_max_waiting()
 RETURNS int LANGUAGE sql IMMUTABLE AS $$ SELECT 64 $$;
 COMMENT ON FUNCTION warren.wp_max_waiting() IS
     'How many claims of one login may sleep at once waiting for their runs'' due time';
 
--- Raises invalid_parameter_value for a missing or too long worker name.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_check_worker(fn text, worker text)
+--     Raises 22023 for a missing worker name or one longer than wp_max_worker_name().
+-- Parameters:
+--     fn     - the calling function
+--     worker - the name to check
+-- Returns: void
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_check_worker(fn text, worker text)
 RETURNS void LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -129,7 +186,15 @@ $$;
 COMMENT ON FUNCTION warren.wp_check_worker(text, text) IS
     'Raises 22023 for a missing worker name or one longer than wp_max_worker_name()';
 
--- Raises invalid_parameter_value for more than wp_max_batch() run keys.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_check_batch(fn text, run_keys text[])
+--     Raises 22023 for more than wp_max_batch() run keys.
+-- Parameters:
+--     fn       - the calling function
+--     run_keys - the keys of the call
+-- Returns: void
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_check_batch(fn text, run_keys text[])
 RETURNS void LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -154,6 +219,16 @@ COMMENT ON FUNCTION warren.wp_check_batch(text, text[]) IS
 -- Privileged sessions take none (they could pg_sleep anyway), nor does
 -- claim_many, whose wait is at most 1 s: a fleet of batch workers sharing
 -- one login must not fail its batches on this bound.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_wait_slot(fn text)
+--     Takes one of the session login's wait slots before a claim sleeps; raises 53400 when all are
+--     taken. Privileged sessions take none.
+-- Parameters:
+--     fn - the calling function, for the message
+-- Returns: void
+-- Locks:   one row w|LOGIN|N of warren.claim_locks (FOR UPDATE SKIP LOCKED), to the end of the
+--          transaction
+-- Writes:  warren.claim_locks: the login's 64 slot rows, only when none exist
 CREATE OR REPLACE FUNCTION warren.wp_wait_slot(fn text)
 RETURNS void LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE

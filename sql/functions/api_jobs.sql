@@ -21,6 +21,15 @@
 -- An API job's planner partition, from the partition count the last
 -- `warren sync` recorded (warren.sync_state): a deterministic function of the
 -- name, so every planner owns the job exactly as it owns a config job.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_job_partition(name text, partitions int)
+--     The planner partition of an API job (also src/store_sync.c).
+-- Parameters:
+--     name       - the job's name
+--     partitions - the partition count (warren.sync_state)
+-- Returns: mod(hashtext(name) + 2^31, partitions)
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_job_partition(name text, partitions int)
 RETURNS int LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
     SELECT mod(hashtext(name)::bigint + 2147483648, greatest(partitions, 1))::int
@@ -30,6 +39,14 @@ COMMENT ON FUNCTION warren.wp_job_partition(text, int) IS
 
 -- A duration in the config's syntax ("90s", "1h30m", "0"; units d h m s ms,
 -- largest first, each at most once) in milliseconds; NULL when it is not one.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_duration_ms(t text)
+--     A duration in the config's syntax ("90s", "1h30m") in milliseconds.
+-- Parameters:
+--     t - the text
+-- Returns: bigint; NULL when t is not a duration
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_duration_ms(t text)
 RETURNS bigint LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE
@@ -49,6 +66,14 @@ COMMENT ON FUNCTION warren.wp_duration_ms(text) IS
 -- index probe); a miss is looked up in pg_timezone_names itself (a scan of
 -- the zone directory: tens of milliseconds). upsert checks an array's zones
 -- with wp_zones_unknown instead, whatever their number.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_zone_known(zone text)
+--     Is zone one PostgreSQL knows (warren.timezones, else pg_timezone_names)?
+-- Parameters:
+--     zone - an IANA zone name
+-- Returns: boolean
+-- Locks:   none
+-- Writes:  nothing (reads only)
 CREATE OR REPLACE FUNCTION warren.wp_zone_known(zone text)
 RETURNS boolean LANGUAGE plpgsql STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -68,6 +93,14 @@ COMMENT ON FUNCTION warren.wp_zone_known(text) IS
 -- then those against pg_timezone_names in one pass, so that the cost does
 -- not grow with the number of unknown zones (each pg_timezone_names lookup
 -- reads the zone directory).
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_zones_unknown(zones text[])
+--     The zones of an array PostgreSQL does not know (one scan of pg_timezone_names at most).
+-- Parameters:
+--     zones - zone names (NULLs ignored)
+-- Returns: text[]; empty when all are known
+-- Locks:   none
+-- Writes:  nothing (reads only)
 CREATE OR REPLACE FUNCTION warren.wp_zones_unknown(zones text[])
 RETURNS text[] LANGUAGE plpgsql STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -90,6 +123,14 @@ COMMENT ON FUNCTION warren.wp_zones_unknown(text[]) IS
 
 -- A bad value as an error message shows it: JSON-quoted (control
 -- characters escaped), at most its first 80 characters, then how long it is.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_echo(t text)
+--     A bad value as the Job API's errors show it: JSON-quoted, at most 80 characters.
+-- Parameters:
+--     t - the value
+-- Returns: text ('null' for NULL)
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_echo(t text)
 RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE WHEN t IS NULL THEN 'null'
@@ -103,6 +144,14 @@ COMMENT ON FUNCTION warren.wp_echo(text) IS
 -- The most characters each text field of an API job takes (the C parser's
 -- 256 for cron, src/cron.c; a duration, an RFC 3339 instant and a zone are
 -- far shorter than their bound).
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_api_job_max_len(field text)
+--     The most characters of an API job's text field.
+-- Parameters:
+--     field - cron, every, jitter, at, timezone; anything else: 200
+-- Returns: int
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_api_job_max_len(field text)
 RETURNS int LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE field WHEN 'cron' THEN 256 WHEN 'every' THEN 32 WHEN 'jitter' THEN 32
@@ -112,7 +161,13 @@ COMMENT ON FUNCTION warren.wp_api_job_max_len(text) IS
     'The most characters of an API job text field (cron 256, every/jitter 32, at 40, timezone '
     '100, name/template/tenant 200)';
 
--- The most elements one warren.upsert_jobs call takes.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_upsert_max_batch()
+--     The most jobs one warren.upsert_jobs call takes (10000).
+-- Parameters: none
+-- Returns: int
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_upsert_max_batch()
 RETURNS int LANGUAGE sql IMMUTABLE AS $$ SELECT 10000 $$;
 COMMENT ON FUNCTION warren.wp_upsert_max_batch() IS
@@ -122,6 +177,14 @@ COMMENT ON FUNCTION warren.wp_upsert_max_batch() IS
 -- nothing): at most 256 characters (the C parser's bound), no control
 -- characters, a macro, else 5 or 6 fields of the characters cron uses,
 -- separated by spaces.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_cron_error(expr text)
+--     What is wrong with a cron expression's shape (the planner judges the rest).
+-- Parameters:
+--     expr - the expression
+-- Returns: text; NULL: nothing
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_cron_error(expr text)
 RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE
@@ -150,7 +213,14 @@ $$;
 COMMENT ON FUNCTION warren.wp_cron_error(text) IS
     'What is wrong with a cron expression''s shape (NULL: nothing; the planner judges the rest)';
 
--- An RFC 3339 instant with whole seconds, as the config's `at` (NULL: fine).
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_at_error(t text)
+--     What is wrong with an `at` instant (RFC 3339, whole seconds, years 1-9999).
+-- Parameters:
+--     t - the text
+-- Returns: text; NULL: nothing
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_at_error(t text)
 RETURNS text LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
@@ -184,6 +254,14 @@ COMMENT ON FUNCTION warren.wp_at_error(text) IS
 -- Everything wrong with one element that needs no table (NULL: nothing); the
 -- first problem, as "field \"F\": what; the fix". Template, zone and name
 -- clashes are checked set-based by the caller.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_api_job_error(e jsonb)
+--     The first problem of one upsert element that needs no table.
+-- Parameters:
+--     e - the element
+-- Returns: text "field ...: what; the fix"; NULL: none
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_api_job_error(e jsonb)
 RETURNS text LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -304,6 +382,14 @@ COMMENT ON FUNCTION warren.wp_api_job_error(jsonb) IS
 -- the element is certainly valid (false: ask wp_api_job_error why, which
 -- may still find it valid, e.g. "every": "2000ms"). Keeps a bulk upsert from
 -- calling a plpgsql function per element.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_api_job_ok(e jsonb)
+--     The common case of wp_api_job_error as one inlined expression.
+-- Parameters:
+--     e - the element
+-- Returns: true: certainly valid; false: ask wp_api_job_error
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_api_job_ok(e jsonb)
 RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     -- Negated character classes and plain string functions only: PostgreSQL
@@ -346,7 +432,15 @@ COMMENT ON FUNCTION warren.wp_api_job_ok(jsonb) IS
     'true if an upsert element is certainly valid without a table (the fast path of '
     'wp_api_job_error)';
 
--- A job note line appended, the note kept to its last 8000 characters.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_job_note(old text, line text)
+--     Appends a line to a job's note, keeping its last 8000 characters.
+-- Parameters:
+--     old  - the note (NULL or '' for none)
+--     line - the line
+-- Returns: text
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_job_note(old text, line text)
 RETURNS text LANGUAGE sql IMMUTABLE AS $$
     SELECT CASE WHEN length(n) > 8000 THEN '...' || right(n, 7997) ELSE n END
@@ -355,7 +449,16 @@ $$;
 COMMENT ON FUNCTION warren.wp_job_note(text, text) IS
     'Appends a line to a job note (the last 8000 characters kept)';
 
--- How a schedule reads in a note: cron "0 9 * * *" (Europe/Berlin).
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_sched_text(kind text, expr text, zone text)
+--     A schedule as a note shows it: cron "0 9 * * *" (Europe/Berlin).
+-- Parameters:
+--     kind - cron, every or at
+--     expr - the expression
+--     zone - its zone (cron only)
+-- Returns: text
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_sched_text(kind text, expr text, zone text)
 RETURNS text LANGUAGE sql IMMUTABLE AS $$
     SELECT kind || ' ' || to_json(expr)::text || CASE WHEN kind = 'cron' THEN ' (' || zone || ')'
@@ -367,6 +470,16 @@ COMMENT ON FUNCTION warren.wp_sched_text(text, text, text) IS 'A schedule as a n
 
 -- How an error names an element: `job "NAME"` for upsert_job, `jobs[i]
 -- ("NAME")` (i from 0) for upsert_jobs; the name as wp_echo shows it.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_upsert_label(single boolean, i bigint, name text)
+--     How an upsert error names an element: job "NAME", or jobs[i] ("NAME").
+-- Parameters:
+--     single - upsert_job's one job
+--     i      - the element, 1-based
+--     name   - its name
+-- Returns: text
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_upsert_label(single boolean, i bigint, name text)
 RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE WHEN single THEN 'job ' || warren.wp_echo(name)
@@ -391,6 +504,20 @@ COMMENT ON FUNCTION warren.wp_upsert_label(boolean, bigint, text) IS
 -- decided after that: `created` only for the rows this call inserted; the
 -- others are read again, locked and as the other transaction committed
 -- them, and compared with the element.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_upsert_jobs(jobs jsonb, fn text, single boolean)
+--     The implementation of upsert_job and upsert_jobs; the caller passed wp_producer_require.
+-- Parameters:
+--     jobs   - a JSON array of job specs
+--     fn     - the caller, for messages
+--     single - label elements as upsert_job does
+-- Returns: one row (ord, name, created | changed | unchanged) per element; raises 22023 / 42501,
+--          writing nothing
+-- Locks:   warren.sync_state FOR SHARE; the templates' rows FOR SHARE, in name order; every named
+--          job's row (inserted, or locked by one INSERT ... ON CONFLICT), in name order (C)
+-- Writes:  warren.jobs (new and changed jobs); warren.runs (a changed schedule's future unclaimed
+--          runs deleted, a pause's cancelled, a resume's deleted to be planned again); NOTIFY
+--          warren_jobs
 CREATE OR REPLACE FUNCTION warren.wp_upsert_jobs(jobs jsonb, fn text, single boolean)
 RETURNS TABLE (ord int, name text, result text)
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
@@ -749,6 +876,14 @@ $fn$;
 COMMENT ON FUNCTION warren.wp_upsert_jobs(jsonb, text, boolean) IS
     'The implementation of warren.upsert_job and warren.upsert_jobs';
 
+-- ----------------------------------------------------------------------------
+-- Function: warren.upsert_jobs(jobs jsonb)
+--     Creates or changes API jobs from a JSON array (docs/api-jobs.md).
+-- Parameters:
+--     jobs - [{name, template, cron|every|at, timezone, payload, jitter, tenant, paused}]
+-- Returns: one row (name, created | changed | unchanged) per element, in order
+-- Locks:   as wp_upsert_jobs
+-- Writes:  as wp_upsert_jobs
 CREATE OR REPLACE FUNCTION warren.upsert_jobs(jobs jsonb)
 RETURNS TABLE (name text, result text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -765,6 +900,16 @@ COMMENT ON FUNCTION warren.upsert_jobs(jsonb) IS
     'payload, jitter, tenant, paused}; one row (name, created|changed|unchanged) per element, in '
     'order';
 
+-- ----------------------------------------------------------------------------
+-- Function: warren.upsert_job(name text, template text, spec jsonb)
+--     Creates or changes one API job from a template (docs/api-jobs.md).
+-- Parameters:
+--     name     - the job's name
+--     template - a config job with template = true
+--     spec     - {cron+timezone | every | at, payload, jitter, tenant, paused}
+-- Returns: created, changed or unchanged
+-- Locks:   as wp_upsert_jobs
+-- Writes:  as wp_upsert_jobs
 CREATE OR REPLACE FUNCTION warren.upsert_job(name text, template text, spec jsonb)
 RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -802,6 +947,15 @@ COMMENT ON FUNCTION warren.upsert_job(text, text, jsonb) IS
 
 -- The refusal of a job outside the producer's scope (it says nothing of the
 -- job's state).
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_api_job_refusal(fn text, job text)
+--     The 42501 message for a job outside the producer's scope.
+-- Parameters:
+--     fn  - the calling function
+--     job - the job's name
+-- Returns: text
+-- Locks:   none
+-- Writes:  nothing (reads only)
 CREATE OR REPLACE FUNCTION warren.wp_api_job_refusal(fn text, job text)
 RETURNS text LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT warren.wp_producer_refusal(fn, format(
@@ -816,6 +970,17 @@ COMMENT ON FUNCTION warren.wp_api_job_refusal(text, text) IS
 -- raises a clear error otherwise. Returns the row. A producer's scope is
 -- checked before the lock (an outsider neither waits for the row nor
 -- learns its state) and again on the locked row.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_api_job(fn text, job text, allow_removed boolean)
+--     The API job pause_job, resume_job and delete_job act on, within the producer's scope; raises
+--     22023 / 42501 otherwise.
+-- Parameters:
+--     fn            - the calling function
+--     job           - the job's name
+--     allow_removed - a deleted job is accepted (delete_job)
+-- Returns: the job's row
+-- Locks:   the job's row FOR UPDATE (the scope checked before and after)
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_api_job(fn text, job text, allow_removed boolean)
 RETURNS warren.jobs
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
@@ -858,6 +1023,15 @@ COMMENT ON FUNCTION warren.wp_api_job(text, text, boolean) IS
     'Locks and returns an API job for pause_job, resume_job, delete_job (within the producer''s '
     'scope), or raises';
 
+-- ----------------------------------------------------------------------------
+-- Function: warren.pause_job(name text)
+--     Pauses an API job as `warren pause` does.
+-- Parameters:
+--     name - the API job
+-- Returns: true; false when it was paused already
+-- Locks:   the job's row FOR UPDATE (wp_api_job); the runs it cancels
+-- Writes:  warren.jobs (paused, note); warren.runs (future unclaimed scheduled runs cancelled);
+--          NOTIFY warren_jobs
 CREATE OR REPLACE FUNCTION warren.pause_job(name text)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -891,6 +1065,15 @@ COMMENT ON FUNCTION warren.pause_job(text) IS
     'Pauses an API job as `warren pause` does (its future unclaimed runs cancelled); false if it '
     'was paused already';
 
+-- ----------------------------------------------------------------------------
+-- Function: warren.resume_job(name text)
+--     Resumes an API job as `warren resume` does (the runs its pause cancelled are planned again).
+-- Parameters:
+--     name - the API job
+-- Returns: true; false when it was not paused; 22023 when its template is gone
+-- Locks:   the job's row FOR UPDATE (wp_api_job); its template's row FOR SHARE
+-- Writes:  warren.jobs (paused, cursor, note); warren.runs (the pause's cancelled runs deleted);
+--          NOTIFY warren_jobs
 CREATE OR REPLACE FUNCTION warren.resume_job(name text)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -934,6 +1117,15 @@ COMMENT ON FUNCTION warren.resume_job(text) IS
     'Resumes an API job as `warren resume` does (the runs the pause cancelled planned again); '
     'false if it was not paused';
 
+-- ----------------------------------------------------------------------------
+-- Function: warren.delete_job(name text)
+--     Deletes an API job, keeping it and its runs as history (removed, paused).
+-- Parameters:
+--     name - the API job
+-- Returns: true; false when it was deleted already
+-- Locks:   the job's row FOR UPDATE (wp_api_job); the runs it cancels
+-- Writes:  warren.jobs (removed, paused, note); warren.runs (future unclaimed scheduled runs
+--          cancelled); NOTIFY warren_jobs
 CREATE OR REPLACE FUNCTION warren.delete_job(name text)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp

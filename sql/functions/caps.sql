@@ -40,6 +40,15 @@
 -- reads a group's per-tenant cap for a tenant reads it through this
 -- (plpgsql: function files are applied on every intermediate schema of a
 -- stepwise migration, before the table exists).
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_tenant_cap(mrt int, t text)
+--     The per-tenant cap of tenant t: the operator's tenant cap when t has one, else mrt.
+-- Parameters:
+--     mrt - the group's max_running_per_tenant
+--     t   - the tenant ('' for none)
+-- Returns: int; NULL: no per-tenant cap
+-- Locks:   none
+-- Writes:  nothing (reads only)
 CREATE OR REPLACE FUNCTION warren.wp_tenant_cap(mrt int, t text)
 RETURNS int LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -58,6 +67,15 @@ COMMENT ON FUNCTION warren.wp_tenant_cap(int, text) IS
 -- cap releases waiting runs at the reconciler's next sweep (within
 -- seconds); a lowered one holds back the next claims (running runs run
 -- on). Returns whether anything changed.
+-- ----------------------------------------------------------------------------
+-- Function: warren.set_tenant_cap(tenant text, max_running int)
+--     Sets (1-1000000) or removes (NULL) the operator's cap on a tenant (`warren tenant-cap`).
+-- Parameters:
+--     tenant      - the tenant
+--     max_running - the cap, or NULL to remove it
+-- Returns: true when something changed
+-- Locks:   the tenant's row of warren.tenant_caps
+-- Writes:  warren.tenant_caps
 CREATE OR REPLACE FUNCTION warren.set_tenant_cap(tenant text, max_running int)
 RETURNS boolean LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 #variable_conflict use_column
@@ -94,6 +112,19 @@ COMMENT ON FUNCTION warren.set_tenant_cap(text, int) IS
 -- try_only, only if free at once (returns false when not taken: the locks
 -- already taken stay held until the end of the transaction). mrt (the
 -- group's max_running_per_tenant) does not change the mode: see below.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_cap_lock(g text, t text, mr int, mrt int, try_only boolean DEFAULT false)
+--     Takes the cap lock(s) of group g for tenant t (docs/delivery.md, "Lock order").
+-- Parameters:
+--     g        - the cap group (template, or config job)
+--     t        - the tenant ('' for none)
+--     mr       - the group's max_running: exclusive group lock when set
+--     mrt      - its max_running_per_tenant (does not change the mode)
+--     try_only - only if free at once
+-- Returns: true: held; false: not free at once (try_only; locks taken so far stay held); NULL for
+--          NULL g
+-- Locks:   claim_locks c|g (exclusive with mr, else shared) and, without mr, c|g|t exclusive
+-- Writes:  warren.claim_locks: a lock row made the first time
 CREATE OR REPLACE FUNCTION warren.wp_cap_lock(g text, t text, mr int, mrt int,
                                               try_only boolean DEFAULT false)
 RETURNS boolean LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
@@ -124,6 +155,14 @@ COMMENT ON FUNCTION warren.wp_cap_lock(text, text, int, int, boolean) IS
 -- How a note names a group: the template, or the config job itself.
 -- (plpgsql: function files are applied on every intermediate schema of a
 -- stepwise migration, and an SQL function's body is checked at creation.)
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_cap_label(g text)
+--     How notes name a cap group: template NAME or job NAME.
+-- Parameters:
+--     g - the cap group
+-- Returns: text
+-- Locks:   none
+-- Writes:  nothing (reads only)
 CREATE OR REPLACE FUNCTION warren.wp_cap_label(g text)
 RETURNS text LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -147,6 +186,18 @@ COMMENT ON FUNCTION warren.wp_cap_label(text) IS
 -- the next pass instead of waited for: its holder is a claim or a release of
 -- the group anyway, and a reconciler that holds reaped rows must not wait
 -- for a claim batch that waits for one of those rows.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_cap_release(g text, t text, try_only boolean DEFAULT false)
+--     A slot of group g (tenant t) may be free: the oldest waiting runs that fit go back to
+--     planned, holding their slot until claimed.
+-- Parameters:
+--     g        - the cap group
+--     t        - the tenant ('' for none)
+--     try_only - the sweep: a group whose lock is taken is left for the next pass
+-- Returns: how many runs were released
+-- Locks:   the group's cap lock(s) (wp_cap_lock); then the waiting rows it moves (never waited
+--          for)
+-- Writes:  warren.runs (waiting -> planned, cap_released_at, note); NOTIFY warren_jobs
 CREATE OR REPLACE FUNCTION warren.wp_cap_release(g text, t text, try_only boolean DEFAULT false)
 RETURNS int LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
@@ -280,6 +331,15 @@ COMMENT ON FUNCTION warren.wp_cap_release(text, text, boolean) IS
 -- completion released: a cap raised or removed by `warren sync`, a
 -- released run that became dead before its claim (its slot is free again),
 -- a run reaped by another run's overlap check.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_cap_release_all(max int)
+--     The reconciler's safety net: a release for every group (or tenant) with waiting runs that
+--     has room, from a random point of (group, tenant) order.
+-- Parameters:
+--     max - the most releases per call (NULL: 1000)
+-- Returns: how many runs were released
+-- Locks:   as wp_cap_release, only tried
+-- Writes:  as wp_cap_release
 CREATE OR REPLACE FUNCTION warren.wp_cap_release_all(max int)
 RETURNS int LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE

@@ -49,12 +49,27 @@ $$;
 -- started_at and the attempt's start are clock_timestamp() after the wait:
 -- now() is the transaction's start, before it. (Since migration 009.)
 
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_max_wait()
+--     How far ahead of its due time a run is still claimable (15 s; also src/config.c).
+-- Parameters: none
+-- Returns: interval
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_max_wait()
 RETURNS interval LANGUAGE sql IMMUTABLE AS $$ SELECT interval '15 seconds' $$;
 COMMENT ON FUNCTION warren.wp_max_wait() IS
     'How far ahead of its due time a run is still claimable (the claim waits for it); '
     'more than the longest planner.release_lead (10 s)';
 
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_wait_until(t timestamptz)
+--     Sleeps until clock_timestamp() >= t.
+-- Parameters:
+--     t - the instant
+-- Returns: void
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_wait_until(t timestamptz)
 RETURNS void LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -98,6 +113,15 @@ COMMENT ON FUNCTION warren.wp_wait_until(timestamptz) IS
 -- of "the job's other running runs" say `o.origin <> 'enqueue'`), so a
 -- `cancel_previous` fire never cancels enqueued work and a `skip` fire is
 -- not skipped because of it.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_overlap_of(job_overlap text, run_origin text)
+--     The overlap policy a run is claimed under: its job's, allow for an enqueued run.
+-- Parameters:
+--     job_overlap - jobs.overlap
+--     run_origin  - runs.origin
+-- Returns: text
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_overlap_of(job_overlap text, run_origin text)
 RETURNS text LANGUAGE sql IMMUTABLE AS $$
     SELECT CASE WHEN run_origin = 'enqueue' THEN 'allow' ELSE job_overlap END
@@ -105,7 +129,15 @@ $$;
 COMMENT ON FUNCTION warren.wp_overlap_of(text, text) IS
     'The overlap policy a run is claimed under: its job''s, allow for an enqueued run';
 
--- The overlap lock of job jn (see wp_claim); try_only: only if free at once.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_overlap_lock(jn text, try_only boolean)
+--     Takes the overlap lock of job jn: claims of its runs serialise.
+-- Parameters:
+--     jn       - the job
+--     try_only - only if free at once
+-- Returns: true: held; false: not free at once; NULL for NULL jn
+-- Locks:   claim_locks o|jn exclusive, to the end of the transaction
+-- Writes:  warren.claim_locks: the lock row made the first time
 CREATE OR REPLACE FUNCTION warren.wp_overlap_lock(jn text, try_only boolean)
 RETURNS boolean LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
     -- A row of warren.claim_locks (locks.sql): no other login can hold it.
@@ -115,6 +147,23 @@ COMMENT ON FUNCTION warren.wp_overlap_lock(text, boolean) IS
     'Takes the overlap lock of job jn (claims of its runs serialise): a row of '
     'warren.claim_locks; try_only: only if free at once (false: not taken); NULL for NULL jn';
 
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_claim(run_key text, worker text, may_wait boolean)
+--     The claim of one run: warren.claim, and claim_many's per-key path.
+-- Parameters:
+--     run_key  - the run
+--     worker   - the worker's name
+--     may_wait - true: sleep for a run due within wp_max_wait() and wait for locks; false
+--                (claim_many, locks held): no sleep, locks only tried
+-- Returns: one row (attempt, job, scheduled_at, payload, lease_seconds, template), or none:
+--          unknown, finished, leased by a live worker, not due, held back (overlap, cap), or a
+--          lock not free
+-- Locks:   in order: a wait slot (before sleeping); the group's cap lock(s); the job's overlap
+--          lock; the run's row; the job's other running rows (overlap policy); waiting rows a
+--          release moves
+-- Writes:  warren.runs (running; or waiting, skipped, retrying (queue); an older run cancelled or
+--          reaped); warren.attempts (the new attempt; a lost or cancelled one closed);
+--          warren.outbox (events lease_lost, skipped, cancelled, and wp_after_failure's)
 CREATE OR REPLACE FUNCTION warren.wp_claim(run_key text, worker text, may_wait boolean)
 RETURNS TABLE(attempt int, job text, scheduled_at timestamptz, payload jsonb, lease_seconds int,
               template text)
@@ -461,6 +510,16 @@ COMMENT ON FUNCTION warren.wp_claim(text, text, boolean) IS
     'The claim (warren.claim = may_wait true; claim_many''s per-key path: false, no sleep with '
     'locks held)';
 
+-- ----------------------------------------------------------------------------
+-- Function: warren.claim(run_key text, worker text)
+--     Claims a run for worker (docs/worker-protocol.md): wp_claim(run_key, worker, true).
+-- Parameters:
+--     run_key - the run (the message's message_id)
+--     worker  - the worker's name, 1-256 characters
+-- Returns: one row: attempt (the fencing token), job, scheduled_at, payload, lease_seconds,
+--          template; none when the run is not claimable (wp_claim)
+-- Locks:   as wp_claim
+-- Writes:  as wp_claim
 CREATE OR REPLACE FUNCTION warren.claim(run_key text, worker text)
 RETURNS TABLE(attempt int, job text, scheduled_at timestamptz, payload jsonb, lease_seconds int,
               template text)
@@ -506,6 +565,18 @@ COMMENT ON FUNCTION warren.claim(text, text) IS
 -- sleeps (it holds locks by then). It finds what its fast path claimed by
 -- key (looking for the rows' old ctids found nothing and sent every key
 -- through the per-key claim again).
+-- ----------------------------------------------------------------------------
+-- Function: warren.claim_many(run_keys text[], worker text)
+--     warren.claim for many run keys: a set-based fast path for fresh runs of uncapped jobs,
+--     wp_claim for the others.
+-- Parameters:
+--     run_keys - at most wp_max_batch() keys
+--     worker   - the worker's name
+-- Returns: one row per claimed run (run_key first); the others give none
+-- Locks:   before any row: the cap locks of the capped (group, tenant)s in that order, then the
+--          overlap locks of their jobs in name order; then the runs' rows (fast path in TID order,
+--          the rest in key order, as wp_claim)
+-- Writes:  warren.runs (running); warren.attempts; the per-key path as wp_claim
 CREATE OR REPLACE FUNCTION warren.claim_many(run_keys text[], worker text)
 RETURNS TABLE(run_key text, attempt int, job text, scheduled_at timestamptz, payload jsonb,
               lease_seconds int, template text)
@@ -793,6 +864,17 @@ COMMENT ON FUNCTION warren.claim_many(text[], text) IS
 -- another process under the same worker name claimed earlier and is running
 -- has been heartbeated (every lease/3), or was claimed before that claim was
 -- sent. Worker names should still be unique per process.
+-- ----------------------------------------------------------------------------
+-- Function: warren.reclaim_many(run_keys text[], worker text, within_ms int)
+--     After a claim whose answer was lost: the worker's own fresh claims get a new attempt.
+-- Parameters:
+--     run_keys  - at most wp_max_batch() keys
+--     worker    - the worker's name
+--     within_ms - how long ago the lost claim may have been made
+-- Returns: one row per reclaimed run, as claim_many
+-- Locks:   each run's row FOR UPDATE, in key order
+-- Writes:  warren.attempts (the lost attempt lease_lost, a new one); warren.runs (attempt,
+--          attempt_base, lease); warren.outbox (event lease_lost)
 CREATE OR REPLACE FUNCTION warren.reclaim_many(run_keys text[], worker text, within_ms int)
 RETURNS TABLE(run_key text, attempt int, job text, scheduled_at timestamptz, payload jsonb,
               lease_seconds int, template text)

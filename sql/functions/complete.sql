@@ -3,6 +3,18 @@
 -- batch form for successes. The one current definition; `warren migrate`
 -- re-applies it.
 
+-- ----------------------------------------------------------------------------
+-- Function: warren.complete(run_key text, attempt int, outcome text, error text DEFAULT NULL)
+--     Records the outcome of the caller's attempt (fenced by the attempt number).
+-- Parameters:
+--     run_key - the run
+--     attempt - the fencing token the claim returned
+--     outcome - succeeded, retry or failed
+--     error   - the error text (at most 4000 kept)
+-- Returns: true: recorded; false: a stale token (another attempt, another login, not granted)
+-- Locks:   a capped run's cap lock(s); then the run's row; the release's waiting rows
+-- Writes:  warren.runs (succeeded, retrying or dead); warren.attempts (outcome); warren.outbox
+--          (events, dead letter); waiting runs of its cap group released
 CREATE OR REPLACE FUNCTION warren.complete(run_key text, attempt int, outcome text,
                                            error text DEFAULT NULL)
 RETURNS boolean
@@ -90,6 +102,17 @@ COMMENT ON FUNCTION warren.complete(text, int, text, text) IS
 -- (the SET enable_* = off lines): keep the planner on index probes even when
 -- the table's statistics are stale (right after a large backfill, a plan
 -- cached for a tiny table would scan the whole table once per batch).
+-- ----------------------------------------------------------------------------
+-- Function: warren.complete_many(run_keys text[], attempts int[])
+--     Successes of many runs in one statement; failures go through warren.complete.
+-- Parameters:
+--     run_keys - at most wp_max_batch() keys
+--     attempts - their fencing tokens, in order
+-- Returns: one row (run_key, recorded) per key, in order
+-- Locks:   the cap locks of the capped (group, tenant)s, in that order; then the rows, in key
+--          order
+-- Writes:  warren.runs (succeeded); warren.attempts; warren.outbox (events run.succeeded); waiting
+--          runs of their cap groups released
 CREATE OR REPLACE FUNCTION warren.complete_many(run_keys text[], attempts int[])
 RETURNS TABLE(run_key text, recorded boolean)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp

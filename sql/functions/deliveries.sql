@@ -15,6 +15,14 @@
 -- dead-letter a message whose run does not exist. At most 4096 keys. Runs of
 -- queues the session is not granted are left out (access.sql), as if they
 -- did not exist: a login learns nothing of another team's runs.
+-- ----------------------------------------------------------------------------
+-- Function: warren.run_states(run_keys text[])
+--     The state and due time of the existing runs among run_keys, with the database's clock.
+-- Parameters:
+--     run_keys - at most 4096 keys
+-- Returns: one row (run_key, state, due_at, db_now) per known, granted run
+-- Locks:   none
+-- Writes:  nothing (a WARNING for ungranted keys)
 CREATE OR REPLACE FUNCTION warren.run_states(run_keys text[])
 RETURNS TABLE(run_key text, state text, due_at timestamptz, db_now timestamptz)
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -50,6 +58,17 @@ COMMENT ON FUNCTION warren.run_states(text[]) IS
 -- was not published (a stale copy: acknowledge it), NULL when there is no
 -- such run. A login not granted the run's queue gets insufficient_privilege
 -- (42501), naming the login, the queue and the fix.
+-- ----------------------------------------------------------------------------
+-- Function: warren.refuse(run_key text, worker text, reason text)
+--     A published run no worker of its queue can run becomes dead.
+-- Parameters:
+--     run_key - the run
+--     worker  - the worker's name
+--     reason  - why (last_error)
+-- Returns: 'dead'; the state of a run that was not published; NULL for no such run; 42501 when the
+--          queue is not granted
+-- Locks:   the run's row FOR UPDATE
+-- Writes:  warren.runs (dead, note); warren.outbox (event run.dead, dead letter)
 CREATE OR REPLACE FUNCTION warren.refuse(run_key text, worker text, reason text)
 RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp

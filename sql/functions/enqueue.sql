@@ -77,6 +77,14 @@
 -- A bad value as errors show it: quoted, at most 80 characters, control
 -- characters as '?' (a newline must not start a line of a log or a CLI's
 -- output), and the length when cut.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_enqueue_show(v text)
+--     A bad value as enqueue's errors echo it: quoted, at most 80 characters.
+-- Parameters:
+--     v - the value
+-- Returns: text ('NULL' for NULL)
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_enqueue_show(v text)
 RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE WHEN v IS NULL THEN 'NULL' ELSE
@@ -88,6 +96,15 @@ COMMENT ON FUNCTION warren.wp_enqueue_show(text) IS
     'A value as enqueue''s errors echo it: quoted, at most 80 characters, control characters '
     'as ?';
 
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_enqueue_key_problem(job text, key text)
+--     What is wrong with an enqueue key.
+-- Parameters:
+--     job - the job's name
+--     key - the key
+-- Returns: text; NULL: nothing
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_enqueue_key_problem(job text, key text)
 RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT CASE
@@ -121,6 +138,14 @@ COMMENT ON FUNCTION warren.wp_enqueue_key_problem(text, text) IS
     'What is wrong with an enqueue key (NULL: nothing): 1-200 of [A-Za-z0-9._:/=+@-], first a '
     'letter or digit, not beginning with YYYY-MM-DDTHH:MM:SS, JOB@KEY at most 255 bytes';
 
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_enqueue_tenant_problem(tenant text)
+--     What is wrong with a tenant name.
+-- Parameters:
+--     tenant - the tenant (NULL: the job's)
+-- Returns: text; NULL: nothing
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_enqueue_tenant_problem(tenant text)
 RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT CASE WHEN tenant IS NOT NULL
@@ -132,7 +157,16 @@ $$;
 COMMENT ON FUNCTION warren.wp_enqueue_tenant_problem(text) IS
     'What is wrong with a tenant name (NULL: nothing): [A-Za-z0-9][A-Za-z0-9._:@-]{0,199}';
 
--- found: the job row exists; removed: its removed flag.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_enqueue_job_problem(job text, found boolean, removed boolean)
+--     What is wrong with the job of an enqueue: it must exist and not be removed.
+-- Parameters:
+--     job     - the job's name
+--     found   - its row exists
+--     removed - its removed flag
+-- Returns: text; NULL: nothing
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_enqueue_job_problem(job text, found boolean, removed boolean)
 RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT CASE
@@ -149,6 +183,14 @@ $$;
 COMMENT ON FUNCTION warren.wp_enqueue_job_problem(text, boolean, boolean) IS
     'What is wrong with the job of an enqueue (NULL: nothing): it must exist and not be removed';
 
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_enqueue_payload_problem(payload jsonb)
+--     What is wrong with an enqueue payload (a JSON object of at most 1000000 bytes, or NULL).
+-- Parameters:
+--     payload - the payload
+-- Returns: text; NULL: nothing
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_enqueue_payload_problem(payload jsonb)
 RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT CASE
@@ -168,6 +210,15 @@ $$;
 -- payload of under 2000 bytes (jsonb, not text: nothing is printed) is at
 -- most 12,000 bytes as text and nests fewer than 2000 deep; with no long
 -- digit run in the array it needs no further look.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_enqueue_payload_problem(payload jsonb, digits boolean)
+--     wp_enqueue_payload_problem with enqueue_many's fast path.
+-- Parameters:
+--     payload - the payload
+--     digits  - the array's text has a run of 19 digits
+-- Returns: text; NULL: nothing
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_enqueue_payload_problem(payload jsonb, digits boolean)
 RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT CASE
@@ -187,6 +238,15 @@ COMMENT ON FUNCTION warren.wp_enqueue_payload_problem(jsonb) IS
 
 -- The instant a run is due: run_at rounded up to the millisecond, or t0 (the
 -- call's clock) for NULL.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_enqueue_at(run_at timestamptz, t0 timestamptz)
+--     An enqueued run's instant: run_at rounded up to the millisecond.
+-- Parameters:
+--     run_at - the instant asked for (NULL: t0)
+--     t0     - the call's clock
+-- Returns: timestamptz
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_enqueue_at(run_at timestamptz, t0 timestamptz)
 RETURNS timestamptz LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     -- One expression (no FROM): inlined into enqueue_many's INSERT.
@@ -198,6 +258,15 @@ $$;
 COMMENT ON FUNCTION warren.wp_enqueue_at(timestamptz, timestamptz) IS
     'An enqueued run''s instant: run_at (t0 when NULL) rounded up to the millisecond';
 
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_enqueue_fail(fn text, what text)
+--     Raises 22023 "FN: WHAT" (enqueue input errors).
+-- Parameters:
+--     fn   - the calling function
+--     what - the problem
+-- Returns: never returns
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_enqueue_fail(fn text, what text)
 RETURNS void LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -211,6 +280,15 @@ COMMENT ON FUNCTION warren.wp_enqueue_fail(text, text) IS
 
 -- Raises 40001 for a call under REPEATABLE READ or SERIALIZABLE that its
 -- snapshot cannot answer (see "Isolation" above): what, and the retry.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_enqueue_retry(fn text, what text)
+--     Raises 40001 for a call its REPEATABLE READ / SERIALIZABLE snapshot cannot answer.
+-- Parameters:
+--     fn   - the calling function
+--     what - what changed
+-- Returns: never returns
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_enqueue_retry(fn text, what text)
 RETURNS void LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -228,6 +306,15 @@ COMMENT ON FUNCTION warren.wp_enqueue_retry(text, text) IS
 -- run message carries. Called for the strings of years 0001 and 9999 only
 -- (an offset or the rounding moves only those out of years 1-9999) and by
 -- the slow path.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_enqueue_run_at_problem(s text, t0 timestamptz)
+--     What is wrong with an enqueue_many run_at string.
+-- Parameters:
+--     s  - the string
+--     t0 - the call's clock
+-- Returns: text; NULL: nothing
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_enqueue_run_at_problem(s text, t0 timestamptz)
 RETURNS text LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -247,6 +334,19 @@ COMMENT ON FUNCTION warren.wp_enqueue_run_at_problem(text, timestamptz) IS
     'What is wrong with an enqueue_many run_at string (NULL: nothing): a valid instant within '
     'years 1-9999 UTC after rounding';
 
+-- ----------------------------------------------------------------------------
+-- Function: warren.enqueue(job text, key text, run_at timestamptz DEFAULT NULL, payload jsonb
+--           DEFAULT NULL, tenant text DEFAULT NULL)
+--     Enqueues a one-shot run JOB@KEY in the caller's transaction (docs/api-jobs.md).
+-- Parameters:
+--     job     - a config job, API job or template
+--     key     - the caller's idempotency key
+--     run_at  - when (NULL: now; rounded up to the millisecond)
+--     payload - a JSON object (NULL: the job's)
+--     tenant  - the run's tenant (NULL: the job's)
+-- Returns: one row (run_key, created, state, scheduled_at); created false: a run holds the key
+-- Locks:   the job's row FOR SHARE; the run key (a concurrent insert of it is waited for)
+-- Writes:  warren.runs (a planned run); NOTIFY warren_jobs
 CREATE OR REPLACE FUNCTION warren.enqueue(job text, key text, run_at timestamptz DEFAULT NULL,
                                           payload jsonb DEFAULT NULL, tenant text DEFAULT NULL)
 RETURNS TABLE(run_key text, created boolean, state text, scheduled_at timestamptz)
@@ -364,6 +464,13 @@ COMMENT ON FUNCTION warren.enqueue(text, text, timestamptz, jsonb, text) IS
 
 -- ------------------------------------------------------------ enqueue_many
 
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_enqueue_max_batch()
+--     The most runs one enqueue_many call takes (100000).
+-- Parameters: none
+-- Returns: int
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_enqueue_max_batch()
 RETURNS int LANGUAGE sql IMMUTABLE AS $$ SELECT 100000 $$;
 COMMENT ON FUNCTION warren.wp_enqueue_max_batch() IS
@@ -371,6 +478,14 @@ COMMENT ON FUNCTION warren.wp_enqueue_max_batch() IS
 
 -- The first element of runs whose run_at string is not a timestamptz (the
 -- slow path after a cast error in the set-based statement), as a problem.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_enqueue_bad_run_at(runs jsonb)
+--     The first element of an enqueue_many array whose run_at is not a finite timestamptz.
+-- Parameters:
+--     runs - the array
+-- Returns: text "runs[i].run_at ..."; NULL: none
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_enqueue_bad_run_at(runs jsonb)
 RETURNS text LANGUAGE sql STABLE AS $$
     SELECT format('runs[%s].%s', o.ord - 1,
@@ -393,6 +508,14 @@ COMMENT ON FUNCTION warren.wp_enqueue_bad_run_at(jsonb) IS
 -- index (0-based, as in the error messages), the run key, whether this
 -- element created it (false: an earlier element of the same array, or a run
 -- before, holds the key) and that run's state and scheduled_at.
+-- ----------------------------------------------------------------------------
+-- Function: warren.enqueue_many(runs jsonb)
+--     warren.enqueue for a JSON array, set-based: every element checked first, then one INSERT.
+-- Parameters:
+--     runs - [{job, key, run_at, payload, tenant}], at most wp_enqueue_max_batch()
+-- Returns: one row (idx, run_key, created, state, scheduled_at) per element, in array order
+-- Locks:   the distinct jobs' rows FOR SHARE, in name order; the run keys in run key order (C)
+-- Writes:  warren.runs (planned runs); NOTIFY warren_jobs
 CREATE OR REPLACE FUNCTION warren.enqueue_many(runs jsonb)
 RETURNS TABLE(idx int, run_key text, created boolean, state text, scheduled_at timestamptz)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp

@@ -14,12 +14,28 @@
 -- SQL function around a STABLE call is never inlined, so each call was
 -- parsed and planned again.
 
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_utc(t timestamptz)
+--     RFC 3339 UTC, whole seconds.
+-- Parameters:
+--     t - the instant
+-- Returns: text; NULL for NULL
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_utc(t timestamptz)
 RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
 $$;
 COMMENT ON FUNCTION warren.wp_utc(timestamptz) IS 'RFC 3339 UTC, whole seconds (NULL stays NULL)';
 
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_utc_ms(t timestamptz)
+--     RFC 3339 UTC with milliseconds.
+-- Parameters:
+--     t - the instant
+-- Returns: text; NULL for NULL
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_utc_ms(t timestamptz)
 RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
@@ -28,6 +44,14 @@ COMMENT ON FUNCTION warren.wp_utc_ms(timestamptz) IS 'RFC 3339 UTC with millisec
 
 -- A run's scheduled_at as its message has it (src/codec.c): whole seconds,
 -- with milliseconds when the instant has them (an enqueued run's).
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_utc_run(t timestamptz)
+--     A run's scheduled_at as its message has it: whole seconds, milliseconds when t has them.
+-- Parameters:
+--     t - the instant
+-- Returns: text; NULL for NULL
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_utc_run(t timestamptz)
 RETURNS text LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT to_char(t AT TIME ZONE 'UTC', CASE WHEN date_trunc('second', t) = t
@@ -38,7 +62,15 @@ COMMENT ON FUNCTION warren.wp_utc_run(timestamptz) IS
     'RFC 3339 UTC, whole seconds, with milliseconds when t has them (a run''s scheduled_at, as '
     'in its message)';
 
--- Appends a line to a run's note.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_note(old text, line text)
+--     Appends a line to a run's note (the functions').
+-- Parameters:
+--     old  - the note (NULL or '' for none)
+--     line - the line
+-- Returns: text
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_note(old text, line text)
 RETURNS text LANGUAGE sql IMMUTABLE AS $$
     SELECT CASE WHEN old IS NULL OR old = '' THEN line ELSE old || E'\n' || line END
@@ -48,14 +80,29 @@ COMMENT ON FUNCTION warren.wp_note(text, text) IS 'Appends a line to a run note 
 -- The planner's (src/store_plan.c) note helpers, called by the planner's own
 -- statements on its connection, not by workers.
 
--- Appends one line to a run's note.
+-- ----------------------------------------------------------------------------
+-- Function: warren.plan_note(old text, line text)
+--     Appends a line to a run's note (the planner's and CLI's statements).
+-- Parameters:
+--     old  - the note (NULL or '' for none)
+--     line - the line
+-- Returns: text
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.plan_note(old text, line text)
 RETURNS text LANGUAGE sql IMMUTABLE AS $$
     SELECT CASE WHEN old IS NULL OR old = '' THEN line ELSE old || E'\n' || line END
 $$;
 COMMENT ON FUNCTION warren.plan_note(text, text) IS 'Appends a line to a run note (planner)';
 
--- RFC 3339 UTC, whole seconds, for notes.
+-- ----------------------------------------------------------------------------
+-- Function: warren.plan_utc(t timestamptz)
+--     RFC 3339 UTC, whole seconds, for notes (the planner's and CLI's statements).
+-- Parameters:
+--     t - the instant
+-- Returns: text; NULL for NULL
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.plan_utc(t timestamptz)
 RETURNS text LANGUAGE sql STABLE STRICT AS $$
     SELECT to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')

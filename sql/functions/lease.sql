@@ -3,6 +3,15 @@
 -- holder stopped heartbeating. The one current definition; `warren migrate`
 -- re-applies it.
 
+-- ----------------------------------------------------------------------------
+-- Function: warren.heartbeat(run_key text, attempt int)
+--     Extends the lease of the caller's attempt by the lease it was claimed with.
+-- Parameters:
+--     run_key - the run
+--     attempt - the fencing token the claim returned
+-- Returns: true; false: the caller no longer holds the run and must stop
+-- Locks:   the run's row (UPDATE)
+-- Writes:  warren.runs.lease_until
 CREATE OR REPLACE FUNCTION warren.heartbeat(run_key text, attempt int)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -34,6 +43,17 @@ COMMENT ON FUNCTION warren.heartbeat(text, int) IS
     'Extends the lease of the caller''s attempt by the lease it was claimed with; false: the '
     'caller no longer holds the run (or another login claimed it) and must stop';
 
+-- ----------------------------------------------------------------------------
+-- Function: warren.reap_expired_leases(max int)
+--     The reconciler: runs whose lease ran out go to retrying or dead; then waiting runs that fit
+--     their caps are released.
+-- Parameters:
+--     max - the most leases reaped per call (NULL: 100)
+-- Returns: how many leases were reaped
+-- Locks:   the expired running rows FOR UPDATE SKIP LOCKED, in lease order; then
+--          wp_cap_release_all's tried cap locks
+-- Writes:  warren.attempts (lease_lost); warren.runs and warren.outbox (wp_after_failure);
+--          releases
 CREATE OR REPLACE FUNCTION warren.reap_expired_leases(max int)
 RETURNS int
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp

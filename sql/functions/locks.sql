@@ -35,6 +35,14 @@
 -- capped group's tenant row may never have been made (the cap was
 -- max_running when the tenant's runs were held back, and a sync made it
 -- per tenant): its waiting runs would wait for good.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_make_lock_row(lk text)
+--     Makes row lk of warren.claim_locks if that can be done at once.
+-- Parameters:
+--     lk - the lock key
+-- Returns: true: made, and held by this transaction; false: there already, or being made elsewhere
+-- Locks:   the new row (waits at most 1 ms for another transaction making it)
+-- Writes:  warren.claim_locks
 CREATE OR REPLACE FUNCTION warren.wp_make_lock_row(lk text)
 RETURNS boolean LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -61,6 +69,16 @@ COMMENT ON FUNCTION warren.wp_make_lock_row(text) IS
 -- Locks row lk (exclusive, or shared); try_only: only if free at once
 -- (false: not taken). NULL for a NULL key (as the strict advisory lock
 -- functions were: a claim of an unknown run takes nothing).
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_lock_row(lk text, exclusive boolean, try_only boolean)
+--     Locks row lk of warren.claim_locks to the end of the transaction, making it if missing.
+-- Parameters:
+--     lk        - the lock key
+--     exclusive - FOR UPDATE; else FOR KEY SHARE
+--     try_only  - only if free (or made) at once
+-- Returns: true: held; false: not free at once (try_only); NULL for a NULL key
+-- Locks:   row lk
+-- Writes:  warren.claim_locks: row lk, when missing
 CREATE OR REPLACE FUNCTION warren.wp_lock_row(lk text, exclusive boolean, try_only boolean)
 RETURNS boolean LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN

@@ -6,8 +6,18 @@
 -- found by the index outbox_urgent and published ahead of a backlog of
 -- events (sql/migrations/005_outbox_urgent.sql says why).
 
--- Writes the event run.<kind>.<job> to the outbox (published after commit by the relay).
 -- plpgsql rather than sql: its plan is cached (an SQL function's is not).
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_event(r warren.runs, kind text, err text, worker text)
+--     Writes the event run.<kind>.<job> of run r to the outbox (also src/store_plan.c).
+-- Parameters:
+--     r      - the run's row, as it is now
+--     kind   - the event (succeeded, retry, dead, ...)
+--     err    - the error, if any
+--     worker - the worker, if any
+-- Returns: void
+-- Locks:   none
+-- Writes:  warren.outbox (exchange warren.events)
 CREATE OR REPLACE FUNCTION warren.wp_event(r warren.runs, kind text, err text, worker text)
 RETURNS void LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
@@ -29,8 +39,16 @@ $$;
 COMMENT ON FUNCTION warren.wp_event(warren.runs, text, text, text) IS
     'Writes the event run.<kind>.<job> of run r to the outbox (exchange warren.events)';
 
--- Writes the dead letter of a run that just became dead to the outbox
--- (exchange warren.dead, fanout; routing key = the job queue).
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_dead_letter(r warren.runs, j warren.jobs, err text)
+--     Writes the dead letter of run r, just dead, to the outbox (also src/store_plan.c).
+-- Parameters:
+--     r   - the run's row
+--     j   - its job's row
+--     err - the last error
+-- Returns: void
+-- Locks:   none
+-- Writes:  warren.outbox (exchange warren.dead, routing key the job's queue)
 CREATE OR REPLACE FUNCTION warren.wp_dead_letter(r warren.runs, j warren.jobs, err text)
 RETURNS void LANGUAGE plpgsql VOLATILE AS $$
 BEGIN

@@ -31,7 +31,14 @@
 
 -- ------------------------------------------------------------ who
 
--- Raises 42501 unless the session may use the Job API in this database.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_producer_require(fn text)
+--     Raises 42501 unless the session is privileged or a producer login of this database.
+-- Parameters:
+--     fn - the calling function
+-- Returns: void
+-- Locks:   none
+-- Writes:  nothing (reads only)
 CREATE OR REPLACE FUNCTION warren.wp_producer_require(fn text)
 RETURNS void LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -50,6 +57,14 @@ COMMENT ON FUNCTION warren.wp_producer_require(text) IS
 
 -- The login's grants as one comparable text (NULL: not a producer login
 -- here): two logins with the same text own each other's API jobs.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_producer_grant_key(login text)
+--     A producer login's grants as one comparable text (tenant prefix, templates, jobs).
+-- Parameters:
+--     login - the login
+-- Returns: text; NULL: not a producer login here
+-- Locks:   none
+-- Writes:  nothing (reads only)
 CREATE OR REPLACE FUNCTION warren.wp_producer_grant_key(login text)
 RETURNS text LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -62,6 +77,14 @@ $$;
 COMMENT ON FUNCTION warren.wp_producer_grant_key(text) IS
     'A producer login''s grants (tenant prefix, templates, jobs) as one text; NULL if none';
 
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_producer_template_ok(template text)
+--     May the session create API jobs from this template and enqueue on it?
+-- Parameters:
+--     template - the template's name
+-- Returns: boolean
+-- Locks:   none
+-- Writes:  nothing (reads only)
 CREATE OR REPLACE FUNCTION warren.wp_producer_template_ok(template text)
 RETURNS boolean LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -74,6 +97,14 @@ $$;
 COMMENT ON FUNCTION warren.wp_producer_template_ok(text) IS
     'May the session create and change API jobs from this template and enqueue on it?';
 
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_producer_tenant_ok(tenant text)
+--     Is the tenant within the session's tenant prefix (a NULL tenant is outside every prefix)?
+-- Parameters:
+--     tenant - the tenant
+-- Returns: boolean
+-- Locks:   none
+-- Writes:  nothing (reads only)
 CREATE OR REPLACE FUNCTION warren.wp_producer_tenant_ok(tenant text)
 RETURNS boolean LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -97,6 +128,14 @@ COMMENT ON FUNCTION warren.wp_producer_tenant_ok(text) IS
 
 -- May the session act on (change, pause, resume, delete, enqueue on, read)
 -- job j? See the model above.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_producer_job_ok(j warren.jobs)
+--     May the session act on job j (change, pause, resume, delete, enqueue on, read)?
+-- Parameters:
+--     j - the job's row
+-- Returns: boolean
+-- Locks:   none
+-- Writes:  nothing (reads only)
 CREATE OR REPLACE FUNCTION warren.wp_producer_job_ok(j warren.jobs)
 RETURNS boolean LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -124,6 +163,15 @@ COMMENT ON FUNCTION warren.wp_producer_job_ok(warren.jobs) IS
     'job of a granted template within the tenant prefix)?';
 
 -- The text of a refusal: FN: login "L" WHAT (the fix). Raise it with 42501.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_producer_refusal(fn text, what text)
+--     The message of a producer scope refusal (raised as 42501 by the caller).
+-- Parameters:
+--     fn   - the calling function
+--     what - what the login may not do
+-- Returns: text
+-- Locks:   none
+-- Writes:  nothing (reads only)
 CREATE OR REPLACE FUNCTION warren.wp_producer_refusal(fn text, what text)
 RETURNS text LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -149,6 +197,17 @@ COMMENT ON FUNCTION warren.wp_producer_refusal(text, text) IS
 -- only (no EXECUTE for anyone else). Names that exist must be of the right
 -- kind; a name not synced yet is granted with a WARNING (a grant may come
 -- before the config that adds it).
+-- ----------------------------------------------------------------------------
+-- Function: warren.grant_producer(login text, templates text[], jobs text[], tenant_prefix text)
+--     Operator: grants a producer login templates and config jobs (`warren grant-producer`).
+-- Parameters:
+--     login         - an existing role
+--     templates     - templates it may use
+--     jobs          - config jobs it may enqueue on
+--     tenant_prefix - binds it to tenants (NULL: unchanged; '': none)
+-- Returns: void; 22023 / 42704 for a bad name
+-- Locks:   the login's rows (upsert)
+-- Writes:  warren.producer_logins, warren.producer_grants
 CREATE OR REPLACE FUNCTION warren.grant_producer(login text, templates text[], jobs text[],
                                                  tenant_prefix text)
 RETURNS void LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
@@ -213,8 +272,16 @@ COMMENT ON FUNCTION warren.grant_producer(text, text[], text[], text) IS
     'Operator: lets a producer login use templates (create API jobs, enqueue) and config jobs '
     '(enqueue) in this database; tenant_prefix binds it to tenants (NULL: unchanged, '''': none)';
 
--- Takes templates and config jobs away from a producer login; with both
--- arrays NULL, everything: the login can no longer call the API here.
+-- ----------------------------------------------------------------------------
+-- Function: warren.revoke_producer(login text, templates text[], jobs text[])
+--     Operator: takes templates and config jobs away from a producer login (both NULL: all).
+-- Parameters:
+--     login     - the login
+--     templates - templates to take away
+--     jobs      - config jobs
+-- Returns: void
+-- Locks:   the rows it deletes
+-- Writes:  warren.producer_logins or warren.producer_grants
 CREATE OR REPLACE FUNCTION warren.revoke_producer(login text, templates text[], jobs text[])
 RETURNS void LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN

@@ -3,6 +3,15 @@
 -- (attempt_base moves up, see retry.sql). The one current definition;
 -- `warren migrate` re-applies it.
 
+-- ----------------------------------------------------------------------------
+-- Function: warren.replay(run_key text, who text DEFAULT NULL)
+--     Operator (`warren replay`): a dead run goes back to planned with a fresh retry budget.
+-- Parameters:
+--     run_key - the run
+--     who     - who replayed it, for the note
+-- Returns: true; false when the run is not dead
+-- Locks:   the run's row (UPDATE)
+-- Writes:  warren.runs (planned, due now, attempt_base, note); NOTIFY warren_jobs
 CREATE OR REPLACE FUNCTION warren.replay(run_key text, who text DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp

@@ -20,7 +20,16 @@
 -- the reaped run's retry from now(), the call's start (at most
 -- warren.wp_max_wait() earlier after the claim waited).
 
--- Full-jitter backoff in milliseconds: random(0, min(cap, base * 2^attempt)).
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_backoff_ms(base_ms bigint, cap_ms bigint, attempt int)
+--     Full-jitter backoff: random(0, min(cap, base * 2^attempt)) milliseconds.
+-- Parameters:
+--     base_ms - the job's retry base
+--     cap_ms  - its cap
+--     attempt - attempts used since the base
+-- Returns: float8
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_backoff_ms(base_ms bigint, cap_ms bigint, attempt int)
 RETURNS float8 LANGUAGE sql VOLATILE AS $$
     SELECT random() * least(cap_ms::float8, base_ms::float8 * power(2::float8, least(greatest(attempt, 0), 60)))
@@ -28,10 +37,20 @@ $$;
 COMMENT ON FUNCTION warren.wp_backoff_ms(bigint, bigint, int) IS
     'Full-jitter retry delay in ms: random(0, min(cap, base * 2^attempt))';
 
--- After a failed attempt of the locked run r (outcome retry / lease_lost) or a
--- permanent failure (failed): schedule the next attempt with backoff while the
--- budget lasts, otherwise make it dead with a dead letter. Writes the events.
--- Returns the new state.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_after_failure(k text, outcome text, err text, worker text, why text)
+--     After a failed attempt of run k: retrying with backoff within the retry budget, else dead
+--     with a dead letter.
+-- Parameters:
+--     k       - the run, locked by the caller
+--     outcome - retry, failed or lease_lost
+--     err     - the error (last_error)
+--     worker  - for the events
+--     why     - a note line, or NULL
+-- Returns: the new state: retrying or dead
+-- Locks:   none of its own (the caller holds the run's row)
+-- Writes:  warren.runs (retrying or dead, note); warren.outbox (events; dead letter); NOTIFY
+--          warren_jobs (retrying)
 CREATE OR REPLACE FUNCTION warren.wp_after_failure(k text, outcome text, err text, worker text,
                                                    why text)
 RETURNS text LANGUAGE plpgsql VOLATILE AS $fn$

@@ -67,6 +67,16 @@
 -- instead (as pg_dump restores do). Reset at the end of this file.
 SET LOCAL check_function_bodies = off;
 
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_status_check(fn text, what text, a text[])
+--     Raises 22023 for a status call's NULL array, more than 10000 elements or a NULL element.
+-- Parameters:
+--     fn   - the calling function
+--     what - the argument's name
+--     a    - the array
+-- Returns: void
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_status_check(fn text, what text, a text[])
 RETURNS void LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -103,7 +113,14 @@ $$;
 COMMENT ON FUNCTION warren.wp_status_check(text, text, text[]) IS
     'Raises 22023 for a status call''s NULL array, more than 10000 elements or a NULL element';
 
--- The state and reason of a job row for the status functions.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_job_state(j warren.jobs)
+--     A job's status: state (deleted, paused, broken, active), why, since when.
+-- Parameters:
+--     j - the job's row
+-- Returns: one row (state, reason, since)
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_job_state(j warren.jobs)
 RETURNS TABLE(state text, reason text, since timestamptz)
 LANGUAGE sql STABLE AS $$
@@ -135,8 +152,16 @@ $$;
 COMMENT ON FUNCTION warren.wp_job_state(warren.jobs) IS
     'A job''s status: state (deleted, paused, broken, active), why, and since when';
 
--- The implementation of job_status and job_statuses (one row per element
--- of names, in order).
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_job_statuses(fn text, what text, names text[])
+--     The implementation of job_status and job_statuses.
+-- Parameters:
+--     fn    - the calling function
+--     what  - the argument's name
+--     names - job names
+-- Returns: one row per element, in order (state unknown outside the session's scope)
+-- Locks:   none
+-- Writes:  nothing (reads only)
 CREATE OR REPLACE FUNCTION warren.wp_job_statuses(fn text, what text, names text[])
 RETURNS TABLE(idx int, name text, kind text, template text, tenant text, schedule text,
               state text, reason text, since timestamptz, note text,
@@ -205,8 +230,16 @@ COMMENT ON FUNCTION warren.wp_job_statuses(text, text, text[]) IS
     'The status of each named job the session may read (state unknown otherwise), in order: '
     'the implementation of job_status and job_statuses';
 
--- The implementation of run_status and run_statuses (one row per element
--- of run_keys, in order).
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_run_statuses(fn text, what text, run_keys text[])
+--     The implementation of run_status and run_statuses.
+-- Parameters:
+--     fn       - the calling function
+--     what     - the argument's name
+--     run_keys - run keys
+-- Returns: one row per element, in order (state unknown outside the session's scope)
+-- Locks:   none
+-- Writes:  nothing (reads only)
 CREATE OR REPLACE FUNCTION warren.wp_run_statuses(fn text, what text, run_keys text[])
 RETURNS TABLE(idx int, run_key text, job text, state text, attempts int, last_error text,
               scheduled_at timestamptz, due_at timestamptz, started_at timestamptz,
@@ -263,6 +296,14 @@ COMMENT ON FUNCTION warren.wp_run_statuses(text, text, text[]) IS
 -- The single forms are SQL functions: a PL/pgSQL function cannot have an
 -- output column named as an argument (name, job), and these names are the
 -- ones warren.enqueue and the bulk forms use.
+-- ----------------------------------------------------------------------------
+-- Function: warren.job_status(name text)
+--     A job's kind, state and why, next planned runs and cursor, last run (docs/api-jobs.md).
+-- Parameters:
+--     name - the job
+-- Returns: one row; state unknown when missing or outside the producer's scope
+-- Locks:   none
+-- Writes:  nothing (reads only)
 CREATE OR REPLACE FUNCTION warren.job_status(name text)
 RETURNS TABLE(name text, kind text, template text, tenant text, schedule text, state text,
               reason text, since timestamptz, note text, next_runs timestamptz[],
@@ -280,6 +321,14 @@ COMMENT ON FUNCTION warren.job_status(text) IS
     'exist or is outside the session''s producer scope) and why, its next planned runs and '
     'cursor, and its last run and that run''s outcome';
 
+-- ----------------------------------------------------------------------------
+-- Function: warren.job_statuses(names text[])
+--     warren.job_status for up to 10000 names.
+-- Parameters:
+--     names - job names
+-- Returns: one row per element, in order, idx from 0
+-- Locks:   none
+-- Writes:  nothing (reads only)
 CREATE OR REPLACE FUNCTION warren.job_statuses(names text[])
 RETURNS TABLE(idx int, name text, kind text, template text, tenant text, schedule text,
               state text, reason text, since timestamptz, note text,
@@ -295,6 +344,15 @@ COMMENT ON FUNCTION warren.job_statuses(text[]) IS
 
 -- ------------------------------------------------------------ runs
 
+-- ----------------------------------------------------------------------------
+-- Function: warren.run_status(job text, key text)
+--     The run JOB@KEY's state, attempts, last error, times and note (docs/api-jobs.md).
+-- Parameters:
+--     job - the job
+--     key - the enqueue key, or a scheduled run's time
+-- Returns: one row; state unknown when missing or outside the producer's scope
+-- Locks:   none
+-- Writes:  nothing (reads only)
 CREATE OR REPLACE FUNCTION warren.run_status(job text, key text)
 RETURNS TABLE(run_key text, job text, state text, attempts int, last_error text,
               scheduled_at timestamptz, due_at timestamptz, started_at timestamptz,
@@ -311,6 +369,14 @@ COMMENT ON FUNCTION warren.run_status(text, text) IS
     'session''s producer scope), attempts, last error, times and note (why it was skipped or '
     'cancelled)';
 
+-- ----------------------------------------------------------------------------
+-- Function: warren.run_statuses(run_keys text[])
+--     warren.run_status for up to 10000 whole run keys.
+-- Parameters:
+--     run_keys - run keys JOB@KEY
+-- Returns: one row per element, in order, idx from 0
+-- Locks:   none
+-- Writes:  nothing (reads only)
 CREATE OR REPLACE FUNCTION warren.run_statuses(run_keys text[])
 RETURNS TABLE(idx int, run_key text, job text, state text, attempts int, last_error text,
               scheduled_at timestamptz, due_at timestamptz, started_at timestamptz,

@@ -32,6 +32,18 @@
 -- holds is skipped, never waited for: the caller's ordinary claim waits for
 -- it with its own bound.
 
+-- ----------------------------------------------------------------------------
+-- Function: warren.take_many(run_keys text[], worker text)
+--     Locks, writing nothing, the runs claim_many's fast path would claim, for an effect in the
+--     caller's transaction; finish_many records them.
+-- Parameters:
+--     run_keys - at most wp_max_batch() keys
+--     worker   - the worker's name
+-- Returns: one row per taken run (run_key, attempt to record, job, scheduled_at, payload,
+--          lease_seconds, taken_at, template)
+-- Locks:   the rows it returns FOR UPDATE SKIP LOCKED, in key order; an uncapped skip job's
+--          overlap lock (tried); held to the caller's commit
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.take_many(run_keys text[], worker text)
 RETURNS TABLE(run_key text, attempt int, job text, scheduled_at timestamptz, payload jsonb,
               lease_seconds int, taken_at timestamptz, template text)
@@ -148,6 +160,18 @@ COMMENT ON FUNCTION warren.take_many(text[], text) IS
     'one row each with the attempt finish_many records; finish_many in the same transaction '
     'records them as succeeded';
 
+-- ----------------------------------------------------------------------------
+-- Function: warren.finish_many(run_keys text[], worker text, taken_at timestamptz)
+--     Records the runs take_many took in this transaction as succeeded, in one write each.
+-- Parameters:
+--     run_keys - the keys take_many returned
+--     worker   - the worker's name
+--     taken_at - take_many's taken_at
+-- Returns: how many runs were recorded; 55000 unless every key is a run take_many takes
+-- Locks:   the rows FOR UPDATE NOWAIT (held already; another holder: 55P03); skip jobs' overlap
+--          locks (tried, held already)
+-- Writes:  warren.runs (succeeded); warren.attempts (inserted, finished); warren.outbox (events
+--          run.succeeded)
 CREATE OR REPLACE FUNCTION warren.finish_many(run_keys text[], worker text, taken_at timestamptz)
 RETURNS int
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp

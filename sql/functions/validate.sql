@@ -11,6 +11,15 @@
 -- at most 19, and jsonb prints every number in plain decimal notation, never
 -- with an exponent) and fewer than 2000 brackets; the numbers and the depth
 -- are looked at only otherwise.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_payload_problem(p jsonb)
+--     What makes a payload impossible to carry in a run message: an integer outside int64, a
+--     number beyond a double, nesting deeper than 2000.
+-- Parameters:
+--     p - the payload
+-- Returns: text; NULL: nothing
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_payload_problem(p jsonb)
 RETURNS text LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -63,8 +72,15 @@ COMMENT ON FUNCTION warren.wp_payload_problem(jsonb) IS
     'What makes a payload impossible to carry in a run message (NULL: nothing): an integer '
     'outside int64, a number beyond a double, nesting deeper than 2000';
 
--- NULL: the instant is within what a run message carries (years 1-9999 UTC);
--- else what is wrong.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_instant_problem(t timestamptz)
+--     What makes an instant impossible to carry in a run message: infinite, or outside years
+--     1-9999 UTC.
+-- Parameters:
+--     t - the instant
+-- Returns: text; NULL: nothing
+-- Locks:   none
+-- Writes:  nothing
 CREATE OR REPLACE FUNCTION warren.wp_instant_problem(t timestamptz)
 RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE
