@@ -259,6 +259,198 @@ int warren__start_spawn(warren_worker *w, slot *s, warren_us due_at, warren_erro
     return submit_for(w, s, c, err);
 }
 
+/* ------------------------------------------------------------ handler kinds */
+
+static void cancel_lost_sql(warren_worker *w, slot *s, int64_t now);
+static void exec_not_started(warren_worker *w, slot *s);
+
+/* exec: SIGTERM to its process group (a start still with a pool thread is
+ * not made, or killed once made); SIGKILL, or given up, after the grace. */
+static void stop_exec(warren_worker *w, slot *s, int64_t now)
+{
+    if (s->ex.pid > 0)
+        warren__exec_kill(&s->ex, SIGTERM);
+    else if (s->ctx != NULL)
+        atomic_store_explicit(&s->ctx->stop, 1, memory_order_release);
+    else
+        return;
+    s->kill_at = now + warren__kill_grace(w); /* then killed, or given up: poll_exec */
+}
+
+/* c: should_stop; after a timeout's grace the thread is left behind (poll_c). */
+static void stop_c(warren_worker *w, slot *s, int64_t now)
+{
+    if (s->ctx == NULL)
+        return;
+    atomic_store_explicit(&s->ctx->stop, 1, memory_order_release);
+    if (s->stop_reason == STOP_TIMEOUT)
+        s->kill_at = now + warren__kill_grace(w);
+}
+
+/* sql: its timeout is the statement_timeout; a lost lease marks the
+ * transaction lost (warren__sql_lost) and cancels the statement
+ * (cancel_lost_sql). */
+static void stop_sql(warren_worker *w, slot *s, int64_t now)
+{
+    (void)w;
+    (void)now;
+    if (s->ctx != NULL)
+        atomic_store_explicit(&s->ctx->stop, 1, memory_order_release);
+}
+
+/* exec: takes the started process from its pool thread, reads its output,
+ * kills it after a stop's grace, and once it exited maps its exit to the
+ * outcome. */
+static void poll_exec(warren_worker *w, slot *s, int64_t now)
+{
+    int status;
+    if (s->ctx != NULL) {
+        /* its start is with a pool thread (warren__start_spawn) */
+        warren_handler_ctx *c = s->ctx;
+        int expect = 0;
+        if (atomic_load_explicit(&c->done, memory_order_acquire) == 0) {
+            /* Stopped, and still no thread took it (every one is busy)
+             * when the grace is over: given up (the pool thread kills
+             * what it may still start, warren__exec_abandoned). */
+            if (s->kill_at == 0 || now < s->kill_at ||
+                !atomic_compare_exchange_strong_explicit(&c->done, &expect, 2, memory_order_acq_rel,
+                                                         memory_order_acquire))
+                return;
+            s->ctx = NULL;
+            s->has_thread = 0;
+            s->kill_at = 0;
+            exec_not_started(w, s);
+            return;
+        }
+        s->ctx = NULL;
+        s->has_thread = 0;
+        if (c->exec_skipped) {
+            warren__ctx_free(c);
+            s->kill_at = 0;
+            exec_not_started(w, s);
+            return;
+        }
+        if (c->exec_rc != 0) {
+            warren_log(w->lg, WARREN_LOG_ERROR, "worker %s: %s: %s", w->id, s->run_key, c->error);
+            s->state = SLOT_DONE;
+            s->outcome = WARREN_OUTCOME_RETRY;
+            s->error = strdup(c->error);
+            warren__ctx_free(c);
+            return;
+        }
+        s->ex = c->ex; /* the process is the slot's from here on */
+        warren__exec_init(&c->ex);
+        warren__ctx_free(c);
+        if (s->stop_reason != STOP_NONE) {
+            /* stopped (lease lost, timeout, shutdown) while it started */
+            warren__exec_kill(&s->ex, SIGTERM);
+            s->kill_at = now + warren__kill_grace(w);
+        }
+    }
+    warren__exec_read(&s->ex);
+    if (s->kill_at != 0 && now >= s->kill_at) {
+        warren__exec_kill(&s->ex, SIGKILL);
+        s->kill_at = 0;
+    }
+    if (!warren__exec_reap(&s->ex, &status))
+        return;
+    s->state = SLOT_DONE;
+    if (s->stop_reason == STOP_TIMEOUT) {
+        s->outcome = WARREN_OUTCOME_RETRY;
+        s->error = warren__fmt_error("timed out after %lld ms (process group killed)%s%s",
+                                     (long long)s->job->timeout_ms, s->ex.tail_len ? ": " : "",
+                                     warren__exec_tail(&s->ex));
+    } else if (s->stop_reason == STOP_SHUTDOWN) {
+        s->outcome = WARREN_OUTCOME_RETRY;
+        s->error = warren__fmt_error("stopped: worker %s shutting down", w->id);
+    } else {
+        s->outcome = warren__exec_outcome(&s->ex, status, &s->error);
+    }
+}
+
+/* c: the handler's verdict once its thread is done; a handler that ignores
+ * should_stop after its timeout is left behind. */
+static void poll_c(warren_worker *w, slot *s, int64_t now)
+{
+    if (s->stop_reason == STOP_TIMEOUT && s->kill_at != 0 && now >= s->kill_at && s->ctx != NULL &&
+        atomic_exchange_explicit(&s->ctx->done, 2, memory_order_acq_rel) == 0) {
+        /* Timed out and ignores should_stop: a thread cannot be killed, so
+         * leave it (its pool thread frees the context if the handler ever
+         * returns) and complete the run as a retry. Heartbeating it on would
+         * hold the run forever. */
+        s->ctx = NULL;
+        s->kill_at = 0;
+        s->has_thread = 0;
+        s->state = SLOT_DONE;
+        s->outcome = WARREN_OUTCOME_RETRY;
+        s->error =
+            warren__fmt_error("timed out after %lld ms and did not stop within %lld ms; its thread "
+                              "was left behind",
+                              (long long)s->job->timeout_ms, (long long)warren__kill_grace(w));
+        warren_log(w->lg, WARREN_LOG_WARN,
+                   "worker %s: %s attempt %d: handler ignores should_stop after its timeout; "
+                   "left behind, completing as retry",
+                   w->id, s->run_key, s->claim.attempt);
+        return;
+    }
+    if (s->ctx == NULL || !atomic_load_explicit(&s->ctx->done, memory_order_acquire))
+        return;
+    s->has_thread = 0;
+    s->state = SLOT_DONE;
+    s->outcome = s->ctx->outcome;
+    if (s->outcome != WARREN_OUTCOME_SUCCEEDED && s->outcome != WARREN_OUTCOME_RETRY &&
+        s->outcome != WARREN_OUTCOME_FAILED)
+        s->outcome = WARREN_OUTCOME_RETRY;
+    if (s->stop_reason == STOP_TIMEOUT) {
+        s->outcome = WARREN_OUTCOME_RETRY;
+        s->error = warren__fmt_error("timed out after %lld ms", (long long)s->job->timeout_ms);
+    } else if (s->stop_reason == STOP_SHUTDOWN && s->outcome == WARREN_OUTCOME_RETRY) {
+        /* a verdict the handler gave (succeeded, failed) stands */
+        s->error = warren__fmt_error("stopped: worker %s shutting down", w->id);
+    } else if (s->outcome != WARREN_OUTCOME_SUCCEEDED) {
+        s->error = strdup(s->ctx->has_error ? s->ctx->error : "handler reported failure");
+    }
+    warren__ctx_free(s->ctx);
+    s->ctx = NULL;
+}
+
+/* sql: done once its thread committed or rolled back; the context is
+ * consumed by finish_sql (worker_settle.c). */
+static void poll_sql(warren_worker *w, slot *s, int64_t now)
+{
+    cancel_lost_sql(w, s, now);
+    if (s->ctx == NULL || !atomic_load_explicit(&s->ctx->done, memory_order_acquire))
+        return;
+    s->has_thread = 0;
+    s->state = SLOT_DONE;
+}
+
+static int start_exec(warren_worker *w, slot *s, warren_us due_at, warren_error *err)
+{
+    return warren__start_spawn(w, s, due_at, err); /* started by a pool thread */
+}
+
+static int start_on_thread(warren_worker *w, slot *s, warren_us due_at, warren_error *err)
+{
+    (void)due_at;
+    return warren__start_thread(w, s, err);
+}
+
+/* The handler kinds behind one interface (docs/design.md §6.3): start a
+ * claimed run in its slot, stop it (its stop_reason set), and poll it:
+ * collect what finished into the slot (state DONE, outcome, error). */
+typedef struct kind_ops {
+    int (*start)(warren_worker *w, slot *s, warren_us due_at, warren_error *err);
+    void (*stop)(warren_worker *w, slot *s, int64_t now);
+    void (*poll)(warren_worker *w, slot *s, int64_t now);
+} kind_ops;
+
+static const kind_ops kinds[] = {
+    [KIND_EXEC] = {start_exec, stop_exec, poll_exec},
+    [KIND_SQL] = {start_on_thread, stop_sql, poll_sql},
+    [KIND_C] = {start_on_thread, stop_c, poll_c},
+};
+
 /* Starts a claimed run in slot s. On failure the run is completed as retry. */
 void warren__slot_start(warren_worker *w, slot *s, pend *p, warren_claim *cl, int64_t claimed_mono)
 {
@@ -315,12 +507,11 @@ void warren__slot_start(warren_worker *w, slot *s, pend *p, warren_claim *cl, in
     if (hj == NULL) {
         s->kind = KIND_C; /* nothing started: the attempt fails with why */
         rc = warren_error_set(&e, WARREN_EINVAL, "%s", why);
-    } else if (s->job->handler == WARREN_HANDLER_EXEC) {
-        s->kind = KIND_EXEC;
-        rc = warren__start_spawn(w, s, p->msg.due_at, &e); /* started by a pool thread */
     } else {
-        s->kind = s->job->handler == WARREN_HANDLER_SQL ? KIND_SQL : KIND_C;
-        rc = warren__start_thread(w, s, &e);
+        s->kind = s->job->handler == WARREN_HANDLER_EXEC  ? KIND_EXEC
+                  : s->job->handler == WARREN_HANDLER_SQL ? KIND_SQL
+                                                          : KIND_C;
+        rc = kinds[s->kind].start(w, s, p->msg.due_at, &e);
     }
     w->stats.started++;
     warren_log(w->lg, WARREN_LOG_DEBUG, "worker %s: started %s attempt %d", w->id, s->run_key,
@@ -393,17 +584,7 @@ void warren__slot_stop(warren_worker *w, slot *s, enum stop_reason reason, int64
         w->stats.lease_lost++;
     else if (reason == STOP_TIMEOUT)
         w->stats.timeouts++;
-    if (s->kind == KIND_EXEC && s->ex.pid > 0) {
-        warren__exec_kill(&s->ex, SIGTERM);
-        s->kill_at = now + warren__kill_grace(w);
-    } else if (s->ctx != NULL) {
-        /* (an exec handler whose start is still with a pool thread: it is
-         * not started, or killed once started; given up after the grace) */
-        atomic_store_explicit(&s->ctx->stop, 1, memory_order_release);
-        if ((reason == STOP_TIMEOUT && s->kind == KIND_C) || s->kind == KIND_EXEC)
-            s->kill_at =
-                now + warren__kill_grace(w); /* then it is left behind: warren__slot_poll */
-    }
+    kinds[s->kind].stop(w, s, now);
 }
 
 /* An sql handler's thread is done (committed or rolled back): no heartbeat,
@@ -484,119 +665,7 @@ void warren__slot_poll(warren_worker *w, slot *s, int64_t now)
                    w->id, s->run_key, s->claim.attempt, (long long)s->job->timeout_ms);
         warren__slot_stop(w, s, STOP_TIMEOUT, now);
     }
-    cancel_lost_sql(w, s, now);
-    if (s->kind == KIND_EXEC) {
-        int status;
-        if (s->ctx != NULL) {
-            /* its start is with a pool thread (warren__start_spawn) */
-            warren_handler_ctx *c = s->ctx;
-            int expect = 0;
-            if (atomic_load_explicit(&c->done, memory_order_acquire) == 0) {
-                /* Stopped, and still no thread took it (every one is busy)
-                 * when the grace is over: given up (the pool thread kills
-                 * what it may still start, warren__exec_abandoned). */
-                if (s->kill_at == 0 || now < s->kill_at ||
-                    !atomic_compare_exchange_strong_explicit(
-                        &c->done, &expect, 2, memory_order_acq_rel, memory_order_acquire))
-                    return;
-                s->ctx = NULL;
-                s->has_thread = 0;
-                s->kill_at = 0;
-                exec_not_started(w, s);
-                return;
-            }
-            s->ctx = NULL;
-            s->has_thread = 0;
-            if (c->exec_skipped) {
-                warren__ctx_free(c);
-                s->kill_at = 0;
-                exec_not_started(w, s);
-                return;
-            }
-            if (c->exec_rc != 0) {
-                warren_log(w->lg, WARREN_LOG_ERROR, "worker %s: %s: %s", w->id, s->run_key,
-                           c->error);
-                s->state = SLOT_DONE;
-                s->outcome = WARREN_OUTCOME_RETRY;
-                s->error = strdup(c->error);
-                warren__ctx_free(c);
-                return;
-            }
-            s->ex = c->ex; /* the process is the slot's from here on */
-            warren__exec_init(&c->ex);
-            warren__ctx_free(c);
-            if (s->stop_reason != STOP_NONE) {
-                /* stopped (lease lost, timeout, shutdown) while it started */
-                warren__exec_kill(&s->ex, SIGTERM);
-                s->kill_at = now + warren__kill_grace(w);
-            }
-        }
-        warren__exec_read(&s->ex);
-        if (s->kill_at != 0 && now >= s->kill_at) {
-            warren__exec_kill(&s->ex, SIGKILL);
-            s->kill_at = 0;
-        }
-        if (!warren__exec_reap(&s->ex, &status))
-            return;
-        s->state = SLOT_DONE;
-        if (s->stop_reason == STOP_TIMEOUT) {
-            s->outcome = WARREN_OUTCOME_RETRY;
-            s->error = warren__fmt_error("timed out after %lld ms (process group killed)%s%s",
-                                         (long long)s->job->timeout_ms, s->ex.tail_len ? ": " : "",
-                                         warren__exec_tail(&s->ex));
-        } else if (s->stop_reason == STOP_SHUTDOWN) {
-            s->outcome = WARREN_OUTCOME_RETRY;
-            s->error = warren__fmt_error("stopped: worker %s shutting down", w->id);
-        } else {
-            s->outcome = warren__exec_outcome(&s->ex, status, &s->error);
-        }
-        return;
-    }
-    /* threads */
-    if (s->kind == KIND_C && s->stop_reason == STOP_TIMEOUT && s->kill_at != 0 &&
-        now >= s->kill_at && s->ctx != NULL &&
-        atomic_exchange_explicit(&s->ctx->done, 2, memory_order_acq_rel) == 0) {
-        /* Timed out and ignores should_stop: a thread cannot be killed, so
-         * leave it (its pool thread frees the context if the handler ever
-         * returns) and complete the run as a retry. Heartbeating it on would
-         * hold the run forever. */
-        s->ctx = NULL;
-        s->kill_at = 0;
-        s->has_thread = 0;
-        s->state = SLOT_DONE;
-        s->outcome = WARREN_OUTCOME_RETRY;
-        s->error =
-            warren__fmt_error("timed out after %lld ms and did not stop within %lld ms; its thread "
-                              "was left behind",
-                              (long long)s->job->timeout_ms, (long long)warren__kill_grace(w));
-        warren_log(w->lg, WARREN_LOG_WARN,
-                   "worker %s: %s attempt %d: handler ignores should_stop after its timeout; "
-                   "left behind, completing as retry",
-                   w->id, s->run_key, s->claim.attempt);
-        return;
-    }
-    if (s->ctx == NULL || !atomic_load_explicit(&s->ctx->done, memory_order_acquire))
-        return;
-    s->has_thread = 0;
-    s->state = SLOT_DONE;
-    if (s->kind == KIND_C) {
-        s->outcome = s->ctx->outcome;
-        if (s->outcome != WARREN_OUTCOME_SUCCEEDED && s->outcome != WARREN_OUTCOME_RETRY &&
-            s->outcome != WARREN_OUTCOME_FAILED)
-            s->outcome = WARREN_OUTCOME_RETRY;
-        if (s->stop_reason == STOP_TIMEOUT) {
-            s->outcome = WARREN_OUTCOME_RETRY;
-            s->error = warren__fmt_error("timed out after %lld ms", (long long)s->job->timeout_ms);
-        } else if (s->stop_reason == STOP_SHUTDOWN && s->outcome == WARREN_OUTCOME_RETRY) {
-            /* a verdict the handler gave (succeeded, failed) stands */
-            s->error = warren__fmt_error("stopped: worker %s shutting down", w->id);
-        } else if (s->outcome != WARREN_OUTCOME_SUCCEEDED) {
-            s->error = strdup(s->ctx->has_error ? s->ctx->error : "handler reported failure");
-        }
-        warren__ctx_free(s->ctx);
-        s->ctx = NULL;
-    }
-    /* sql contexts are consumed by finish_sql (worker_settle.c) */
+    kinds[s->kind].poll(w, s, now);
 }
 
 void warren__slots_relaunch_sql(warren_worker *w, int64_t now)
