@@ -430,6 +430,14 @@ int warren_run_msg_decode(const char *body, size_t len, warren_run_msg *out, war
         (rc = get_time(root, "scheduled_at", &sched, err)) != 0 ||
         (rc = get_time(root, "due_at", &due, err)) != 0)
         goto fail;
+    /* What encode writes: RFC 3339 spells years 1-9999 (UTC) only, and other
+     * languages' consumers parse no other (found by tests/fuzz/fuzz_codec.c:
+     * "0000-12-31T23:59:59.999Z" was accepted, then refused by encode). The
+     * run key's check below bounds scheduled_at. */
+    if (warren_us_to_s(due) < KEY_MIN_S || warren_us_to_s(due) > KEY_MAX_S) {
+        rc = malformed(err, "\"%s\" is outside years 1-9999 (UTC)", "due_at");
+        goto fail;
+    }
     if (!warren_job_name_valid(job)) {
         rc = malformed(err, "\"job\" is not a valid job name (allowed: %s)",
                        "[A-Za-z0-9][A-Za-z0-9._-]{0,199}");

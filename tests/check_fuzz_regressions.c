@@ -1,5 +1,5 @@
 /* check_fuzz_regressions.c: replays every input under tests/fuzz/regressions/
- * (one directory per harness: cron, tzif) through the libFuzzer harnesses'
+ * (one directory per harness: codec, cron, tzif) through the libFuzzer harnesses'
  * own entry points, without libFuzzer, on every run of the suite. A crash, an
  * ASan/UBSan report or a harness's abort() on a broken invariant fails the
  * test; so does a harness directory that is missing or empty, or a directory
@@ -12,8 +12,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* The harnesses are compiled in as they are, each entry point renamed (both
+/* The harnesses are compiled in as they are, each entry point renamed (all
  * are LLVMFuzzerTestOneInput). */
+#define LLVMFuzzerTestOneInput fuzz_codec_one_input
+#include "fuzz/fuzz_codec.c"
+#undef LLVMFuzzerTestOneInput
 #define LLVMFuzzerTestOneInput fuzz_cron_one_input
 #include "fuzz/fuzz_cron.c"
 #undef LLVMFuzzerTestOneInput
@@ -29,6 +32,7 @@ static const struct {
     const char *dir;
     fuzz_target fn;
 } targets[] = {
+    {"codec", fuzz_codec_one_input},
     {"cron", fuzz_cron_one_input},
     {"tzif", fuzz_tzif_one_input},
 };
@@ -44,8 +48,9 @@ static uint8_t *read_all(const char *path, size_t *size)
         len += n;
         if (len == cap) {
             cap *= 2;
-            buf = realloc(buf, cap);
-            ck_assert_ptr_nonnull(buf);
+            uint8_t *more = realloc(buf, cap);
+            ck_assert_ptr_nonnull(more);
+            buf = more;
         }
     }
     fclose(f);
@@ -103,7 +108,7 @@ START_TEST(test_fuzz_regressions_directories_name_known_harnesses)
         int known = 0;
         for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++)
             known |= strcmp(e->d_name, targets[i].dir) == 0;
-        ck_assert_msg(known, "%s/%s is not a harness directory (cron, tzif)", REGRESSIONS,
+        ck_assert_msg(known, "%s/%s is not a harness directory (codec, cron, tzif)", REGRESSIONS,
                       e->d_name);
         dirs++;
     }
