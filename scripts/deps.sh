@@ -8,6 +8,7 @@ set -euo pipefail
 
 PACKAGES=(
     build-essential cmake pkg-config clang clang-format libclang-rt-14-dev
+    cppcheck # the static analyzer of the suite (tests/analyze.sh, ctest test cppcheck)
     librabbitmq-dev libpq-dev libjansson-dev libconfig-dev check
     postgresql rabbitmq-server tzdata
     python3 python3-pika python3-psycopg2 curl

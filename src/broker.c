@@ -1696,7 +1696,7 @@ int warren_broker_confirm_wait(warren_broker *b, uint64_t seq, int timeout_ms, w
                                void *ud, warren_error *err)
 {
     int64_t deadline;
-    int rc = 0;
+    int rc;
 
     if (b == NULL)
         return warren_error_set(err, WARREN_EINVAL, "warren_broker_confirm_wait: NULL broker");

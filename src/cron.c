@@ -331,7 +331,7 @@ static int parse_item(fctx *f, const char *s, const char *e)
         p++;
         if (p == e || *p == '/')
             return ferr(f, "\"%.*s\" is not valid (a range needs an end: a-b)", (int)n, s);
-        if (p < e && (*p == 'L' || *p == 'l'))
+        if (*p == 'L' || *p == 'l') /* p < e: the test above */
             return ferr(f, "\"%.*s\" is not valid (a range ends with a number)", (int)(n), s);
         if ((rc = read_value(f, &p, e, lo, hi, &b)) != 0)
             return rc;

@@ -573,13 +573,13 @@ static int clash_error(PGresult *res, warren_error *err)
     return warren_error_set(
         err, WARREN_EINVAL,
         "job \"%s\" of the config has the name of an API job (made by login %s at %s from "
-        "template \"%s\"%s%s%s)%s%s%s%s: an application holds that name. Run `warren sync%s` to "
+        "template \"%s\"%s%s%s)%s%s%s: an application holds that name. Run `warren sync%s` to "
         "make it the config's job (its unclaimed runs are cancelled, its history kept, its note "
         "says who took it over), or rename the config job, or delete the API job first "
         "(SELECT warren.delete_job('%s'))",
         PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 2), PQgetvalue(res, 0, 3), PQgetvalue(res, 0, 1),
         tenant[0] ? ", tenant \"" : "", tenant, tenant[0] ? "\"" : "", n > 1 ? "; so do " : "",
-        more, n > 10 ? " and more" : "", n > 1 ? "" : "", cmd, PQgetvalue(res, 0, 0));
+        more, n > 10 ? " and more" : "", cmd, PQgetvalue(res, 0, 0));
 }
 
 /* The message after a lock timeout (55P03): what timed out (failed, the
