@@ -80,10 +80,13 @@ int cli_wants_help(int argc, char **argv)
 /* Set before the handlers are installed, read only by them. */
 static volatile sig_atomic_t *stop_flag;
 
+/* An atomic store (lock-free, so async-signal-safe): `warren run` reads the
+ * flag on its planner thread too, and a plain store would race with that
+ * read (ThreadSanitizer). */
 static void on_stop_signal(int sig)
 {
     (void)sig;
-    *stop_flag = 1;
+    __atomic_store_n(stop_flag, 1, __ATOMIC_RELAXED);
 }
 
 void cli_stop_signals(volatile sig_atomic_t *flag, int ignore_sigpipe)

@@ -168,7 +168,7 @@ static void *run_planner(void *arg)
     planner_thread *pt = arg;
     pt->rc = warren_planner_run(pt->p, &stop_flag, &pt->err);
     if (pt->rc != 0)
-        stop_flag = 1; /* the planner died: bring the worker down too */
+        __atomic_store_n(&stop_flag, 1, __ATOMIC_RELAXED); /* the planner died: stop the worker */
     return NULL;
 }
 
@@ -249,7 +249,8 @@ int cli_run(int argc, char **argv)
     rc = warren_worker_run(w, &stop_flag, &err);
     if (rc != 0)
         fprintf(stderr, "warren run: worker: %s\n", err.message);
-    stop_flag = 1;
+    /* Atomic: the planner thread reads it (a plain store races, TSan). */
+    __atomic_store_n(&stop_flag, 1, __ATOMIC_RELAXED);
 out:
     if (have_thread) {
         pthread_join(th, NULL);

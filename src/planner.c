@@ -220,11 +220,14 @@ static void locked_log(void *ud, warren_log_level level, const char *msg)
 }
 
 /* (Also read by the materialising helper thread: a volatile sig_atomic_t set
- * by a signal handler, read at batch boundaries; a late read costs at most
- * one batch.) */
+ * by a signal handler, or by another thread of a program that embeds the
+ * planner, read at batch boundaries; a late read costs at most one batch.)
+ * An atomic load: a plain read of a flag another thread stores is a data
+ * race (ThreadSanitizer); that thread should store it with
+ * __atomic_store_n(stop, 1, __ATOMIC_RELAXED). */
 static int stopping(const warren_planner *p)
 {
-    return p->stop != NULL && *p->stop;
+    return p->stop != NULL && __atomic_load_n(p->stop, __ATOMIC_RELAXED) != 0;
 }
 
 static int64_t lease_ms(const warren_planner *p)
