@@ -4,7 +4,7 @@ PostgreSQL per run, one connection, no broker (JSON lines on stdout).
 
     eval "$(bash tests/servers.sh start)"
     python3 tests/bench_sql_cost.py [--runs N] [--batch B] [--rounds R]
-        [--overlap skip [--jobs J]] [--take] [VARIANT.sql ...]
+        [--overlap skip [--jobs J]] [--take] [--base REF|DIR] [VARIANT.sql ...]
 
 Creates a scratch database on the server of WARREN_TEST_PG_URL, applies
 sql/migrations/*.sql and the function files sql/functions.sql lists (as
@@ -32,12 +32,23 @@ worker.sql_take path without the handler's statements), printed as variant
 (complete_us 0); with --overlap skip (--jobs at least --batch) the runs of
 skip jobs, one a job a batch, which take_many takes under their overlap
 locks.
+With --base REF (or a directory laid out as sql/) a second scratch database
+gets REF's sql/ (`git archive`) and the same runs, and each round runs there
+as variant "base" ("take:base") in lockstep with the shipped one: batch for
+batch, in turn (the order alternating), so that the two share the machine's
+noise at the scale of a batch. The end prints one JSON line "summary": per
+variant the median over the rounds of each column, and per column the median
+over the rounds of the ratio shipped / base (below 1: cheaper now).
 The database is dropped at the end. Needs psycopg2 (Debian python3-psycopg2).
 """
 import argparse
 import glob
+import json
 import os
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
 
 try:
@@ -68,12 +79,33 @@ def backend_cpu_s(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+RESULTS = []
+
+
+class Clock:
+    """The backend's CPU time and the wall time of the timed steps, summed."""
+
+    def __init__(self, pid):
+        self.pid = pid
+        self.cpu = self.wall = 0.0
+
+    def __enter__(self):
+        self.c0, self.t0 = backend_cpu_s(self.pid), time.monotonic()
+        return self
+
+    def __exit__(self, *exc):
+        self.cpu += backend_cpu_s(self.pid) - self.c0
+        self.wall += time.monotonic() - self.t0
+
+
 def one_round(url, label, variant, runs, batch, tenants=0, per_tenant=None, overlap="allow",
-              jobs=1, take=False):
+              jobs=1, take=False, sql_dir=SQL_DIR):
+    """One round as a generator: it yields once set up, then after each timed
+    batch, so that two rounds (two databases) can run in lockstep (--base)."""
     conn = psycopg2.connect(url)
     conn.autocommit = True
     cur = conn.cursor()
-    for f in sql_files():
+    for f in sql_files(sql_dir):
         with open(f) as fh:
             cur.execute(fh.read())
     if variant is not None:
@@ -104,63 +136,57 @@ def one_round(url, label, variant, runs, batch, tenants=0, per_tenant=None, over
     keys = [r[0] for r in cur.fetchall()]
     cur.execute("SELECT pg_backend_pid()")
     pid = cur.fetchone()[0]
+    claim, complete = Clock(pid), Clock(pid)
     attempt = {}
     recorded = 0
+    yield
     if take:
         # each batch one transaction: take_many, finish_many, COMMIT (the C
         # worker's sql_take path without the statements); against it the
         # shipped rounds' claim_many and complete_many, each committed
         cur.execute("SET synchronous_commit = on")
-        c0, t0 = backend_cpu_s(pid), time.monotonic()
         for i in range(0, runs, batch):
-            cur.execute("BEGIN")
-            cur.execute("SELECT run_key, attempt, taken_at FROM warren.take_many(%s, 'bench-sql')",
-                        (keys[i:i + batch],))
-            got = cur.fetchall()
-            attempt.update((k, a) for k, a, _ in got)
-            if got:
-                cur.execute("SELECT warren.finish_many(%s, 'bench-sql', %s)",
-                            ([k for k, _, _ in got], got[0][2]))
-                recorded += cur.fetchone()[0]
-            cur.execute("COMMIT")
-        c1, t1 = backend_cpu_s(pid), time.monotonic()
-        c2, t2 = c1, t1
+            with claim:
+                cur.execute("BEGIN")
+                cur.execute("SELECT run_key, attempt, taken_at "
+                            "FROM warren.take_many(%s, 'bench-sql')", (keys[i:i + batch],))
+                got = cur.fetchall()
+                attempt.update((k, a) for k, a, _ in got)
+                if got:
+                    cur.execute("SELECT warren.finish_many(%s, 'bench-sql', %s)",
+                                ([k for k, _, _ in got], got[0][2]))
+                    recorded += cur.fetchone()[0]
+                cur.execute("COMMIT")
+            yield
     elif overlap == "allow":
-        c0, t0 = backend_cpu_s(pid), time.monotonic()
         for i in range(0, runs, batch):
-            cur.execute("SELECT run_key, attempt FROM warren.claim_many(%s, 'bench-sql')",
-                        (keys[i:i + batch],))
-            attempt.update(cur.fetchall())
-        c1, t1 = backend_cpu_s(pid), time.monotonic()
+            with claim:
+                cur.execute("SELECT run_key, attempt FROM warren.claim_many(%s, 'bench-sql')",
+                            (keys[i:i + batch],))
+                attempt.update(cur.fetchall())
+            yield
         for i in range(0, runs, batch):
             ks = keys[i:i + batch]
-            cur.execute("SELECT count(*) FROM warren.complete_many(%s, %s) WHERE recorded",
-                        (ks, [attempt[k] for k in ks]))
-            recorded += cur.fetchone()[0]
-        c2, t2 = backend_cpu_s(pid), time.monotonic()
+            with complete:
+                cur.execute("SELECT count(*) FROM warren.complete_many(%s, %s) WHERE recorded",
+                            (ks, [attempt[k] for k in ks]))
+                recorded += cur.fetchone()[0]
+            yield
     else:
         # each batch completed before the next is claimed (as a worker does):
         # a run of an overlap job claimed while the job's previous run is
         # still running would be skipped (or held back, or cancel it)
-        claim_cpu = claim_wall = complete_cpu = complete_wall = 0.0
         for i in range(0, runs, batch):
-            ca, ta = backend_cpu_s(pid), time.monotonic()
-            cur.execute("SELECT run_key, attempt FROM warren.claim_many(%s, 'bench-sql')",
-                        (keys[i:i + batch],))
-            got = cur.fetchall()
-            cb, tb = backend_cpu_s(pid), time.monotonic()
+            with claim:
+                cur.execute("SELECT run_key, attempt FROM warren.claim_many(%s, 'bench-sql')",
+                            (keys[i:i + batch],))
+                got = cur.fetchall()
             attempt.update(got)
-            cur.execute("SELECT count(*) FROM warren.complete_many(%s, %s) WHERE recorded",
-                        ([k for k, _ in got], [n for _, n in got]))
-            recorded += cur.fetchone()[0]
-            cc, tc = backend_cpu_s(pid), time.monotonic()
-            claim_cpu += cb - ca
-            claim_wall += tb - ta
-            complete_cpu += cc - cb
-            complete_wall += tc - tb
-        c0 = t0 = 0.0
-        c1, t1 = claim_cpu, claim_wall
-        c2, t2 = claim_cpu + complete_cpu, claim_wall + complete_wall
+            with complete:
+                cur.execute("SELECT count(*) FROM warren.complete_many(%s, %s) WHERE recorded",
+                            ([k for k, _ in got], [n for _, n in got]))
+                recorded += cur.fetchone()[0]
+            yield
     skipped = runs - len(attempt)
     if skipped:
         cur.execute("SELECT count(*) FROM warren.runs WHERE state = 'skipped'")
@@ -170,11 +196,47 @@ def one_round(url, label, variant, runs, batch, tenants=0, per_tenant=None, over
         sys.exit("bench_sql_cost: %s claimed %d and completed %d of %d runs"
                  % (label, len(attempt), recorded, runs))
     per = 1e6 / runs
+    RESULTS.append((label, {"claim_us": claim.wall * per, "claim_cpu_us": claim.cpu * per,
+                            "complete_us": complete.wall * per,
+                            "complete_cpu_us": complete.cpu * per}))
     print('{"bench":"sql_cost","variant":"%s","runs":%d,"batch":%d,"tenants":%d,'
           '"overlap":"%s","jobs":%d,"claimed":%d,'
           '"claim_us":%.1f,"claim_cpu_us":%.1f,"complete_us":%.1f,"complete_cpu_us":%.1f}'
-          % (label, runs, batch, tenants, overlap, jobs, len(attempt), (t1 - t0) * per,
-             (c1 - c0) * per, (t2 - t1) * per, (c2 - c1) * per), flush=True)
+          % (label, runs, batch, tenants, overlap, jobs, len(attempt), claim.wall * per,
+             claim.cpu * per, complete.wall * per, complete.cpu * per), flush=True)
+
+
+def lockstep(*rounds):
+    """Runs round generators step by step, in turn (each step's order alternating)."""
+    gens = list(rounds)
+    flip = False
+    while gens:
+        for g in (gens[::-1] if flip else list(gens)):
+            try:
+                next(g)
+            except StopIteration:
+                gens.remove(g)
+        flip = not flip
+
+
+def summary(base):
+    """Medians per variant over the rounds; with --base, shipped / base per column."""
+    med = {}
+    for label in dict.fromkeys(lb for lb, _ in RESULTS):
+        rows = [r for lb, r in RESULTS if lb == label]
+        med[label] = {k: round(statistics.median(r[k] for r in rows), 2) for k in rows[0]}
+    out = {"bench": "sql_cost", "summary": med}
+    if base:
+        # per round (the two ran in lockstep), then the median of those
+        ratio = {}
+        for head, b in (("shipped", "base"), ("take", "take:base")):
+            hs = [r for lb, r in RESULTS if lb == head]
+            bs = [r for lb, r in RESULTS if lb == b]
+            if hs and bs:
+                ratio[head] = {k: round(statistics.median(h[k] / x[k] for h, x in zip(hs, bs)), 3)
+                               for k in hs[0] if all(x[k] for x in bs)}
+        out["ratio"] = ratio
+    print(json.dumps(out), flush=True)
 
 
 def main():
@@ -192,6 +254,9 @@ def main():
     ap.add_argument("--take", action="store_true",
                     help="also rounds of take_many + finish_many, one transaction per batch "
                          "(variant \"take\": claim_us is their cost, complete_us 0)")
+    ap.add_argument("--base", metavar="REF|DIR",
+                    help="also rounds of REF's sql/, or of a directory laid out as sql/ "
+                         "(variant \"base\"), and the ratios")
     ap.add_argument("variants", nargs="*")
     a = ap.parse_args()
     if a.jobs is None:
@@ -206,6 +271,15 @@ def main():
     server = os.environ.get("WARREN_TEST_PG_URL")
     if not server:
         sys.exit("bench_sql_cost: WARREN_TEST_PG_URL is not set (eval \"$(bash tests/servers.sh env)\")")
+    base_dir = None
+    if a.base and os.path.isfile(os.path.join(a.base, "functions.sql")):
+        base_dir = a.base  # a directory laid out as sql/
+    elif a.base:
+        tmp = tempfile.mkdtemp(prefix="warren-bench-sql-")
+        arch = subprocess.run(["git", "-C", os.path.join(HERE, ".."), "archive", a.base, "sql"],
+                              check=True, stdout=subprocess.PIPE).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=arch, check=True)
+        base_dir = os.path.join(tmp, "sql")
     name = "warren_sqlcost_%d" % os.getpid()
     admin = psycopg2.connect(server)
     admin.autocommit = True
@@ -213,20 +287,28 @@ def main():
     base, _, _ = server.rpartition("/")
     url = base + "/" + name
     try:
-        for _ in range(a.rounds):
-            one_round(url, "shipped", None, a.runs, a.batch, a.tenants, a.per_tenant, a.overlap,
-                      a.jobs)
-            if a.take:
-                one_round(url, "take", None, a.runs, a.batch, a.tenants, a.per_tenant, a.overlap,
-                          a.jobs, take=True)
+        if base_dir:
+            admin.cursor().execute('CREATE DATABASE "%s_base"' % name)
+        for rnd in range(a.rounds):
+            for take in (False, True) if a.take else (False,):
+                tag = "take" if take else "shipped"
+                sides = [one_round(url, tag, None, a.runs, a.batch, a.tenants, a.per_tenant,
+                                   a.overlap, a.jobs, take=take)]
+                if base_dir:
+                    sides.insert(rnd % 2, one_round(
+                        url + "_base", "take:base" if take else "base", None, a.runs, a.batch,
+                        a.tenants, a.per_tenant, a.overlap, a.jobs, take=take, sql_dir=base_dir))
+                lockstep(*sides)
             for v in a.variants:
-                one_round(url, os.path.basename(v), v, a.runs, a.batch, a.tenants, a.per_tenant,
-                          a.overlap, a.jobs)
+                lockstep(one_round(url, os.path.basename(v), v, a.runs, a.batch, a.tenants,
+                                   a.per_tenant, a.overlap, a.jobs))
                 if a.take:
-                    one_round(url, "take:" + os.path.basename(v), v, a.runs, a.batch, a.tenants,
-                              a.per_tenant, a.overlap, a.jobs, take=True)
+                    lockstep(one_round(url, "take:" + os.path.basename(v), v, a.runs, a.batch,
+                                       a.tenants, a.per_tenant, a.overlap, a.jobs, take=True))
+        summary(base_dir is not None)
     finally:
         admin.cursor().execute('DROP DATABASE IF EXISTS "%s" WITH (FORCE)' % name)
+        admin.cursor().execute('DROP DATABASE IF EXISTS "%s_base" WITH (FORCE)' % name)
         admin.close()
 
 

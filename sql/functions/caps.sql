@@ -34,6 +34,42 @@
 
 -- Internal (prefix wp_): called by the SECURITY DEFINER functions only.
 
+-- What a cap is, defined once: plain SQL, inlined by the planner into the
+-- statements and plpgsql expressions that use them.
+
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_capped(mr int, mrt int)
+--     Has a cap group a cap: max_running or a per-tenant cap?
+-- Parameters:
+--     mr  - the group's max_running
+--     mrt - its max_running_per_tenant (for a tenant: wp_tenant_cap's)
+-- Returns: boolean
+-- Locks:   none
+-- Writes:  nothing
+CREATE OR REPLACE FUNCTION warren.wp_capped(mr int, mrt int)
+RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT mr IS NOT NULL OR mrt IS NOT NULL
+$$;
+COMMENT ON FUNCTION warren.wp_capped(int, int) IS
+    'Has a cap group a cap (max_running, or max_running_per_tenant or a tenant cap)?';
+
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_holds_slot(state text, cap_released_at timestamptz)
+--     Does a run count against its cap group's caps? Running, or released and not claimed yet
+--     (the predicate of the partial index runs_cap_held, migration 013).
+-- Parameters:
+--     state           - runs.state
+--     cap_released_at - runs.cap_released_at
+-- Returns: boolean
+-- Locks:   none
+-- Writes:  nothing
+CREATE OR REPLACE FUNCTION warren.wp_holds_slot(state text, cap_released_at timestamptz)
+RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT state = 'running' OR (cap_released_at IS NOT NULL AND state IN ('planned', 'published'))
+$$;
+COMMENT ON FUNCTION warren.wp_holds_slot(text, timestamptz) IS
+    'Does a run count against its cap group''s caps (running, or released and not claimed)?';
+
 -- The per-tenant cap of tenant t in a group whose max_running_per_tenant
 -- is mrt: the operator's tenant cap (warren.tenant_caps, `warren
 -- tenant-cap`, migration 020) when t has one, else mrt. Every place that
@@ -222,8 +258,7 @@ BEGIN
     IF mr IS NULL AND mrt IS NOT NULL THEN
         SELECT count(*) INTO held FROM warren.runs o
          WHERE o.cap_group = g AND o.cap_tenant = t
-           AND (o.state = 'running'
-                OR (o.cap_released_at IS NOT NULL AND o.state IN ('planned', 'published')));
+           AND warren.wp_holds_slot(o.state, o.cap_released_at);
         room := mrt - held;
         IF room <= 0 THEN
             RETURN 0;
@@ -247,8 +282,7 @@ BEGIN
     ELSE
         SELECT count(*) INTO held FROM warren.runs o
          WHERE o.cap_group = g
-           AND (o.state = 'running'
-                OR (o.cap_released_at IS NOT NULL AND o.state IN ('planned', 'published')));
+           AND warren.wp_holds_slot(o.state, o.cap_released_at);
         room := mr - held;
         IF room <= 0 THEN
             RETURN 0;
@@ -283,9 +317,7 @@ BEGIN
                        SELECT coalesce(warren.wp_tenant_cap(gmrt, tn.t) - count(*), room) AS free
                          FROM warren.runs o
                         WHERE o.cap_group = g AND o.cap_tenant = tn.t
-                          AND (o.state = 'running'
-                               OR (o.cap_released_at IS NOT NULL
-                                   AND o.state IN ('planned', 'published')))) h
+                          AND warren.wp_holds_slot(o.state, o.cap_released_at)) h
                  CROSS JOIN LATERAL (
                        SELECT o.run_key, o.due_at FROM warren.runs o
                         WHERE o.cap_group = g AND o.cap_tenant = tn.t AND o.state = 'waiting'
@@ -303,7 +335,7 @@ BEGIN
     END IF;
     UPDATE warren.runs rr
        SET state = 'planned', cap_released_at = t0,
-           note = warren.wp_note(rr.note, format('released at %s: %s (%s)',
+           note = warren.plan_note(rr.note, format('released at %s: %s (%s)',
                   warren.wp_utc_ms(t0), why, warren.wp_cap_label(g)))
      WHERE rr.run_key = ANY (keys) AND rr.state = 'waiting';
     GET DIAGNOSTICS n = ROW_COUNT;
@@ -376,15 +408,11 @@ BEGIN
          WHERE CASE WHEN u.mr IS NOT NULL
                     THEN (SELECT count(*) FROM warren.runs o
                            WHERE o.cap_group = u.g
-                             AND (o.state = 'running'
-                                  OR (o.cap_released_at IS NOT NULL
-                                      AND o.state IN ('planned', 'published')))) < u.mr
+                             AND warren.wp_holds_slot(o.state, o.cap_released_at)) < u.mr
                     WHEN u.mrt IS NOT NULL
                     THEN (SELECT count(*) FROM warren.runs o
                            WHERE o.cap_group = u.g AND o.cap_tenant = u.t
-                             AND (o.state = 'running'
-                                  OR (o.cap_released_at IS NOT NULL
-                                      AND o.state IN ('planned', 'published')))) < u.mrt
+                             AND warren.wp_holds_slot(o.state, o.cap_released_at)) < u.mrt
                     ELSE true END
          ORDER BY (u.g || '|' || coalesce(u.t, '')) < pivot, u.g, u.t
     LOOP

@@ -129,6 +129,71 @@ $$;
 COMMENT ON FUNCTION warren.wp_overlap_of(text, text) IS
     'The overlap policy a run is claimed under: its job''s, allow for an enqueued run';
 
+-- A run's claim policy, each part defined once: the states a claim starts
+-- from, the overlap policy (above) and whether its cap group has a cap
+-- (wp_capped, caps.sql). Plain SQL, no SET clause: inlined by the planner
+-- into the statements and plpgsql expressions that use them, so they cost
+-- what the expressions written out did.
+
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_claimable(state text)
+--     Does a claim start a new attempt of a run in this state (when due)? planned, published,
+--     retrying (a running run is taken over only when its lease ran out).
+-- Parameters:
+--     state - runs.state
+-- Returns: boolean (NULL for NULL)
+-- Locks:   none
+-- Writes:  nothing
+CREATE OR REPLACE FUNCTION warren.wp_claimable(state text)
+RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT state IN ('planned', 'published', 'retrying')
+$$;
+COMMENT ON FUNCTION warren.wp_claimable(text) IS
+    'Does a claim start a new attempt of a run in this state (planned, published, retrying)?';
+
+-- The SQL functions below read columns and tables of later migrations; a
+-- stepwise migrate applies the function files on every intermediate
+-- schema, where their bodies cannot be checked yet: checked at their first
+-- call instead (as status.sql does). Reset after them.
+SET LOCAL check_function_bodies = off;
+
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_policy(job_overlap text, run_origin text, job_template text, job_mr int,
+--           job_mrt int, run_tenant text, tc_any boolean)
+--     A run's claim policy from its job's row: claim_many, take_many and finish_many inline it
+--     into their statements (a LATERAL subquery of no table).
+-- Parameters:
+--     job_overlap  - jobs.overlap
+--     run_origin   - runs.origin
+--     job_template - jobs.template (NULL: a config job, whose caps are its own)
+--     job_mr       - the job's own max_running
+--     job_mrt      - the job's own max_running_per_tenant
+--     run_tenant   - the run's tenant, coalesce(runs.tenant, jobs.tenant)
+--     tc_any       - whether any operator's tenant cap exists (false: none is looked up)
+-- Returns: one row: overlap (wp_overlap_of); capped: the cap group has max_running or
+--          max_running_per_tenant (an API job's template's), or the tenant an operator's cap
+-- Locks:   none
+-- Writes:  nothing
+CREATE OR REPLACE FUNCTION warren.wp_policy(job_overlap text, run_origin text, job_template text,
+                                            job_mr int, job_mrt int, run_tenant text,
+                                            tc_any boolean)
+RETURNS TABLE(overlap text, capped boolean) LANGUAGE sql STABLE AS $$
+    -- $n, not the names: a name that is also a column of warren.jobs (template)
+    -- would be read as the column
+    SELECT warren.wp_overlap_of($1, $2),
+           CASE WHEN $3 IS NULL THEN warren.wp_capped($4, $5)
+                ELSE EXISTS (SELECT 1 FROM warren.jobs gj
+                              WHERE gj.name = $3
+                                AND warren.wp_capped(gj.max_running, gj.max_running_per_tenant))
+           END
+           OR ($7 AND EXISTS (SELECT 1 FROM warren.tenant_caps tc WHERE tc.tenant = $6))
+$$;
+COMMENT ON FUNCTION warren.wp_policy(text, text, text, int, int, text, boolean) IS
+    'A run''s claim policy from its job''s row: the overlap policy it is claimed under, and '
+    'whether a cap (its group''s, or its tenant''s) applies (inlined into the set-based claims)';
+
+RESET check_function_bodies;
+
 -- ----------------------------------------------------------------------------
 -- Function: warren.wp_overlap_lock(jn text, try_only boolean)
 --     Takes the overlap lock of job jn: claims of its runs serialise.
@@ -225,11 +290,11 @@ BEGIN
     -- before any lock (the latest committed state; a run that leaves
     -- running later gets a message of its own, from the relay or the
     -- reaper). Only claimable runs take locks, below.
-    IF st NOT IN ('planned', 'published', 'retrying', 'running')
+    IF NOT (warren.wp_claimable(st) OR st = 'running')
        OR (st = 'running' AND lu >= clock_timestamp()) THEN
         RETURN;
     END IF;
-    IF st IN ('planned', 'published', 'retrying') AND due > clock_timestamp() THEN
+    IF warren.wp_claimable(st) AND due > clock_timestamp() THEN
         IF NOT may_wait THEN
             RETURN; -- not due (claim_many waited for the keys due within 1 s)
         ELSIF due > clock_timestamp() + warren.wp_max_wait() THEN
@@ -250,7 +315,7 @@ BEGIN
     -- for beyond them (a sync in between). Not free at once: no row and
     -- nothing written (the run's message comes again: the reconciler
     -- republishes a published run not started within its grace).
-    IF (mr0 IS NOT NULL OR mrt0 IS NOT NULL)
+    IF warren.wp_capped(mr0, mrt0)
        AND NOT warren.wp_cap_lock(cg0, ct0, mr0, mrt0, NOT may_wait) THEN
         RETURN;
     END IF;
@@ -288,7 +353,7 @@ BEGIN
     -- taken after the lock, which only READ COMMITTED gives (in REPEATABLE
     -- READ or SERIALIZABLE it is the transaction's first, and two claims
     -- could both count one slot free).
-    IF (mr IS NOT NULL OR mrt IS NOT NULL)
+    IF warren.wp_capped(mr, mrt)
        AND current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'warren.claim: run % is in cap group % (max_running / '
                         'max_running_per_tenant), which needs isolation level READ COMMITTED, '
@@ -296,7 +361,7 @@ BEGIN
                         warren.wp_cap_label(cg), upper(current_setting('transaction_isolation'))
             USING ERRCODE = '0A000';
     END IF;
-    IF (mr IS NOT NULL OR mrt IS NOT NULL) AND NOT warren.wp_cap_lock(cg, ct, mr, mrt, true) THEN
+    IF warren.wp_capped(mr, mrt) AND NOT warren.wp_cap_lock(cg, ct, mr, mrt, true) THEN
         RETURN;
     END IF;
     -- Claims of one job's runs serialise so the overlap check (a statement
@@ -325,7 +390,7 @@ BEGIN
             RETURN;
         END IF;
         PERFORM warren.wp_event(r, 'lease_lost', NULL, r.lease_owner);
-    ELSIF r.state NOT IN ('planned', 'published', 'retrying') THEN
+    ELSIF NOT warren.wp_claimable(r.state) THEN
         RETURN; -- finished (succeeded, dead, skipped, cancelled)
     ELSIF r.due_at > t0 THEN
         -- Not due: a stale message for a run waiting for its retry time (the
@@ -369,7 +434,7 @@ BEGIN
                 UPDATE warren.runs o
                    SET state = 'cancelled', finished_at = t0, lease_owner = NULL,
                        lease_until = NULL,
-                       note = warren.wp_note(o.note, format(
+                       note = warren.plan_note(o.note, format(
                            'cancelled by overlap policy cancel_previous at %s: newer run %s claimed by %s',
                            warren.wp_utc_ms(t0), k, w))
                  WHERE o.run_key = b.run_key;
@@ -397,14 +462,14 @@ BEGIN
                 UPDATE warren.runs rr
                    SET state = 'retrying', due_at = t0 + interval '1 second',
                        note = CASE WHEN rr.note LIKE '%held back by overlap policy queue%'
-                                   THEN rr.note ELSE warren.wp_note(rr.note, line) END
+                                   THEN rr.note ELSE warren.plan_note(rr.note, line) END
                  WHERE rr.run_key = k;
             ELSE
                 -- skip, or cancel_previous with a newer run already running
                 line := format('skipped by overlap policy %s at %s: %s was still running',
                                pol, warren.wp_utc_ms(t0), newer_key);
                 UPDATE warren.runs rr
-                   SET state = 'skipped', finished_at = t0, note = warren.wp_note(rr.note, line)
+                   SET state = 'skipped', finished_at = t0, note = warren.plan_note(rr.note, line)
                  WHERE rr.run_key = k
                 RETURNING * INTO r;
                 PERFORM warren.wp_event(r, 'skipped', NULL, w);
@@ -423,7 +488,7 @@ BEGIN
     -- completion of the group releases it in due order.
     cg := coalesce(j.template, j.name);
     ct := coalesce(r.tenant, j.tenant, '');
-    IF mr IS NOT NULL OR mrt IS NOT NULL THEN
+    IF warren.wp_capped(mr, mrt) THEN
         -- A slot can come free without a release (an overlap reap,
         -- cancel_previous, a released run that died): a run that holds no
         -- released slot releases the older waiting runs of its scope first
@@ -445,8 +510,7 @@ BEGIN
         IF mr IS NOT NULL THEN
             SELECT count(*) INTO held FROM warren.runs o
              WHERE o.cap_group = cg AND o.run_key <> k
-               AND (o.state = 'running'
-                    OR (o.cap_released_at IS NOT NULL AND o.state IN ('planned', 'published')));
+               AND warren.wp_holds_slot(o.state, o.cap_released_at);
             IF held >= mr THEN
                 wline := format('waiting: %s of max_running %s running (%s)', held, mr,
                                 warren.wp_cap_label(cg));
@@ -455,8 +519,7 @@ BEGIN
         IF wline IS NULL AND mrt IS NOT NULL THEN
             SELECT count(*) INTO held FROM warren.runs o
              WHERE o.cap_group = cg AND o.cap_tenant = ct AND o.run_key <> k
-               AND (o.state = 'running'
-                    OR (o.cap_released_at IS NOT NULL AND o.state IN ('planned', 'published')));
+               AND warren.wp_holds_slot(o.state, o.cap_released_at);
             IF held >= mrt THEN
                 wline := format('waiting: tenant %s has %s of %s %s running (%s)',
                                 CASE WHEN ct = '' THEN '(none)' ELSE ct END, held,
@@ -475,7 +538,7 @@ BEGIN
             END IF;
             UPDATE warren.runs rr
                SET state = 'waiting', cap_group = cg, cap_tenant = ct, cap_released_at = NULL,
-                   note = warren.wp_note(rr.note,
+                   note = warren.plan_note(rr.note,
                                          wline || ' at ' || warren.wp_utc_ms(clock_timestamp()))
              WHERE rr.run_key = k;
             RETURN;
@@ -619,7 +682,7 @@ BEGIN
     -- cap or overlap lock (the pre-pass below, skipped when none does); and
     -- how many distinct keys there are.
     SELECT array_agg(p.tid) FILTER (WHERE p.tid IS NOT NULL),
-           max(p.due_at) FILTER (WHERE p.state IN ('planned', 'published', 'retrying')
+           max(p.due_at) FILTER (WHERE warren.wp_claimable(p.state)
                                    AND p.due_at <= clock_timestamp() + interval '1 second'),
            coalesce(bool_or(p.locks), false), count(*)
       INTO tids, due, locks, nkeys
@@ -628,20 +691,13 @@ BEGIN
            SELECT rr.ctid AS tid, rr.state, rr.due_at,
                   -- any run that a claim could still start (the lease test
                   -- is left to the pre-pass itself), of a job with an
-                  -- overlap check or a cap (its own, or its template's)
-                  rr.state IN ('planned', 'published', 'retrying', 'running')
-                  AND (warren.wp_overlap_of(jb.overlap, rr.origin) <> 'allow'
-                       OR (tc_any AND EXISTS (SELECT 1 FROM warren.tenant_caps tc
-                                               WHERE tc.tenant = coalesce(rr.tenant, jb.tenant)))
-                       OR CASE WHEN jb.template IS NULL
-                               THEN jb.max_running IS NOT NULL
-                                    OR jb.max_running_per_tenant IS NOT NULL
-                               ELSE EXISTS (SELECT 1 FROM warren.jobs gj
-                                             WHERE gj.name = jb.template
-                                               AND (gj.max_running IS NOT NULL
-                                                    OR gj.max_running_per_tenant IS NOT NULL))
-                          END) AS locks
+                  -- overlap check or a cap (wp_policy)
+                  (warren.wp_claimable(rr.state) OR rr.state = 'running')
+                  AND (pol.overlap <> 'allow' OR pol.capped) AS locks
              FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job
+            CROSS JOIN LATERAL warren.wp_policy(jb.overlap, rr.origin, jb.template,
+                                                jb.max_running, jb.max_running_per_tenant,
+                                                coalesce(rr.tenant, jb.tenant), tc_any) pol
             WHERE rr.run_key = t.k) p ON true;
     -- Wait until the latest of them is due, if that is at most 1 s away:
     -- batch callers hold deliveries until due (as the C worker does) and
@@ -687,7 +743,7 @@ BEGIN
                     SELECT rr.job, rr.tenant, rr.run_key, rr.origin
                       FROM (SELECT DISTINCT x AS k FROM unnest(keys) x) kk
                       JOIN warren.runs rr ON rr.run_key = kk.k
-                     WHERE rr.state IN ('planned', 'published', 'retrying')
+                     WHERE warren.wp_claimable(rr.state)
                         OR (rr.state = 'running' AND rr.lease_until < clock_timestamp())
                 ), jc AS (
                     SELECT jb.name, jb.tenant, jb.overlap, coalesce(jb.template, jb.name) AS g,
@@ -695,20 +751,21 @@ BEGIN
                       FROM (SELECT DISTINCT kr.job FROM kr) d
                       JOIN warren.jobs jb ON jb.name = d.job
                       JOIN warren.jobs gj ON gj.name = coalesce(jb.template, jb.name)
-                     WHERE jb.overlap <> 'allow' OR gj.max_running IS NOT NULL
-                        OR gj.max_running_per_tenant IS NOT NULL OR tc_any
+                     WHERE jb.overlap <> 'allow'
+                        OR warren.wp_capped(gj.max_running, gj.max_running_per_tenant) OR tc_any
                 )
                 SELECT DISTINCT 0 AS kind, jc.g, coalesce(kr.tenant, jc.tenant, '') AS t, jc.mr,
                        jc.mrt, NULL::text AS k
                   FROM jc JOIN kr ON kr.job = jc.name
-                 WHERE jc.mr IS NOT NULL
-                    OR warren.wp_tenant_cap(jc.mrt, coalesce(kr.tenant, jc.tenant, '')) IS NOT NULL
+                 WHERE warren.wp_capped(jc.mr,
+                                        warren.wp_tenant_cap(jc.mrt,
+                                                             coalesce(kr.tenant, jc.tenant, '')))
                 UNION
                 -- an uncapped `skip` job's smallest key among the batch's
                 -- claimable ones: the one the per-key path, in key order,
                 -- would claim first (the fast path's candidate, below)
                 SELECT 1, jc.name, '', NULL::int, NULL::int,
-                       CASE WHEN jc.overlap = 'skip' AND jc.mr IS NULL AND jc.mrt IS NULL
+                       CASE WHEN jc.overlap = 'skip' AND NOT warren.wp_capped(jc.mr, jc.mrt)
                                  AND NOT (tc_any AND EXISTS (
                                      SELECT 1 FROM kr JOIN warren.tenant_caps tc
                                          ON tc.tenant = coalesce(kr.tenant, jc.tenant)
@@ -750,38 +807,32 @@ BEGIN
     -- recheck and goes to the full path below.
     RETURN QUERY
     WITH f AS MATERIALIZED (
-        SELECT rr.ctid AS tid, jb.lease_ms, jb.payload,
-               warren.wp_overlap_of(jb.overlap, rr.origin) <> 'allow' AS sk, jb.template,
+        SELECT rr.ctid AS tid, jb.lease_ms, jb.payload, pol.overlap <> 'allow' AS sk, jb.template,
                coalesce(rr.tenant, jb.tenant, '') AS ct
           FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job || ''
+         CROSS JOIN LATERAL warren.wp_policy(jb.overlap, rr.origin, jb.template, jb.max_running,
+                                             jb.max_running_per_tenant,
+                                             coalesce(rr.tenant, jb.tenant), tc_any) pol
          WHERE rr.ctid = ANY (tids)
            -- `state || ''`: no index on state (runs_history, the partial
            -- ones) for the planner to prefer to the TID scan (with a stale
            -- estimate of one row it scanned runs_history's every entry)
-           AND rr.state || '' IN ('planned', 'published', 'retrying') AND rr.due_at <= t0
-           -- no overlap check and no cap (caps.sql): a config job's caps are
-           -- on its own row, read with its overlap; an API job's on its
-           -- template's, one more probe
-           AND (jb.overlap = 'allow' OR rr.origin = 'enqueue'
+           AND warren.wp_claimable(rr.state || '') AND rr.due_at <= t0
+           -- no overlap check
+           AND (pol.overlap = 'allow'
                 -- or a `skip` job's candidate (its overlap lock taken by the
                 -- pre-pass) while none of the job's runs is running: what
                 -- wp_claim would do then (no reap, no skip) is a plain
                 -- claim. Anything else goes to the per-key path below.
-                OR (jb.overlap = 'skip' AND rr.run_key = ANY (skipk)
+                OR (pol.overlap = 'skip' AND rr.run_key = ANY (skipk)
                     AND NOT EXISTS (SELECT 1 FROM warren.runs o
                                      WHERE o.job = rr.job AND o.state = 'running'
                                        AND o.origin <> 'enqueue'
                                        AND o.run_key <> rr.run_key)))
-           AND CASE WHEN jb.template IS NULL
-                    THEN jb.max_running IS NULL AND jb.max_running_per_tenant IS NULL
-                    ELSE NOT EXISTS (SELECT 1 FROM warren.jobs gj
-                                      WHERE gj.name = jb.template
-                                        AND (gj.max_running IS NOT NULL
-                                             OR gj.max_running_per_tenant IS NOT NULL))
-               END
-           -- no operator's tenant cap on the run's tenant (caps.sql)
-           AND NOT (tc_any AND EXISTS (SELECT 1 FROM warren.tenant_caps tc
-                                        WHERE tc.tenant = coalesce(rr.tenant, jb.tenant)))
+           -- and no cap (caps.sql): a config job's caps are on its own row,
+           -- read with its overlap; an API job's on its template's, one more
+           -- probe; no operator's tenant cap on the run's tenant
+           AND NOT pol.capped
            -- the grant again, in the statement that claims (access.sql): a
            -- run inserted or a job moved since `bad` was computed
            AND (priv OR EXISTS (SELECT 1 FROM warren.worker_grants g
@@ -799,7 +850,7 @@ BEGIN
                cap_released_at = CASE WHEN f.sk THEN NULL ELSE rr.cap_released_at END
           FROM f
          WHERE rr.ctid = f.tid
-           AND rr.state || '' IN ('planned', 'published', 'retrying') AND rr.due_at <= t0
+           AND warren.wp_claimable(rr.state || '') AND rr.due_at <= t0
         RETURNING rr.run_key, rr.attempt, rr.job, rr.scheduled_at,
                   coalesce(rr.payload, f.payload) AS payload, f.lease_ms, f.template
     ), a AS (

@@ -41,9 +41,8 @@ BEGIN
         RETURN false; -- not granted (any more): a stale token (access.sql)
     END IF;
     -- A success without an error text is complete_many's case, with the
-    -- same rules (fence, login, grants, caps) and the same event, written
-    -- without wp_event's four calls of the SQL functions wp_utc/wp_utc_ms
-    -- (not inlined: parsed and planned at each call). The C worker's sql
+    -- same rules (fence, login, grants, caps) and the same event (one
+    -- statement instead of this function's several). The C worker's sql
     -- handler completes a run alone this way when its pool thread found
     -- only that run queued.
     IF o = 'succeeded' AND err IS NULL THEN
@@ -152,9 +151,7 @@ BEGIN
     -- not a run_key probe per key).
     IF EXISTS (SELECT 1 FROM warren.runs rr
                 WHERE rr.cap_group IS NOT NULL
-                  AND (rr.state = 'running'
-                       OR (rr.cap_released_at IS NOT NULL
-                           AND rr.state IN ('planned', 'published')))) THEN
+                  AND warren.wp_holds_slot(rr.state, rr.cap_released_at)) THEN
         PERFORM warren.wp_cap_lock(x.g, x.t, x.mr, x.mrt)
            FROM (SELECT DISTINCT rr.cap_group AS g, coalesce(rr.cap_tenant, '') AS t,
                         gj.max_running AS mr, gj.max_running_per_tenant AS mrt
@@ -189,30 +186,14 @@ BEGIN
         UPDATE warren.attempts x SET finished_at = now(), outcome = 'succeeded', error = NULL
           FROM u WHERE x.run_key = u.run_key AND x.attempt = u.attempt
     ), ev AS (
-        -- warren.finish_many (take.sql) writes the same event: keep the two alike
+        -- the event as wp_event writes it (outbox.sql; inlined)
         INSERT INTO warren.outbox (exchange, routing_key, message_id, type, headers, body)
         SELECT 'warren.events', 'run.succeeded.' || u.job, u.run_key, u.job,
-               jsonb_build_object('x-warren-job', u.job,
-                                  'x-warren-scheduled-at', u.sched,
-                                  'x-warren-attempt', u.attempt::text,
-                                  'x-warren-event', 'succeeded',
-                                  'x-warren-state', 'succeeded'),
-               jsonb_strip_nulls(jsonb_build_object(
-                   'event', 'succeeded', 'run_key', u.run_key, 'job', u.job,
-                   'scheduled_at', u.sched,
-                   'due_at', to_char(u.due_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-                   'attempt', u.attempt, 'state', 'succeeded', 'worker', u.lease_owner,
-                   'at', to_char(clock_timestamp() AT TIME ZONE 'UTC',
-                                 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')))
-          -- the formats of wp_utc_run / wp_utc_ms written out: those SQL
-          -- functions are not inlined (auto_explain logged each of their 4
-          -- calls per run); scheduled_at with its milliseconds when it has
-          -- them (an enqueued run's), as in the run's message
-          FROM (SELECT u.*, to_char(u.scheduled_at AT TIME ZONE 'UTC',
-                                    CASE WHEN date_trunc('second', u.scheduled_at) = u.scheduled_at
-                                         THEN 'YYYY-MM-DD"T"HH24:MI:SS"Z"'
-                                         ELSE 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"' END) AS sched
-                  FROM u) u
+               warren.wp_event_headers(u.job, u.scheduled_at, u.attempt, 'succeeded',
+                                       'succeeded'),
+               warren.wp_event_body('succeeded', u.run_key, u.job, u.scheduled_at, u.due_at,
+                                    u.attempt, 'succeeded', u.lease_owner, NULL)
+          FROM u
          ORDER BY u.run_key
     ), g AS (
         SELECT DISTINCT u.cap_group, coalesce(u.cap_tenant, '') AS cap_tenant FROM u

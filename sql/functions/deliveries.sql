@@ -101,7 +101,7 @@ BEGIN
     UPDATE warren.runs rr
        SET state = 'dead', finished_at = now(), lease_owner = NULL, lease_until = NULL,
            last_error = why,
-           note = warren.wp_note(rr.note, format('dead: no worker of queue %s could run it '
+           note = warren.plan_note(rr.note, format('dead: no worker of queue %s could run it '
                                                  '(last refused by %s)', j.queue, w))
      WHERE rr.run_key = k
     RETURNING * INTO r;

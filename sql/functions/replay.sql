@@ -24,7 +24,7 @@ BEGIN
        SET state = 'planned', due_at = now(), finished_at = NULL, lease_owner = NULL,
            lease_until = NULL, attempt_base = rr.attempt,
            cap_released_at = NULL, -- a slot a released run held (caps.sql) ended with it
-           note = warren.wp_note(rr.note, format('replayed at %s%s after %s attempts',
+           note = warren.plan_note(rr.note, format('replayed at %s%s after %s attempts',
                   warren.wp_utc_ms(now()), coalesce(' by ' || replay.who, ''),
                   rr.attempt - rr.attempt_base))
      WHERE rr.run_key = k AND rr.state = 'dead';

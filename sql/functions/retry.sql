@@ -68,7 +68,7 @@ BEGIN
                due_at = now() + make_interval(secs => delay_ms / 1000.0),
                lease_owner = NULL, lease_until = NULL,
                last_error = coalesce(err, rr.last_error),
-               note = CASE WHEN why IS NULL THEN rr.note ELSE warren.wp_note(rr.note, why) END
+               note = CASE WHEN why IS NULL THEN rr.note ELSE warren.plan_note(rr.note, why) END
          WHERE rr.run_key = k
         RETURNING * INTO r;
         PERFORM warren.wp_event(r, outcome, err, worker);
@@ -81,7 +81,7 @@ BEGIN
        SET state = 'dead', finished_at = now(),
            lease_owner = NULL, lease_until = NULL,
            last_error = coalesce(err, rr.last_error),
-           note = warren.wp_note(rr.note, coalesce(why || '; ', '') ||
+           note = warren.plan_note(rr.note, coalesce(why || '; ', '') ||
                   CASE WHEN outcome = 'failed' THEN 'dead: permanent failure'
                        ELSE format('dead: %s attempts used (max_attempts %s)',
                                    r.attempt - r.attempt_base, j.retry_max_attempts) END)

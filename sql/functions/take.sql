@@ -74,7 +74,7 @@ BEGIN
     -- As claim_many: wait until the latest of them is due, if that is at
     -- most 1 s away (before any lock); runs due later are not taken.
     SELECT max(rr.due_at) INTO due FROM warren.runs rr
-     WHERE rr.run_key = ANY (keys) AND rr.state || '' IN ('planned', 'published', 'retrying')
+     WHERE rr.run_key = ANY (keys) AND warren.wp_claimable(rr.state || '')
        AND rr.due_at <= clock_timestamp() + interval '1 second';
     IF due > clock_timestamp() THEN
         PERFORM warren.wp_wait_until(due);
@@ -97,9 +97,9 @@ BEGIN
             SELECT array_agg(d.job ORDER BY d.job) INTO sk
               FROM (SELECT rr.job FROM warren.runs rr
                       JOIN warren.jobs jb ON jb.name = rr.job || ''
-                     WHERE rr.run_key = ANY (keys)
-                       AND rr.state || '' IN ('planned', 'published', 'retrying')
-                       AND rr.due_at <= t0 AND jb.overlap = 'skip' AND rr.origin <> 'enqueue'
+                     WHERE rr.run_key = ANY (keys) AND warren.wp_claimable(rr.state || '')
+                       AND rr.due_at <= t0
+                       AND warren.wp_overlap_of(jb.overlap, rr.origin) = 'skip'
                      GROUP BY rr.job HAVING count(*) = 1) d
              WHERE NOT EXISTS (SELECT 1 FROM warren.runs o
                                 WHERE o.job = d.job AND o.state = 'running'
@@ -127,24 +127,19 @@ BEGIN
                coalesce(rr.payload, jb.payload), greatest(1, ceil(jb.lease_ms / 1000.0))::int, t0,
                jb.template
           FROM warren.runs rr JOIN warren.jobs jb ON jb.name = rr.job || ''
+         CROSS JOIN LATERAL warren.wp_policy(jb.overlap, rr.origin, jb.template, jb.max_running,
+                                             jb.max_running_per_tenant,
+                                             coalesce(rr.tenant, jb.tenant), true) pol
          WHERE rr.run_key = ANY (keys)
-           AND rr.state || '' IN ('planned', 'published', 'retrying') AND rr.due_at <= t0
+           AND warren.wp_claimable(rr.state || '') AND rr.due_at <= t0
            -- not a run released from waiting under a cap (its slot is
            -- released by its completion: caps.sql), even if a sync removed
            -- the cap since
            AND rr.cap_group IS NULL AND rr.cap_released_at IS NULL
-           AND CASE WHEN pass = 1 THEN jb.overlap = 'allow' OR rr.origin = 'enqueue'
-                    ELSE jb.overlap = 'skip' AND rr.job = ANY (sk) AND rr.origin <> 'enqueue' END
-           AND CASE WHEN jb.template IS NULL
-                    THEN jb.max_running IS NULL AND jb.max_running_per_tenant IS NULL
-                    ELSE NOT EXISTS (SELECT 1 FROM warren.jobs gj
-                                      WHERE gj.name = jb.template
-                                        AND (gj.max_running IS NOT NULL
-                                             OR gj.max_running_per_tenant IS NOT NULL))
-               END
-           -- nor an operator's tenant cap on the run's tenant (caps.sql)
-           AND NOT EXISTS (SELECT 1 FROM warren.tenant_caps tc
-                            WHERE tc.tenant = coalesce(rr.tenant, jb.tenant))
+           AND CASE WHEN pass = 1 THEN pol.overlap = 'allow'
+                    ELSE pol.overlap = 'skip' AND rr.job = ANY (sk) END
+           -- no cap: the group's, or an operator's tenant cap (caps.sql)
+           AND NOT pol.capped
            AND (priv OR EXISTS (SELECT 1 FROM warren.worker_grants g
                                  WHERE g.login = session_user AND g.queue = jb.queue))
          ORDER BY rr.run_key
@@ -218,7 +213,7 @@ BEGIN
                lease_until = NULL, started_at = t0, finished_at = clock_timestamp()
           FROM (SELECT DISTINCT x AS k FROM unnest(finish_many.run_keys) x ORDER BY 1) tk,
                warren.jobs jb
-         WHERE rr.run_key = tk.k AND rr.state || '' IN ('planned', 'published', 'retrying')
+         WHERE rr.run_key = tk.k AND warren.wp_claimable(rr.state || '')
            AND rr.due_at <= t0 AND rr.cap_group IS NULL AND rr.cap_released_at IS NULL
            -- `rr.job || ''`: the job's row from the run's, never a way in
            -- from warren.jobs into runs_job (as claim_many's fast path)
@@ -229,24 +224,20 @@ BEGIN
            -- overlap lock is take_many's, held since a statement before
            -- this one (so this one's snapshot sees every committed claim of
            -- the job); tried again here, it is re-entrant, and one another
-           -- transaction holds fails the row.
-           AND (jb.overlap = 'allow' OR rr.origin = 'enqueue'
-                OR (jb.overlap = 'skip' AND warren.wp_overlap_lock(jb.name, true)
-                    AND NOT EXISTS (SELECT 1 FROM warren.runs o
-                                     WHERE o.job = rr.job AND o.state = 'running'
-                                       AND o.origin <> 'enqueue')))
-           AND CASE WHEN jb.template IS NULL
-                    THEN jb.max_running IS NULL AND jb.max_running_per_tenant IS NULL
-                    ELSE NOT EXISTS (SELECT 1 FROM warren.jobs gj
-                                      WHERE gj.name = jb.template
-                                        AND (gj.max_running IS NOT NULL
-                                             OR gj.max_running_per_tenant IS NOT NULL))
-               END
-           -- nor an operator's tenant cap on the run's tenant (caps.sql)
-           AND NOT EXISTS (SELECT 1 FROM warren.tenant_caps tc
-                            WHERE tc.tenant = coalesce(rr.tenant, jb.tenant))
+           -- transaction holds fails the row. (A subquery: an UPDATE's FROM
+           -- cannot refer to its target row, as the LATERAL wp_policy of
+           -- take_many does; measured as cheap as the expressions written out.)
+           AND (SELECT (pol.overlap = 'allow'
+                        OR (pol.overlap = 'skip' AND warren.wp_overlap_lock(jb.name, true)
+                            AND NOT EXISTS (SELECT 1 FROM warren.runs o
+                                             WHERE o.job = rr.job AND o.state = 'running'
+                                               AND o.origin <> 'enqueue')))
+                       AND NOT pol.capped
+                  FROM warren.wp_policy(jb.overlap, rr.origin, jb.template, jb.max_running,
+                                        jb.max_running_per_tenant,
+                                        coalesce(rr.tenant, jb.tenant), true) pol)
         RETURNING rr.run_key, rr.job, rr.attempt, rr.scheduled_at, rr.due_at, rr.finished_at,
-                  jb.overlap = 'skip' AND rr.origin <> 'enqueue' AS sk
+                  warren.wp_overlap_of(jb.overlap, rr.origin) = 'skip' AS sk
     ), at AS (
         INSERT INTO warren.attempts (run_key, attempt, worker, login, started_at, finished_at,
                                      outcome)
@@ -256,26 +247,14 @@ BEGIN
                 started_at = EXCLUDED.started_at, finished_at = EXCLUDED.finished_at,
                 outcome = 'succeeded', error = NULL
     ), ev AS (
-        -- complete_many's success event (complete.sql), the same fields
+        -- the event as wp_event writes it (outbox.sql; inlined)
         INSERT INTO warren.outbox (exchange, routing_key, message_id, type, headers, body)
         SELECT 'warren.events', 'run.succeeded.' || u.job, u.run_key, u.job,
-               jsonb_build_object('x-warren-job', u.job,
-                                  'x-warren-scheduled-at', u.sched,
-                                  'x-warren-attempt', u.attempt::text,
-                                  'x-warren-event', 'succeeded',
-                                  'x-warren-state', 'succeeded'),
-               jsonb_strip_nulls(jsonb_build_object(
-                   'event', 'succeeded', 'run_key', u.run_key, 'job', u.job,
-                   'scheduled_at', u.sched,
-                   'due_at', to_char(u.due_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-                   'attempt', u.attempt, 'state', 'succeeded', 'worker', w,
-                   'at', to_char(clock_timestamp() AT TIME ZONE 'UTC',
-                                 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')))
-          FROM (SELECT u.*, to_char(u.scheduled_at AT TIME ZONE 'UTC',
-                                    CASE WHEN date_trunc('second', u.scheduled_at) = u.scheduled_at
-                                         THEN 'YYYY-MM-DD"T"HH24:MI:SS"Z"'
-                                         ELSE 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"' END) AS sched
-                  FROM u) u
+               warren.wp_event_headers(u.job, u.scheduled_at, u.attempt, 'succeeded',
+                                       'succeeded'),
+               warren.wp_event_body('succeeded', u.run_key, u.job, u.scheduled_at, u.due_at,
+                                    u.attempt, 'succeeded', w, NULL)
+          FROM u
          ORDER BY u.run_key
     )
     -- one run a skip job (take_many takes no more: the claim would skip
