@@ -347,14 +347,14 @@ static int64_t earlier(int64_t a, int64_t b)
  * socket is readable, a handler thread finished (the wake pipe), an exec
  * handler wrote output or exited (its pipe, its pidfd), a signal or
  * warren_worker_wake. Nothing is waited for when there is work now. */
-static void loop_wait(warren_worker *w, volatile sig_atomic_t *stop, int stopping, int64_t stop_at,
-                      int64_t hard_at)
+static void loop_wait(warren_worker *w, const volatile sig_atomic_t *stop, int stopping,
+                      int64_t stop_at, int64_t hard_at)
 {
     int64_t now = warren__mono_ms(), until = INT64_MAX, store_at = INT64_MAX;
     nfds_t np = 0;
     struct pollfd *p = w->pfds;
 
-    if (!stopping && stop != NULL && *stop)
+    if (!stopping && stop != NULL && __atomic_load_n(stop, __ATOMIC_RELAXED))
         return;
     for (int i = 0; i < w->concurrency; i++) {
         int64_t st;
@@ -520,7 +520,7 @@ int warren_worker_run(warren_worker *w, volatile sig_atomic_t *stop, warren_erro
     }
     for (;;) {
         int64_t now = warren__mono_ms();
-        if (!stopping && stop != NULL && *stop) {
+        if (!stopping && stop != NULL && __atomic_load_n(stop, __ATOMIC_RELAXED)) {
             stopping = 1;
             w->stopping = 1;
             stop_deadline = now + w->cfg->worker.shutdown_grace_ms;

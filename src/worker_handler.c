@@ -88,7 +88,7 @@ static size_t form(void *ud, warren_handler_ctx *head, warren_handler_ctx **batc
     return 1;
 }
 
-static void run(void *ud, warren_handler_ctx **batch, size_t n)
+static void run_batch(void *ud, warren_handler_ctx **batch, size_t n)
 {
     if (batch[0]->kind == KIND_SQL)
         warren__sql_run(ud, batch, n);
@@ -110,7 +110,7 @@ static void destroy(void *ud)
     warren__sql_free(ud);
 }
 
-static const hpool_ops handler_ops = {form, run, dropped, destroy};
+static const hpool_ops handler_ops = {form, run_batch, dropped, destroy};
 
 struct hpool *warren__handlers_new(int wake_fd, int max, int sql_batch, sqlengine **se,
                                    warren_error *err)

@@ -313,7 +313,7 @@ void warren__pend_take(pend *p, pend *to);
 /* Frees a delivery moved out of the FIFO (slot.back). */
 void warren__pend_free(pend *p);
 /* Appends p (its contents are moved): 0 or WARREN_ENOMEM. */
-int warren__pq_push(pendq *q, pend *p);
+int warren__pq_push(pendq *q, const pend *p);
 /* Puts p (moved out of the FIFO) back at its end; p's storage is the
  * caller's. 0, or WARREN_ENOMEM (p cleared: its delivery is redelivered
  * when the broker connection ends). */

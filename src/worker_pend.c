@@ -50,7 +50,7 @@ void warren__pq_clear(pendq *q)
     }
 }
 
-int warren__pq_push(pendq *q, pend *p)
+int warren__pq_push(pendq *q, const pend *p)
 {
     if (q->len == q->cap) {
         size_t ncap = q->cap ? q->cap * 2 : 64;

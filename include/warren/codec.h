@@ -93,12 +93,11 @@ int warren_run_msg_encode(const warren_run_msg *m, char **body, size_t *len, war
  * zeroed and err says why in a line fit for a dead-letter reason, e.g.
  * `malformed run message: "attempt" must be a non-negative integer`.
  * Checks: valid UTF-8 JSON object, size cap, every field present with its
- * type, valid job name, RFC 3339 times, run_key starting with job + "@" and
- * then either the scheduled form equal to scheduled_at (whole seconds) or an
- * enqueue key (warren_enqueue_key_valid; scheduled_at at milliseconds at
- * most), payload an object, the optional "template" a job name and "tenant"
- * a tenant name. Unknown fields are ignored (newer producers may add some).
- * Errors: WARREN_EMSG, WARREN_ENOMEM. */
+ * type, valid job name, RFC 3339 times within years 1-9999 (UTC), run_key starting with job + "@"
+ * and then either the scheduled form equal to scheduled_at (whole seconds) or an enqueue key
+ * (warren_enqueue_key_valid; scheduled_at at milliseconds at most), payload an object, the optional
+ * "template" a job name and "tenant" a tenant name. Unknown fields are ignored (newer producers may
+ * add some). Errors: WARREN_EMSG, WARREN_ENOMEM. */
 int warren_run_msg_decode(const char *body, size_t len, warren_run_msg *out, warren_error *err);
 
 /* Checks that text is a JSON object and writes its compact form to *compact
