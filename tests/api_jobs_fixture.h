@@ -35,32 +35,13 @@ static const char AJ_CONFIG[] =
 static inline char *aj_db(void)
 {
     char *db = testenv_db_migrated();
-    char path[] = "/tmp/check_api_jobs_fx_XXXXXX.cfg";
-    int fd = mkstemps(path, 4);
-    ck_assert_int_ge(fd, 0);
-    FILE *f = fdopen(fd, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(AJ_CONFIG, f);
-    fclose(f);
-    warren_config *cfg = NULL;
-    warren_error err = {0};
-    ck_assert_msg(warren_config_load(path, &cfg, NULL, &err) == 0, "%s", err.message);
+    char *path = testenv_temp_file("check_api_jobs_fx", ".cfg", AJ_CONFIG);
+    warren_config *cfg = testenv_config_load(path);
     unlink(path);
-    warren_store *st = NULL;
-    warren_sync_report rep = {0};
-    ck_assert_msg(warren_store_open(db, NULL, &st, &err) == 0, "%s", err.message);
-    ck_assert_msg(warren_store_sync(st, cfg, &rep, &err) == 0, "sync: %s", err.message);
-    warren_sync_report_free(&rep);
-    warren_store_free(st);
+    free(path);
+    testenv_config_apply(cfg, db, NULL);
     warren_config_free(cfg);
     return db;
-}
-
-static inline PGconn *aj_connect(const char *url)
-{
-    PGconn *c = PQconnectdb(url);
-    ck_assert_msg(PQstatus(c) == CONNECTION_OK, "%s: %s", url, PQerrorMessage(c));
-    return c;
 }
 
 /* The result of sql on c: "" (ok), or "SQLSTATE: primary message" (new). */
@@ -82,7 +63,7 @@ static inline char *aj_try_on(PGconn *c, const char *sql)
 /* aj_try_on with a connection of its own to url. */
 static inline char *aj_try(const char *url, const char *sql)
 {
-    PGconn *c = aj_connect(url);
+    PGconn *c = testenv_connect(url);
     char *out = aj_try_on(c, sql);
     PQfinish(c);
     return out;
@@ -101,7 +82,7 @@ static inline char *aj_val_on(PGconn *c, const char *sql)
 
 static inline char *aj_val(const char *url, const char *sql)
 {
-    PGconn *c = aj_connect(url);
+    PGconn *c = testenv_connect(url);
     char *v = aj_val_on(c, sql);
     PQfinish(c);
     return v;

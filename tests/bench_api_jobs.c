@@ -67,31 +67,6 @@ static int64_t mono_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-static void loadavg(char *buf, size_t len)
-{
-    FILE *f = fopen("/proc/loadavg", "r");
-    double a = 0, b = 0, c = 0;
-    if (f != NULL) {
-        if (fscanf(f, "%lf %lf %lf", &a, &b, &c) != 3)
-            a = b = c = -1;
-        fclose(f);
-    }
-    snprintf(buf, len, "[%.2f, %.2f, %.2f]", a, b, c);
-}
-
-static long rss_peak_kib(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long kib = -1;
-    while (f != NULL && fgets(line, sizeof(line), f) != NULL)
-        if (strncmp(line, "VmHWM:", 6) == 0)
-            kib = atol(line + 6);
-    if (f != NULL)
-        fclose(f);
-    return kib;
-}
-
 /* CPU seconds (user + system) this process used so far. */
 static double cpu_s(void)
 {
@@ -100,20 +75,6 @@ static double cpu_s(void)
         return -1;
     return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
            ru.ru_stime.tv_usec / 1e6;
-}
-
-static void die(const char *what, const char *msg)
-{
-    fprintf(stderr, "bench_api_jobs: %s: %s\n", what, msg ? msg : "");
-    exit(1);
-}
-
-static long long sql_ll(const char *db, const char *q)
-{
-    char *v = testenv_sql1(db, q);
-    long long n = v ? atoll(v) : -1;
-    free(v);
-    return n;
 }
 
 static warren_config planner_config(void)
@@ -133,22 +94,15 @@ static warren_config planner_config(void)
 /* The template, synced as `warren sync` would. */
 static void sync_template(const char *db)
 {
-    char path[] = "/tmp/bench_api_jobs_XXXXXX.cfg";
-    int fd = mkstemps(path, 4);
-    FILE *f = fdopen(fd, "w");
-    warren_config *cfg = NULL;
-    warren_store *st = NULL;
-    warren_error err = {0};
-    fprintf(f, "planner = { partitions = 64; };\n"
-               "jobs = ( { name = \"usage-report\"; template = true; queue = \"b\";\n"
-               "           payload = { kind = \"usage\"; }; max_running_per_tenant = 2; } );\n");
-    fclose(f);
-    if (warren_config_load(path, &cfg, NULL, &err) != 0)
-        die("config", err.message);
+    char *path = testenv_temp_file(
+        "bench_api_jobs", ".cfg",
+        "planner = { partitions = 64; };\n"
+        "jobs = ( { name = \"usage-report\"; template = true; queue = \"b\";\n"
+        "           payload = { kind = \"usage\"; }; max_running_per_tenant = 2; } );\n");
+    warren_config *cfg = testenv_config_load(path);
     unlink(path);
-    if (warren_store_open(db, NULL, &st, &err) != 0 || warren_store_sync(st, cfg, NULL, &err) != 0)
-        die("sync", err.message);
-    warren_store_free(st);
+    free(path);
+    testenv_config_apply(cfg, db, NULL);
     warren_config_free(cfg);
 }
 
@@ -189,7 +143,7 @@ static double create_jobs(PGconn *c, long from, long to, long batch)
         PGresult *r = PQexecParams(c, "SELECT count(*) FROM warren.upsert_jobs($1::jsonb)", 1, NULL,
                                    p, NULL, NULL, 0);
         if (PQresultStatus(r) != PGRES_TUPLES_OK)
-            die("upsert_jobs", PQerrorMessage(c));
+            testenv_die("upsert_jobs", PQerrorMessage(c));
         PQclear(r);
         if (getenv("BENCH_VERBOSE") != NULL)
             fprintf(stderr, "batch %ld-%ld: %.3f s\n", i, end, (mono_us() - b0) / 1e6);
@@ -201,8 +155,8 @@ static double create_jobs(PGconn *c, long from, long to, long batch)
 static void print_create(const char *db, long n, long batch, double s)
 {
     char la[64];
-    long long bytes = sql_ll(db, "SELECT pg_total_relation_size('warren.jobs')");
-    loadavg(la, sizeof(la));
+    long long bytes = testenv_sql_long(db, "SELECT pg_total_relation_size('warren.jobs')");
+    testenv_loadavg(la, sizeof(la));
     printf("{\"bench\": \"api_jobs_create\", \"jobs\": %ld, \"batch\": %ld, \"seconds\": %.2f, "
            "\"jobs_per_s\": %.0f, \"jobs_table_bytes_per_job\": %.0f, \"clients\": 1, "
            "\"zones\": 10, \"loadavg\": %s}\n",
@@ -225,13 +179,13 @@ static void one_planner(const char *db, const char *amqp, long jobs, int idle, i
         int64_t t0 = mono_us(), worst = 0, sum = 0;
         double cpu0 = cpu_s();
         if (warren_planner_new(&c, db, amqp, NULL, &p, &err) != 0)
-            die("planner", err.message);
+            testenv_die("planner", err.message);
         for (;;) {
             uint64_t before;
             warren_planner_stats_get(p, &s);
             before = s.runs_inserted;
             if (warren_planner_tick(p, &err) != 0)
-                die("tick", err.message);
+                testenv_die("tick", err.message);
             warren_planner_stats_get(p, &s);
             /* the backlog is planned: what is left is the steady trickle of
              * fire times coming into the horizon (hourly jobs: jobs/3600 a
@@ -241,10 +195,10 @@ static void one_planner(const char *db, const char *amqp, long jobs, int idle, i
         }
         int64_t t1 = mono_us();
         double cpu1 = cpu_s();
-        loadavg(la, sizeof(la));
+        testenv_loadavg(la, sizeof(la));
         if (materialise) {
-            long long rb = sql_ll(db, "SELECT pg_total_relation_size('warren.runs')");
-            long long nr = sql_ll(db, "SELECT count(*) FROM warren.runs");
+            long long rb = testenv_sql_long(db, "SELECT pg_total_relation_size('warren.runs')");
+            long long nr = testenv_sql_long(db, "SELECT count(*) FROM warren.runs");
             printf("{\"bench\": \"api_jobs_materialise\", \"jobs\": %ld, \"runs\": %llu, "
                    "\"materialise_s\": %.2f, \"runs_per_s\": %.0f, \"wall_s\": %.2f, "
                    "\"planner_cpu_s\": %.2f, \"jobs_on_second_connection\": %llu, "
@@ -253,7 +207,7 @@ static void one_planner(const char *db, const char *amqp, long jobs, int idle, i
                    jobs, (unsigned long long)s.runs_inserted, s.materialise_us / 1e6,
                    s.materialise_us ? s.runs_inserted / (s.materialise_us / 1e6) : 0.0,
                    (t1 - t0) / 1e6, cpu1 - cpu0, (unsigned long long)s.helper_jobs,
-                   rss_peak_kib() / 1024.0, nr > 0 ? (double)rb / nr : 0.0, la);
+                   testenv_rss_peak_kib() / 1024.0, nr > 0 ? (double)rb / nr : 0.0, la);
             fflush(stdout);
         }
         /* Nothing due: a planner with a 10 min horizon, while every cursor is
@@ -271,7 +225,7 @@ static void one_planner(const char *db, const char *amqp, long jobs, int idle, i
         for (int round = 0; round < (vacuum_too ? 3 : 1); round++) {
             int64_t first_us, full_us;
             if (round == 1 && testenv_psql(db, "VACUUM warren.jobs", NULL) < 0)
-                die("vacuum", "");
+                testenv_die("vacuum", "");
             if (round == 2) {
                 /* Every cursor moved once since the vacuum, its old entry
                  * left below the horizon, as the planner's moves leave them
@@ -288,18 +242,18 @@ static void one_planner(const char *db, const char *amqp, long jobs, int idle, i
                                  "next_fire_at = next_fire_at + interval '3 hours' "
                                  "WHERE origin = 'api'",
                                  NULL) < 0)
-                    die("moving the cursors", "");
+                    testenv_die("moving the cursors", "");
             }
             if (warren_planner_new(&c, db, amqp, NULL, &p, &err) != 0)
-                die("planner", err.message);
+                testenv_die("planner", err.message);
             first_us = mono_us();
             if (warren_planner_tick(p, &err) != 0) /* leases taken */
-                die("tick", err.message);
+                testenv_die("tick", err.message);
             first_us = mono_us() - first_us;
             warren_planner_rescan(p);
             full_us = mono_us();
             if (warren_planner_tick(p, &err) != 0)
-                die("tick", err.message);
+                testenv_die("tick", err.message);
             full_us = mono_us() - full_us;
             warren_planner_stats_get(p, &s);
             uint64_t planned_before_idle = s.runs_inserted, mat_before = s.materialise_us,
@@ -308,14 +262,14 @@ static void one_planner(const char *db, const char *amqp, long jobs, int idle, i
             for (int i = 0; i < idle; i++) {
                 int64_t a = mono_us();
                 if (warren_planner_tick(p, &err) != 0)
-                    die("tick", err.message);
+                    testenv_die("tick", err.message);
                 int64_t d = mono_us() - a;
                 sum += d;
                 if (d > worst)
                     worst = d;
             }
             warren_planner_stats_get(p, &s);
-            loadavg(la, sizeof(la));
+            testenv_loadavg(la, sizeof(la));
             printf("{\"bench\": \"api_jobs_idle_tick\", \"jobs\": %ld, \"ticks\": %d, \"horizon\": "
                    "\"10m\", \"jobs_vacuumed\": %s, \"state\": \"%s\", ",
                    jobs, idle, round >= 1 ? "true" : "false", state[round]);
@@ -330,7 +284,7 @@ static void one_planner(const char *db, const char *amqp, long jobs, int idle, i
                    (s.materialise_us - mat_before) / 1000.0 / idle,
                    (unsigned long long)(s.runs_published - pub_before),
                    (unsigned long long)(s.full_scans - full_before), first_us / 1000.0,
-                   full_us / 1000.0, rss_peak_kib() / 1024.0, la);
+                   full_us / 1000.0, testenv_rss_peak_kib() / 1024.0, la);
             fflush(stdout);
             warren_planner_release(p, &err);
             warren_planner_free(p);
@@ -340,14 +294,7 @@ static void one_planner(const char *db, const char *amqp, long jobs, int idle, i
     int st = 0;
     waitpid(pid, &st, 0);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-        die("planner child", "failed");
-}
-
-static volatile sig_atomic_t stop_flag;
-static void on_term(int sig)
-{
-    (void)sig;
-    stop_flag = 1;
+        testenv_die("planner child", "failed");
 }
 
 /* Every API job unplanned again (bench databases only). */
@@ -359,7 +306,7 @@ static void reset(const char *db)
                      "DELETE FROM warren.planners",
                      NULL) < 0 ||
         testenv_psql(db, "VACUUM ANALYZE warren.jobs", NULL) < 0)
-        die("reset", "");
+        testenv_die("reset", "");
 }
 
 /* P planners (children running warren_planner_run) plan all jobs anew; the
@@ -375,7 +322,7 @@ static void many_planners(const char *db, const char *amqp, long jobs, int np)
                      "WHERE origin = 'api'; DELETE FROM warren.planner_leases; "
                      "DELETE FROM warren.planners",
                      NULL) < 0)
-        die("reset", "");
+        testenv_die("reset", "");
     int64_t t0 = mono_us();
     for (int i = 0; i < np; i++) {
         pids[i] = fork();
@@ -384,18 +331,18 @@ static void many_planners(const char *db, const char *amqp, long jobs, int np)
             warren_planner *p = NULL;
             warren_error err = {0};
             warren_planner_stats s;
-            signal(SIGTERM, on_term);
+            testenv_catch_term();
             if (warren_planner_new(&c, db, amqp, NULL, &p, &err) != 0)
-                die("planner", err.message);
+                testenv_die("planner", err.message);
             char id[64];
             snprintf(id, sizeof(id), "bench-planner-%d", i);
             warren_planner_set_id(p, id, &err);
-            warren_planner_run(p, &stop_flag, &err);
+            warren_planner_run(p, &testenv_term, &err);
             warren_planner_stats_get(p, &s);
             printf("{\"bench\": \"api_jobs_planner\", \"planner\": %d, \"runs_inserted\": %llu, "
                    "\"partitions_owned\": %d, \"ticks\": %llu, \"rss_peak_mib\": %.1f}\n",
                    i, (unsigned long long)s.runs_inserted, s.partitions_owned,
-                   (unsigned long long)s.ticks, rss_peak_kib() / 1024.0);
+                   (unsigned long long)s.ticks, testenv_rss_peak_kib() / 1024.0);
             fflush(stdout);
             warren_planner_release(p, &err);
             warren_planner_free(p);
@@ -406,27 +353,28 @@ static void many_planners(const char *db, const char *amqp, long jobs, int np)
     int64_t filled = 0;
     for (int i = 0; i < 3600 * 5; i++) {
         usleep(200000);
-        left = sql_ll(db, "SELECT count(*) FROM warren.jobs WHERE origin = 'api' AND NOT paused "
-                          "AND (next_fire_at IS NULL OR next_fire_at <= now() + interval '2 "
-                          "hour')");
+        left = testenv_sql_long(
+            db, "SELECT count(*) FROM warren.jobs WHERE origin = 'api' AND NOT paused "
+                "AND (next_fire_at IS NULL OR next_fire_at <= now() + interval '2 "
+                "hour')");
         if (left >= 0 && left <= jobs / 1000) {
             filled = mono_us() - t0;
             break;
         }
     }
-    owners = sql_ll(db, "SELECT count(DISTINCT owner) FROM warren.planner_leases WHERE "
-                        "lease_until > now()");
+    owners = testenv_sql_long(db, "SELECT count(DISTINCT owner) FROM warren.planner_leases WHERE "
+                                  "lease_until > now()");
     for (int i = 0; i < np; i++)
         kill(pids[i], SIGTERM);
     for (int i = 0; i < np; i++)
         waitpid(pids[i], NULL, 0);
-    loadavg(la, sizeof(la));
+    testenv_loadavg(la, sizeof(la));
     printf("{\"bench\": \"api_jobs_planners\", \"planners\": %d, \"jobs\": %ld, \"runs\": %lld, "
            "\"horizon_filled_s\": %.2f, \"jobs_left_in_horizon\": %lld, \"lease_owners\": %lld, "
            "\"horizon\": \"2h\", "
            "\"loadavg\": %s}\n",
-           np, jobs, sql_ll(db, "SELECT count(*) FROM warren.runs"), filled / 1e6, left, owners,
-           la);
+           np, jobs, (long long)testenv_sql_long(db, "SELECT count(*) FROM warren.runs"),
+           filled / 1e6, left, owners, la);
     fflush(stdout);
 }
 
@@ -457,7 +405,7 @@ int main(int argc, char **argv)
     if (small > jobs)
         small = jobs;
     if (planners < 1 || planners > 16 || batch < 1 || jobs < 1)
-        die("arguments", "planners 1-16, batch and jobs >= 1");
+        testenv_die("arguments", "planners 1-16, batch and jobs >= 1");
     setvbuf(stdout, NULL, _IOLBF, 0);
     {
         time_t now = time(NULL);
@@ -472,12 +420,12 @@ int main(int argc, char **argv)
         warren_error err = {0};
         if (warren_broker_open(amqp, NULL, &b, &err) != 0 ||
             warren_broker_topology(b, queues, 1, 5, &err) != 0)
-            die("topology", err.message);
+            testenv_die("topology", err.message);
         warren_broker_free(b);
     }
     fprintf(stderr, "bench_api_jobs: database %s\n", db);
     if (reuse != NULL) {
-        jobs = sql_ll(db, "SELECT count(*) FROM warren.jobs WHERE origin = 'api'");
+        jobs = testenv_sql_long(db, "SELECT count(*) FROM warren.jobs WHERE origin = 'api'");
         reset(db);
         one_planner(db, amqp, jobs, 20, 1, 1);
         if (!no_planners)
@@ -489,7 +437,7 @@ int main(int argc, char **argv)
     sync_template(db);
     PGconn *c = PQconnectdb(db);
     if (PQstatus(c) != CONNECTION_OK)
-        die("connect", PQerrorMessage(c));
+        testenv_die("connect", PQerrorMessage(c));
     double s = create_jobs(c, 0, small, batch);
     print_create(db, small, batch, s);
     testenv_psql(db, "ANALYZE warren.jobs", NULL);

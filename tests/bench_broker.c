@@ -22,13 +22,6 @@
 
 #include "testenv.h"
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 typedef struct counts {
     long acked, other;
 } counts;
@@ -41,12 +34,6 @@ static void on_confirm(void *ud, uint64_t seq, warren_publish_status st)
         c->acked++;
     else
         c->other++;
-}
-
-static void die(const char *what, const warren_error *err)
-{
-    fprintf(stderr, "bench_broker: %s: %s\n", what, err->message);
-    exit(1);
 }
 
 /* The vhost of the current measurement, deleted when it is done. */
@@ -71,11 +58,11 @@ static warren_broker *fresh(void)
     char *url = testenv_vhost();
 
     if (warren_broker_open(url, NULL, &b, &err) != 0)
-        die("open", &err);
+        testenv_die("open", err.message);
     if (warren_broker_topology(b, queues, 1, 5, &err) != 0)
-        die("topology", &err);
+        testenv_die("topology", err.message);
     if (warren_broker_confirm_select(b, &err) != 0)
-        die("confirm.select", &err);
+        testenv_die("confirm.select", err.message);
     bench_url = url;
     return b;
 }
@@ -112,21 +99,21 @@ static void run(const char *mode, long n, long window)
     m.body_len = 300;
     m.mandatory = 1;
     m.message_id = id;
-    t0 = now_s();
+    t0 = testenv_mono_s();
     for (long i = 0; i < n; i++) {
         snprintf(id, sizeof(id), "bench@%ld", i);
         if (warren_broker_publish(b, &m, &seq, &err) != 0)
-            die("publish", &err);
+            testenv_die("publish", err.message);
         /* a sliding window: at most `window` publishes unconfirmed */
         if ((long)seq >= window && warren_broker_confirm_wait(b, seq - (uint64_t)window + 1, 30000,
                                                               on_confirm, &c, &err) != 0)
-            die("confirm_wait", &err);
+            testenv_die("confirm_wait", err.message);
     }
     if (warren_broker_confirm_wait(b, seq, 30000, on_confirm, &c, &err) != 0)
-        die("confirm_wait", &err);
-    dt = now_s() - t0;
+        testenv_die("confirm_wait", err.message);
+    dt = testenv_mono_s() - t0;
     if (warren_broker_queue_count(b, "warren.ready.bench", &depth, NULL, &err) != 0)
-        die("queue_count", &err);
+        testenv_die("queue_count", err.message);
     printf("{\"bench\":\"broker_publish_confirm\",\"mode\":\"%s\",\"queue\":\"quorum\","
            "\"messages\":%ld,\"window\":%ld,\"body_bytes\":300,\"seconds\":%.3f,"
            "\"msg_per_s\":%.0f,\"acked\":%ld,\"not_acked\":%ld,\"queue_depth\":%" PRIu32 "}\n",
@@ -134,13 +121,6 @@ static void run(const char *mode, long n, long window)
     fflush(stdout);
     warren_broker_free(b);
     drop_vhost();
-}
-
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static int cmp_i64(const void *a, const void *b)
@@ -163,7 +143,7 @@ static void run_delay(const char *mode, long n, long spread_ms)
     counts c = {0};
     char id[64], qname[64];
     int64_t *due = calloc((size_t)n, sizeof(*due)), *late = calloc((size_t)n, sizeof(*late));
-    int64_t start = wall_ms() + 2000, deadline, publish_ms;
+    int64_t start = testenv_wall_ms() + 2000, deadline, publish_ms;
     uint64_t seq = 0;
     long got_n = 0, early = 0;
     int got;
@@ -181,33 +161,33 @@ static void run_delay(const char *mode, long n, long spread_ms)
     /* consume from the start: nothing is due before publishing ends (2 s) */
     if (warren_broker_qos(b, 500, &err) != 0 ||
         warren_broker_consume(b, "warren.ready.bench", &err) != 0)
-        die("consume", &err);
+        testenv_die("consume", err.message);
     for (long i = 0; i < n; i++) {
         due[i] = start + (n > 1 ? spread_ms * i / (n - 1) : 0);
         snprintf(id, sizeof(id), "%ld", i);
         if (warren_broker_delay_queue(b, due[i] / 1000, 600000, qname, sizeof(qname), &err) != 0)
-            die("delay_queue", &err);
+            testenv_die("delay_queue", err.message);
         m.routing_key = qname;
-        m.expiration_ms = due[i] - wall_ms();
+        m.expiration_ms = due[i] - testenv_wall_ms();
         if (m.expiration_ms < 1)
             m.expiration_ms = 1;
         if (warren_broker_publish(b, &m, &seq, &err) != 0)
-            die("publish", &err);
+            testenv_die("publish", err.message);
         if ((long)seq % 256 == 0 &&
             warren_broker_confirm_wait(b, seq, 30000, on_confirm, &c, &err) != 0)
-            die("confirm_wait", &err);
+            testenv_die("confirm_wait", err.message);
     }
     if (warren_broker_confirm_wait(b, seq, 30000, on_confirm, &c, &err) != 0)
-        die("confirm_wait", &err);
-    publish_ms = wall_ms() - (start - 2000);
+        testenv_die("confirm_wait", err.message);
+    publish_ms = testenv_wall_ms() - (start - 2000);
     deadline = start + spread_ms + 30000;
-    while (got_n < n && wall_ms() < deadline) {
+    while (got_n < n && testenv_wall_ms() < deadline) {
         if (warren_broker_next(b, 1000, &d, &got, &err) != 0)
-            die("next", &err);
+            testenv_die("next", err.message);
         if (!got)
             continue;
         {
-            int64_t now = wall_ms();
+            int64_t now = testenv_wall_ms();
             long i = atol(d.message_id ? d.message_id : "-1");
             if (i >= 0 && i < n) {
                 late[got_n] = now - due[i];
@@ -217,7 +197,7 @@ static void run_delay(const char *mode, long n, long spread_ms)
             }
         }
         if (warren_broker_ack(b, d.tag, &err) != 0)
-            die("ack", &err);
+            testenv_die("ack", err.message);
         warren_delivery_clear(&d);
     }
     qsort(late, (size_t)got_n, sizeof(*late), cmp_i64);

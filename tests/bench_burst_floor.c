@@ -28,13 +28,6 @@
 
 #include "testenv.h"
 
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* CPU seconds every beam.smp (RabbitMQ) on this machine has used so far. */
 static double broker_cpu_s(void)
 {
@@ -65,12 +58,6 @@ static double broker_cpu_s(void)
     return s;
 }
 
-static void die(const char *what, const warren_error *e)
-{
-    fprintf(stderr, "bench_burst_floor: %s: %s\n", what, e ? e->message : "");
-    exit(1);
-}
-
 /* A consumer: acknowledges everything, nothing before `hold_until` (wall
  * clock, ms; 0: at once); stops 3 s after the last message. */
 static void consume(const char *url, int prefetch, int multiple, int64_t hold_until, int fd)
@@ -81,7 +68,7 @@ static void consume(const char *url, int prefetch, int multiple, int64_t hold_un
     int64_t first = 0, last = 0;
     if (warren_broker_open(url, NULL, &b, &err) != 0 || warren_broker_qos(b, prefetch, &err) != 0 ||
         warren_broker_consume(b, "warren.ready.bench", &err) != 0)
-        die("consumer", &err);
+        testenv_die("consumer", err.message);
     for (;;) {
         warren_delivery d;
         int got = 0;
@@ -89,15 +76,15 @@ static void consume(const char *url, int prefetch, int multiple, int64_t hold_un
          * worker's loop does */
         if (multiple) {
             if (warren_broker_next(b, 0, &d, &got, &err) != 0)
-                die("next", &err);
+                testenv_die("next", err.message);
             if (!got && warren_broker_ack_flush(b, &err) != 0)
-                die("flush", &err);
+                testenv_die("flush", err.message);
         }
         if (!got && warren_broker_next(b, n > 0 ? 3000 : 60000, &d, &got, &err) != 0)
-            die("next", &err);
+            testenv_die("next", err.message);
         if (!got)
             break;
-        last = wall_ms();
+        last = testenv_wall_ms();
         if (first == 0)
             first = last;
         n++;
@@ -110,13 +97,13 @@ static void consume(const char *url, int prefetch, int multiple, int64_t hold_un
         }
         if ((multiple ? warren_broker_ack_later(b, d.tag, &err)
                       : warren_broker_ack(b, d.tag, &err)) != 0)
-            die("ack", &err);
+            testenv_die("ack", err.message);
         warren_delivery_clear(&d);
     }
     char line[128];
     int len = snprintf(line, sizeof(line), "%ld %lld %lld\n", n, (long long)first, (long long)last);
     if (write(fd, line, (size_t)len) != len)
-        die("write", NULL);
+        testenv_die("write", NULL);
     warren_broker_free(b);
 }
 
@@ -138,8 +125,8 @@ int main(int argc, char **argv)
     if (warren_broker_open(url, NULL, &b, &err) != 0 ||
         warren_broker_topology(b, queues, 1, 5, &err) != 0 ||
         warren_broker_confirm_select(b, &err) != 0)
-        die("topology", &err);
-    int64_t due = (wall_ms() / 1000 + 2 + n / 4000) * 1000 + 1000 + lead;
+        testenv_die("topology", err.message);
+    int64_t due = (testenv_wall_ms() / 1000 + 2 + n / 4000) * 1000 + 1000 + lead;
     for (int i = 0; i < nc; i++)
         if (fork() == 0) {
             close(pfd[0]);
@@ -170,20 +157,20 @@ int main(int argc, char **argv)
     m.mandatory = 1;
     m.message_id = id;
     if (warren_broker_delay_queue(b, (due - lead) / 1000, 600000, qname, sizeof(qname), &err) != 0)
-        die("delay_queue", &err);
+        testenv_die("delay_queue", err.message);
     for (long i = 0; i < n; i++) {
         snprintf(id, sizeof(id), "bench@%ld", i);
-        m.expiration_ms = due - lead - wall_ms();
+        m.expiration_ms = due - lead - testenv_wall_ms();
         if (m.expiration_ms < 1)
             m.expiration_ms = 1;
         if (warren_broker_publish(b, &m, &seq, &err) != 0)
-            die("publish", &err);
+            testenv_die("publish", err.message);
         if (seq >= 256 && warren_broker_confirm_wait(b, seq - 255, 30000, NULL, NULL, &err) != 0)
-            die("confirm_wait", &err);
+            testenv_die("confirm_wait", err.message);
     }
     if (warren_broker_confirm_wait(b, seq, 30000, NULL, NULL, &err) != 0)
-        die("confirm_wait", &err);
-    int64_t published = wall_ms();
+        testenv_die("confirm_wait", err.message);
+    int64_t published = testenv_wall_ms();
     /* the broker's CPU from the due time until the consumers stop (3 s idle
      * after the last delivery): with a lead, what the drain costs it */
     double cpu_pub = broker_cpu_s();

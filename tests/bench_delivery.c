@@ -22,75 +22,6 @@
 
 #include "testenv.h"
 
-static volatile sig_atomic_t child_stop;
-
-static void on_term(int sig)
-{
-    (void)sig;
-    child_stop = 1;
-}
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static warren_us wall_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (warren_us)ts.tv_sec * WARREN_US_PER_S + ts.tv_nsec / 1000;
-}
-
-static void loadavg(char *buf, size_t len)
-{
-    FILE *f = fopen("/proc/loadavg", "r");
-    double a = 0, b = 0, c = 0;
-    if (f != NULL) {
-        if (fscanf(f, "%lf %lf %lf", &a, &b, &c) != 3)
-            a = b = c = -1;
-        fclose(f);
-    }
-    snprintf(buf, len, "[%.2f, %.2f, %.2f]", a, b, c);
-}
-
-static long rss_peak_kib(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long kib = -1;
-    while (f != NULL && fgets(line, sizeof(line), f) != NULL)
-        if (strncmp(line, "VmHWM:", 6) == 0)
-            kib = atol(line + 6);
-    if (f != NULL)
-        fclose(f);
-    return kib;
-}
-
-static void die(const char *what, const warren_error *err)
-{
-    fprintf(stderr, "bench_delivery: %s: %s\n", what, err ? err->message : "");
-    exit(1);
-}
-
-static void sql(const char *db, const char *q)
-{
-    if (testenv_psql(db, q, NULL) < 0) {
-        fprintf(stderr, "bench_delivery: SQL failed: %s\n", q);
-        exit(1);
-    }
-}
-
-static long sql_long(const char *db, const char *q)
-{
-    char *v = testenv_sql1(db, q);
-    long n = v ? atol(v) : -1;
-    free(v);
-    return n;
-}
-
 static warren_config bench_config(int64_t horizon_ms, int batch)
 {
     warren_config c;
@@ -114,36 +45,11 @@ static env env_new(void)
 {
     static const char *const queues[] = {"b"};
     env e = {testenv_db_migrated(), testenv_vhost()};
-    warren_broker *b = NULL;
-    warren_error err = {0};
-    if (warren_broker_open(e.amqp, NULL, &b, &err) != 0 ||
-        warren_broker_topology(b, queues, 1, 5, &err) != 0)
-        die("topology", &err);
-    warren_broker_free(b);
-    sql(e.db, "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, paused) VALUES "
-              "('bench', 'at', '2099-01-01T00:00:00Z', 'b', true)");
+    testenv_topology(e.amqp, queues, 1, 5);
+    testenv_exec(e.db,
+                 "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, paused) VALUES "
+                 "('bench', 'at', '2099-01-01T00:00:00Z', 'b', true)");
     return e;
-}
-
-static warren_us db_offset(const env *e)
-{
-    warren_store *st = NULL;
-    warren_error err = {0};
-    warren_us best = 0, best_rtt = INT64_MAX;
-    if (warren_store_open(e->db, NULL, &st, &err) != 0)
-        die("store", &err);
-    for (int i = 0; i < 20; i++) {
-        warren_us a = wall_us(), now = 0, b;
-        if (warren_store_now(st, &now, &err) != 0)
-            die("now", &err);
-        b = wall_us();
-        if (b - a < best_rtt) {
-            best_rtt = b - a;
-            best = now - (a + b) / 2;
-        }
-    }
-    warren_store_free(st);
-    return best;
 }
 
 static pid_t spawn_planner(const env *e, const warren_config *c)
@@ -154,15 +60,12 @@ static pid_t spawn_planner(const env *e, const warren_config *c)
         exit(1);
     }
     if (pid == 0) {
-        struct sigaction sa;
         warren_planner *p = NULL;
         warren_error err = {0};
-        memset(&sa, 0, sizeof(sa));
-        sa.sa_handler = on_term;
-        sigaction(SIGTERM, &sa, NULL);
+        testenv_catch_term();
         if (warren_planner_new(c, e->db, e->amqp, NULL, &p, &err) != 0)
-            die("planner", &err);
-        warren_planner_run(p, &child_stop, &err);
+            testenv_die("planner", err.message);
+        warren_planner_run(p, &testenv_term, &err);
         warren_planner_free(p);
         _exit(0);
     }
@@ -188,24 +91,24 @@ static size_t consume(const env *e, warren_us offset, int64_t *lateness, size_t 
     warren_broker *b = NULL;
     warren_error err = {0};
     size_t got_n = 0;
-    int64_t end = mono_ms() + timeout_ms;
+    int64_t end = testenv_mono_ms() + timeout_ms;
 
     if (warren_broker_open(e->amqp, NULL, &b, &err) != 0 || warren_broker_qos(b, 500, &err) != 0 ||
         warren_broker_consume(b, "warren.ready.b", &err) != 0)
-        die("consumer", &err);
+        testenv_die("consumer", err.message);
     FILE *dump = getenv("BENCH_DUMP") ? fopen(getenv("BENCH_DUMP"), "w") : NULL;
     *last_arrival = 0;
-    while (got_n < n && mono_ms() < end) {
+    while (got_n < n && testenv_mono_ms() < end) {
         warren_delivery d = {0};
         int got = 0;
         if (warren_broker_next(b, 200, &d, &got, &err) != 0)
-            die("consume", &err);
+            testenv_die("consume", err.message);
         if (!got)
             continue;
-        warren_us at = wall_us() + offset, due = 0;
+        warren_us at = testenv_wall_us() + offset, due = 0;
         const char *dh = warren_delivery_header(&d, "x-warren-due-at");
         if (dh == NULL || warren_time_parse(dh, &due, NULL) != 0)
-            die("message without x-warren-due-at", NULL);
+            testenv_die("message without x-warren-due-at", NULL);
         lateness[got_n++] = at - due;
         if (dump != NULL)
             fprintf(dump, "%lld %lld\n", (long long)(due / 1000), (long long)((at - due) / 1000));
@@ -227,7 +130,7 @@ static void print_lateness(const char *name, size_t runs, size_t got, int64_t *l
     qsort(lat, got, sizeof(*lat), cmp64);
     for (size_t i = 0; i < got; i++)
         early += lat[i] < 0;
-    loadavg(la, sizeof(la));
+    testenv_loadavg(la, sizeof(la));
     printf("{\"bench\": \"%s\", \"runs\": %zu, \"received\": %zu, \"released_early\": %zu, "
            "\"lateness_ms\": {\"min\": %.1f, \"p50\": %.1f, \"p99\": %.1f, \"max\": %.1f}%s, "
            "\"loadavg\": %s}\n",
@@ -248,7 +151,7 @@ static void bench_steady(int seconds)
                      getenv("BENCH_BATCH") ? atoi(getenv("BENCH_BATCH")) : 200);
     size_t n = (size_t)seconds * 200;
     int64_t *lat = calloc(n, sizeof(*lat));
-    warren_us off = db_offset(&e), last;
+    warren_us off = testenv_db_clock_offset(e.db, 20), last;
     c.planner.delay_ring = getenv("BENCH_RING") ? atoi(getenv("BENCH_RING")) : 0;
     c.planner.delay_ring_type =
         getenv("BENCH_RING_TYPE") != NULL && strcmp(getenv("BENCH_RING_TYPE"), "classic") == 0
@@ -264,20 +167,21 @@ static void bench_steady(int seconds)
              "date_trunc('second', clock_timestamp()) + interval '15 s' + g * interval '5 ms', "
              "'trigger' FROM generate_series(0, %zu) g",
              n - 1);
-    sql(e.db, q);
+    testenv_exec(e.db, q);
     if (getenv("BENCH_PREDECLARE") != NULL) {
         /* experiment: every delay queue of the run exists before it starts */
         warren_broker *pb = NULL;
         warren_error perr = {0};
         char name[64];
-        long first = sql_long(e.db, "SELECT floor(extract(epoch FROM min(due_at)))::bigint FROM "
-                                    "warren.runs");
+        long first =
+            testenv_sql_long(e.db, "SELECT floor(extract(epoch FROM min(due_at)))::bigint FROM "
+                                   "warren.runs");
         if (warren_broker_open(e.amqp, NULL, &pb, &perr) != 0)
-            die("broker", &perr);
+            testenv_die("broker", perr.message);
         for (long sec = first; sec <= first + seconds + 1; sec++)
             if (warren_broker_delay_queue(pb, sec, c.planner.delay_queue_expires_ms, name,
                                           sizeof(name), &perr) != 0)
-                die("declare", &perr);
+                testenv_die("declare", perr.message);
         warren_broker_free(pb);
     }
     if (c.planner.delay_ring > 0) {
@@ -286,12 +190,12 @@ static void bench_steady(int seconds)
         warren_error perr = {0};
         char name[64];
         if (warren_broker_open(e.amqp, NULL, &pb, &perr) != 0)
-            die("broker", &perr);
+            testenv_die("broker", perr.message);
         for (int s = 0; s < c.planner.delay_ring; s++)
             if (warren_broker_delay_ring_queue_typed(pb, s, c.planner.delay_ring,
                                                      c.planner.delay_ring_type, name, sizeof(name),
                                                      &perr) != 0)
-                die("declare", &perr);
+                testenv_die("declare", perr.message);
         warren_broker_free(pb);
     }
     pid = spawn_planner(&e, &c);
@@ -314,7 +218,7 @@ static void bench_burst(const char *name, size_t n, int lead_s, int batch, int u
     env e = env_new();
     warren_config c = bench_config((int64_t)lead_s * 2000, batch);
     int64_t *lat = calloc(n, sizeof(*lat));
-    warren_us off = db_offset(&e), last = 0, due = 0;
+    warren_us off = testenv_db_clock_offset(e.db, 20), last = 0, due = 0;
     char q[512], extra[256], *v;
     pid_t pid;
 
@@ -324,7 +228,7 @@ static void bench_burst(const char *name, size_t n, int lead_s, int batch, int u
              "date_trunc('second', clock_timestamp()) + interval '%d s', 'trigger' "
              "FROM generate_series(0, %zu) g",
              lead_s, n - 1);
-    sql(e.db, q);
+    testenv_exec(e.db, q);
     v = testenv_sql1(e.db, "SELECT (extract(epoch FROM min(due_at)) * 1000000)::bigint FROM "
                            "warren.runs");
     due = v ? atoll(v) : 0;
@@ -339,25 +243,26 @@ static void bench_burst(const char *name, size_t n, int lead_s, int batch, int u
     } else {
         /* Released = in the ready queue; no consumer to slow the broker. */
         warren_us published_at = 0, all_at = 0;
-        int64_t end = mono_ms() + (int64_t)lead_s * 1000 + 60000, next_db = 0;
+        int64_t end = testenv_mono_ms() + (int64_t)lead_s * 1000 + 60000, next_db = 0;
         warren_broker *qb = NULL;
         warren_error qerr = {0};
         char la[64];
         /* one connection for the polls: a new one per poll would load the broker */
         if (warren_broker_open(e.amqp, NULL, &qb, &qerr) != 0)
-            die("broker", &qerr);
-        while (mono_ms() < end) {
+            testenv_die("broker", qerr.message);
+        while (testenv_mono_ms() < end) {
             uint32_t depth = 0;
-            if (published_at == 0 && mono_ms() >= next_db) {
-                if (sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE state = 'published'") ==
+            if (published_at == 0 && testenv_mono_ms() >= next_db) {
+                if (testenv_sql_long(
+                        e.db, "SELECT count(*) FROM warren.runs WHERE state = 'published'") ==
                     (long)n)
-                    published_at = wall_us() + off;
-                next_db = mono_ms() + 250;
+                    published_at = testenv_wall_us() + off;
+                next_db = testenv_mono_ms() + 250;
             }
             if (warren_broker_queue_count(qb, "warren.ready.b", &depth, NULL, &qerr) != 0)
-                die("queue depth", &qerr);
+                testenv_die("queue depth", qerr.message);
             if (depth == (uint32_t)n) {
-                all_at = wall_us() + off;
+                all_at = testenv_wall_us() + off;
                 break;
             }
             struct timespec ts = {0, 10 * 1000000L};
@@ -365,7 +270,7 @@ static void bench_burst(const char *name, size_t n, int lead_s, int batch, int u
         }
         warren_broker_free(qb);
         stop_planner(pid);
-        loadavg(la, sizeof(la));
+        testenv_loadavg(la, sizeof(la));
         printf("{\"bench\": \"%s\", \"runs\": %zu, \"published_before_due_ms\": %.1f, "
                "\"all_released_ms\": %.1f, \"publish_batch\": %d, \"measured_by\": \"ready queue "
                "depth, polled every 10 ms\", \"loadavg\": %s}\n",
@@ -394,34 +299,35 @@ static void bench_materialise(void)
 
         /* relay lead = x-expires / 2 = 1 s: the relay stays out of the way */
         c.planner.delay_queue_expires_ms = 2000;
-        sql(e.db, "INSERT INTO warren.jobs (name, schedule_kind, expression, timezone, queue, "
+        testenv_exec(
+            e.db, "INSERT INTO warren.jobs (name, schedule_kind, expression, timezone, queue, "
                   "partition) SELECT 'cron-' || g, 'cron', 'H H/5 * * * *', (ARRAY['UTC', "
                   "'Europe/Berlin', 'America/New_York', 'Asia/Tokyo', 'Australia/Sydney'])[1 + g "
                   "% 5], 'b', g % 64 FROM generate_series(1, 100000) g");
         /* as autovacuum would have by then: statistics for 100k jobs */
-        sql(e.db, "ANALYZE warren.jobs");
+        testenv_exec(e.db, "ANALYZE warren.jobs");
         if (warren_planner_new(&c, e.db, e.amqp, NULL, &p, &err) != 0)
-            die("planner", &err);
-        rss_before = rss_peak_kib();
-        t0 = mono_ms();
+            testenv_die("planner", err.message);
+        rss_before = testenv_rss_peak_kib();
+        t0 = testenv_mono_ms();
         for (;;) {
             uint64_t before;
             warren_planner_stats_get(p, &s);
             before = s.runs_inserted;
             if (warren_planner_tick(p, &err) != 0)
-                die("tick", &err);
+                testenv_die("tick", err.message);
             warren_planner_stats_get(p, &s);
             if (s.runs_inserted == before && s.ticks > 1)
                 break;
         }
-        t1 = mono_ms();
-        loadavg(la, sizeof(la));
+        t1 = testenv_mono_ms();
+        testenv_loadavg(la, sizeof(la));
         printf("{\"bench\": \"materialise\", \"jobs\": 100000, \"runs\": %llu, "
                "\"materialise_s\": %.2f, \"runs_per_s\": %.0f, \"wall_s\": %.2f, "
                "\"rss_peak_mib\": %.1f, \"rss_at_start_mib\": %.1f, \"loadavg\": %s}\n",
                (unsigned long long)s.runs_inserted, s.materialise_us / 1e6,
                s.materialise_us ? s.runs_inserted / (s.materialise_us / 1e6) : 0.0,
-               (t1 - t0) / 1000.0, rss_peak_kib() / 1024.0, rss_before / 1024.0, la);
+               (t1 - t0) / 1000.0, testenv_rss_peak_kib() / 1024.0, rss_before / 1024.0, la);
         fflush(stdout);
         warren_planner_free(p);
         _exit(0);

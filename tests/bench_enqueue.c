@@ -55,35 +55,14 @@
 
 #include "testenv.h"
 
-static volatile sig_atomic_t child_stop;
-
-static void on_term(int sig)
-{
-    (void)sig;
-    child_stop = 1;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void sleep_until(double t)
 {
-    double d = t - now_s();
+    double d = t - testenv_mono_s();
     if (d <= 0)
         return;
     struct timespec ts = {(time_t)d, (long)((d - (double)(time_t)d) * 1e9)};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
-}
-
-static void die(const char *what, const char *detail)
-{
-    fprintf(stderr, "bench_enqueue: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
-    exit(1);
 }
 
 static void loadavg(char *buf, size_t len)
@@ -122,7 +101,7 @@ static PGresult *must(PGconn *c, PGresult *r, const char *what)
 {
     ExecStatusType s = PQresultStatus(r);
     if (s != PGRES_TUPLES_OK && s != PGRES_COMMAND_OK)
-        die(what, PQerrorMessage(c));
+        testenv_die(what, PQerrorMessage(c));
     return r;
 }
 
@@ -163,11 +142,11 @@ static char *setup(char **amqp, char *cfg_path, size_t len, int concurrency)
 
     *amqp = testenv_vhost();
     if (mkdtemp(tmpl) == NULL)
-        die("mkdtemp", NULL);
+        testenv_die("mkdtemp", NULL);
     snprintf(cfg_path, len, "%s/bench.cfg", tmpl);
     FILE *f = fopen(cfg_path, "w");
     if (f == NULL)
-        die("cannot write", cfg_path);
+        testenv_die("cannot write", cfg_path);
     fprintf(f,
             "database = { url = \"%s\"; };\nbroker = { url = \"%s\"; };\n"
             "planner = { tick = \"1s\"; horizon = \"2m\"; };\n"
@@ -178,9 +157,9 @@ static char *setup(char **amqp, char *cfg_path, size_t len, int concurrency)
             db, *amqp, concurrency);
     fclose(f);
     if (warren_config_load(cfg_path, &cfg, NULL, &err) != 0)
-        die("config", err.message);
+        testenv_die("config", err.message);
     if (warren_store_open(db, NULL, &st, &err) != 0 || warren_store_sync(st, cfg, NULL, &err) != 0)
-        die("sync", err.message);
+        testenv_die("sync", err.message);
     warren_store_free(st);
     warren_config_free(cfg);
     testenv_execlog_create(db);
@@ -207,7 +186,7 @@ static void bench_bulk(long runs, int only_batch)
     long key = 0;
 
     if (PQstatus(c) != CONNECTION_OK)
-        die("connect", PQerrorMessage(c));
+        testenv_die("connect", PQerrorMessage(c));
     PQclear(must(c,
                  PQprepare(c, "many",
                            "SELECT count(*) FILTER (WHERE created) FROM "
@@ -224,9 +203,9 @@ static void bench_bulk(long runs, int only_batch)
         /* what an application sends: a JSON array of objects, as text */
         size_t cap = (size_t)b * 128 + 16;
         char *json = malloc(cap);
-        double t0 = now_s(), worst = 0, cpu0 = proc_cpu_s(PQbackendPID(c));
+        double t0 = testenv_mono_s(), worst = 0, cpu0 = proc_cpu_s(PQbackendPID(c));
         for (long done = 0; done < n; done += b) {
-            double tb = now_s();
+            double tb = testenv_mono_s();
             size_t len = 0;
             json[len++] = '[';
             for (int i = 0; i < b; i++)
@@ -241,10 +220,10 @@ static void bench_bulk(long runs, int only_batch)
             PGresult *r = must(c, PQexecPrepared(c, "many", 1, p, NULL, NULL, 0), "enqueue_many");
             made += atol(PQgetvalue(r, 0, 0));
             PQclear(r);
-            if (now_s() - tb > worst)
-                worst = now_s() - tb;
+            if (testenv_mono_s() - tb > worst)
+                worst = testenv_mono_s() - tb;
         }
-        double el = now_s() - t0, cpu = proc_cpu_s(PQbackendPID(c)) - cpu0;
+        double el = testenv_mono_s() - t0, cpu = proc_cpu_s(PQbackendPID(c)) - cpu0;
         char *size1 = val(c, "SELECT pg_total_relation_size('warren.runs')");
         loadavg(load, sizeof(load));
         printf("{\"bench\":\"enqueue_bulk\",\"batch\":%d,\"runs\":%ld,\"created\":%ld,"
@@ -275,7 +254,7 @@ static void bench_single(long calls)
            *rtt = calloc((size_t)calls, sizeof(double));
 
     if (PQstatus(c) != CONNECTION_OK)
-        die("connect", PQerrorMessage(c));
+        testenv_die("connect", PQerrorMessage(c));
     PQclear(must(c, PQprepare(c, "app", "INSERT INTO signups VALUES ($1::bigint, 'x')", 1, NULL),
                  "prepare"));
     PQclear(must(c,
@@ -294,9 +273,9 @@ static void bench_single(long calls)
         const char *p2[2] = {key, id};
         exec0(c, "BEGIN");
         PQclear(must(c, PQexecPrepared(c, "app", 1, p1, NULL, NULL, 0), "app row"));
-        double t = now_s();
+        double t = testenv_mono_s();
         PGresult *r = must(c, PQexecPrepared(c, "enq", 2, p2, NULL, NULL, 0), "enqueue");
-        rtt[i] = (now_s() - t) * 1000;
+        rtt[i] = (testenv_mono_s() - t) * 1000;
         srv[i] = atof(PQgetvalue(r, 0, 1)) * 1000;
         PQclear(r);
         exec0(c, "COMMIT");
@@ -323,20 +302,6 @@ static void bench_single(long calls)
 
 /* ------------------------------------------------------------ immediate */
 
-typedef struct planner_ctx {
-    warren_planner *p;
-    volatile sig_atomic_t stop;
-} planner_ctx;
-
-static void *planner_main(void *arg)
-{
-    planner_ctx *pc = arg;
-    warren_error err = {0};
-    if (warren_planner_run(pc->p, &pc->stop, &err) != 0)
-        fprintf(stderr, "planner: %s\n", err.message);
-    return NULL;
-}
-
 static void bench_immediate(int rate, int seconds)
 {
     enum { NWORKERS = 2, SLOTS = 50 };
@@ -344,31 +309,24 @@ static void bench_immediate(int rate, int seconds)
     char *db = setup(&amqp, cfg_path, sizeof(cfg_path), SLOTS);
     warren_config *cfg = NULL;
     warren_error err = {0};
-    warren_broker *b = NULL;
     pid_t w[NWORKERS];
     long n = (long)rate * seconds;
 
     if (warren_config_load(cfg_path, &cfg, NULL, &err) != 0)
-        die("config", err.message);
+        testenv_die("config", err.message);
     const char *queues[] = {"bench"};
-    if (warren_broker_open(amqp, NULL, &b, &err) != 0 ||
-        warren_broker_topology(b, queues, 1, cfg->delivery_limit, &err) != 0)
-        die("topology", err.message);
-    warren_broker_free(b);
+    testenv_topology(amqp, queues, 1, cfg->delivery_limit);
     for (int i = 0; i < NWORKERS; i++) { /* fork before any thread */
         w[i] = fork();
         if (w[i] == 0) {
             warren_worker *wk = NULL;
             warren_logger lg = {warren_log_stderr, stderr, WARREN_LOG_WARN};
             char id[32];
-            struct sigaction sa;
-            memset(&sa, 0, sizeof(sa));
-            sa.sa_handler = on_term;
-            sigaction(SIGTERM, &sa, NULL);
+            testenv_catch_term();
             snprintf(id, sizeof(id), "bench-w%d", i);
             if (warren_worker_new(cfg, &lg, &wk, &err) != 0 ||
                 warren_worker_set_id(wk, id, &err) != 0 ||
-                warren_worker_run(wk, &child_stop, &err) != 0) {
+                warren_worker_run(wk, &testenv_term, &err) != 0) {
                 fprintf(stderr, "worker %d: %s\n", i, err.message);
                 _exit(1);
             }
@@ -376,24 +334,21 @@ static void bench_immediate(int rate, int seconds)
             _exit(0);
         }
     }
-    planner_ctx pc = {0};
-    pthread_t th;
+    testenv_planner pl;
     warren_logger plg = {warren_log_stderr, stderr, WARREN_LOG_WARN};
-    if (warren_planner_new(cfg, db, amqp, &plg, &pc.p, &err) != 0)
-        die("planner", err.message);
-    pthread_create(&th, NULL, planner_main, &pc);
-    sleep_until(now_s() + 2);
+    testenv_planner_start(&pl, cfg, db, amqp, &plg);
+    sleep_until(testenv_mono_s() + 2);
 
     PGconn *c = PQconnectdb(db);
     if (PQstatus(c) != CONNECTION_OK)
-        die("connect", PQerrorMessage(c));
+        testenv_die("connect", PQerrorMessage(c));
     PQclear(must(c, PQprepare(c, "enq", "SELECT created FROM warren.enqueue('bench', $1)", 1, NULL),
                  "prepare"));
     /* When each COMMIT had returned: the database's clock read right after
      * it (one more round trip, so at most that much after the commit). */
     exec0(c, "CREATE TABLE committed (run_key text PRIMARY KEY, at timestamptz)");
     char **at = calloc((size_t)n, sizeof(char *));
-    double t0 = now_s();
+    double t0 = testenv_mono_s();
     for (long i = 0; i < n; i++) {
         char key[48];
         snprintf(key, sizeof(key), "imm:%ld", i);
@@ -404,7 +359,7 @@ static void bench_immediate(int rate, int seconds)
         exec0(c, "COMMIT");
         at[i] = val(c, "SELECT clock_timestamp()");
     }
-    double sent_s = now_s() - t0;
+    double sent_s = testenv_mono_s() - t0;
     for (long i = 0; i < n; i++) {
         char key[48];
         snprintf(key, sizeof(key), "bench@imm:%ld", i);
@@ -422,7 +377,7 @@ static void bench_immediate(int rate, int seconds)
         ok = atol(v) == n;
         free(v);
         if (!ok)
-            sleep_until(now_s() + 0.1);
+            sleep_until(testenv_mono_s() + 0.1);
     }
     char *lat = val(c, "SELECT round(percentile_cont(0.5) WITHIN GROUP (ORDER BY d)::numeric, 2) "
                        "|| ' ' || round(percentile_cont(0.99) WITHIN GROUP (ORDER BY d)::numeric, "
@@ -471,9 +426,7 @@ static void bench_immediate(int rate, int seconds)
         kill(w[i], SIGTERM);
     for (int i = 0; i < NWORKERS; i++)
         waitpid(w[i], NULL, 0);
-    pc.stop = 1;
-    pthread_join(th, NULL);
-    warren_planner_free(pc.p);
+    testenv_planner_stop(&pl);
     warren_config_free(cfg);
     drop_db(db);
     free(db);
@@ -506,7 +459,7 @@ int main(int argc, char **argv)
         }
     }
     if (runs < 1 || calls < 1 || rate < 1 || seconds < 1)
-        die("--runs, --calls, --rate and --seconds must be positive", NULL);
+        testenv_die("--runs, --calls, --rate and --seconds must be positive", NULL);
     unsetenv("WARREN_DATABASE_URL");
     unsetenv("WARREN_AMQP_URL");
     if (strcmp(mode, "immediate") == 0 || strcmp(mode, "all") == 0)

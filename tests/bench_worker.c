@@ -87,14 +87,6 @@
 
 #include "testenv.h"
 
-static volatile sig_atomic_t child_stop;
-
-static void on_term(int sig)
-{
-    (void)sig;
-    child_stop = 1;
-}
-
 /* The in-process handlers. noop: nothing (--noop-4096). logkey: appends its
  * run key to the log file (one write to an O_APPEND descriptor: lines are
  * not interleaved), for the exactly-once check. */
@@ -117,19 +109,6 @@ static warren_outcome logkey(warren_handler_ctx *ctx, void *ud)
         return WARREN_OUTCOME_RETRY;
     }
     return WARREN_OUTCOME_SUCCEEDED;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
-static void die(const char *what, const warren_error *e)
-{
-    fprintf(stderr, "bench_worker: %s: %s\n", what, e ? e->message : "");
-    exit(1);
 }
 
 static long peak_rss_kb(pid_t pid)
@@ -232,17 +211,6 @@ static void loadavg(char *buf, size_t len)
     buf[strcspn(buf, "\n")] = '\0';
 }
 
-static char *sql1(const char *db, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static char *sql1(const char *db, const char *fmt, ...)
-{
-    char q[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(q, sizeof(q), fmt, ap);
-    va_end(ap);
-    return testenv_sql1(db, q);
-}
-
 /* The benchmark's settings, copied into every JSON line. */
 typedef struct bench_opts {
     const char *handler; /* sql, c, exec */
@@ -275,7 +243,7 @@ static int wait_all(const char *db, const char *where, long n, int timeout_s)
         done = PQresultStatus(r) == PGRES_TUPLES_OK && strtol(PQgetvalue(r, 0, 0), NULL, 10) >= n;
         PQclear(r);
         if (!done)
-            sleep_ms(1000);
+            testenv_sleep_ms(1000);
     }
     PQfinish(c);
     return done;
@@ -320,7 +288,7 @@ static void report(const char *db, const char *bench, const char *where, long n,
      * also from the start its statement recorded; the log check counts the
      * log's rows for these runs (no unique key: a second execution would be
      * a second row) */
-    char *v = sql1(
+    char *v = testenv_sql1f(
         db,
         "WITH r AS (SELECT run_key, extract(epoch FROM started_at - due_at) * 1000 AS l, "
         "started_at, finished_at, due_at FROM warren.runs WHERE %s AND state = 'succeeded'), "
@@ -371,12 +339,13 @@ static void report(const char *db, const char *bench, const char *where, long n,
             ms = 500;
         for (int f = 0; f < 2; f++) {
             const char *col = f == 0 ? "started_at" : "finished_at";
-            char *t = sql1(db,
-                           "SELECT string_agg(format('%%s:%%s', b, n), ' ' ORDER BY b) FROM "
-                           "(SELECT round((floor(extract(epoch FROM %s - (SELECT min(due_at) "
-                           "FROM warren.runs WHERE %s)) * 1000 / %ld) * %ld / 1000.0)::numeric, "
-                           "2) AS b, count(*) AS n FROM warren.runs WHERE %s GROUP BY 1) s",
-                           col, where, ms, ms, where);
+            char *t =
+                testenv_sql1f(db,
+                              "SELECT string_agg(format('%%s:%%s', b, n), ' ' ORDER BY b) FROM "
+                              "(SELECT round((floor(extract(epoch FROM %s - (SELECT min(due_at) "
+                              "FROM warren.runs WHERE %s)) * 1000 / %ld) * %ld / 1000.0)::numeric, "
+                              "2) AS b, count(*) AS n FROM warren.runs WHERE %s GROUP BY 1) s",
+                              col, where, ms, ms, where);
             fprintf(stderr, "%s %s per %ld ms after the first due time: %s\n", bench,
                     f == 0 ? "started" : "finished", ms, t ? t : "?");
             free(t);
@@ -409,20 +378,6 @@ static void report(const char *db, const char *bench, const char *where, long n,
     free(v);
 }
 
-typedef struct planner_ctx {
-    warren_planner *p;
-    volatile sig_atomic_t stop;
-} planner_ctx;
-
-static void *planner_main(void *arg)
-{
-    planner_ctx *pc = arg;
-    warren_error err = {0};
-    if (warren_planner_run(pc->p, &pc->stop, &err) != 0)
-        fprintf(stderr, "planner: %s\n", err.message);
-    return NULL;
-}
-
 static void usage(void)
 {
     fprintf(stderr, "usage: bench_worker [--burst N] [--rate R] [--seconds S] [--spread] "
@@ -435,8 +390,8 @@ static void usage(void)
 /* Milliseconds until the database's clock reaches epoch_ms. */
 static long ms_until(const char *db, double epoch_ms)
 {
-    char *v =
-        sql1(db, "SELECT round(%.0f - extract(epoch FROM clock_timestamp()) * 1000)", epoch_ms);
+    char *v = testenv_sql1f(db, "SELECT round(%.0f - extract(epoch FROM clock_timestamp()) * 1000)",
+                            epoch_ms);
     long ms = v ? strtol(v, NULL, 10) : 0;
     free(v);
     return ms;
@@ -514,7 +469,7 @@ int main(int argc, char **argv)
     /* the handlers' log: no unique key, so a second execution is a second row */
     if (testenv_psql(db, "CREATE TABLE starts (run_key text NOT NULL, start_ms double precision)",
                      NULL) < 0)
-        die("create the log table", NULL);
+        testenv_die("create the log table", NULL);
     /* BENCH_POLICY=JSON: a policy (pattern ^warren\.ready\.) on the
      * benchmark's vhost, for A/B runs of broker settings. */
     const char *policy = getenv("BENCH_POLICY");
@@ -543,7 +498,7 @@ int main(int argc, char **argv)
             fseek(xf, 0, SEEK_SET) == 0 && (text = calloc(1, (size_t)len + 1)) != NULL &&
             fread(text, 1, (size_t)len, xf) == (size_t)len) {
             if (testenv_psql(db, text, NULL) < 0)
-                die("BENCH_EXTRA_SQL failed", NULL);
+                testenv_die("BENCH_EXTRA_SQL failed", NULL);
         } else {
             fprintf(stderr, "bench_worker: cannot read BENCH_EXTRA_SQL %s\n", extra);
             return 2;
@@ -563,7 +518,7 @@ int main(int argc, char **argv)
         snprintf(ring_opt + strlen(ring_opt), sizeof(ring_opt) - strlen(ring_opt),
                  " release_lead = \"%s\";", lead);
     if (mkdtemp(tmpl) == NULL)
-        die("mkdtemp", NULL);
+        testenv_die("mkdtemp", NULL);
     snprintf(o.log_path, sizeof(o.log_path), "%s/starts.log", tmpl);
     char handler[1024];
     if (o.noop)
@@ -603,22 +558,22 @@ int main(int argc, char **argv)
     fprintf(f, " );\n");
     fclose(f);
     if (warren_config_load(cfg_path, &cfg, NULL, &err) != 0)
-        die("config", &err);
+        testenv_die("config", err.message);
     o.lead_ms = cfg->planner.release_lead_ms;
     o.tick_ms = cfg->planner.tick_ms;
     if (warren_store_open(db, NULL, &st, &err) != 0 || warren_store_sync(st, cfg, NULL, &err) != 0)
-        die("sync", &err);
+        testenv_die("sync", err.message);
     const char *queues[] = {"bench"};
     if (warren_broker_open(amqp, NULL, &b, &err) != 0 ||
         warren_broker_topology(b, queues, 1, cfg->delivery_limit, &err) != 0)
-        die("topology", &err);
+        testenv_die("topology", err.message);
     for (int s = 0; s < cfg->planner.delay_ring; s++) {
         /* the ring exists before the planner starts, as after `warren topology` */
         char name[128];
         if (warren_broker_delay_ring_queue_typed(b, s, cfg->planner.delay_ring,
                                                  cfg->planner.delay_ring_type, name, sizeof(name),
                                                  &err) != 0)
-            die("delay ring", &err);
+            testenv_die("delay ring", err.message);
     }
     warren_broker_free(b);
 
@@ -646,16 +601,13 @@ int main(int argc, char **argv)
             warren_worker *wk = NULL;
             warren_logger lg = {warren_log_stderr, stderr,
                                 getenv("BENCH_LOG_INFO") ? WARREN_LOG_INFO : WARREN_LOG_WARN};
-            struct sigaction sa;
-            memset(&sa, 0, sizeof(sa));
-            sa.sa_handler = on_term;
-            sigaction(SIGTERM, &sa, NULL);
+            testenv_catch_term();
             log_fd = open(o.log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
             if (log_fd < 0 || warren_worker_new(cfg, &lg, &wk, &err) != 0 ||
                 warren_worker_register(wk, "noop", noop, NULL) != 0 ||
                 warren_worker_register(wk, "logkey", logkey, NULL) != 0 ||
                 warren_worker_set_id(wk, id, &err) != 0 ||
-                warren_worker_run(wk, &child_stop, &err) != 0) {
+                warren_worker_run(wk, &testenv_term, &err) != 0) {
                 fprintf(stderr, "worker %d: %s\n", i, err.message);
                 _exit(1);
             }
@@ -663,29 +615,27 @@ int main(int argc, char **argv)
             _exit(0);
         }
     }
-    planner_ctx pc = {0};
-    pthread_t th;
+    testenv_planner pl;
     warren_logger plg = {warren_log_stderr, stderr,
                          getenv("BENCH_LOG_INFO") ? WARREN_LOG_INFO : WARREN_LOG_WARN};
-    if (warren_planner_new(cfg, db, amqp, &plg, &pc.p, &err) != 0)
-        die("planner", &err);
-    pthread_create(&th, NULL, planner_main, &pc);
-    sleep_ms(1500);
+    testenv_planner_start(&pl, cfg, db, amqp, &plg);
+    testenv_sleep_ms(1500);
 
     /* Burst: every run due at the same instant, 20 s ahead (the relay has time
      * to put them all into that second's delay queue). Runs are tagged through
      * their payload; scheduled_at values are distinct fake seconds. */
     const char *burst_where = "origin = 'backfill' AND payload->>'bench' = 'burst'";
     if (burst > 0) {
-        char *v = sql1(db,
-                       "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, payload) "
-                       "SELECT 'bench', date_trunc('second', now()) - make_interval(secs => g), "
-                       "date_trunc('second', now()) + interval '20 seconds', 'backfill', "
-                       "'{\"bench\": \"burst\"}' "
-                       "FROM generate_series(1, %ld) g; NOTIFY warren_jobs; "
-                       "SELECT extract(epoch FROM date_trunc('second', now()) + interval '20 "
-                       "seconds') * 1000 - extract(epoch FROM clock_timestamp()) * 1000",
-                       burst);
+        char *v =
+            testenv_sql1f(db,
+                          "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, payload) "
+                          "SELECT 'bench', date_trunc('second', now()) - make_interval(secs => g), "
+                          "date_trunc('second', now()) + interval '20 seconds', 'backfill', "
+                          "'{\"bench\": \"burst\"}' "
+                          "FROM generate_series(1, %ld) g; NOTIFY warren_jobs; "
+                          "SELECT extract(epoch FROM date_trunc('second', now()) + interval '20 "
+                          "seconds') * 1000 - extract(epoch FROM clock_timestamp()) * 1000",
+                          burst);
         /* cpu_s covers the burst only: from 100 ms before the release (the
          * due time minus planner.release_lead; the relay has published
          * everything by then) until all succeeded. */
@@ -693,7 +643,7 @@ int main(int argc, char **argv)
         free(v);
         cpu_snap c0, c1;
         if (until_rel > 100)
-            sleep_ms(until_rel - 100);
+            testenv_sleep_ms(until_rel - 100);
         cpu_snapshot(&c0, w, o.workers);
         int ok = wait_all(db, burst_where, burst, 120 + (int)(burst / 200));
         cpu_snapshot(&c1, w, o.workers);
@@ -702,16 +652,17 @@ int main(int argc, char **argv)
          * twice a second, so up to 0.5 s late). */
         char *ev = NULL;
         for (int i = 0; ok && i < 240 && ev == NULL; i++) {
-            ev = sql1(db, "SELECT round(extract(epoch FROM clock_timestamp() - (SELECT min(due_at) "
-                          "FROM warren.runs WHERE payload->>'bench' = 'burst'))::numeric, 1) "
-                          "WHERE NOT EXISTS (SELECT 1 FROM warren.outbox WHERE exchange = "
-                          "'warren.events')");
+            ev = testenv_sql1f(
+                db, "SELECT round(extract(epoch FROM clock_timestamp() - (SELECT min(due_at) "
+                    "FROM warren.runs WHERE payload->>'bench' = 'burst'))::numeric, 1) "
+                    "WHERE NOT EXISTS (SELECT 1 FROM warren.outbox WHERE exchange = "
+                    "'warren.events')");
             if (ev != NULL && *ev == '\0') {
                 free(ev);
                 ev = NULL;
             }
             if (ev == NULL)
-                sleep_ms(500);
+                testenv_sleep_ms(500);
         }
         report(db, "worker_burst", burst_where, burst, w, &o, 0, ok, &c0, &c1, ev);
         free(ev);
@@ -729,12 +680,13 @@ int main(int argc, char **argv)
                      "date_trunc('second', now()) + interval '6 seconds' + make_interval(secs => g "
                      "/ %d)",
                      rate);
-        char *v = sql1(db,
-                       "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, payload) "
-                       "SELECT 'bench', date_trunc('second', now()) - interval '1 day' - "
-                       "make_interval(secs => g), %s, 'backfill', '{\"bench\": \"steady\"}' "
-                       "FROM generate_series(0, %ld - 1) g; NOTIFY warren_jobs; SELECT 1",
-                       due, n);
+        char *v =
+            testenv_sql1f(db,
+                          "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, payload) "
+                          "SELECT 'bench', date_trunc('second', now()) - interval '1 day' - "
+                          "make_interval(secs => g), %s, 'backfill', '{\"bench\": \"steady\"}' "
+                          "FROM generate_series(0, %ld - 1) g; NOTIFY warren_jobs; SELECT 1",
+                          due, n);
         free(v);
         const char *all = "origin = 'backfill' AND payload->>'bench' = 'steady'";
         int ok = wait_all(db, all, n, seconds + 60);
@@ -762,8 +714,9 @@ int main(int argc, char **argv)
      * boundary at least 20 s after the sync (their runs are materialised,
      * published and held by then) over minutes boundaries. */
     if (cron_jobs > 0) {
-        char *b0 = sql1(db, "SELECT extract(epoch FROM date_trunc('minute', now() + interval '80 "
-                            "seconds')) * 1000");
+        char *b0 =
+            testenv_sql1f(db, "SELECT extract(epoch FROM date_trunc('minute', now() + interval '80 "
+                              "seconds')) * 1000");
         double first = b0 ? strtod(b0, NULL) : 0;
         free(b0);
         double last = first + (minutes - 1) * 60000.0;
@@ -774,13 +727,13 @@ int main(int argc, char **argv)
                  first, last);
         long until = ms_until(db, last);
         if (until > 0)
-            sleep_ms(until);
+            testenv_sleep_ms(until);
         int ok = wait_all(db, where, (long)cron_jobs * minutes, 120);
         report(db, "worker_cron", where, (long)cron_jobs * minutes, w, &o, 0, ok, NULL, NULL, NULL);
         /* one line a minute boundary: the first wave is the workers' first
          * sight of these jobs (cold backends, statements not measured yet,
          * so claimed and not taken); the later ones are the steady state */
-        char *waves = sql1(
+        char *waves = testenv_sql1f(
             db,
             "WITH r AS (SELECT run_key, scheduled_at, extract(epoch FROM started_at - due_at) * "
             "1000 AS l, due_at FROM warren.runs WHERE %s AND state = 'succeeded'), "
@@ -807,16 +760,15 @@ int main(int argc, char **argv)
         kill(w[i], SIGTERM);
     for (int i = 0; i < o.workers; i++)
         waitpid(w[i], NULL, 0);
-    pc.stop = 1;
-    pthread_join(th, NULL);
-    warren_planner_free(pc.p);
+    testenv_planner_stop(&pl);
     if (getenv("BENCH_FUNC_STATS") != NULL) {
         /* with BENCH_EXTRA_SQL setting track_functions: where PostgreSQL's
          * time went, by function (the sessions have ended: flushed) */
-        sleep_ms(1500);
-        char *t = sql1(db, "SELECT string_agg(format('%%s calls=%%s self_ms=%%s total_ms=%%s', "
-                           "funcname, calls, round(self_time), round(total_time)), E'\n' ORDER BY "
-                           "self_time DESC) FROM pg_stat_user_functions");
+        testenv_sleep_ms(1500);
+        char *t = testenv_sql1f(
+            db, "SELECT string_agg(format('%%s calls=%%s self_ms=%%s total_ms=%%s', "
+                "funcname, calls, round(self_time), round(total_time)), E'\n' ORDER BY "
+                "self_time DESC) FROM pg_stat_user_functions");
         fprintf(stderr, "function stats:\n%s\n", t ? t : "?");
         free(t);
     }

@@ -41,16 +41,12 @@ static const char CONFIG[] =
 
 static warren_config *load_config(const char *extra)
 {
-    char path[] = "/tmp/check_api_jobs_XXXXXX.cfg";
-    int fd = mkstemps(path, 4);
-    ck_assert_int_ge(fd, 0);
-    FILE *f = fdopen(fd, "w");
-    fprintf(f, CONFIG, extra ? extra : "");
-    fclose(f);
-    warren_config *cfg = NULL;
-    warren_error err = {0};
-    ck_assert_msg(warren_config_load(path, &cfg, NULL, &err) == 0, "%s", err.message);
+    char *text = testenv_fmt(CONFIG, extra ? extra : "");
+    char *path = testenv_temp_file("check_api_jobs", ".cfg", text);
+    warren_config *cfg = testenv_config_load(path);
     unlink(path);
+    free(path);
+    free(text);
     return cfg;
 }
 
@@ -105,14 +101,9 @@ static char *try_sql(const env *e, const char *sql)
     return out;
 }
 
-static char *sql1(const env *e, const char *sql)
-{
-    return testenv_sql1(e->db, sql);
-}
-
 static void expect_str(const env *e, const char *sql, const char *want)
 {
-    char *v = sql1(e, sql);
+    char *v = testenv_sql1(e->db, sql);
     ck_assert_msg(v != NULL && strcmp(v, want) == 0, "%s\n  gave \"%s\", expected \"%s\"", sql,
                   v ? v : "(null)", want);
     free(v);
@@ -209,7 +200,7 @@ START_TEST(test_upsert_jobs_is_one_row_per_element_and_all_or_nothing)
                "{\"name\": \"a\", \"template\": \"report\", \"cron\": \"0 10 * * *\"},"
                "{\"name\": \"d\", \"template\": \"report\", \"every\": \"90s\"}]')",
                "c=unchanged,a=changed,d=created");
-    char *before = sql1(&e, STATE_SQL);
+    char *before = testenv_sql1(e.db, STATE_SQL);
     /* a bad element anywhere: the error names it, and nothing is written */
     expect_error(&e,
                  "SELECT * FROM warren.upsert_jobs('["
@@ -223,7 +214,7 @@ START_TEST(test_upsert_jobs_is_one_row_per_element_and_all_or_nothing)
                  "{\"name\": \"e\", \"template\": \"report\", \"every\": \"2m\"}]')",
                  "jobs[0] and jobs[1]", "\"e\"", NULL);
     expect_error(&e, "SELECT * FROM warren.upsert_jobs('{\"name\": \"e\"}')", "JSON array", NULL);
-    char *after = sql1(&e, STATE_SQL);
+    char *after = testenv_sql1(e.db, STATE_SQL);
     ck_assert_str_eq(before, after);
     free(before);
     free(after);
@@ -236,7 +227,7 @@ START_TEST(test_bad_input_at_every_call_is_a_clear_error_and_writes_nothing)
 {
     env e = setup();
     expect_str(&e, "SELECT warren.upsert_job('ok', 'report', '{\"every\": \"1m\"}')", "created");
-    char *before = sql1(&e, STATE_SQL);
+    char *before = testenv_sql1(e.db, STATE_SQL);
     /* upsert_job */
     expect_error(&e, "SELECT warren.upsert_job('x', 'nope', '{\"every\": \"1m\"}')",
                  "field \"template\"", "no job \"nope\"", "template = true", NULL);
@@ -301,7 +292,7 @@ START_TEST(test_bad_input_at_every_call_is_a_clear_error_and_writes_nothing)
     expect_error(&e, "SELECT warren.delete_job('report')", "warren.delete_job",
                  "is a template from the config file", NULL);
     expect_error(&e, "SELECT warren.delete_job(NULL)", "name is NULL", NULL);
-    char *after = sql1(&e, STATE_SQL);
+    char *after = testenv_sql1(e.db, STATE_SQL);
     ck_assert_str_eq(before, after);
     free(before);
     free(after);
@@ -320,7 +311,7 @@ static char *runs_of(const env *e, const char *job)
              "|| ' ' || (due_at - scheduled_at), E'\\n' ORDER BY "
              "scheduled_at) FROM warren.runs WHERE job = '%s'",
              job);
-    return sql1(e, sql);
+    return testenv_sql1(e->db, sql);
 }
 
 START_TEST(test_api_job_across_dst_plans_exactly_as_a_config_job)
@@ -350,7 +341,7 @@ START_TEST(test_api_job_across_dst_plans_exactly_as_a_config_job)
     for (int i = 0; i < 50 && now != before; i++) {
         before = now;
         tick(p);
-        now = sql_long(&e, "SELECT count(*) FROM warren.runs");
+        now = testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs");
     }
     warren_planner_free(p);
     char *a = runs_of(&e, "api-daily"), *c = runs_of(&e, "cfg-daily");
@@ -395,10 +386,11 @@ static long work(const env *e, const char *job)
     long n = testenv_psql(e->db, sql, NULL);
     ck_assert_int_ge(n, 0);
     /* completed in a statement of its own: it must see the claims */
-    ck_assert_int_eq(sql_long(e, "SELECT count(*) FILTER (WHERE warren.complete(l.run_key, "
-                                 "l.attempt, 'succeeded', NULL)) FROM exec_log l JOIN "
-                                 "warren.runs r USING (run_key) WHERE r.state = 'running' AND "
-                                 "r.lease_owner = 'w1'"),
+    ck_assert_int_eq(testenv_sql_long(e->db,
+                                      "SELECT count(*) FILTER (WHERE warren.complete(l.run_key, "
+                                      "l.attempt, 'succeeded', NULL)) FROM exec_log l JOIN "
+                                      "warren.runs r USING (run_key) WHERE r.state = 'running' AND "
+                                      "r.lease_owner = 'w1'"),
                      n);
     return n;
 }
@@ -412,11 +404,11 @@ START_TEST(test_change_pause_resume_delete_with_runs_in_flight_lose_nothing_run_
     warren_config pc = planner_config();
     warren_planner *p = planner_new(&e, &pc);
     tick(p);
-    long planned = sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'tick'");
+    long planned = testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE job = 'tick'");
     ck_assert_int_ge(planned, 4); /* a 10 s horizon of a 2 s grid */
     /* one run in flight: claimed (running) when everything below happens */
-    char *inflight = sql1(&e, "SELECT run_key FROM warren.runs WHERE job = 'tick' "
-                              "ORDER BY scheduled_at LIMIT 1");
+    char *inflight = testenv_sql1(e.db, "SELECT run_key FROM warren.runs WHERE job = 'tick' "
+                                        "ORDER BY scheduled_at LIMIT 1");
     char sql[512];
     snprintf(sql, sizeof(sql),
              "UPDATE warren.runs SET due_at = now() WHERE run_key = '%s'; "
@@ -452,20 +444,24 @@ START_TEST(test_change_pause_resume_delete_with_runs_in_flight_lose_nothing_run_
                "'tick'",
                "0");
     tick(p);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'tick' AND "
-                                  "state IN ('planned', 'published')"),
+    ck_assert_int_eq(testenv_sql_long(e.db,
+                                      "SELECT count(*) FROM warren.runs WHERE job = 'tick' AND "
+                                      "state IN ('planned', 'published')"),
                      0);
-    long cancelled = sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'tick' AND "
-                                  "state = 'cancelled'");
+    long cancelled =
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE job = 'tick' AND "
+                               "state = 'cancelled'");
     ck_assert_int_ge(cancelled, 1);
     expect_str(&e, "SELECT warren.resume_job('tick')", "t");
     tick(p);
     /* the cancelled runs are planned again (the same keys), none is left cancelled */
-    ck_assert_int_ge(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'tick' AND "
-                                  "state IN ('planned', 'published')"),
+    ck_assert_int_ge(testenv_sql_long(e.db,
+                                      "SELECT count(*) FROM warren.runs WHERE job = 'tick' AND "
+                                      "state IN ('planned', 'published')"),
                      cancelled);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'tick' AND "
-                                  "state = 'cancelled'"),
+    ck_assert_int_eq(testenv_sql_long(e.db,
+                                      "SELECT count(*) FROM warren.runs WHERE job = 'tick' AND "
+                                      "state = 'cancelled'"),
                      0);
     /* run what is due for a while (runs become due in real time) */
     for (int i = 0; i < 4; i++) {
@@ -484,10 +480,11 @@ START_TEST(test_change_pause_resume_delete_with_runs_in_flight_lose_nothing_run_
     tick(p);
     /* nothing due after the delete is left to run or planned anew (a run
      * already due when it was deleted still runs, as after `warren pause`) */
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs r JOIN warren.jobs j ON "
-                                  "j.name = r.job WHERE r.job = 'tick' AND r.state IN ('planned', "
-                                  "'published') AND r.due_at > j.paused_at"),
-                     0);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs r JOIN warren.jobs j ON "
+                               "j.name = r.job WHERE r.job = 'tick' AND r.state IN ('planned', "
+                               "'published') AND r.due_at > j.paused_at"),
+        0);
     work(&e, "tick");
     ck_assert_int_eq(work(&e, "tick"), 0);
     snprintf(sql, sizeof(sql),
@@ -530,20 +527,21 @@ START_TEST(test_sync_changes_no_api_job_and_a_removed_template_pauses_them)
     warren_config pc = planner_config();
     warren_planner *p = planner_new(&e, &pc);
     tick(p);
-    char *before = sql1(&e, STATE_SQL);
+    char *before = testenv_sql1(e.db, STATE_SQL);
     /* the same config again, and a config with one more job: no API job or
      * run changes */
     sync_config(&e, NULL, NULL, &rep);
     ck_assert_uint_eq(rep.api_updated + rep.api_paused + rep.api_resumed, 0);
     warren_sync_report_free(&rep);
-    char *after = sql1(&e, STATE_SQL);
+    char *after = testenv_sql1(e.db, STATE_SQL);
     ck_assert_str_eq(before, after);
     free(after);
     sync_config(&e, ",\n  { name = \"extra\"; every = \"1h\"; queue = \"q\"; }", NULL, &rep);
     warren_sync_report_free(&rep);
     free(before);
-    before = sql1(&e, "SELECT md5(string_agg(row_to_json(j)::text, ',' ORDER BY name)) FROM "
-                      "warren.jobs j WHERE origin = 'api'");
+    before =
+        testenv_sql1(e.db, "SELECT md5(string_agg(row_to_json(j)::text, ',' ORDER BY name)) FROM "
+                           "warren.jobs j WHERE origin = 'api'");
 
     /* a config job may not take an API job's name */
     {
@@ -558,8 +556,9 @@ START_TEST(test_sync_changes_no_api_job_and_a_removed_template_pauses_them)
         warren_store_free(st);
         warren_config_free(cfg);
     }
-    after = sql1(&e, "SELECT md5(string_agg(row_to_json(j)::text, ',' ORDER BY name)) FROM "
-                     "warren.jobs j WHERE origin = 'api'");
+    after =
+        testenv_sql1(e.db, "SELECT md5(string_agg(row_to_json(j)::text, ',' ORDER BY name)) FROM "
+                           "warren.jobs j WHERE origin = 'api'");
     ck_assert_str_eq(before, after);
     free(before);
     free(after);
@@ -583,10 +582,11 @@ START_TEST(test_sync_changes_no_api_job_and_a_removed_template_pauses_them)
     expect_error(&e, "SELECT warren.upsert_job('r.t3', 'report', '{\"every\": \"1m\"}')",
                  "template \"report\" was removed", NULL);
     tick(p);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs r JOIN warren.jobs j ON "
-                                  "j.name = r.job WHERE r.job = 'r.t1' AND r.state IN ('planned', "
-                                  "'published') AND r.due_at > j.paused_at"),
-                     0);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs r JOIN warren.jobs j ON "
+                               "j.name = r.job WHERE r.job = 'r.t1' AND r.state IN ('planned', "
+                               "'published') AND r.due_at > j.paused_at"),
+        0);
 
     /* the template is back: exactly the job its removal paused resumes */
     sync_config(&e, NULL, NULL, &rep);
@@ -598,8 +598,9 @@ START_TEST(test_sync_changes_no_api_job_and_a_removed_template_pauses_them)
                "warren.jobs WHERE origin = 'api'",
                "r.t1:false:true,r.t2:true:false");
     tick(p);
-    ck_assert_int_ge(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'r.t1' AND "
-                                  "state IN ('planned', 'published')"),
+    ck_assert_int_ge(testenv_sql_long(e.db,
+                                      "SELECT count(*) FROM warren.runs WHERE job = 'r.t1' AND "
+                                      "state IN ('planned', 'published')"),
                      1);
 
     /* a changed template reaches its API jobs at the next sync (only the
@@ -712,11 +713,8 @@ END_TEST
 START_TEST(test_cli_jobs_filters_and_show_says_where_a_job_came_from)
 {
     env e = setup();
-    char cfgpath[] = "/tmp/check_api_jobs_cli_XXXXXX.cfg", cmd[1024], out[8192];
-    int fd = mkstemps(cfgpath, 4);
-    ck_assert_int_ge(fd, 0);
-    ck_assert_int_gt(write(fd, "jobs = ();\n", 11), 0);
-    close(fd);
+    char *cfgpath = testenv_temp_file("check_api_jobs_cli", ".cfg", "jobs = ();\n");
+    char cmd[1024], out[8192];
     expect_str(&e,
                "SELECT string_agg(result, ',') FROM warren.upsert_jobs('["
                "{\"name\": \"report.t1\", \"template\": \"report\", \"every\": \"1h\", "
@@ -755,6 +753,7 @@ START_TEST(test_cli_jobs_filters_and_show_says_where_a_job_came_from)
     ck_assert_int_eq(testenv_run(cmd, out, sizeof(out)), 0);
     ck_assert_msg(strstr(out, "origin       config file") != NULL, "%s", out);
     unlink(cfgpath);
+    free(cfgpath);
     env_free(&e);
 }
 END_TEST

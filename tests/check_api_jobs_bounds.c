@@ -43,7 +43,7 @@ END_TEST
  * want. */
 static double refusal_seconds(const char *db, const char *sql, const char *want)
 {
-    PGconn *c = aj_connect(db);
+    PGconn *c = testenv_connect(db);
     double best = 1e9;
     for (int i = 0; i < 3; i++) {
         double t0 = aj_now_s();

@@ -34,12 +34,12 @@ static char *names_doc(int r, const int *idx, int n, const char *sched)
 START_TEST(test_bulk_upserts_in_opposite_orders_never_deadlock_and_create_each_name_once)
 {
     char *db = aj_db();
-    PGconn *admin = aj_connect(db), *c[NCONN];
+    PGconn *admin = testenv_connect(db), *c[NCONN];
     static int idx[NCONN][NNAMES];
     int len[NCONN];
     unsigned seed = 33;
     for (int i = 0; i < NCONN; i++)
-        c[i] = aj_connect(db);
+        c[i] = testenv_connect(db);
     for (int r = 0; r < ROUNDS; r++) {
         /* even rounds: all names new (as in the issue: 20,000 new names in
          * opposite orders deadlocked); odd rounds: every third name exists
@@ -131,26 +131,19 @@ END_TEST
 
 /* ------------------------------------------------------- one name, two calls */
 
-static void exec_ok(PGconn *c, const char *sql)
-{
-    char *e = aj_try_on(c, sql);
-    ck_assert_msg(e[0] == '\0', "%s: %s", sql, e);
-    free(e);
-}
-
 /* B's call waits for A's uncommitted create of the same name; A ends with
  * a_end (COMMIT or ROLLBACK); returns B's result (new). */
 static char *second_waits_for_first(PGconn *admin, PGconn *a, PGconn *b, const char *sql_a,
                                     const char *sql_b, const char *a_end)
 {
-    exec_ok(a, "BEGIN");
+    testenv_exec_on(a, "BEGIN");
     char *ra = aj_val_on(a, sql_a);
     ck_assert_str_eq(ra, "created");
     free(ra);
     ck_assert_int_eq(PQsendQuery(b, sql_b), 1);
     ck_assert_msg(aj_wait_for_lock_wait(admin, PQbackendPID(b)),
                   "the second call did not wait for the first");
-    exec_ok(a, a_end);
+    testenv_exec_on(a, a_end);
     PGresult *res = PQgetResult(b);
     ck_assert_msg(PQresultStatus(res) == PGRES_TUPLES_OK, "%s", PQresultErrorMessage(res));
     char *rb = strdup(PQgetvalue(res, 0, 0));
@@ -163,7 +156,7 @@ static char *second_waits_for_first(PGconn *admin, PGconn *a, PGconn *b, const c
 START_TEST(test_two_upserts_of_one_new_name_one_created_the_other_sees_the_first)
 {
     char *db = aj_db();
-    PGconn *admin = aj_connect(db), *a = aj_connect(db), *b = aj_connect(db);
+    PGconn *admin = testenv_connect(db), *a = testenv_connect(db), *b = testenv_connect(db);
     for (int r = 0; r < 20; r++) {
         /* different template, tenant and schedule: changed, and the note
          * says so; the row is the second's */
@@ -210,7 +203,7 @@ START_TEST(test_two_upserts_of_one_new_name_one_created_the_other_sees_the_first
      * rounds: exactly one created */
     PGconn *c[4];
     for (int i = 0; i < 4; i++)
-        c[i] = aj_connect(db);
+        c[i] = testenv_connect(db);
     for (int r = 0; r < 20; r++) {
         int made = 0;
         for (int i = 0; i < 4; i++) {
@@ -246,20 +239,20 @@ END_TEST
 START_TEST(test_second_upsert_at_repeatable_read_fails_to_serialize_and_its_retry_sees_the_job)
 {
     char *db = aj_db();
-    PGconn *admin = aj_connect(db), *a = aj_connect(db), *b = aj_connect(db);
+    PGconn *admin = testenv_connect(db), *a = testenv_connect(db), *b = testenv_connect(db);
     for (int r = 0; r < 10; r++) {
         char *sa =
             testenv_fmt("SELECT warren.upsert_job('rr-%d', 'report', '{\"every\": \"1h\"}')", r);
         char *sb =
             testenv_fmt("SELECT warren.upsert_job('rr-%d', 'report', '{\"every\": \"2h\"}')", r);
-        exec_ok(a, "BEGIN");
+        testenv_exec_on(a, "BEGIN");
         char *ra = aj_val_on(a, sa);
         ck_assert_str_eq(ra, "created");
         free(ra);
-        exec_ok(b, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+        testenv_exec_on(b, "BEGIN ISOLATION LEVEL REPEATABLE READ");
         ck_assert_int_eq(PQsendQuery(b, sb), 1);
         ck_assert(aj_wait_for_lock_wait(admin, PQbackendPID(b)));
-        exec_ok(a, "COMMIT");
+        testenv_exec_on(a, "COMMIT");
         PGresult *res = PQgetResult(b);
         const char *st = PQresultErrorField(res, PG_DIAG_SQLSTATE);
         ck_assert_msg(PQresultStatus(res) == PGRES_FATAL_ERROR && st && strcmp(st, "40001") == 0,
@@ -268,12 +261,12 @@ START_TEST(test_second_upsert_at_repeatable_read_fails_to_serialize_and_its_retr
         PQclear(res);
         while ((res = PQgetResult(b)) != NULL)
             PQclear(res);
-        exec_ok(b, "ROLLBACK");
-        exec_ok(b, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+        testenv_exec_on(b, "ROLLBACK");
+        testenv_exec_on(b, "BEGIN ISOLATION LEVEL REPEATABLE READ");
         char *rb = aj_val_on(b, sb);
         ck_assert_str_eq(rb, "changed");
         free(rb);
-        exec_ok(b, "COMMIT");
+        testenv_exec_on(b, "COMMIT");
         free(sa);
         free(sb);
     }

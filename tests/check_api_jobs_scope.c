@@ -13,16 +13,6 @@
  *    refused at once; the owner (privileged) acts on every job. */
 #include "api_jobs_fixture.h"
 
-/* The URL with login as its user (same host, port, database). New. */
-static char *login_url(const char *url, const char *login)
-{
-    const char *at = strstr(url, "://"), *userend;
-    ck_assert_ptr_nonnull(at);
-    userend = strchr(at + 3, '@');
-    ck_assert_ptr_nonnull(userend);
-    return testenv_fmt("%.*s%s%s", (int)(at + 3 - url), url, login, userend);
-}
-
 static void owner_exec(const char *db, const char *sql)
 {
     char *e = aj_try(db, sql);
@@ -68,8 +58,8 @@ START_TEST(test_producers_act_only_on_their_own_jobs_templates_and_tenants)
         fprintf(stderr, "no warren.grant_producer: the old schema\n");
     }
     free(have);
-    char *u1 = login_url(db, app1), *u2 = login_url(db, app2), *u3 = login_url(db, app3),
-         *un = login_url(db, none);
+    char *u1 = testenv_url_as(db, app1), *u2 = testenv_url_as(db, app2),
+         *u3 = testenv_url_as(db, app3), *un = testenv_url_as(db, none);
 
     aj_expect_val(u1,
                   "SELECT warren.upsert_job('acme-report', 'report', '{\"cron\": \"0 9 * * *\", "

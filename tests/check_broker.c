@@ -16,13 +16,6 @@
 
 #include "testenv.h"
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int64_t wall_s(void)
 {
     return (int64_t)time(NULL);
@@ -307,24 +300,21 @@ END_TEST
  * status and the combined output in out. */
 static int run_topology_cli(const char *url, int limit, const char *planner, char *out, size_t len)
 {
-    char cfg[] = "/tmp/warren_check_broker_XXXXXX", cmd[2048];
-    FILE *f;
-    int fd = mkstemp(cfg), status;
-
-    ck_assert_int_ge(fd, 0);
-    f = fdopen(fd, "w");
-    fprintf(f,
-            "database = { url = \"postgresql://postgres@127.0.0.1:1/none\"; };\n"
-            "broker = { url = \"amqp://guest:guest@127.0.0.1:1/%%2f\"; delivery_limit = %d; };\n"
-            "jobs = ( { name = \"a\"; every = \"10s\"; queue = \"default\"; },\n"
-            "         { name = \"b\"; every = \"10s\"; queue = \"slow\"; } );\n"
-            "planner = { %s };\n",
-            limit, planner ? planner : "");
-    fclose(f);
-    snprintf(cmd, sizeof(cmd), "WARREN_AMQP_URL='%s' '%s' topology -c '%s' 2>&1", url,
-             WARREN_BINARY, cfg);
-    status = testenv_run(cmd, out, len);
+    char *text = testenv_fmt(
+        "database = { url = \"postgresql://postgres@127.0.0.1:1/none\"; };\n"
+        "broker = { url = \"amqp://guest:guest@127.0.0.1:1/%%2f\"; delivery_limit = %d; };\n"
+        "jobs = ( { name = \"a\"; every = \"10s\"; queue = \"default\"; },\n"
+        "         { name = \"b\"; every = \"10s\"; queue = \"slow\"; } );\n"
+        "planner = { %s };\n",
+        limit, planner ? planner : "");
+    char *cfg = testenv_temp_file("warren_check_broker", "", text);
+    char *cmd =
+        testenv_fmt("WARREN_AMQP_URL='%s' '%s' topology -c '%s' 2>&1", url, WARREN_BINARY, cfg);
+    int status = testenv_run(cmd, out, len);
     unlink(cfg);
+    free(cmd);
+    free(cfg);
+    free(text);
     return status;
 }
 
@@ -470,14 +460,14 @@ START_TEST(test_delay_message_arrives_no_earlier_than_ttl_with_id_and_headers)
                   "%s", err.message);
     ck_assert_msg(strncmp(name, "warren.delay.", 13) == 0, "%s", name);
     ck_assert_int_eq(warren_broker_consume(b, "warren.ready.default", &err), 0);
-    t0 = now_ms();
+    t0 = testenv_mono_ms();
     seq = publish_run(b, "", name, "default", "report@2026-11-29T14:00:00Z", 1500, 1);
     wait_all(b, seq, &c);
     ck_assert_int_eq(c.acked, 1);
     /* never before its TTL; how late is bench_broker's number
      * (broker_delay_release lateness_ms) */
     next_or_fail(b, 30000, &d);
-    waited = now_ms() - t0;
+    waited = testenv_mono_ms() - t0;
     ck_assert_msg(waited >= 1500, "released after %" PRId64 " ms, before its TTL", waited);
     fprintf(stderr, "released %" PRId64 " ms after its TTL\n", waited - 1500);
     ck_assert_str_eq(d.queue, "warren.ready.default");
@@ -513,13 +503,13 @@ START_TEST(test_delay_seconds_published_out_of_order_release_in_due_order)
     /* cached: declaring again is free and gives the same name */
     ck_assert_int_eq(warren_broker_delay_queue(b, s + 1, 600000, soon, sizeof(soon), &err), 0);
     ck_assert_int_eq(warren_broker_consume(b, "warren.ready.default", &err), 0);
-    t0 = now_ms();
+    t0 = testenv_mono_ms();
     publish_run(b, "", late, "default", "late", 3000, 1);
     seq = publish_run(b, "", soon, "default", "soon", 800, 1);
     wait_all(b, seq, &c);
     ck_assert_int_eq(c.acked, 2);
     next_or_fail(b, 30000, &d);
-    first_at = now_ms() - t0;
+    first_at = testenv_mono_ms() - t0;
     /* not held behind the 3 s message: the one due first comes first, and
      * never before its TTL */
     ck_assert_str_eq(d.message_id, "soon");
@@ -528,7 +518,7 @@ START_TEST(test_delay_seconds_published_out_of_order_release_in_due_order)
     warren_delivery_clear(&d);
     next_or_fail(b, 5000, &d);
     ck_assert_str_eq(d.message_id, "late");
-    ck_assert_msg(now_ms() - t0 >= 3000, "late released early");
+    ck_assert_msg(testenv_mono_ms() - t0 >= 3000, "late released early");
     ck_assert_int_eq(warren_broker_ack(b, d.tag, &err), 0);
     warren_delivery_clear(&d);
     warren_broker_free(b);
@@ -605,12 +595,12 @@ START_TEST(test_delay_ring_slot_releases_into_ready_queue)
         err.message);
     ck_assert_str_eq(name, "warren.delay.ring.7");
     ck_assert_int_eq(warren_broker_consume(b, "warren.ready.other", &err), 0);
-    t0 = now_ms();
+    t0 = testenv_mono_ms();
     seq = publish_run(b, "", name, "other", "ringed", 700, 1);
     wait_all(b, seq, &c);
     ck_assert_int_eq(c.acked, 1);
     next_or_fail(b, 5000, &d);
-    ck_assert_msg(now_ms() - t0 >= 700, "released early");
+    ck_assert_msg(testenv_mono_ms() - t0 >= 700, "released early");
     ck_assert_str_eq(d.message_id, "ringed");
     ck_assert_str_eq(d.queue, "warren.ready.other");
     warren_delivery_clear(&d);
@@ -1161,8 +1151,8 @@ START_TEST(test_server_closing_the_connection_is_ebrokerconn)
     ck_assert_int_eq(warren_broker_confirm_select(b, &err), 0);
     ck_assert_int_eq(warren_broker_consume(b, "warren.ready.other", &err), 0);
     force_close_connections(url);
-    t0 = now_ms();
-    while (rc == 0 && now_ms() - t0 < 10000)
+    t0 = testenv_mono_ms();
+    while (rc == 0 && testenv_mono_ms() - t0 < 10000)
         rc = warren_broker_next(b, 500, &d, &got, &err);
     ck_assert_int_eq(rc, WARREN_EBROKERCONN);
     ck_assert_int_eq(got, 0);

@@ -35,62 +35,9 @@
 
 /* ------------------------------------------------------------ harness */
 
-typedef struct env {
-    char *db, *amqp, *dir, *cfg_path;
-    warren_config *cfg;
-    testenv_planner planner;
-    pid_t workers[3];
-    int nworkers;
-} env;
+typedef testenv_stack env;
 
 static warren_logger test_logger = {warren_log_stderr, NULL, WARREN_LOG_WARN};
-
-static void write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    ck_assert_msg(f != NULL, "cannot write %s", path);
-    fputs(text, f);
-    fclose(f);
-}
-
-static void qx(const char *url, const char *sql)
-{
-    ck_assert_msg(testenv_psql(url, sql, NULL) >= 0, "failed: %s", sql);
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
-/* Polls sql until its first value equals want, up to timeout_ms. */
-static int wait_for(const char *url, const char *want, long timeout_ms, const char *sql)
-{
-    for (long waited = 0;; waited += 100) {
-        char *v = testenv_sql1(url, sql);
-        int ok = v != NULL && strcmp(v, want) == 0;
-        if (!ok && waited >= timeout_ms)
-            fprintf(stderr, "wait_for: \"%s\" gave \"%s\", want \"%s\"\n", sql, v ? v : "NULL",
-                    want);
-        free(v);
-        if (ok)
-            return 1;
-        if (waited >= timeout_ms)
-            return 0;
-        sleep_ms(100);
-    }
-}
-
-static long sql_long(const char *url, const char *sql)
-{
-    char *v = testenv_sql1(url, sql);
-    ck_assert_msg(v != NULL, "no value: %s", sql);
-    long n = strtol(v, NULL, 10);
-    free(v);
-    return n;
-}
 
 /* The job every test uses: queue qcap, an sql handler that logs the
  * execution and sleeps 200 ms, overlap allow (the caps, not the overlap
@@ -104,20 +51,7 @@ static long sql_long(const char *url, const char *sql)
 
 static void env_setup(env *e)
 {
-    warren_error err = {0};
-    warren_diags diags = {0};
-    warren_store *st = NULL;
-    warren_broker *b = NULL;
-    char tmpl[] = "/tmp/warren-check-caps-XXXXXX";
-
-    memset(e, 0, sizeof(*e));
-    unsetenv("WARREN_DATABASE_URL");
-    unsetenv("WARREN_AMQP_URL");
-    e->db = testenv_db_migrated();
-    e->amqp = testenv_vhost();
-    ck_assert_ptr_nonnull(mkdtemp(tmpl));
-    e->dir = strdup(tmpl);
-    e->cfg_path = testenv_fmt("%s/warren.cfg", e->dir);
+    testenv_stack_init(e, "warren-check-caps");
     char *text = testenv_fmt("database = { url = \"%s\"; };\n"
                              "broker = { url = \"%s\"; };\n"
                              "planner = { tick = \"100ms\"; reconcile_grace = \"2s\"; "
@@ -126,83 +60,11 @@ static void env_setup(env *e)
                              "heartbeat_margin = \"1s\"; };\n"
                              "jobs = ( " CAP_JOB " );\n",
                              e->db, e->amqp);
-    write_file(e->cfg_path, text);
+    testenv_stack_config(e, text);
     free(text);
-    if (warren_config_load(e->cfg_path, &e->cfg, &diags, &err) != 0) {
-        for (size_t i = 0; i < diags.count; i++)
-            fprintf(stderr, "%s\n", diags.items[i]);
-        ck_abort_msg("config: %s", err.message);
-    }
-    warren_diags_free(&diags);
-    ck_assert_int_eq(warren_store_open(e->db, NULL, &st, &err), 0);
-    ck_assert_msg(warren_store_sync(st, e->cfg, NULL, &err) == 0, "sync: %s", err.message);
-    warren_store_free(st);
-    size_t nq = 0;
-    const char **queues = warren_config_queues(e->cfg, &nq);
-    ck_assert_int_eq(warren_broker_open(e->amqp, NULL, &b, &err), 0);
-    ck_assert_msg(warren_broker_topology(b, queues, nq, e->cfg->delivery_limit, &err) == 0,
-                  "topology: %s", err.message);
-    warren_broker_free(b);
-    free(queues);
     /* The execution log: no key, so a second execution is a second row. */
-    qx(e->db, "CREATE TABLE execs (run_key text NOT NULL, who text, "
-              "at timestamptz NOT NULL DEFAULT clock_timestamp())");
-}
-
-static void planner_start(env *e)
-{
-    warren_error err = {0};
-    ck_assert_msg(testenv_planner_start(&e->planner, e->cfg, e->db, e->amqp, &test_logger, &err) ==
-                      0,
-                  "planner: %s", err.message);
-}
-
-static void planner_stop(env *e)
-{
-    testenv_planner_stop(&e->planner);
-}
-
-/* Three `warren worker` processes (10 slots each), stderr to DIR/wN.log. */
-static void workers_start(env *e)
-{
-    for (int i = 0; i < 3; i++) {
-        char id[16];
-        snprintf(id, sizeof(id), "w%d", i + 1);
-        char *log = testenv_fmt("%s/%s.log", e->dir, id);
-        char *argv[] = {WARREN_BINARY, "worker", "-c", e->cfg_path, "--id", id, NULL};
-        e->workers[i] = testenv_spawn(argv, NULL, log, 0);
-        free(log);
-    }
-    e->nworkers = 3;
-}
-
-static void workers_stop(env *e)
-{
-    for (int i = 0; i < e->nworkers; i++)
-        kill(e->workers[i], SIGTERM);
-    for (int i = 0; i < e->nworkers; i++) {
-        int status = 0;
-        for (int waited = 0; waited < 10000; waited += 50) {
-            if (waitpid(e->workers[i], &status, WNOHANG) == e->workers[i])
-                goto reaped;
-            sleep_ms(50);
-        }
-        kill(e->workers[i], SIGKILL);
-        waitpid(e->workers[i], &status, 0);
-    reaped:;
-    }
-    e->nworkers = 0;
-}
-
-static void env_teardown(env *e)
-{
-    workers_stop(e);
-    planner_stop(e);
-    warren_config_free(e->cfg);
-    free(e->db);
-    free(e->amqp);
-    free(e->dir);
-    free(e->cfg_path);
+    testenv_exec(e->db, "CREATE TABLE execs (run_key text NOT NULL, who text, "
+                        "at timestamptz NOT NULL DEFAULT clock_timestamp())");
 }
 
 /* The caps of job capt (switch to `max_running = N;` in CAP_JOB once the
@@ -217,7 +79,7 @@ static void set_caps(env *e, int max_running, int per_tenant)
     char *sql = testenv_fmt("UPDATE warren.jobs SET max_running = %s, max_running_per_tenant = %s "
                             "WHERE name = 'capt'",
                             a, b);
-    qx(e->db, sql);
+    testenv_exec(e->db, sql);
     free(sql);
 }
 
@@ -231,7 +93,7 @@ static void add_tenant_runs(env *e, const char *tenant, int n, int base_s, const
                     "SELECT 'capt', date_trunc('second', now()) - make_interval(secs => %d + g), "
                     "%s, 'trigger', '%s' FROM generate_series(1, %d) g",
                     base_s, due, tenant, n);
-    qx(e->db, sql);
+    testenv_exec(e->db, sql);
     free(sql);
 }
 
@@ -278,7 +140,7 @@ static void *sampler_main(void *arg)
                 s->max_total = tot;
         }
         PQclear(r);
-        sleep_ms(50);
+        testenv_sleep_ms(50);
     }
     PQfinish(c);
     return NULL;
@@ -303,24 +165,26 @@ static void sampler_stop(sampler *s)
  * delivery was acknowledged: the run waited in the database only). */
 static void assert_all_succeeded_once(env *e, long n)
 {
-    ck_assert_msg(wait_for(e->db, "0", 120000,
-                           "SELECT count(*) FROM warren.runs WHERE job = 'capt' "
-                           "AND state <> 'succeeded'"),
+    ck_assert_msg(testenv_wait_for(e->db, "0", 120000,
+                                   "SELECT count(*) FROM warren.runs WHERE job = 'capt' "
+                                   "AND state <> 'succeeded'"),
                   "not every run succeeded");
-    ck_assert_int_eq(sql_long(e->db, "SELECT count(*) FROM warren.runs WHERE job = 'capt'"), n);
+    ck_assert_int_eq(testenv_sql_long(e->db, "SELECT count(*) FROM warren.runs WHERE job = 'capt'"),
+                     n);
     char *why =
         testenv_executions_mismatch(e->db, "SELECT run_key FROM warren.runs WHERE job = 'capt'",
                                     "SELECT run_key FROM execs", NULL);
     ck_assert_msg(why == NULL, "executions: %s", why);
-    ck_assert_msg(wait_for(e->db, "0", 5000,
-                           "SELECT count(*) FROM warren.runs WHERE cap_released_at IS NOT NULL "
-                           "AND state IN ('planned', 'published')"),
-                  "a released run still holds its slot");
+    ck_assert_msg(
+        testenv_wait_for(e->db, "0", 5000,
+                         "SELECT count(*) FROM warren.runs WHERE cap_released_at IS NOT NULL "
+                         "AND state IN ('planned', 'published')"),
+        "a released run still holds its slot");
     long depth = -1;
     for (int i = 0; i < 50 && depth != 0; i++) {
         depth = testenv_queue_depth(e->amqp, "warren.ready.qcap");
         if (depth != 0)
-            sleep_ms(100);
+            testenv_sleep_ms(100);
     }
     ck_assert_int_eq(depth, 0);
 }
@@ -348,8 +212,8 @@ START_TEST(test_caps_per_tenant_cap_is_never_exceeded_and_small_tenants_are_not_
     free(due_sql);
     free(due);
     sampler_start(&s, e.db);
-    workers_start(&e);
-    planner_start(&e);
+    testenv_stack_workers_start(&e, 3);
+    testenv_stack_planner_start(&e, &test_logger);
 
     assert_all_succeeded_once(&e, 100);
     sampler_stop(&s);
@@ -369,21 +233,23 @@ START_TEST(test_caps_per_tenant_cap_is_never_exceeded_and_small_tenants_are_not_
      * tenant that was already waiting when it was released comes first in
      * due order (the notes' times are taken under the cap lock, so they
      * order the claims and releases of one tenant as they happened). */
-    ck_assert_int_ge(sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE tenant = 'big' AND "
-                                    "note LIKE 'waiting: tenant big has 2 of "
-                                    "max_running_per_tenant 2 running (job capt) at %'"),
+    ck_assert_int_ge(testenv_sql_long(e.db,
+                                      "SELECT count(*) FROM warren.runs WHERE tenant = 'big' AND "
+                                      "note LIKE 'waiting: tenant big has 2 of "
+                                      "max_running_per_tenant 2 running (job capt) at %'"),
                      80);
     ck_assert_int_eq(
-        sql_long(e.db,
-                 "WITH b AS (SELECT run_key, due_at, "
-                 "substring(note FROM 'waiting: [^\\n]* at ([0-9T:.Z-]+)')::timestamptz AS "
-                 "waited, substring(note FROM 'released at ([0-9T:.Z-]+)')::timestamptz AS rel "
-                 "FROM warren.runs WHERE tenant = 'big' AND note LIKE '%released at%') "
-                 "SELECT count(*) FROM b x JOIN b y ON (x.due_at, x.run_key) < (y.due_at, "
-                 "y.run_key) WHERE x.waited < y.rel AND x.rel > y.rel"),
+        testenv_sql_long(
+            e.db, "WITH b AS (SELECT run_key, due_at, "
+                  "substring(note FROM 'waiting: [^\\n]* at ([0-9T:.Z-]+)')::timestamptz AS "
+                  "waited, substring(note FROM 'released at ([0-9T:.Z-]+)')::timestamptz AS rel "
+                  "FROM warren.runs WHERE tenant = 'big' AND note LIKE '%released at%') "
+                  "SELECT count(*) FROM b x JOIN b y ON (x.due_at, x.run_key) < (y.due_at, "
+                  "y.run_key) WHERE x.waited < y.rel AND x.rel > y.rel"),
         0);
-    ck_assert_int_ge(sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE tenant = 'big' AND "
-                                    "note LIKE '%released at%'"),
+    ck_assert_int_ge(testenv_sql_long(e.db,
+                                      "SELECT count(*) FROM warren.runs WHERE tenant = 'big' AND "
+                                      "note LIKE '%released at%'"),
                      80);
     /* How soon a released run was published and started (no assertion on
      * times: a JSON line, as benchmarks print). published_at is the relay's
@@ -403,7 +269,8 @@ START_TEST(test_caps_per_tenant_cap_is_never_exceeded_and_small_tenants_are_not_
     fprintf(stderr, "%s\n", lat ? lat : "(no released runs)");
     free(lat);
     /* Every run ran once: a single attempt each. */
-    ck_assert_int_eq(sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE attempt <> 1"), 0);
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE attempt <> 1"),
+                     0);
 
     /* The small tenants are not delayed beyond their own share: every one of
      * their runs finished before the big tenant's 20th run started. */
@@ -413,7 +280,7 @@ START_TEST(test_caps_per_tenant_cap_is_never_exceeded_and_small_tenants_are_not_
               "OFFSET 19 LIMIT 1)");
     ck_assert_str_eq(v, "t");
     free(v);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -430,8 +297,8 @@ START_TEST(test_caps_max_running_total_cap_with_a_tenant_cap)
     add_tenant_runs(&e, "b", 10, 200, "now()");
     add_tenant_runs(&e, "c", 10, 300, "now()");
     sampler_start(&s, e.db);
-    workers_start(&e);
-    planner_start(&e);
+    testenv_stack_workers_start(&e, 3);
+    testenv_stack_planner_start(&e, &test_logger);
 
     assert_all_succeeded_once(&e, 30);
     sampler_stop(&s);
@@ -442,10 +309,11 @@ START_TEST(test_caps_max_running_total_cap_with_a_tenant_cap)
     ck_assert_msg(s.max_tenant <= 2, "%ld running for tenant %s (cap 2)", s.max_tenant,
                   s.max_tenant_name);
     ck_assert_int_eq(s.max_total, 3);
-    ck_assert_int_ge(sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE note LIKE "
-                                    "'waiting: 3 of max_running 3 running (job capt) at %'"),
+    ck_assert_int_ge(testenv_sql_long(e.db,
+                                      "SELECT count(*) FROM warren.runs WHERE note LIKE "
+                                      "'waiting: 3 of max_running 3 running (job capt) at %'"),
                      1);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -476,7 +344,7 @@ static long claim_n(env *e, int n)
 {
     char *sql =
         testenv_fmt("SELECT count(*) FROM warren.claim('capt@2026-01-01T00:00:0%dZ', 'sqlw')", n);
-    long got = sql_long(e->db, sql);
+    long got = testenv_sql_long(e->db, sql);
     free(sql);
     return got;
 }
@@ -491,10 +359,11 @@ START_TEST(test_caps_every_way_out_of_running_releases_the_next_waiting_run)
 
     env_setup(&e);
     set_caps(&e, 0, 1);
-    qx(e.db, "UPDATE warren.jobs SET retry_max_attempts = 2 WHERE name = 'capt'");
-    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) "
-             "SELECT 'capt', '2026-01-01T00:00:00Z'::timestamptz + make_interval(secs => g), "
-             "now() - make_interval(secs => 10 - g), 'trigger', 'x' FROM generate_series(1, 6) g");
+    testenv_exec(e.db, "UPDATE warren.jobs SET retry_max_attempts = 2 WHERE name = 'capt'");
+    testenv_exec(
+        e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) "
+              "SELECT 'capt', '2026-01-01T00:00:00Z'::timestamptz + make_interval(secs => g), "
+              "now() - make_interval(secs => 10 - g), 'trigger', 'x' FROM generate_series(1, 6) g");
     ck_assert_int_eq(claim_n(&e, 1), 1);
     for (int n = 2; n <= 6; n++) {
         ck_assert_int_eq(claim_n(&e, n), 0);
@@ -502,67 +371,57 @@ START_TEST(test_caps_every_way_out_of_running_releases_the_next_waiting_run)
     }
     /* complete retry: run 1 retries later; the oldest waiting run (2) gets
      * the slot, and a newer run's claim cannot take it first. */
-    qx(e.db, "SELECT warren.complete('capt@2026-01-01T00:00:01Z', 1, 'retry', 'again')");
+    testenv_exec(e.db, "SELECT warren.complete('capt@2026-01-01T00:00:01Z', 1, 'retry', 'again')");
     assert_state(&e, 1, "retrying");
     assert_state(&e, 2, "planned+slot");
     assert_state(&e, 3, "waiting");
     /* its retry due now, first in due order (the relay would publish it) */
-    qx(e.db, "UPDATE warren.runs SET state = 'planned', due_at = now() - interval '1 minute' "
-             "WHERE run_key = 'capt@2026-01-01T00:00:01Z'");
+    testenv_exec(e.db,
+                 "UPDATE warren.runs SET state = 'planned', due_at = now() - interval '1 minute' "
+                 "WHERE run_key = 'capt@2026-01-01T00:00:01Z'");
     ck_assert_int_eq(claim_n(&e, 1), 0); /* the slot is run 2's */
     assert_state(&e, 1, "waiting");
     ck_assert_int_eq(claim_n(&e, 2), 1);
     assert_state(&e, 2, "running");
     /* complete failed: dead, next: run 1 (due first) */
-    qx(e.db, "SELECT warren.complete('capt@2026-01-01T00:00:02Z', 1, 'failed', 'no')");
+    testenv_exec(e.db, "SELECT warren.complete('capt@2026-01-01T00:00:02Z', 1, 'failed', 'no')");
     assert_state(&e, 2, "dead");
     assert_state(&e, 1, "planned+slot");
     ck_assert_int_eq(claim_n(&e, 1), 1);
     /* the reaper: run 1's lease ran out (its worker died); the reconciler's
      * reap hands the slot to run 3 */
-    qx(e.db, "UPDATE warren.runs SET lease_until = now() - interval '1 second' WHERE run_key = "
-             "'capt@2026-01-01T00:00:01Z'");
-    ck_assert_int_eq(sql_long(e.db, "SELECT warren.reap_expired_leases(10)"), 1);
+    testenv_exec(e.db,
+                 "UPDATE warren.runs SET lease_until = now() - interval '1 second' WHERE run_key = "
+                 "'capt@2026-01-01T00:00:01Z'");
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT warren.reap_expired_leases(10)"), 1);
     assert_state(&e, 1, "dead"); /* its second attempt: max_attempts 2 */
     assert_state(&e, 3, "planned+slot");
     ck_assert_int_eq(claim_n(&e, 3), 1);
     /* a takeover by a claim that finds the budget used up: dead, and the slot
      * goes to run 4 */
-    qx(e.db, "UPDATE warren.jobs SET retry_max_attempts = 1 WHERE name = 'capt';"
-             "UPDATE warren.runs SET lease_until = now() - interval '1 second' WHERE run_key = "
-             "'capt@2026-01-01T00:00:03Z'");
+    testenv_exec(e.db,
+                 "UPDATE warren.jobs SET retry_max_attempts = 1 WHERE name = 'capt';"
+                 "UPDATE warren.runs SET lease_until = now() - interval '1 second' WHERE run_key = "
+                 "'capt@2026-01-01T00:00:03Z'");
     ck_assert_int_eq(claim_n(&e, 3), 0);
     assert_state(&e, 3, "dead");
     assert_state(&e, 4, "planned+slot");
     ck_assert_int_eq(claim_n(&e, 4), 1);
     /* complete_many: succeeded, run 5 next */
-    qx(e.db, "SELECT * FROM warren.complete_many(ARRAY['capt@2026-01-01T00:00:04Z'], ARRAY[1])");
+    testenv_exec(
+        e.db, "SELECT * FROM warren.complete_many(ARRAY['capt@2026-01-01T00:00:04Z'], ARRAY[1])");
     assert_state(&e, 4, "succeeded");
     assert_state(&e, 5, "planned+slot");
     assert_state(&e, 6, "waiting");
     /* Each wait noted the reason: runs 2-6, and run 1 once behind run 2. */
-    ck_assert_int_eq(sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE note LIKE 'waiting: "
-                                    "tenant x has 1 of max_running_per_tenant 1 running (job "
-                                    "capt) at %'"),
+    ck_assert_int_eq(testenv_sql_long(e.db,
+                                      "SELECT count(*) FROM warren.runs WHERE note LIKE 'waiting: "
+                                      "tenant x has 1 of max_running_per_tenant 1 running (job "
+                                      "capt) at %'"),
                      6);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
-
-static PGconn *connect_ok(const char *url)
-{
-    PGconn *c = PQconnectdb(url);
-    ck_assert_msg(PQstatus(c) == CONNECTION_OK, "connect: %s", PQerrorMessage(c));
-    return c;
-}
-
-static void exec_ok(PGconn *c, const char *sql)
-{
-    PGresult *r = PQexec(c, sql);
-    ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK,
-                  "%s: %s", sql, PQerrorMessage(c));
-    PQclear(r);
-}
 
 /* The rows of the one query sent on c (-1 and the message on an error). */
 static int result_rows(PGconn *c, char *msg, size_t len)
@@ -588,7 +447,7 @@ static void wait_lock_wait(const char *url, PGconn *c)
     char *sql = testenv_fmt("SELECT count(*) FROM pg_stat_activity WHERE pid = %d "
                             "AND wait_event_type = 'Lock'",
                             PQbackendPID(c));
-    ck_assert_msg(wait_for(url, "1", 60000, sql), "backend %d never waited for a lock",
+    ck_assert_msg(testenv_wait_for(url, "1", 60000, sql), "backend %d never waited for a lock",
                   PQbackendPID(c));
     free(sql);
 }
@@ -605,17 +464,17 @@ typedef struct queued {
 
 static void run_queued(const env *e, const char *hold, const char *q1, const char *q2, queued *r)
 {
-    PGconn *h = connect_ok(e->db), *a = connect_ok(e->db), *b = connect_ok(e->db);
-    exec_ok(a, "SET deadlock_timeout = '100ms'");
-    exec_ok(b, "SET deadlock_timeout = '100ms'");
-    exec_ok(h, hold);
-    exec_ok(h, "BEGIN");
-    exec_ok(h, hold);
+    PGconn *h = testenv_connect(e->db), *a = testenv_connect(e->db), *b = testenv_connect(e->db);
+    testenv_exec_on(a, "SET deadlock_timeout = '100ms'");
+    testenv_exec_on(b, "SET deadlock_timeout = '100ms'");
+    testenv_exec_on(h, hold);
+    testenv_exec_on(h, "BEGIN");
+    testenv_exec_on(h, hold);
     ck_assert_int_eq(PQsendQuery(a, q1), 1);
     wait_lock_wait(e->db, a);
     ck_assert_int_eq(PQsendQuery(b, q2), 1);
     wait_lock_wait(e->db, b);
-    exec_ok(h, "COMMIT");
+    testenv_exec_on(h, "COMMIT");
     r->n1 = result_rows(a, r->msg1, sizeof(r->msg1));
     r->n2 = result_rows(b, r->msg2, sizeof(r->msg2));
     PQfinish(a);
@@ -634,11 +493,11 @@ START_TEST(test_caps_batches_with_tenants_in_opposite_key_orders_do_not_deadlock
 
     env_setup(&e);
     set_caps(&e, 0, 5);
-    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) VALUES "
-             "('capt', '2026-01-01T00:00:01Z', now(), 'trigger', 'y'),"
-             "('capt', '2026-01-01T00:00:02Z', now(), 'trigger', 'x'),"
-             "('capt', '2026-01-01T00:00:03Z', now(), 'trigger', 'x'),"
-             "('capt', '2026-01-01T00:00:04Z', now(), 'trigger', 'y')");
+    testenv_exec(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) VALUES "
+                       "('capt', '2026-01-01T00:00:01Z', now(), 'trigger', 'y'),"
+                       "('capt', '2026-01-01T00:00:02Z', now(), 'trigger', 'x'),"
+                       "('capt', '2026-01-01T00:00:03Z', now(), 'trigger', 'x'),"
+                       "('capt', '2026-01-01T00:00:04Z', now(), 'trigger', 'y')");
     queued r;
     run_queued(&e, "SELECT warren.wp_cap_lock('capt', 'y', NULL, 5)",
                "SELECT * FROM warren.claim_many(ARRAY['capt@2026-01-01T00:00:01Z', "
@@ -648,7 +507,7 @@ START_TEST(test_caps_batches_with_tenants_in_opposite_key_orders_do_not_deadlock
                &r);
     ck_assert_msg(r.n1 == 2, "batch A: %d rows %s", r.n1, r.msg1);
     ck_assert_msg(r.n2 == 2, "batch B: %d rows %s", r.n2, r.msg2);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -668,13 +527,14 @@ START_TEST(test_caps_overlap_claim_many_and_a_completion_do_not_deadlock)
         set_caps(&e, 5, 0);
         char *sql =
             testenv_fmt("UPDATE warren.jobs SET overlap = '%s' WHERE name = 'capt'", pols[p]);
-        qx(e.db, sql);
+        testenv_exec(e.db, sql);
         free(sql);
-        qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) VALUES "
-                 "('capt', '2026-01-01T00:00:01Z', now() - interval '1 minute', 'trigger', 'x'),"
-                 "('capt', '2026-01-01T00:00:02Z', now(), 'trigger', 'x')");
-        ck_assert_int_eq(sql_long(e.db, "SELECT count(*) FROM "
-                                        "warren.claim('capt@2026-01-01T00:00:01Z', 'wb')"),
+        testenv_exec(
+            e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) VALUES "
+                  "('capt', '2026-01-01T00:00:01Z', now() - interval '1 minute', 'trigger', 'x'),"
+                  "('capt', '2026-01-01T00:00:02Z', now(), 'trigger', 'x')");
+        ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(*) FROM "
+                                                "warren.claim('capt@2026-01-01T00:00:01Z', 'wb')"),
                          1);
         queued r;
         run_queued(&e, "SELECT warren.wp_cap_lock('capt', NULL, 5, NULL)",
@@ -684,7 +544,7 @@ START_TEST(test_caps_overlap_claim_many_and_a_completion_do_not_deadlock)
         ck_assert_msg(r.n2 == 1, "%s: completion: %d rows %s", pols[p], r.n2, r.msg2);
         assert_state(&e, 1, "succeeded");
         assert_state(&e, 2, p == 0 ? "skipped" : "retrying");
-        env_teardown(&e);
+        testenv_stack_free(&e);
     }
 }
 END_TEST
@@ -700,10 +560,10 @@ START_TEST(test_caps_claim_and_claim_many_of_one_overlap_job_do_not_deadlock)
     env e;
     env_setup(&e);
     set_caps(&e, 5, 0);
-    qx(e.db, "UPDATE warren.jobs SET overlap = 'queue' WHERE name = 'capt'");
-    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) VALUES "
-             "('capt', '2026-01-01T00:00:01Z', now(), 'trigger', 'x'),"
-             "('capt', '2026-01-01T00:00:02Z', now(), 'trigger', 'y')");
+    testenv_exec(e.db, "UPDATE warren.jobs SET overlap = 'queue' WHERE name = 'capt'");
+    testenv_exec(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) VALUES "
+                       "('capt', '2026-01-01T00:00:01Z', now(), 'trigger', 'x'),"
+                       "('capt', '2026-01-01T00:00:02Z', now(), 'trigger', 'y')");
     queued r;
     run_queued(&e, "SELECT warren.wp_cap_lock('capt', NULL, 5, NULL)",
                "SELECT * FROM warren.claim_many(ARRAY['capt@2026-01-01T00:00:02Z'], 'wm')",
@@ -712,7 +572,7 @@ START_TEST(test_caps_claim_and_claim_many_of_one_overlap_job_do_not_deadlock)
     ck_assert_msg(r.n2 == 0, "single claim: %d rows %s", r.n2, r.msg2);
     assert_state(&e, 2, "running");
     assert_state(&e, 1, "retrying"); /* queue: run 2 was running */
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -737,27 +597,31 @@ START_TEST(test_caps_release_with_both_caps_reaches_every_tenant)
     env e;
     env_setup(&e);
     set_caps(&e, 3, 1);
-    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) VALUES "
-             "('capt', '2026-01-01T00:00:01Z', now() - interval '2 hours', 'trigger', 'a')");
+    testenv_exec(e.db,
+                 "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) VALUES "
+                 "('capt', '2026-01-01T00:00:01Z', now() - interval '2 hours', 'trigger', 'a')");
     ck_assert_int_eq(claim_n(&e, 1), 1);
-    qx(e.db,
-       "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant, state, cap_group, "
-       "cap_tenant) SELECT 'capt', '2025-01-01T00:00:00Z'::timestamptz + "
-       "make_interval(secs => g), now() - interval '1 hour' + make_interval(secs => g / "
-       "1000.0), 'trigger', 'a', 'waiting', 'capt', 'a' FROM generate_series(1, 10001) g;"
-       "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant, state, cap_group, "
-       "cap_tenant) VALUES ('capt', '2026-01-01T00:00:02Z', now(), 'trigger', 'b', "
-       "'waiting', 'capt', 'b')");
-    qx(e.db, "SELECT warren.complete('capt@2026-01-01T00:00:01Z', 1, 'succeeded')");
+    testenv_exec(
+        e.db,
+        "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant, state, cap_group, "
+        "cap_tenant) SELECT 'capt', '2025-01-01T00:00:00Z'::timestamptz + "
+        "make_interval(secs => g), now() - interval '1 hour' + make_interval(secs => g / "
+        "1000.0), 'trigger', 'a', 'waiting', 'capt', 'a' FROM generate_series(1, 10001) g;"
+        "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant, state, cap_group, "
+        "cap_tenant) VALUES ('capt', '2026-01-01T00:00:02Z', now(), 'trigger', 'b', "
+        "'waiting', 'capt', 'b')");
+    testenv_exec(e.db, "SELECT warren.complete('capt@2026-01-01T00:00:01Z', 1, 'succeeded')");
     assert_state(&e, 2, "planned+slot");
-    ck_assert_int_eq(sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE tenant = 'a' AND "
-                                    "cap_released_at IS NOT NULL"),
+    ck_assert_int_eq(testenv_sql_long(e.db,
+                                      "SELECT count(*) FROM warren.runs WHERE tenant = 'a' AND "
+                                      "cap_released_at IS NOT NULL"),
                      1);
-    ck_assert_int_eq(sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE tenant = 'a' AND "
-                                    "cap_released_at IS NOT NULL AND scheduled_at = "
-                                    "'2025-01-01T00:00:01Z'"),
+    ck_assert_int_eq(testenv_sql_long(e.db,
+                                      "SELECT count(*) FROM warren.runs WHERE tenant = 'a' AND "
+                                      "cap_released_at IS NOT NULL AND scheduled_at = "
+                                      "'2025-01-01T00:00:01Z'"),
                      1); /* a's oldest */
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -768,18 +632,20 @@ START_TEST(test_caps_sweep_skips_tenants_at_their_cap)
     env e;
     env_setup(&e);
     set_caps(&e, 0, 1);
-    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) VALUES "
-             "('capt', '2026-01-01T00:00:01Z', now() - interval '1 minute', 'trigger', 'a')");
+    testenv_exec(e.db,
+                 "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) VALUES "
+                 "('capt', '2026-01-01T00:00:01Z', now() - interval '1 minute', 'trigger', 'a')");
     ck_assert_int_eq(claim_n(&e, 1), 1);
-    qx(e.db,
-       "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant, state, cap_group, "
-       "cap_tenant) VALUES "
-       "('capt', '2026-01-01T00:00:02Z', now(), 'trigger', 'a', 'waiting', 'capt', 'a'),"
-       "('capt', '2026-01-01T00:00:03Z', now(), 'trigger', 'b', 'waiting', 'capt', 'b')");
-    ck_assert_int_eq(sql_long(e.db, "SELECT warren.wp_cap_release_all(1)"), 1);
+    testenv_exec(
+        e.db,
+        "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant, state, cap_group, "
+        "cap_tenant) VALUES "
+        "('capt', '2026-01-01T00:00:02Z', now(), 'trigger', 'a', 'waiting', 'capt', 'a'),"
+        "('capt', '2026-01-01T00:00:03Z', now(), 'trigger', 'b', 'waiting', 'capt', 'b')");
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT warren.wp_cap_release_all(1)"), 1);
     assert_state(&e, 2, "waiting");
     assert_state(&e, 3, "planned+slot");
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -791,20 +657,23 @@ START_TEST(test_caps_a_slot_freed_without_a_release_keeps_due_order)
     env e;
     env_setup(&e);
     set_caps(&e, 0, 1);
-    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) VALUES "
-             "('capt', '2026-01-01T00:00:01Z', now() - interval '3 minutes', 'trigger', 'x'),"
-             "('capt', '2026-01-01T00:00:02Z', now() - interval '2 minutes', 'trigger', 'x'),"
-             "('capt', '2026-01-01T00:00:03Z', now() - interval '1 minute', 'trigger', 'x')");
+    testenv_exec(e.db,
+                 "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) VALUES "
+                 "('capt', '2026-01-01T00:00:01Z', now() - interval '3 minutes', 'trigger', 'x'),"
+                 "('capt', '2026-01-01T00:00:02Z', now() - interval '2 minutes', 'trigger', 'x'),"
+                 "('capt', '2026-01-01T00:00:03Z', now() - interval '1 minute', 'trigger', 'x')");
     ck_assert_int_eq(claim_n(&e, 1), 1);
     ck_assert_int_eq(claim_n(&e, 2), 0);
     assert_state(&e, 2, "waiting");
-    qx(e.db, "UPDATE warren.runs SET state = 'cancelled', finished_at = now(), lease_owner = NULL, "
-             "lease_until = NULL WHERE run_key = 'capt@2026-01-01T00:00:01Z'");
+    testenv_exec(
+        e.db,
+        "UPDATE warren.runs SET state = 'cancelled', finished_at = now(), lease_owner = NULL, "
+        "lease_until = NULL WHERE run_key = 'capt@2026-01-01T00:00:01Z'");
     ck_assert_int_eq(claim_n(&e, 3), 0);
     assert_state(&e, 3, "waiting");
     assert_state(&e, 2, "planned+slot");
     ck_assert_int_eq(claim_n(&e, 2), 1);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -815,21 +684,22 @@ START_TEST(test_caps_a_capped_claim_needs_read_committed)
     env e;
     env_setup(&e);
     set_caps(&e, 0, 1);
-    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) VALUES "
-             "('capt', '2026-01-01T00:00:01Z', now() - interval '1 minute', 'trigger', 'x')");
-    PGconn *c = connect_ok(e.db);
-    exec_ok(c, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+    testenv_exec(e.db,
+                 "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) VALUES "
+                 "('capt', '2026-01-01T00:00:01Z', now() - interval '1 minute', 'trigger', 'x')");
+    PGconn *c = testenv_connect(e.db);
+    testenv_exec_on(c, "BEGIN ISOLATION LEVEL REPEATABLE READ");
     exec_fails(c, "SELECT * FROM warren.claim('capt@2026-01-01T00:00:01Z', 'rr')", "0A000",
                "needs isolation level READ COMMITTED, not REPEATABLE READ");
-    exec_ok(c, "ROLLBACK");
-    exec_ok(c, "BEGIN ISOLATION LEVEL SERIALIZABLE");
+    testenv_exec_on(c, "ROLLBACK");
+    testenv_exec_on(c, "BEGIN ISOLATION LEVEL SERIALIZABLE");
     exec_fails(c, "SELECT * FROM warren.claim_many(ARRAY['capt@2026-01-01T00:00:01Z'], 'rr')",
                "0A000", "not SERIALIZABLE");
-    exec_ok(c, "ROLLBACK");
+    testenv_exec_on(c, "ROLLBACK");
     assert_state(&e, 1, "planned");
     ck_assert_int_eq(claim_n(&e, 1), 1);
     PQfinish(c);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -839,13 +709,13 @@ START_TEST(test_caps_run_tenant_grammar)
 {
     env e;
     env_setup(&e);
-    PGconn *c = connect_ok(e.db);
+    PGconn *c = testenv_connect(e.db);
     exec_fails(c,
                "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) VALUES "
                "('capt', '2026-01-01T00:00:02Z', now(), 'trigger', '')",
                "23514", "runs_tenant_grammar");
     PQfinish(c);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -856,72 +726,78 @@ START_TEST(test_caps_template_group_and_a_raised_cap_released_by_the_reconciler)
     env_setup(&e);
     /* A template and two API jobs of tenant acme, one of tenant zed
      * (written directly: warren.upsert_job is another helper's). */
-    qx(e.db, "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, overlap, "
-             "is_template, max_running_per_tenant, paused, next_fire_at) VALUES "
-             "('tpl', 'none', '', 'qcap', 'allow', true, 1, true, 'infinity');"
-             "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, overlap, origin, "
-             "template, tenant, next_fire_at) VALUES "
-             "('tpl.acme-1', 'every', '3600', 'qcap', 'allow', 'api', 'tpl', 'acme', 'infinity'),"
-             "('tpl.acme-2', 'every', '3600', 'qcap', 'allow', 'api', 'tpl', 'acme', 'infinity'),"
-             "('tpl.zed', 'every', '3600', 'qcap', 'allow', 'api', 'tpl', 'zed', 'infinity');"
-             "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) VALUES "
-             "('tpl.acme-1', '2026-01-01T00:00:01Z', now(), 'trigger'),"
-             "('tpl.acme-2', '2026-01-01T00:00:02Z', now(), 'trigger'),"
-             "('tpl.acme-2', '2026-01-01T00:00:03Z', now(), 'trigger'),"
-             "('tpl.zed', '2026-01-01T00:00:04Z', now(), 'trigger')");
+    testenv_exec(
+        e.db, "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, overlap, "
+              "is_template, max_running_per_tenant, paused, next_fire_at) VALUES "
+              "('tpl', 'none', '', 'qcap', 'allow', true, 1, true, 'infinity');"
+              "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, overlap, origin, "
+              "template, tenant, next_fire_at) VALUES "
+              "('tpl.acme-1', 'every', '3600', 'qcap', 'allow', 'api', 'tpl', 'acme', 'infinity'),"
+              "('tpl.acme-2', 'every', '3600', 'qcap', 'allow', 'api', 'tpl', 'acme', 'infinity'),"
+              "('tpl.zed', 'every', '3600', 'qcap', 'allow', 'api', 'tpl', 'zed', 'infinity');"
+              "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) VALUES "
+              "('tpl.acme-1', '2026-01-01T00:00:01Z', now(), 'trigger'),"
+              "('tpl.acme-2', '2026-01-01T00:00:02Z', now(), 'trigger'),"
+              "('tpl.acme-2', '2026-01-01T00:00:03Z', now(), 'trigger'),"
+              "('tpl.zed', '2026-01-01T00:00:04Z', now(), 'trigger')");
     /* The first run of each tenant starts; acme's others wait, whichever of
      * acme's API jobs they belong to. */
-    ck_assert_int_eq(sql_long(e.db, "SELECT count(*) FROM warren.runs r, "
-                                    "warren.claim(r.run_key, 'sqlw') c"),
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs r, "
+                                            "warren.claim(r.run_key, 'sqlw') c"),
                      2);
-    ck_assert_int_eq(sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE state = 'running'"), 2);
     ck_assert_int_eq(
-        sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE state = 'waiting' AND job LIKE "
-                       "'tpl.acme-%' AND note LIKE 'waiting: tenant acme has 1 of "
-                       "max_running_per_tenant 1 running (template tpl) at %'"),
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE state = 'running'"), 2);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db,
+                         "SELECT count(*) FROM warren.runs WHERE state = 'waiting' AND job LIKE "
+                         "'tpl.acme-%' AND note LIKE 'waiting: tenant acme has 1 of "
+                         "max_running_per_tenant 1 running (template tpl) at %'"),
         2);
     /* A waiting run's claim gives no row (its message is acknowledged). */
-    ck_assert_int_eq(sql_long(e.db, "SELECT count(*) FROM warren.runs r, "
-                                    "warren.claim(r.run_key, 'sqlw') c WHERE r.state = 'waiting'"),
-                     0);
-    ck_assert_int_eq(sql_long(e.db, "SELECT count(*) FROM warren.runs r, "
-                                    "warren.claim_many(ARRAY[r.run_key], 'sqlw') c "
-                                    "WHERE r.state = 'waiting'"),
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs r, "
+                               "warren.claim(r.run_key, 'sqlw') c WHERE r.state = 'waiting'"),
+        0);
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs r, "
+                                            "warren.claim_many(ARRAY[r.run_key], 'sqlw') c "
+                                            "WHERE r.state = 'waiting'"),
                      0);
     /* The cap raised (as a sync would): the reconciler (the planner's first
      * tick) releases both, and the relay publishes them. */
-    qx(e.db, "UPDATE warren.jobs SET max_running_per_tenant = 3 WHERE name = 'tpl'");
-    planner_start(&e);
-    ck_assert(wait_for(e.db, "2", 20000,
-                       "SELECT count(*) FROM warren.runs WHERE state = 'published' AND "
-                       "cap_released_at IS NOT NULL AND note LIKE '%released at % tenant acme has "
-                       "1 of max_running_per_tenant 3 running (template tpl)'"));
+    testenv_exec(e.db, "UPDATE warren.jobs SET max_running_per_tenant = 3 WHERE name = 'tpl'");
+    testenv_stack_planner_start(&e, &test_logger);
+    ck_assert(testenv_wait_for(
+        e.db, "2", 20000,
+        "SELECT count(*) FROM warren.runs WHERE state = 'published' AND "
+        "cap_released_at IS NOT NULL AND note LIKE '%released at % tenant acme has "
+        "1 of max_running_per_tenant 3 running (template tpl)'"));
     /* Released runs hold their slots: a cap of 3 now has 1 running + 2
      * released for acme, so a new run of acme waits... */
-    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) VALUES "
-             "('tpl.acme-1', '2026-01-01T00:00:05Z', now(), 'trigger')");
-    ck_assert_int_eq(sql_long(e.db, "SELECT count(*) FROM warren.claim('tpl.acme-1@"
-                                    "2026-01-01T00:00:05Z', 'sqlw')"),
+    testenv_exec(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) VALUES "
+                       "('tpl.acme-1', '2026-01-01T00:00:05Z', now(), 'trigger')");
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(*) FROM warren.claim('tpl.acme-1@"
+                                            "2026-01-01T00:00:05Z', 'sqlw')"),
                      0);
     ck_assert_int_eq(
-        sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE run_key = "
-                       "'tpl.acme-1@2026-01-01T00:00:05Z' AND state = 'waiting' AND note LIKE "
-                       "'waiting: tenant acme has 3 of max_running_per_tenant 3 running%'"),
+        testenv_sql_long(e.db,
+                         "SELECT count(*) FROM warren.runs WHERE run_key = "
+                         "'tpl.acme-1@2026-01-01T00:00:05Z' AND state = 'waiting' AND note LIKE "
+                         "'waiting: tenant acme has 3 of max_running_per_tenant 3 running%'"),
         1);
     /* ... while the released ones are claimed, and each completion releases
      * the next waiting run of its tenant at once. */
-    ck_assert_int_eq(sql_long(e.db, "SELECT count(*) FROM warren.runs r, "
-                                    "warren.claim(r.run_key, 'sqlw') c "
-                                    "WHERE r.cap_released_at IS NOT NULL"),
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs r, "
+                                            "warren.claim(r.run_key, 'sqlw') c "
+                                            "WHERE r.cap_released_at IS NOT NULL"),
                      2);
     char *v = testenv_sql1(e.db, "SELECT bool_and(warren.complete(run_key, attempt, 'succeeded')) "
                                  "FROM warren.runs WHERE job = 'tpl.acme-1' AND state = 'running'");
     ck_assert_str_eq(v, "t");
     free(v);
-    ck_assert(wait_for(e.db, "published", 20000,
-                       "SELECT state FROM warren.runs WHERE run_key = "
-                       "'tpl.acme-1@2026-01-01T00:00:05Z'"));
-    env_teardown(&e);
+    ck_assert(testenv_wait_for(e.db, "published", 20000,
+                               "SELECT state FROM warren.runs WHERE run_key = "
+                               "'tpl.acme-1@2026-01-01T00:00:05Z'"));
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -937,26 +813,28 @@ START_TEST(test_caps_operator_tenant_cap_replaces_the_groups_per_tenant_cap)
     env e;
     env_setup(&e);
     set_caps(&e, 0, 0);
-    ck_assert_int_eq(sql_long(e.db, "SELECT warren.set_tenant_cap('x', 1)::int"), 1);
-    ck_assert_int_eq(sql_long(e.db, "SELECT warren.set_tenant_cap('x', 1)::int"), 0);
-    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) "
-             "SELECT 'capt', '2026-01-01T00:00:00Z'::timestamptz + make_interval(secs => g), "
-             "now() - make_interval(secs => 10 - g), 'trigger', CASE WHEN g <= 3 THEN 'x' "
-             "ELSE 'y' END FROM generate_series(1, 6) g");
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT warren.set_tenant_cap('x', 1)::int"), 1);
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT warren.set_tenant_cap('x', 1)::int"), 0);
+    testenv_exec(e.db,
+                 "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) "
+                 "SELECT 'capt', '2026-01-01T00:00:00Z'::timestamptz + make_interval(secs => g), "
+                 "now() - make_interval(secs => 10 - g), 'trigger', CASE WHEN g <= 3 THEN 'x' "
+                 "ELSE 'y' END FROM generate_series(1, 6) g");
     /* a batch: x's first claimed, its others wait; y uncapped: all three */
-    ck_assert_int_eq(sql_long(e.db, "SELECT count(*) FROM warren.claim_many(ARRAY("
-                                    "SELECT run_key FROM warren.runs ORDER BY run_key), 'w')"),
+    ck_assert_int_eq(testenv_sql_long(e.db,
+                                      "SELECT count(*) FROM warren.claim_many(ARRAY("
+                                      "SELECT run_key FROM warren.runs ORDER BY run_key), 'w')"),
                      4);
     assert_state(&e, 1, "running");
     assert_state(&e, 2, "waiting");
     assert_state(&e, 3, "waiting");
     for (int n = 4; n <= 6; n++)
         assert_state(&e, n, "running");
-    ck_assert_int_eq(sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE note LIKE "
-                                    "'%waiting: tenant x has 1 of its tenant cap (warren "
-                                    "tenant-cap) 1 running (job capt)%'"),
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE note LIKE "
+                                            "'%waiting: tenant x has 1 of its tenant cap (warren "
+                                            "tenant-cap) 1 running (job capt)%'"),
                      2);
-    qx(e.db, "SELECT warren.complete('capt@2026-01-01T00:00:01Z', 1, 'succeeded')");
+    testenv_exec(e.db, "SELECT warren.complete('capt@2026-01-01T00:00:01Z', 1, 'succeeded')");
     assert_state(&e, 2, "planned+slot");
     assert_state(&e, 3, "waiting");
     ck_assert_int_eq(claim_n(&e, 2), 1);
@@ -965,34 +843,34 @@ START_TEST(test_caps_operator_tenant_cap_replaces_the_groups_per_tenant_cap)
     ck_assert_int_eq(claim_n(&e, 3), 0);
     assert_state(&e, 3, "waiting");
     /* the tenant cap raised above nothing running: the sweep releases it */
-    ck_assert_int_eq(sql_long(e.db, "SELECT warren.set_tenant_cap('x', 2)::int"), 1);
-    ck_assert_int_eq(sql_long(e.db, "SELECT warren.wp_cap_release_all(10)"), 1);
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT warren.set_tenant_cap('x', 2)::int"), 1);
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT warren.wp_cap_release_all(10)"), 1);
     assert_state(&e, 3, "planned+slot");
     ck_assert_int_eq(claim_n(&e, 3), 1);
     /* lower than the group's: y's own tenant cap of 1 below the group's 5 */
-    qx(e.db, "UPDATE warren.runs SET state = 'succeeded', finished_at = now() "
-             "WHERE tenant = 'y'");
-    ck_assert_int_eq(sql_long(e.db, "SELECT warren.set_tenant_cap('y', 1)::int"), 1);
-    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) VALUES "
-             "('capt', '2026-01-01T00:00:07Z', now(), 'trigger', 'y'),"
-             "('capt', '2026-01-01T00:00:08Z', now(), 'trigger', 'y')");
+    testenv_exec(e.db, "UPDATE warren.runs SET state = 'succeeded', finished_at = now() "
+                       "WHERE tenant = 'y'");
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT warren.set_tenant_cap('y', 1)::int"), 1);
+    testenv_exec(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) VALUES "
+                       "('capt', '2026-01-01T00:00:07Z', now(), 'trigger', 'y'),"
+                       "('capt', '2026-01-01T00:00:08Z', now(), 'trigger', 'y')");
     ck_assert_int_eq(claim_n(&e, 7), 1);
     ck_assert_int_eq(claim_n(&e, 8), 0);
     assert_state(&e, 8, "waiting");
     /* removed: the group's 5 again, released by the sweep */
-    ck_assert_int_eq(sql_long(e.db, "SELECT warren.set_tenant_cap('y', NULL)::int"), 1);
-    ck_assert_int_eq(sql_long(e.db, "SELECT warren.wp_cap_release_all(10)"), 1);
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT warren.set_tenant_cap('y', NULL)::int"), 1);
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT warren.wp_cap_release_all(10)"), 1);
     assert_state(&e, 8, "planned+slot");
     char *caps = testenv_sql1(e.db, "SELECT string_agg(tenant || '=' || max_running, ',') "
                                     "FROM warren.tenant_caps");
     ck_assert_str_eq(caps ? caps : "", "x=2");
     free(caps);
-    PGconn *c = connect_ok(e.db);
+    PGconn *c = testenv_connect(e.db);
     exec_fails(c, "SELECT warren.set_tenant_cap('x', 0)", "22023", "is not a cap");
     exec_fails(c, "SELECT warren.set_tenant_cap('bad tenant', 1)", "22023",
                "\"bad tenant\" is not a tenant name");
     PQfinish(c);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -1008,17 +886,17 @@ START_TEST(test_caps_tenant_caps_keep_one_lock_mode_per_group)
     env e;
     env_setup(&e);
     set_caps(&e, 0, 0);
-    qx(e.db, "SELECT warren.set_tenant_cap('a', 5), warren.set_tenant_cap('b', 5)");
-    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) VALUES "
-             "('capt', '2026-01-01T00:00:01Z', now(), 'trigger', 'a'),"
-             "('capt', '2026-01-01T00:00:02Z', now(), 'trigger', 'a'),"
-             "('capt', '2026-01-01T00:00:03Z', now(), 'trigger', 'b'),"
-             "('capt', '2026-01-01T00:00:04Z', now(), 'trigger', 'b')");
+    testenv_exec(e.db, "SELECT warren.set_tenant_cap('a', 5), warren.set_tenant_cap('b', 5)");
+    testenv_exec(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) VALUES "
+                       "('capt', '2026-01-01T00:00:01Z', now(), 'trigger', 'a'),"
+                       "('capt', '2026-01-01T00:00:02Z', now(), 'trigger', 'a'),"
+                       "('capt', '2026-01-01T00:00:03Z', now(), 'trigger', 'b'),"
+                       "('capt', '2026-01-01T00:00:04Z', now(), 'trigger', 'b')");
     for (int n = 1; n <= 4; n++)
         ck_assert_int_eq(claim_n(&e, n), 1);
-    ck_assert_int_eq(sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE cap_group = 'capt'"),
-                     4);
-    qx(e.db, "SELECT warren.set_tenant_cap('b', NULL)");
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE cap_group = 'capt'"), 4);
+    testenv_exec(e.db, "SELECT warren.set_tenant_cap('b', NULL)");
     queued r;
     run_queued(&e, "SELECT warren.wp_cap_lock('capt', 'a', NULL, NULL)",
                "SELECT * FROM warren.complete_many(ARRAY['capt@2026-01-01T00:00:01Z', "
@@ -1028,7 +906,7 @@ START_TEST(test_caps_tenant_caps_keep_one_lock_mode_per_group)
                &r);
     ck_assert_msg(r.n1 == 2, "first call: %d rows %s", r.n1, r.msg1);
     ck_assert_msg(r.n2 == 2, "second call: %d rows %s", r.n2, r.msg2);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 

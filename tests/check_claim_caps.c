@@ -39,153 +39,46 @@
 
 static warren_logger test_logger = {warren_log_stderr, NULL, WARREN_LOG_WARN};
 
-typedef struct env {
-    char *db, *amqp, *dir, *cfg_path;
-    warren_config *cfg;
-    testenv_planner planner;
-    pid_t workers[2];
-    int nworkers;
-} env;
-
-static void write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    ck_assert_msg(f != NULL, "cannot write %s", path);
-    fputs(text, f);
-    fclose(f);
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
-static long sql_long(const char *url, const char *sql)
-{
-    char *v = testenv_sql1(url, sql);
-    ck_assert_msg(v != NULL, "no value: %s", sql);
-    long n = strtol(v, NULL, 10);
-    free(v);
-    return n;
-}
+typedef testenv_stack env;
 
 /* The template: a per-tenant cap of 2, overlap allow (the cap decides), an
  * exec handler that sleeps 1 s. The reconciler's grace is the default's
  * 30 s: a run it had to republish makes the round take over 30 s. */
 static void env_setup(env *e, const char *job_text, int concurrency)
 {
-    warren_error err = {0};
-    warren_diags diags = {0};
-    warren_store *st = NULL;
-    warren_broker *b = NULL;
-    char tmpl[] = "/tmp/warren-check-claim-caps-XXXXXX";
-
-    memset(e, 0, sizeof(*e));
-    unsetenv("WARREN_DATABASE_URL");
-    unsetenv("WARREN_AMQP_URL");
-    e->db = testenv_db_migrated();
-    e->amqp = testenv_vhost();
+    testenv_stack_init(e, "warren-check-claim-caps");
     /* A diagnosis aid: SQL applied to each round's database (e.g. a claim.sql
      * that records why a claim gave no row in a table public.dbg). */
     const char *extra = getenv("CLAIM_CAPS_EXTRA_SQL");
     if (extra != NULL && extra[0] != '\0') {
-        FILE *f = fopen(extra, "r");
-        ck_assert_msg(f != NULL, "cannot read %s", extra);
-        static char buf[1 << 20];
-        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-        buf[n] = '\0';
-        fclose(f);
-        ck_assert_int_ge(testenv_psql(e->db, buf, NULL), 0);
+        char *sql = testenv_read_file(extra, NULL);
+        testenv_exec(e->db, sql);
+        free(sql);
     }
-    ck_assert_ptr_nonnull(mkdtemp(tmpl));
-    e->dir = strdup(tmpl);
-    e->cfg_path = testenv_fmt("%s/warren.cfg", e->dir);
     char *text = testenv_fmt("database = { url = \"%s\"; };\n"
                              "broker = { url = \"%s\"; };\n"
                              "planner = { tick = \"100ms\"; reconcile_grace = \"30s\"; };\n"
                              "worker = { concurrency = %d; shutdown_grace = \"3s\"; };\n"
                              "jobs = ( %s );\n",
                              e->db, e->amqp, concurrency, job_text);
-    write_file(e->cfg_path, text);
+    testenv_stack_config(e, text);
     free(text);
-    if (warren_config_load(e->cfg_path, &e->cfg, &diags, &err) != 0) {
-        for (size_t i = 0; i < diags.count; i++)
-            fprintf(stderr, "%s\n", diags.items[i]);
-        ck_abort_msg("config: %s", err.message);
-    }
-    warren_diags_free(&diags);
-    ck_assert_int_eq(warren_store_open(e->db, NULL, &st, &err), 0);
-    ck_assert_msg(warren_store_sync(st, e->cfg, NULL, &err) == 0, "sync: %s", err.message);
-    warren_store_free(st);
-    size_t nq = 0;
-    const char **queues = warren_config_queues(e->cfg, &nq);
-    ck_assert_int_eq(warren_broker_open(e->amqp, NULL, &b, &err), 0);
-    ck_assert_msg(warren_broker_topology(b, queues, nq, e->cfg->delivery_limit, &err) == 0,
-                  "topology: %s", err.message);
-    warren_broker_free(b);
-    free(queues);
-}
-
-static void workers_start(env *e, int n)
-{
-    for (int i = 0; i < n; i++) {
-        char id[16];
-        snprintf(id, sizeof(id), "w%d", i + 1);
-        char *log = testenv_fmt("%s/%s.log", e->dir, id);
-        char *argv[] = {WARREN_BINARY, "worker", "-c", e->cfg_path, "--id", id, NULL};
-        e->workers[i] = testenv_spawn(argv, NULL, log, 0);
-        free(log);
-    }
-    e->nworkers = n;
-}
-
-static void workers_stop(env *e)
-{
-    for (int i = 0; i < e->nworkers; i++)
-        kill(e->workers[i], SIGTERM);
-    for (int i = 0; i < e->nworkers; i++) {
-        int status = 0;
-        for (int waited = 0; waited < 10000; waited += 50) {
-            if (waitpid(e->workers[i], &status, WNOHANG) == e->workers[i])
-                goto reaped;
-            sleep_ms(50);
-        }
-        kill(e->workers[i], SIGKILL);
-        waitpid(e->workers[i], &status, 0);
-    reaped:;
-    }
-    e->nworkers = 0;
-}
-
-static void env_teardown(env *e)
-{
-    workers_stop(e);
-    testenv_planner_stop(&e->planner);
-    warren_config_free(e->cfg);
-    free(e->db);
-    free(e->amqp);
-    free(e->dir);
-    free(e->cfg_path);
 }
 
 /* Waits until no run of the database is unfinished (up to timeout_ms);
  * returns the milliseconds waited, or -1 on timeout. */
 static long wait_all_done(const char *db, long timeout_ms)
 {
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int64_t t0 = testenv_mono_ms();
     for (;;) {
-        long left = sql_long(db, "SELECT count(*) FROM warren.runs WHERE state NOT IN "
-                                 "('succeeded', 'dead', 'skipped', 'cancelled')");
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        long ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+        long left = testenv_sql_long(db, "SELECT count(*) FROM warren.runs WHERE state NOT IN "
+                                         "('succeeded', 'dead', 'skipped', 'cancelled')");
+        long ms = (long)(testenv_mono_ms() - t0);
         if (left == 0)
             return ms;
         if (ms > timeout_ms)
             return -1;
-        sleep_ms(100);
+        testenv_sleep_ms(100);
     }
 }
 
@@ -225,11 +118,9 @@ static int caps_round(int round, const char *job_text, int capped, int per, int 
 {
     env e;
     env_setup(&e, job_text, 50);
-    workers_start(&e, 2);
-    warren_error err = {0};
-    ck_assert_msg(testenv_planner_start(&e.planner, e.cfg, e.db, e.amqp, &test_logger, &err) == 0,
-                  "planner: %s", err.message);
-    sleep_ms(1000); /* the workers connected and consuming */
+    testenv_stack_workers_start(&e, 2);
+    testenv_stack_planner_start(&e, &test_logger);
+    testenv_sleep_ms(1000); /* the workers connected and consuming */
     char *pre = testenv_fmt(
         "CREATE TABLE public.uncapped (skip_t text); %s"
         "SELECT count(*) FROM (SELECT warren.set_tenant_cap(CASE WHEN i = 0 THEN 'acme' "
@@ -251,13 +142,14 @@ static int caps_round(int round, const char *job_text, int capped, int per, int 
     free(n);
     long ms = wait_all_done(e.db, 90000);
     int bad = 0;
-    long total = sql_long(e.db, "SELECT count(*) FROM warren.runs");
-    long ok = sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'");
-    long maxc = sql_long(e.db, MAX_CONCURRENT_SQL);
+    long total = testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs");
+    long ok = testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'");
+    long maxc = testenv_sql_long(e.db, MAX_CONCURRENT_SQL);
     char *over = testenv_sql1(e.db, OVERTAKEN_SQL);
     long republished =
-        sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE note LIKE '%republished%'");
-    long span = sql_long(e.db, "SELECT (extract(epoch FROM max(finished_at) - min(scheduled_at)) "
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE note LIKE '%republished%'");
+    long span =
+        testenv_sql_long(e.db, "SELECT (extract(epoch FROM max(finished_at) - min(scheduled_at)) "
                                "* 1000)::bigint FROM warren.runs");
     fprintf(stderr,
             "round %d: %ld runs, %ld succeeded in %ld ms (last finish %ld ms after the first "
@@ -299,7 +191,7 @@ static int caps_round(int round, const char *job_text, int capped, int per, int 
         }
     }
     free(over);
-    env_teardown(&e);
+    testenv_stack_free(&e);
     return bad;
 }
 

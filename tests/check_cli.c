@@ -26,29 +26,10 @@ typedef struct cli_result {
     char err[4096];
 } cli_result;
 
-/* Asserts the first value of a query equals want ("<null>" for SQL NULL). */
-#define ck_q(url, want, ...)                                                                       \
-    do {                                                                                           \
-        char *got_ = testenv_sql1f(url, __VA_ARGS__);                                              \
-        ck_assert_str_eq(got_ ? got_ : "<null>", want);                                            \
-        free(got_);                                                                                \
-    } while (0)
-
-static void read_file(const char *path, char *buf, size_t len)
-{
-    FILE *f = fopen(path, "r");
-    ck_assert_msg(f != NULL, "cannot read %s", path);
-    size_t n = fread(buf, 1, len - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-}
-
 /* A fresh migrated database and a config naming it with jobs alpha and beta,
  * synced by `warren sync`. Nothing runs the jobs: their runs are made by hand. */
 static void env_setup(env *e)
 {
-    char tmpl[] = "/tmp/warren-check-cli-XXXXXX";
-
     memset(e, 0, sizeof(*e));
     /* The config file names the database; nothing in the environment may
      * override it, and the default log level applies (stderr is compared). */
@@ -57,8 +38,7 @@ static void env_setup(env *e)
     unsetenv("WARREN_CONFIG");
     unsetenv("WARREN_LOG");
     e->db = testenv_db_migrated();
-    ck_assert_ptr_nonnull(mkdtemp(tmpl));
-    e->dir = strdup(tmpl);
+    e->dir = testenv_tmpdir("warren-check-cli");
     e->cfg_path = testenv_fmt("%s/warren.cfg", e->dir);
     FILE *f = fopen(e->cfg_path, "w");
     ck_assert_msg(f != NULL, "cannot write %s", e->cfg_path);
@@ -93,13 +73,10 @@ static void cli(const env *e, cli_result *r, const char *fmt, ...)
     va_start(ap, fmt);
     char *args = testenv_vfmt(fmt, ap);
     va_end(ap);
-    char *errpath = testenv_fmt("%s/stderr", e->dir);
-    char *cmd = testenv_fmt("%s %s -c %s 2>%s", WARREN_BINARY, args, e->cfg_path, errpath);
-    r->rc = testenv_run(cmd, r->out, sizeof(r->out));
-    read_file(errpath, r->err, sizeof(r->err));
+    char *cmd = testenv_fmt("%s %s -c %s", WARREN_BINARY, args, e->cfg_path);
+    r->rc = testenv_run_split(cmd, r->out, sizeof(r->out), r->err, sizeof(r->err));
     fprintf(stderr, "$ warren %s\n-> exit %d\n%s%s", args, r->rc, r->out, r->err);
     free(cmd);
-    free(errpath);
     free(args);
 }
 
@@ -109,13 +86,14 @@ static void cli(const env *e, cli_result *r, const char *fmt, ...)
 static void make_run(const env *e, const char *job, const char *at, const char *outcome)
 {
     char *key = testenv_fmt("%s@%s", job, at);
-    ck_q(e->db, key,
-         "INSERT INTO warren.runs (job, scheduled_at, due_at) VALUES ('%s', '%s', now()) "
-         "RETURNING run_key",
-         job, at);
+    ck_assert_sqlf(e->db, key,
+                   "INSERT INTO warren.runs (job, scheduled_at, due_at) VALUES ('%s', '%s', now()) "
+                   "RETURNING run_key",
+                   job, at);
     if (outcome != NULL) {
-        ck_q(e->db, "1", "SELECT attempt FROM warren.claim('%s', 'w1')", key);
-        ck_q(e->db, "t", "SELECT warren.complete('%s', 1, '%s', 'boom %s')", key, outcome, key);
+        ck_assert_sqlf(e->db, "1", "SELECT attempt FROM warren.claim('%s', 'w1')", key);
+        ck_assert_sqlf(e->db, "t", "SELECT warren.complete('%s', 1, '%s', 'boom %s')", key, outcome,
+                       key);
     }
     free(key);
 }
@@ -238,30 +216,34 @@ START_TEST(test_replay_job_dead_replans_every_dead_run_once_keeping_keys_and_his
     ck_assert_str_eq(r.err, "");
     /* The same runs under the same keys, planned and due now; nothing added,
      * the succeeded run and the other job's dead run untouched. */
-    ck_q(e.db,
-         "alpha@2026-01-01T00:00:00Z|planned|t,alpha@2026-01-01T00:01:00Z|planned|t,"
-         "alpha@2026-01-01T00:02:00Z|succeeded|f,beta@2026-01-01T00:03:00Z|dead|f",
-         "SELECT string_agg(concat_ws('|', run_key, state, due_at <= now() AND finished_at IS "
-         "NULL), ',' ORDER BY run_key) FROM warren.runs");
+    ck_assert_sqlf(
+        e.db,
+        "alpha@2026-01-01T00:00:00Z|planned|t,alpha@2026-01-01T00:01:00Z|planned|t,"
+        "alpha@2026-01-01T00:02:00Z|succeeded|f,beta@2026-01-01T00:03:00Z|dead|f",
+        "SELECT string_agg(concat_ws('|', run_key, state, due_at <= now() AND finished_at IS "
+        "NULL), ',' ORDER BY run_key) FROM warren.runs");
     /* History kept: the failed attempt with its error, the last error, the
      * dead note, and a note saying who replayed it; the fencing token stays. */
-    ck_q(e.db, "2",
-         "SELECT count(*) FROM warren.attempts WHERE run_key LIKE 'alpha@%%' AND attempt = 1 "
-         "AND worker = 'w1' AND outcome = 'failed' AND error = 'boom ' || run_key");
-    ck_q(e.db, "2",
-         "SELECT count(*) FROM warren.runs WHERE job = 'alpha' AND state = 'planned' "
-         "AND attempt = 1 AND last_error = 'boom ' || run_key "
-         "AND note ~ '^dead: permanent failure\\nreplayed at \\S+ by warren replay \\(pid "
-         "[0-9]+\\) after 1 attempts$'");
+    ck_assert_sqlf(
+        e.db, "2",
+        "SELECT count(*) FROM warren.attempts WHERE run_key LIKE 'alpha@%%' AND attempt = 1 "
+        "AND worker = 'w1' AND outcome = 'failed' AND error = 'boom ' || run_key");
+    ck_assert_sqlf(
+        e.db, "2",
+        "SELECT count(*) FROM warren.runs WHERE job = 'alpha' AND state = 'planned' "
+        "AND attempt = 1 AND last_error = 'boom ' || run_key "
+        "AND note ~ '^dead: permanent failure\\nreplayed at \\S+ by warren replay \\(pid "
+        "[0-9]+\\) after 1 attempts$'");
     /* Replayed runs are claimable again, with the next fencing token. */
-    ck_q(e.db, "2", "SELECT attempt FROM warren.claim('alpha@2026-01-01T00:00:00Z', 'w2')");
+    ck_assert_sqlf(e.db, "2",
+                   "SELECT attempt FROM warren.claim('alpha@2026-01-01T00:00:00Z', 'w2')");
 
     cli(&e, &r, "replay --job alpha --dead");
     ck_assert_int_eq(r.rc, 0);
     ck_assert_str_eq(r.out, "replayed 0 dead run(s) of alpha\n");
     ck_assert_str_eq(r.err, "");
-    ck_q(e.db, "running,planned,succeeded,dead",
-         "SELECT string_agg(state, ',' ORDER BY run_key) FROM warren.runs");
+    ck_assert_sqlf(e.db, "running,planned,succeeded,dead",
+                   "SELECT string_agg(state, ',' ORDER BY run_key) FROM warren.runs");
     env_teardown(&e);
 }
 END_TEST
@@ -305,20 +287,21 @@ START_TEST(test_enqueue_creates_once_and_says_which_run_holds_the_key)
     ck_assert_int_eq(r.rc, 0);
     ck_assert_str_eq(r.out, "created run alpha@welcome:user-42 (due 2026-12-24T17:00:00.250Z)\n");
     ck_assert_str_eq(r.err, "");
-    ck_q(e.db, "enqueue|planned|2026-12-24 17:00:00.25+00|{\"user\": 42}|acme",
-         "SELECT origin || '|' || state || '|' || scheduled_at || '|' || payload || '|' || tenant "
-         "FROM warren.runs WHERE run_key = 'alpha@welcome:user-42'");
+    ck_assert_sqlf(
+        e.db, "enqueue|planned|2026-12-24 17:00:00.25+00|{\"user\": 42}|acme",
+        "SELECT origin || '|' || state || '|' || scheduled_at || '|' || payload || '|' || tenant "
+        "FROM warren.runs WHERE run_key = 'alpha@welcome:user-42'");
     /* Again, with other options: nothing new, and the holder is named. */
     cli(&e, &r, "enqueue alpha --key welcome:user-42");
     ck_assert_int_eq(r.rc, 0);
     ck_assert_str_eq(r.out, "run alpha@welcome:user-42 already holds key \"welcome:user-42\" "
                             "(state planned, due 2026-12-24T17:00:00.250Z): nothing created\n");
-    ck_q(e.db, "1", "SELECT count(*) FROM warren.runs");
+    ck_assert_sqlf(e.db, "1", "SELECT count(*) FROM warren.runs");
     /* The same key of another job is another run. */
     cli(&e, &r, "enqueue beta --key welcome:user-42");
     ck_assert_int_eq(r.rc, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "created run beta@welcome:user-42 (due "));
-    ck_q(e.db, "2", "SELECT count(*) FROM warren.runs");
+    ck_assert_sqlf(e.db, "2", "SELECT count(*) FROM warren.runs");
     /* An enqueued run's key is a run key for the other commands. */
     cli(&e, &r, "show alpha@welcome:user-42");
     ck_assert_int_eq(r.rc, 0);
@@ -355,7 +338,7 @@ START_TEST(test_enqueue_rejects_bad_input_with_exit_2_and_writes_nothing)
         ck_assert_msg(strstr(r.err, cases[i].err) != NULL, "%s: stderr lacks \"%s\"", cases[i].args,
                       cases[i].err);
     }
-    ck_q(e.db, "0", "SELECT count(*) FROM warren.runs");
+    ck_assert_sqlf(e.db, "0", "SELECT count(*) FROM warren.runs");
     env_teardown(&e);
 }
 END_TEST
@@ -369,17 +352,13 @@ static void cli_bare(cli_result *r, const char *args)
 {
     char tmpl[] = "/tmp/warren-check-cli-help-XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(tmpl));
-    char *errpath = testenv_fmt("%s/stderr", tmpl);
     char *cmd = testenv_fmt("cd %s && WARREN_CONFIG=%s/none.cfg "
                             "WARREN_DATABASE_URL=postgresql://nobody@127.0.0.1:1/nowhere "
-                            "WARREN_AMQP_URL=amqp://nobody:x@127.0.0.1:1/%%2f %s %s 2>%s",
-                            tmpl, tmpl, WARREN_BINARY, args, errpath);
-    r->rc = testenv_run(cmd, r->out, sizeof(r->out));
-    read_file(errpath, r->err, sizeof(r->err));
-    unlink(errpath);
+                            "WARREN_AMQP_URL=amqp://nobody:x@127.0.0.1:1/%%2f %s %s",
+                            tmpl, tmpl, WARREN_BINARY, args);
+    r->rc = testenv_run_split(cmd, r->out, sizeof(r->out), r->err, sizeof(r->err));
     rmdir(tmpl);
     free(cmd);
-    free(errpath);
 }
 
 /* Every command `warren help` lists (main.c's dispatch table, so a new
@@ -448,16 +427,17 @@ START_TEST(test_grant_producer_grants_lists_and_revoke_producer_takes_away)
     cli(&e, &r, "grant-producer %s --template alpha", login);
     ck_assert_int_eq(r.rc, 2);
     ck_assert_ptr_nonnull(strstr(r.err, "\"alpha\" is not a template"));
-    ck_q(e.db, "0", "SELECT count(*) FROM warren.producer_logins");
+    ck_assert_sqlf(e.db, "0", "SELECT count(*) FROM warren.producer_logins");
 
     cli(&e, &r, "grant-producer %s --job alpha --job beta --tenant-prefix acme-", login);
     ck_assert_int_eq(r.rc, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "2 grants added (2 given)"));
-    ck_q(e.db, "job alpha acme-,job beta acme-",
-         "SELECT string_agg(g.kind || ' ' || g.name || ' ' || l.tenant_prefix, ',' ORDER BY g.name)"
-         " FROM warren.producer_grants g JOIN warren.producer_logins l USING (login)"
-         " WHERE login = '%s'",
-         login);
+    ck_assert_sqlf(
+        e.db, "job alpha acme-,job beta acme-",
+        "SELECT string_agg(g.kind || ' ' || g.name || ' ' || l.tenant_prefix, ',' ORDER BY g.name)"
+        " FROM warren.producer_grants g JOIN warren.producer_logins l USING (login)"
+        " WHERE login = '%s'",
+        login);
 
     /* listing: with the login alone, and with nothing */
     cli(&e, &r, "grant-producer %s", login);
@@ -472,12 +452,12 @@ START_TEST(test_grant_producer_grants_lists_and_revoke_producer_takes_away)
     cli(&e, &r, "revoke-producer %s --job alpha", login);
     ck_assert_int_eq(r.rc, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "1 grant removed (1 given)"));
-    ck_q(e.db, "beta", "SELECT string_agg(name, ',') FROM warren.producer_grants");
+    ck_assert_sqlf(e.db, "beta", "SELECT string_agg(name, ',') FROM warren.producer_grants");
 
     cli(&e, &r, "revoke-producer %s", login);
     ck_assert_int_eq(r.rc, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "every grant revoked"));
-    ck_q(e.db, "0", "SELECT count(*) FROM warren.producer_logins");
+    ck_assert_sqlf(e.db, "0", "SELECT count(*) FROM warren.producer_logins");
     cli(&e, &r, "grant-producer %s", login);
     ck_assert_int_eq(r.rc, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "no producer grants for "));
@@ -506,8 +486,8 @@ START_TEST(test_tenant_cap_sets_lists_and_removes_a_tenants_cap)
     cli(&e, &r, "tenant-cap billing:acme 5");
     ck_assert_int_eq(r.rc, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "5 runs at once (it was 3)"));
-    ck_q(e.db, "billing:acme=5",
-         "SELECT string_agg(tenant || '=' || max_running, ',') FROM warren.tenant_caps");
+    ck_assert_sqlf(e.db, "billing:acme=5",
+                   "SELECT string_agg(tenant || '=' || max_running, ',') FROM warren.tenant_caps");
     cli(&e, &r, "tenant-cap billing:acme");
     ck_assert_int_eq(r.rc, 0);
     ck_assert_int_eq(count_lines(r.out), 2);
@@ -518,7 +498,7 @@ START_TEST(test_tenant_cap_sets_lists_and_removes_a_tenants_cap)
     cli(&e, &r, "tenant-cap billing:acme --remove");
     ck_assert_int_eq(r.rc, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "had no cap"));
-    ck_q(e.db, "0", "SELECT count(*) FROM warren.tenant_caps");
+    ck_assert_sqlf(e.db, "0", "SELECT count(*) FROM warren.tenant_caps");
     env_teardown(&e);
 }
 END_TEST
@@ -558,7 +538,7 @@ START_TEST(test_producer_and_tenant_cap_commands_refuse_bad_input)
         ck_assert_msg(strstr(r.err, cases[i].err) != NULL, "%s: stderr lacks \"%s\"", cases[i].args,
                       cases[i].err);
     }
-    ck_q(e.db, "0", "SELECT count(*) FROM warren.producer_logins");
+    ck_assert_sqlf(e.db, "0", "SELECT count(*) FROM warren.producer_logins");
     env_teardown(&e);
 }
 END_TEST

@@ -14,6 +14,7 @@
 #include <warren/duration.h>
 
 #include "config_int.h"
+#include "testenv.h"
 
 /* libconfig 1.5 leaks its string buffer when a file ends inside an unclosed
  * string (a syntax error; the process reports it and moves on). That is not
@@ -337,22 +338,6 @@ END_TEST
 
 /* ---- the settings tables ------------------------------------------------------------------- */
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
-    long n = ftell(f);
-    ck_assert_int_ge(n, 0);
-    rewind(f);
-    char *text = malloc((size_t)n + 1);
-    ck_assert_ptr_nonnull(text);
-    ck_assert_uint_eq(fread(text, 1, (size_t)n, f), (size_t)n);
-    text[n] = '\0';
-    fclose(f);
-    return text;
-}
-
 /* Where docs/config.md documents each section: the heading that opens its
  * part (NULL: the top level, whose settings are headings themselves) and the
  * prefix its rows give the settings' names. */
@@ -468,8 +453,8 @@ static int example_has(const char *text, const char *name)
 
 START_TEST(test_config_every_setting_is_documented_with_its_default)
 {
-    char *doc = slurp(WARREN_SOURCE_DIR "/docs/config.md");
-    char *example = slurp(WARREN_SOURCE_DIR "/examples/warren.cfg");
+    char *doc = testenv_read_file(WARREN_SOURCE_DIR "/docs/config.md", NULL);
+    char *example = testenv_read_file(WARREN_SOURCE_DIR "/examples/warren.cfg", NULL);
     size_t n = 0, total = 0;
     const warren__section *const *secs = warren__config_sections(&n);
 
@@ -728,24 +713,11 @@ END_TEST
 /* Runs `warren check ARGS`, returns its exit status; out/errout get stdout/stderr. */
 static int run_check(const char *args, char *out, size_t outlen, char *errout, size_t errlen)
 {
-    char cmd[8192], ef[] = "/tmp/warren-check-err-XXXXXX";
-    int fd = mkstemp(ef);
-    ck_assert_int_ge(fd, 0);
-    close(fd);
-    snprintf(cmd, sizeof(cmd), "env -u WARREN_DATABASE_URL -u WARREN_AMQP_URL %s check %s 2>%s",
-             WARREN_BINARY, args, ef);
-    FILE *p = popen(cmd, "r");
-    ck_assert_ptr_nonnull(p);
-    size_t n = fread(out, 1, outlen - 1, p);
-    out[n] = '\0';
-    int st = pclose(p);
-    FILE *e = fopen(ef, "r");
-    n = e ? fread(errout, 1, errlen - 1, e) : 0;
-    errout[n] = '\0';
-    if (e)
-        fclose(e);
-    unlink(ef);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    char *cmd = testenv_fmt("env -u WARREN_DATABASE_URL -u WARREN_AMQP_URL %s check %s",
+                            WARREN_BINARY, args);
+    int rc = testenv_run_split(cmd, out, outlen, errout, errlen);
+    free(cmd);
+    return rc;
 }
 
 START_TEST(test_check_prints_one_line_per_job_and_exits_0)

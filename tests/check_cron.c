@@ -14,6 +14,7 @@
 #include <warren/tz.h>
 
 #include "tzpin.h"
+#include "testenv.h"
 
 static warren_tzdb *db;
 
@@ -37,14 +38,6 @@ static const warren_tz *zone(const char *name)
     return tz;
 }
 
-static warren_us at(const char *text)
-{
-    warren_us t;
-    warren_error err = {0};
-    ck_assert_msg(warren_time_parse(text, &t, &err) == 0, "%s", err.message);
-    return t;
-}
-
 static warren_cron *parse_ok(const char *expr, const char *job)
 {
     warren_cron *c = NULL;
@@ -64,7 +57,7 @@ static void expect_next(const char *expr, const char *zn, const char *from, cons
 {
     warren_cron *c = parse_ok(expr, "job");
     const warren_tz *tz = zone(zn);
-    warren_us t = at(from);
+    warren_us t = testenv_at(from);
     for (int i = 0; want[i]; i++) {
         int64_t n;
         unsigned fl;
@@ -118,7 +111,7 @@ START_TEST(test_cron_valid_cases_fire_at_expected_instants)
         ck_assert_int_ge(n, 4);
         warren_cron *c = parse_ok(cols[0], n >= 5 ? cols[4] : NULL);
         const warren_tz *tz = zone(cols[1]);
-        warren_us t = at(cols[2]);
+        warren_us t = testenv_at(cols[2]);
         char *save = NULL;
         int here = 0;
         for (char *w = strtok_r(cols[3], " ", &save); w; w = strtok_r(NULL, " ", &save), here++) {
@@ -218,7 +211,8 @@ START_TEST(test_cron_accepts_tabs_and_surrounding_spaces)
 {
     warren_cron *c = parse_ok("  0\t9  * *\tMON ", NULL);
     int64_t n;
-    ck_assert_int_eq(warren_cron_next(c, NULL, at("2026-01-01T00:00:00Z"), &n, NULL, NULL), 0);
+    ck_assert_int_eq(warren_cron_next(c, NULL, testenv_at("2026-01-01T00:00:00Z"), &n, NULL, NULL),
+                     0);
     char buf[WARREN_TIME_BUF];
     fmt(n, buf);
     ck_assert_str_eq(buf, "2026-01-05T09:00:00Z");
@@ -265,7 +259,8 @@ START_TEST(test_cron_h_is_stable_and_documented)
     uint32_t h = warren_cron_hash("backup-db", 1);
     warren_cron *c = parse_ok("H * * * *", "backup-db");
     int64_t n;
-    ck_assert_int_eq(warren_cron_next(c, NULL, at("2026-01-01T00:00:00Z"), &n, NULL, NULL), 0);
+    ck_assert_int_eq(warren_cron_next(c, NULL, testenv_at("2026-01-01T00:00:00Z"), &n, NULL, NULL),
+                     0);
     ck_assert_int_eq(n % 3600 / 60, (int64_t)(h % 60));
     warren_cron_free(c);
     /* Different names spread. */
@@ -295,9 +290,9 @@ START_TEST(test_cron_never_firing_is_an_error_not_a_hang)
     warren_cron *c = parse_ok("0 0 29 2 *", NULL);
     int64_t n;
     warren_error err = {0};
-    ck_assert_int_eq(
-        warren_cron_next(c, zone("Europe/Berlin"), at("9996-03-01T00:00:00Z"), &n, NULL, &err),
-        WARREN_ENEVER);
+    ck_assert_int_eq(warren_cron_next(c, zone("Europe/Berlin"), testenv_at("9996-03-01T00:00:00Z"),
+                                      &n, NULL, &err),
+                     WARREN_ENEVER);
     warren_cron_free(c);
 }
 END_TEST
@@ -476,15 +471,7 @@ END_TEST
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15u;
 
-static uint64_t rnd(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-
-#define PICK(arr) (arr[rnd() % (sizeof arr / sizeof arr[0])])
+#define PICK(arr) (arr[testenv_xorshift(&rng_state) % (sizeof arr / sizeof arr[0])])
 
 static int32_t off_at(const warren_tz *tz, int64_t t)
 {
@@ -561,7 +548,7 @@ START_TEST(test_cron_property_random_expressions_match_brute_force)
     int iters = want > 120 && want <= 1000000 ? (int)want : 120;
     for (int iter = 0; iter < iters; iter++) {
         char expr[128];
-        if (rnd() % 4 == 0)
+        if (testenv_xorshift(&rng_state) % 4 == 0)
             snprintf(expr, sizeof expr, "%s %s %s %s %s %s", PICK(secs), PICK(mins), PICK(hours),
                      PICK(doms), PICK(mons), PICK(dows));
         else
@@ -573,15 +560,17 @@ START_TEST(test_cron_property_random_expressions_match_brute_force)
         const char *zn = PICK(zones);
         const warren_tz *tz = zone(zn);
         /* Half the windows straddle a transition. */
-        int64_t from = (int64_t)(rnd() % (UINT64_C(4102444800))); /* 1970..2100 */
-        if (rnd() % 2) {
+        int64_t from =
+            (int64_t)(testenv_xorshift(&rng_state) % (UINT64_C(4102444800))); /* 1970..2100 */
+        if (testenv_xorshift(&rng_state) % 2) {
             warren_tz_span sp;
             warren_tz_span_at(tz, from, &sp);
             if (sp.end != INT64_MAX)
-                from = sp.end - 86400 + (int64_t)(rnd() % 86400);
+                from = sp.end - 86400 + (int64_t)(testenv_xorshift(&rng_state) % 86400);
         }
-        if (strcmp(zn, "Pacific/Apia") == 0 && rnd() % 2)
-            from = 1325196000 - (int64_t)(rnd() % 86400); /* around the skipped day */
+        if (strcmp(zn, "Pacific/Apia") == 0 && testenv_xorshift(&rng_state) % 2)
+            from = 1325196000 -
+                   (int64_t)(testenv_xorshift(&rng_state) % 86400); /* around the skipped day */
         int64_t end = from + 3 * 86400;
         int n = brute(c, tz, from, end, exp, 300000);
         int64_t t = from, got;
@@ -618,32 +607,13 @@ typedef struct run_result {
     char out[8192], err[4096];
 } run_result;
 
-static void slurp(const char *path, char *buf, size_t cap)
-{
-    FILE *f = fopen(path, "r");
-    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
-    buf[n] = '\0';
-    if (f)
-        fclose(f);
-}
-
 /* Runs `warren cron ARGS` (ARGS already shell-quoted). */
 static void run_cli(const char *args, run_result *r)
 {
-    char out[] = "/tmp/warren-cron-out-XXXXXX", err[] = "/tmp/warren-cron-err-XXXXXX";
-    int fo = mkstemp(out), fe = mkstemp(err);
-    ck_assert(fo >= 0 && fe >= 0);
-    close(fo);
-    close(fe);
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s cron %s >%s 2>%s", WARREN_BINARY, args, out, err);
-    int st = system(cmd);
-    ck_assert(st != -1 && WIFEXITED(st));
-    r->status = WEXITSTATUS(st);
-    slurp(out, r->out, sizeof r->out);
-    slurp(err, r->err, sizeof r->err);
-    unlink(out);
-    unlink(err);
+    char *cmd = testenv_fmt("%s cron %s", WARREN_BINARY, args);
+    r->status = testenv_run_split(cmd, r->out, sizeof r->out, r->err, sizeof r->err);
+    ck_assert_int_ge(r->status, 0);
+    free(cmd);
 }
 
 START_TEST(test_cron_cli_prints_instants_one_a_line)

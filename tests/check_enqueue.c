@@ -29,54 +29,9 @@
 
 /* ------------------------------------------------------------ harness */
 
-typedef struct env {
-    char *db, *amqp, *dir, *cfg_path;
-    warren_config *cfg;
-    testenv_planner planner;
-    pid_t workers[2];
-    int nworkers;
-} env;
+typedef testenv_stack env;
 
 static warren_logger test_logger = {warren_log_stderr, NULL, WARREN_LOG_WARN};
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
-static void qx(const char *url, const char *sql)
-{
-    ck_assert_msg(testenv_psql(url, sql, NULL) >= 0, "failed: %s", sql);
-}
-
-/* Asserts the first value of a query equals want ("<null>" for SQL NULL). */
-#define ck_q(url, want, ...)                                                                       \
-    do {                                                                                           \
-        char *got_ = testenv_sql1f(url, __VA_ARGS__);                                              \
-        ck_assert_str_eq(got_ ? got_ : "<null>", want);                                            \
-        free(got_);                                                                                \
-    } while (0)
-
-/* Polls sql until its first value equals want, up to timeout_ms (a bound on
- * waiting, not a timed assertion: the condition is what is tested). */
-static int wait_for(const char *url, const char *want, long timeout_ms, const char *sql)
-{
-    for (long waited = 0;; waited += 100) {
-        char *v = testenv_sql1(url, sql);
-        int ok = v != NULL && strcmp(v, want) == 0;
-        if (!ok && waited >= timeout_ms)
-            fprintf(stderr, "wait_for: \"%s\" gave \"%s\", want \"%s\"\n", sql, v ? v : "NULL",
-                    want);
-        free(v);
-        if (ok)
-            return 1;
-        if (waited >= timeout_ms)
-            return 0;
-        sleep_ms(100);
-    }
-}
 
 /* The sql handler: one execution log row per execution (no key). */
 #define SQL_HANDLER                                                                                \
@@ -90,20 +45,7 @@ static int wait_for(const char *url, const char *want, long timeout_ms, const ch
  * horizon, at least 10 s). */
 static void env_setup(env *e, const char *planner_tick, int concurrency)
 {
-    warren_error err = {0};
-    warren_diags diags = {0};
-    warren_store *st = NULL;
-    warren_broker *b = NULL;
-    char tmpl[] = "/tmp/warren-check-enqueue-XXXXXX";
-
-    memset(e, 0, sizeof(*e));
-    unsetenv("WARREN_DATABASE_URL");
-    unsetenv("WARREN_AMQP_URL");
-    e->db = testenv_db_migrated();
-    e->amqp = testenv_vhost();
-    ck_assert_ptr_nonnull(mkdtemp(tmpl));
-    e->dir = strdup(tmpl);
-    e->cfg_path = testenv_fmt("%s/warren.cfg", e->dir);
+    testenv_stack_init(e, "warren-check-enqueue");
     char *text = testenv_fmt(
         "database = { url = \"%s\"; };\n"
         "broker = { url = \"%s\"; };\n"
@@ -117,66 +59,20 @@ static void env_setup(env *e, const char *planner_tick, int concurrency)
         ");\n",
         e->db, e->amqp, planner_tick, strcmp(planner_tick, "1s") == 0 ? "10s" : planner_tick,
         concurrency);
-    FILE *f = fopen(e->cfg_path, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(text, f);
-    fclose(f);
+    testenv_stack_config(e, text);
     free(text);
-    if (warren_config_load(e->cfg_path, &e->cfg, &diags, &err) != 0) {
-        for (size_t i = 0; i < diags.count; i++)
-            fprintf(stderr, "%s\n", diags.items[i]);
-        ck_abort_msg("config: %s", err.message);
-    }
-    warren_diags_free(&diags);
-    ck_assert_int_eq(warren_store_open(e->db, NULL, &st, &err), 0);
-    ck_assert_msg(warren_store_sync(st, e->cfg, NULL, &err) == 0, "sync: %s", err.message);
-    warren_store_free(st);
-    size_t nq = 0;
-    const char **queues = warren_config_queues(e->cfg, &nq);
-    ck_assert_int_eq(warren_broker_open(e->amqp, NULL, &b, &err), 0);
-    ck_assert_msg(warren_broker_topology(b, queues, nq, e->cfg->delivery_limit, &err) == 0,
-                  "topology: %s", err.message);
-    warren_broker_free(b);
-    free(queues);
     testenv_execlog_create(e->db);
-    qx(e->db, "CREATE TABLE signups (email text PRIMARY KEY)");
+    testenv_exec(e->db, "CREATE TABLE signups (email text PRIMARY KEY)");
 }
 
 /* The real planner on a thread, and n `warren worker` processes. */
 static void start(env *e, int nworkers)
 {
-    warren_error err = {0};
-    ck_assert_msg(testenv_planner_start(&e->planner, e->cfg, e->db, e->amqp, &test_logger, &err) ==
-                      0,
-                  "planner: %s", err.message);
-    for (int i = 0; i < nworkers; i++) {
-        char id[16];
-        snprintf(id, sizeof(id), "w%d", i);
-        char *log = testenv_fmt("%s/%s.log", e->dir, id);
-        char *argv[] = {WARREN_BINARY, "worker", "-c", e->cfg_path, "--id", id, NULL};
-        e->workers[e->nworkers++] = testenv_spawn(argv, NULL, log, 0);
-        free(log);
-    }
+    testenv_stack_planner_start(e, &test_logger);
+    testenv_stack_workers_start(e, nworkers);
     /* The planner's first tick took its partitions. */
-    ck_assert(wait_for(e->db, "t", 30000, "SELECT count(*) > 0 FROM warren.planner_leases"));
-}
-
-static void env_teardown(env *e)
-{
-    for (int i = 0; i < e->nworkers; i++) {
-        int status;
-        kill(e->workers[i], SIGTERM);
-        for (int t = 0; t < 200 && waitpid(e->workers[i], &status, WNOHANG) == 0; t++)
-            sleep_ms(50);
-        kill(e->workers[i], SIGKILL);
-        waitpid(e->workers[i], &status, 0);
-    }
-    testenv_planner_stop(&e->planner);
-    warren_config_free(e->cfg);
-    free(e->db);
-    free(e->amqp);
-    free(e->dir);
-    free(e->cfg_path);
+    ck_assert(
+        testenv_wait_for(e->db, "t", 30000, "SELECT count(*) > 0 FROM warren.planner_leases"));
 }
 
 /* Executions of the log against the runs of runs_sql: each exactly once. */
@@ -194,19 +90,20 @@ START_TEST(test_enqueue_rollback_leaves_no_run_and_sends_nothing)
     env_setup(&e, "1s", 4);
     start(&e, 1);
     /* The application's row and the run in one transaction, rolled back. */
-    qx(e.db, "BEGIN; INSERT INTO signups VALUES ('ann@example.com');"
-             "SELECT * FROM warren.enqueue('mail', 'welcome:ann', NULL, '{\"to\": \"ann\"}');"
-             "ROLLBACK");
+    testenv_exec(e.db,
+                 "BEGIN; INSERT INTO signups VALUES ('ann@example.com');"
+                 "SELECT * FROM warren.enqueue('mail', 'welcome:ann', NULL, '{\"to\": \"ann\"}');"
+                 "ROLLBACK");
     /* A committed run after it: once it has executed, the planner has
      * relayed everything committed before it (it is due later). */
-    qx(e.db, "SELECT * FROM warren.enqueue('mail', 'barrier')");
-    ck_assert(wait_for(e.db, "succeeded", 60000,
-                       "SELECT state FROM warren.runs WHERE run_key = 'mail@barrier'"));
-    ck_q(e.db, "0", "SELECT count(*) FROM signups");
-    ck_q(e.db, "mail@barrier", "SELECT string_agg(run_key, ',') FROM warren.runs");
+    testenv_exec(e.db, "SELECT * FROM warren.enqueue('mail', 'barrier')");
+    ck_assert(testenv_wait_for(e.db, "succeeded", 60000,
+                               "SELECT state FROM warren.runs WHERE run_key = 'mail@barrier'"));
+    ck_assert_sqlf(e.db, "0", "SELECT count(*) FROM signups");
+    ck_assert_sqlf(e.db, "mail@barrier", "SELECT string_agg(run_key, ',') FROM warren.runs");
     assert_each_once(&e, "SELECT 'mail@barrier'");
     ck_assert_int_eq(testenv_queue_depth(e.amqp, "warren.ready.q"), 0);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -215,30 +112,31 @@ START_TEST(test_enqueue_commit_delivers_once_and_the_same_key_again_creates_noth
     env e;
     env_setup(&e, "1s", 4);
     start(&e, 2);
-    ck_q(e.db, "mail@welcome:bob|true|planned",
-         "WITH a AS (INSERT INTO signups VALUES ('bob@example.com')) "
-         "SELECT run_key || '|' || created || '|' || state "
-         "FROM warren.enqueue('mail', 'welcome:bob', NULL, '{\"to\": \"bob\"}', 'acme')");
-    ck_assert(wait_for(e.db, "succeeded", 60000,
-                       "SELECT state FROM warren.runs WHERE run_key = 'mail@welcome:bob'"));
+    ck_assert_sqlf(e.db, "mail@welcome:bob|true|planned",
+                   "WITH a AS (INSERT INTO signups VALUES ('bob@example.com')) "
+                   "SELECT run_key || '|' || created || '|' || state "
+                   "FROM warren.enqueue('mail', 'welcome:bob', NULL, '{\"to\": \"bob\"}', 'acme')");
+    ck_assert(testenv_wait_for(e.db, "succeeded", 60000,
+                               "SELECT state FROM warren.runs WHERE run_key = 'mail@welcome:bob'"));
     /* The second enqueue, in its own transaction, names the run that holds
      * the key, and its state; it changes nothing. */
-    ck_q(e.db, "mail@welcome:bob|false|succeeded",
-         "SELECT run_key || '|' || created || '|' || state FROM warren.enqueue('mail', "
-         "'welcome:bob', NULL, '{\"to\": \"someone else\"}')");
-    ck_q(e.db, "mail@welcome:bob|false|succeeded",
-         "SELECT run_key || '|' || created || '|' || state FROM warren.enqueue_many("
-         "'[{\"job\": \"mail\", \"key\": \"welcome:bob\"}]')");
-    qx(e.db, "SELECT * FROM warren.enqueue('mail', 'barrier')");
-    ck_assert(wait_for(e.db, "succeeded", 60000,
-                       "SELECT state FROM warren.runs WHERE run_key = 'mail@barrier'"));
-    ck_q(e.db, "2", "SELECT count(*) FROM warren.runs");
+    ck_assert_sqlf(e.db, "mail@welcome:bob|false|succeeded",
+                   "SELECT run_key || '|' || created || '|' || state FROM warren.enqueue('mail', "
+                   "'welcome:bob', NULL, '{\"to\": \"someone else\"}')");
+    ck_assert_sqlf(e.db, "mail@welcome:bob|false|succeeded",
+                   "SELECT run_key || '|' || created || '|' || state FROM warren.enqueue_many("
+                   "'[{\"job\": \"mail\", \"key\": \"welcome:bob\"}]')");
+    testenv_exec(e.db, "SELECT * FROM warren.enqueue('mail', 'barrier')");
+    ck_assert(testenv_wait_for(e.db, "succeeded", 60000,
+                               "SELECT state FROM warren.runs WHERE run_key = 'mail@barrier'"));
+    ck_assert_sqlf(e.db, "2", "SELECT count(*) FROM warren.runs");
     /* What the handler got: the payload of the first enqueue, the tenant kept. */
-    ck_q(e.db, "{\"to\": \"bob\"}|acme|enqueue",
-         "SELECT (SELECT who FROM " TESTENV_EXECLOG " WHERE run_key = 'mail@welcome:bob') || '|' "
-         "|| tenant || '|' || origin FROM warren.runs WHERE run_key = 'mail@welcome:bob'");
+    ck_assert_sqlf(
+        e.db, "{\"to\": \"bob\"}|acme|enqueue",
+        "SELECT (SELECT who FROM " TESTENV_EXECLOG " WHERE run_key = 'mail@welcome:bob') || '|' "
+        "|| tenant || '|' || origin FROM warren.runs WHERE run_key = 'mail@welcome:bob'");
     assert_each_once(&e, "SELECT run_key FROM warren.runs");
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -257,7 +155,8 @@ START_TEST(test_enqueue_concurrent_same_key_gives_one_run)
     PQclear(r);
     ck_assert_int_eq(PQsendQuery(b, "SELECT created, run_key FROM warren.enqueue('mail', 'race')"),
                      1);
-    sleep_ms(300); /* b now waits on a's row; had it not got there yet, it finds it committed */
+    testenv_sleep_ms(
+        300); /* b now waits on a's row; had it not got there yet, it finds it committed */
     PQclear(PQexec(a, "COMMIT"));
     r = PQgetResult(b);
     ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
@@ -269,9 +168,10 @@ START_TEST(test_enqueue_concurrent_same_key_gives_one_run)
     PQfinish(a);
     PQfinish(b);
     start(&e, 1);
-    ck_assert(wait_for(e.db, "succeeded", 60000, "SELECT string_agg(state, ',') FROM warren.runs"));
+    ck_assert(testenv_wait_for(e.db, "succeeded", 60000,
+                               "SELECT string_agg(state, ',') FROM warren.runs"));
     assert_each_once(&e, "SELECT 'mail@race'");
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -284,7 +184,7 @@ START_TEST(test_enqueue_10000_distinct_keys_in_one_second_run_once_each)
     start(&e, 2);
     /* 10 transactions of 1,000 (enqueue_many), then the elapsed database
      * time of all ten (printed: the test asserts what ran, not how fast). */
-    qx(e.db, "CREATE TABLE t0 AS SELECT clock_timestamp() AS t");
+    testenv_exec(e.db, "CREATE TABLE t0 AS SELECT clock_timestamp() AS t");
     for (int b = 0; b < 10; b++) {
         char *sql = testenv_fmt(
             "SELECT count(*) FILTER (WHERE created) FROM warren.enqueue_many((SELECT "
@@ -301,16 +201,16 @@ START_TEST(test_enqueue_10000_distinct_keys_in_one_second_run_once_each)
     fprintf(stderr, "check_enqueue: 10,000 enqueues (10 x enqueue_many of 1,000) took %s ms\n",
             took);
     free(took);
-    ck_q(e.db, "10000", "SELECT count(*) FROM warren.runs WHERE origin = 'enqueue'");
-    ck_assert(wait_for(e.db, "10000", 600000,
-                       "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
+    ck_assert_sqlf(e.db, "10000", "SELECT count(*) FROM warren.runs WHERE origin = 'enqueue'");
+    ck_assert(testenv_wait_for(e.db, "10000", 600000,
+                               "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
     /* Exactly once each: 10,000 log rows, 10,000 distinct keys, and the
      * log matches the runs one to one. */
-    ck_q(e.db, "10000|10000",
-         "SELECT count(*) || '|' || count(DISTINCT run_key) FROM " TESTENV_EXECLOG);
+    ck_assert_sqlf(e.db, "10000|10000",
+                   "SELECT count(*) || '|' || count(DISTINCT run_key) FROM " TESTENV_EXECLOG);
     assert_each_once(&e, "SELECT run_key FROM warren.runs");
-    ck_q(e.db, "0", "SELECT count(*) FROM warren.attempts WHERE attempt <> 1");
-    env_teardown(&e);
+    ck_assert_sqlf(e.db, "0", "SELECT count(*) FROM warren.attempts WHERE attempt <> 1");
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -327,12 +227,12 @@ START_TEST(test_enqueue_wakes_the_planner_by_notify)
     env e;
     env_setup(&e, "5m", 4);
     start(&e, 1);
-    qx(e.db, "SELECT * FROM warren.enqueue('mail', 'first')");
-    ck_assert(wait_for(e.db, "succeeded", 60000,
-                       "SELECT state FROM warren.runs WHERE run_key = 'mail@first'"));
-    qx(e.db, "SELECT * FROM warren.enqueue('mail', 'woken')");
-    ck_assert(wait_for(e.db, "succeeded", 60000,
-                       "SELECT state FROM warren.runs WHERE run_key = 'mail@woken'"));
+    testenv_exec(e.db, "SELECT * FROM warren.enqueue('mail', 'first')");
+    ck_assert(testenv_wait_for(e.db, "succeeded", 60000,
+                               "SELECT state FROM warren.runs WHERE run_key = 'mail@first'"));
+    testenv_exec(e.db, "SELECT * FROM warren.enqueue('mail', 'woken')");
+    ck_assert(testenv_wait_for(e.db, "succeeded", 60000,
+                               "SELECT state FROM warren.runs WHERE run_key = 'mail@woken'"));
     {
         /* published by the relay's pass alone: no whole tick after the first */
         warren_planner_stats st;
@@ -341,20 +241,23 @@ START_TEST(test_enqueue_wakes_the_planner_by_notify)
                       (unsigned long long)st.ticks, (unsigned long long)st.relay_passes);
     }
     /* A run enqueued at a millisecond instant keeps it. */
-    qx(e.db, "CREATE TABLE later AS SELECT date_trunc('milliseconds', clock_timestamp() + "
-             "interval '1.5 s') + interval '0.7 ms' AS t");
-    ck_q(e.db, "t",
-         "SELECT scheduled_at = (SELECT date_trunc('milliseconds', t) + interval '1 ms' FROM "
-         "later) FROM warren.enqueue('mail', 'later', (SELECT t FROM later))");
-    ck_q(e.db, "t", "SELECT due_at = scheduled_at FROM warren.runs WHERE run_key = 'mail@later'");
-    ck_assert(wait_for(e.db, "succeeded", 60000,
-                       "SELECT state FROM warren.runs WHERE run_key = 'mail@later'"));
+    testenv_exec(e.db,
+                 "CREATE TABLE later AS SELECT date_trunc('milliseconds', clock_timestamp() + "
+                 "interval '1.5 s') + interval '0.7 ms' AS t");
+    ck_assert_sqlf(
+        e.db, "t",
+        "SELECT scheduled_at = (SELECT date_trunc('milliseconds', t) + interval '1 ms' FROM "
+        "later) FROM warren.enqueue('mail', 'later', (SELECT t FROM later))");
+    ck_assert_sqlf(e.db, "t",
+                   "SELECT due_at = scheduled_at FROM warren.runs WHERE run_key = 'mail@later'");
+    ck_assert(testenv_wait_for(e.db, "succeeded", 60000,
+                               "SELECT state FROM warren.runs WHERE run_key = 'mail@later'"));
     /* It did not start before its instant (the database's clock). */
-    ck_q(e.db, "t",
-         "SELECT started_at >= scheduled_at FROM warren.runs WHERE run_key = "
-         "'mail@later'");
+    ck_assert_sqlf(e.db, "t",
+                   "SELECT started_at >= scheduled_at FROM warren.runs WHERE run_key = "
+                   "'mail@later'");
     assert_each_once(&e, "SELECT run_key FROM warren.runs");
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -366,19 +269,20 @@ START_TEST(test_enqueue_into_an_api_job_runs_its_templates_handler)
 {
     env e;
     env_setup(&e, "1s", 4);
-    qx(e.db, "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, origin, template, "
-             "tenant, paused) VALUES ('tmpl.tenant-4711', 'at', '2099-01-01T00:00:00Z', 'q', "
-             "'api', 'tmpl', 'tenant-4711', true)");
+    testenv_exec(
+        e.db, "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, origin, template, "
+              "tenant, paused) VALUES ('tmpl.tenant-4711', 'at', '2099-01-01T00:00:00Z', 'q', "
+              "'api', 'tmpl', 'tenant-4711', true)");
     start(&e, 1);
-    qx(e.db, "SELECT * FROM warren.enqueue('tmpl.tenant-4711', 'report:1')");
-    qx(e.db, "SELECT * FROM warren.enqueue('tmpl', 'direct')");
-    ck_assert(
-        wait_for(e.db, "2", 60000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
+    testenv_exec(e.db, "SELECT * FROM warren.enqueue('tmpl.tenant-4711', 'report:1')");
+    testenv_exec(e.db, "SELECT * FROM warren.enqueue('tmpl', 'direct')");
+    ck_assert(testenv_wait_for(e.db, "2", 60000,
+                               "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
     assert_each_once(&e, "SELECT run_key FROM warren.runs");
     /* The run's tenant is its job's when the enqueue names none. */
-    ck_q(e.db, "<null>",
-         "SELECT tenant FROM warren.runs WHERE run_key = 'tmpl.tenant-4711@report:1'");
-    env_teardown(&e);
+    ck_assert_sqlf(e.db, "<null>",
+                   "SELECT tenant FROM warren.runs WHERE run_key = 'tmpl.tenant-4711@report:1'");
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -476,9 +380,10 @@ START_TEST(test_enqueue_refuses_bad_input_naming_the_field_and_writes_nothing)
 {
     env e;
     env_setup(&e, "1s", 4);
-    qx(e.db, "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, removed, paused) "
-             "VALUES ('gone', 'at', '2099-01-01T00:00:00Z', 'q', true, true), (repeat('j', 100), "
-             "'at', '2099-01-01T00:00:00Z', 'q', false, false)");
+    testenv_exec(
+        e.db, "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, removed, paused) "
+              "VALUES ('gone', 'at', '2099-01-01T00:00:00Z', 'q', true, true), (repeat('j', 100), "
+              "'at', '2099-01-01T00:00:00Z', 'q', false, false)");
     PGconn *c = PQconnectdb(e.db);
     ck_assert_int_eq(PQstatus(c), CONNECTION_OK);
     PQclear(PQexec(c, "LISTEN warren_jobs"));
@@ -507,12 +412,13 @@ START_TEST(test_enqueue_refuses_bad_input_naming_the_field_and_writes_nothing)
     PGnotify *n = PQnotifies(c);
     ck_assert_msg(n == NULL, "a refused call notified %s", n ? n->relname : "");
     PQfinish(c);
-    ck_q(e.db, "0", "SELECT count(*) FROM warren.runs");
+    ck_assert_sqlf(e.db, "0", "SELECT count(*) FROM warren.runs");
     /* The same array with the bad element fixed goes in whole. */
-    ck_q(e.db, "2",
-         "SELECT count(*) FILTER (WHERE created) FROM warren.enqueue_many('[{\"job\": \"mail\", "
-         "\"key\": \"ok\"}, {\"job\": \"mail\", \"key\": \"good-key\"}]')");
-    env_teardown(&e);
+    ck_assert_sqlf(
+        e.db, "2",
+        "SELECT count(*) FILTER (WHERE created) FROM warren.enqueue_many('[{\"job\": \"mail\", "
+        "\"key\": \"ok\"}, {\"job\": \"mail\", \"key\": \"good-key\"}]')");
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -523,33 +429,38 @@ START_TEST(test_enqueue_events_and_dead_letter_keep_the_milliseconds)
 {
     env e;
     env_setup(&e, "1s", 4);
-    qx(e.db, "CREATE TABLE at0 AS SELECT date_trunc('second', clock_timestamp()) - interval "
-             "'2 s' + interval '250 ms' AS t");
-    qx(e.db, "SELECT * FROM warren.enqueue('mail', 'ms', (SELECT t FROM at0))");
-    ck_q(e.db, "1", "SELECT attempt FROM warren.claim('mail@ms', 'tester')");
-    ck_q(e.db, "t", "SELECT warren.complete('mail@ms', 1, 'failed', 'boom')");
-    ck_q(e.db, "dead", "SELECT state FROM warren.runs WHERE run_key = 'mail@ms'");
+    testenv_exec(e.db,
+                 "CREATE TABLE at0 AS SELECT date_trunc('second', clock_timestamp()) - interval "
+                 "'2 s' + interval '250 ms' AS t");
+    testenv_exec(e.db, "SELECT * FROM warren.enqueue('mail', 'ms', (SELECT t FROM at0))");
+    ck_assert_sqlf(e.db, "1", "SELECT attempt FROM warren.claim('mail@ms', 'tester')");
+    ck_assert_sqlf(e.db, "t", "SELECT warren.complete('mail@ms', 1, 'failed', 'boom')");
+    ck_assert_sqlf(e.db, "dead", "SELECT state FROM warren.runs WHERE run_key = 'mail@ms'");
     /* every outbox row of the run: its events and its dead letter */
-    ck_q(e.db, "t",
-         "SELECT count(*) >= 2 AND bool_and(headers->>'x-warren-scheduled-at' = "
-         "to_char((SELECT t FROM at0) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') "
-         "AND body->>'scheduled_at' = headers->>'x-warren-scheduled-at' AND "
-         "headers->>'x-warren-scheduled-at' LIKE '%%.250Z') AND count(*) FILTER (WHERE "
-         "exchange = 'warren.dead') = 1 FROM warren.outbox WHERE message_id = 'mail@ms'");
+    ck_assert_sqlf(
+        e.db, "t",
+        "SELECT count(*) >= 2 AND bool_and(headers->>'x-warren-scheduled-at' = "
+        "to_char((SELECT t FROM at0) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') "
+        "AND body->>'scheduled_at' = headers->>'x-warren-scheduled-at' AND "
+        "headers->>'x-warren-scheduled-at' LIKE '%%.250Z') AND count(*) FILTER (WHERE "
+        "exchange = 'warren.dead') = 1 FROM warren.outbox WHERE message_id = 'mail@ms'");
     /* a success through complete_many (the C worker's path) writes its own
      * event: the same format; and warren.complete of a success goes there */
-    qx(e.db, "SELECT * FROM warren.enqueue('mail', 'ok1', (SELECT t FROM at0)); SELECT * FROM "
-             "warren.enqueue('mail', 'ok2', (SELECT t FROM at0))");
-    ck_q(e.db, "2", "SELECT count(*) FROM warren.claim_many(ARRAY['mail@ok1', 'mail@ok2'], 't')");
-    ck_q(e.db, "1",
-         "SELECT count(*) FROM warren.complete_many(ARRAY['mail@ok1'], ARRAY[1]) "
-         "WHERE recorded");
-    ck_q(e.db, "t", "SELECT warren.complete('mail@ok2', 1, 'succeeded')");
-    ck_q(e.db, "2",
-         "SELECT count(*) FROM warren.outbox WHERE message_id IN ('mail@ok1', 'mail@ok2') AND "
-         "routing_key = 'run.succeeded.mail' AND headers->>'x-warren-scheduled-at' LIKE "
-         "'%%.250Z' AND body->>'scheduled_at' = headers->>'x-warren-scheduled-at'");
-    env_teardown(&e);
+    testenv_exec(e.db,
+                 "SELECT * FROM warren.enqueue('mail', 'ok1', (SELECT t FROM at0)); SELECT * FROM "
+                 "warren.enqueue('mail', 'ok2', (SELECT t FROM at0))");
+    ck_assert_sqlf(e.db, "2",
+                   "SELECT count(*) FROM warren.claim_many(ARRAY['mail@ok1', 'mail@ok2'], 't')");
+    ck_assert_sqlf(e.db, "1",
+                   "SELECT count(*) FROM warren.complete_many(ARRAY['mail@ok1'], ARRAY[1]) "
+                   "WHERE recorded");
+    ck_assert_sqlf(e.db, "t", "SELECT warren.complete('mail@ok2', 1, 'succeeded')");
+    ck_assert_sqlf(
+        e.db, "2",
+        "SELECT count(*) FROM warren.outbox WHERE message_id IN ('mail@ok1', 'mail@ok2') AND "
+        "routing_key = 'run.succeeded.mail' AND headers->>'x-warren-scheduled-at' LIKE "
+        "'%%.250Z' AND body->>'scheduled_at' = headers->>'x-warren-scheduled-at'");
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -560,22 +471,23 @@ START_TEST(test_enqueue_many_answers_per_element_in_order)
 {
     env e;
     env_setup(&e, "1s", 4);
-    qx(e.db, "SELECT * FROM warren.enqueue('mail', 'old')");
-    ck_q(e.db,
-         "0 mail@b true planned 2030-01-01 00:00:00.001+00,"
-         "1 mail@a true planned 2030-01-01 00:00:00+00,"
-         "2 mail@b false planned 2030-01-01 00:00:00.001+00,"
-         "3 mail@old false planned x",
-         "SELECT string_agg(idx || ' ' || run_key || ' ' || created || ' ' || state || ' ' || "
-         "CASE WHEN run_key = 'mail@old' THEN 'x' ELSE scheduled_at::text END, ',' ORDER BY idx) "
-         "FROM warren.enqueue_many('[{\"job\": \"mail\", \"key\": \"b\", \"run_at\": "
-         "\"2030-01-01T00:00:00.0004Z\"}, {\"job\": \"mail\", \"key\": \"a\", \"run_at\": "
-         "\"2030-01-01T01:00:00+01:00\", \"payload\": null, \"tenant\": null}, {\"job\": "
-         "\"mail\", \"key\": \"b\", \"run_at\": \"2031-01-01T00:00:00Z\"}, {\"job\": \"mail\", "
-         "\"key\": \"old\"}]')");
-    ck_q(e.db, "3", "SELECT count(*) FROM warren.runs");
-    ck_q(e.db, "0", "SELECT count(*) FROM warren.enqueue_many('[]')");
-    env_teardown(&e);
+    testenv_exec(e.db, "SELECT * FROM warren.enqueue('mail', 'old')");
+    ck_assert_sqlf(
+        e.db,
+        "0 mail@b true planned 2030-01-01 00:00:00.001+00,"
+        "1 mail@a true planned 2030-01-01 00:00:00+00,"
+        "2 mail@b false planned 2030-01-01 00:00:00.001+00,"
+        "3 mail@old false planned x",
+        "SELECT string_agg(idx || ' ' || run_key || ' ' || created || ' ' || state || ' ' || "
+        "CASE WHEN run_key = 'mail@old' THEN 'x' ELSE scheduled_at::text END, ',' ORDER BY idx) "
+        "FROM warren.enqueue_many('[{\"job\": \"mail\", \"key\": \"b\", \"run_at\": "
+        "\"2030-01-01T00:00:00.0004Z\"}, {\"job\": \"mail\", \"key\": \"a\", \"run_at\": "
+        "\"2030-01-01T01:00:00+01:00\", \"payload\": null, \"tenant\": null}, {\"job\": "
+        "\"mail\", \"key\": \"b\", \"run_at\": \"2031-01-01T00:00:00Z\"}, {\"job\": \"mail\", "
+        "\"key\": \"old\"}]')");
+    ck_assert_sqlf(e.db, "3", "SELECT count(*) FROM warren.runs");
+    ck_assert_sqlf(e.db, "0", "SELECT count(*) FROM warren.enqueue_many('[]')");
+    testenv_stack_free(&e);
 }
 END_TEST
 

@@ -32,39 +32,13 @@ static void sleep_us(long us)
         ;
 }
 
-static void qx(const char *url, const char *sql)
-{
-    ck_assert_msg(testenv_psql(url, sql, NULL) >= 0, "failed: %s", sql);
-}
-
-#define ck_q(url, want, ...)                                                                       \
-    do {                                                                                           \
-        char *got_ = testenv_sql1f(url, __VA_ARGS__);                                              \
-        ck_assert_str_eq(got_ ? got_ : "<null>", want);                                            \
-        free(got_);                                                                                \
-    } while (0)
-
-static PGconn *conn(const char *url)
-{
-    PGconn *c = PQconnectdb(url);
-    ck_assert_int_eq(PQstatus(c), CONNECTION_OK);
-    return c;
-}
-
-static void ok(PGconn *c, const char *sql)
-{
-    PGresult *r = PQexec(c, sql);
-    ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK,
-                  "%s: %s", sql, PQerrorMessage(c));
-    PQclear(r);
-}
-
 /* A database with job "mail" (a config job, far-future one-shot). */
 static char *db_with_mail(void)
 {
     char *db = testenv_db_migrated();
-    qx(db, "INSERT INTO warren.jobs (name, schedule_kind, expression, queue) VALUES ('mail', "
-           "'at', '2099-01-01T00:00:00Z', 'q')");
+    testenv_exec(db,
+                 "INSERT INTO warren.jobs (name, schedule_kind, expression, queue) VALUES ('mail', "
+                 "'at', '2099-01-01T00:00:00Z', 'q')");
     return db;
 }
 
@@ -174,10 +148,10 @@ static void race_round(const char *db, int round, int n)
     ck_assert_msg(created == n, "round %d: %ld keys created in all, want %d (one each)", round,
                   created, n);
     char *want = testenv_fmt("%d|%d", n, n);
-    ck_q(db, want,
-         "SELECT count(*) || '|' || count(DISTINCT run_key) FROM warren.runs "
-         "WHERE run_key LIKE 'mail@r%d:%%'",
-         round);
+    ck_assert_sqlf(db, want,
+                   "SELECT count(*) || '|' || count(DISTINCT run_key) FROM warren.runs "
+                   "WHERE run_key LIKE 'mail@r%d:%%'",
+                   round);
     free(want);
 }
 
@@ -224,7 +198,7 @@ static char *async_outcome(PGconn *c)
 START_TEST(test_enqueue_racing_delete_job_makes_no_run_of_a_deleted_job)
 {
     char *db = db_with_mail();
-    PGconn *d = conn(db), *e = conn(db);
+    PGconn *d = testenv_connect(db), *e = testenv_connect(db);
     unsigned seed = (unsigned)time(NULL);
     fprintf(stderr, "check_enqueue_race: delete race seed %u\n", seed);
     srand(seed);
@@ -233,11 +207,11 @@ START_TEST(test_enqueue_racing_delete_job_makes_no_run_of_a_deleted_job)
             "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, origin, template) "
             "VALUES ('api-%d', 'at', '2099-01-01T00:00:00Z', 'q', 'api', 'mail')",
             round);
-        qx(db, sql);
+        testenv_exec(db, sql);
         free(sql);
-        ok(d, "BEGIN");
+        testenv_exec_on(d, "BEGIN");
         sql = testenv_fmt("SELECT warren.delete_job('api-%d')", round);
-        ok(d, sql);
+        testenv_exec_on(d, sql);
         free(sql);
         sql = round % 2 ? testenv_fmt("SELECT created FROM warren.enqueue_many('[{\"job\": "
                                       "\"api-%d\", \"key\": \"k\"}]')",
@@ -246,12 +220,12 @@ START_TEST(test_enqueue_racing_delete_job_makes_no_run_of_a_deleted_job)
         ck_assert_int_eq(PQsendQuery(e, sql), 1);
         free(sql);
         sleep_us((long)(rand() % 4000));
-        ok(d, "COMMIT");
+        testenv_exec_on(d, "COMMIT");
         char *got = async_outcome(e);
         ck_assert_msg(strncmp(got, "22023 ", 6) == 0 && strstr(got, "was removed") != NULL,
                       "round %d: the enqueue after a delete answered %s", round, got);
         free(got);
-        ck_q(db, "0", "SELECT count(*) FROM warren.runs WHERE job = 'api-%d'", round);
+        ck_assert_sqlf(db, "0", "SELECT count(*) FROM warren.runs WHERE job = 'api-%d'", round);
     }
     /* The other order: the enqueue's transaction first; the delete waits for
      * it and then finds the run made before it (kept, as enqueued runs are). */
@@ -260,11 +234,11 @@ START_TEST(test_enqueue_racing_delete_job_makes_no_run_of_a_deleted_job)
             "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, origin, template) "
             "VALUES ('api-%d', 'at', '2099-01-01T00:00:00Z', 'q', 'api', 'mail')",
             round);
-        qx(db, sql);
+        testenv_exec(db, sql);
         free(sql);
-        ok(e, "BEGIN");
+        testenv_exec_on(e, "BEGIN");
         sql = testenv_fmt("SELECT warren.enqueue('api-%d', 'k')", round);
-        ok(e, sql);
+        testenv_exec_on(e, sql);
         free(sql);
         sql = testenv_fmt("SELECT warren.delete_job('api-%d'); SELECT count(*) FROM warren.runs "
                           "WHERE job = 'api-%d'",
@@ -272,7 +246,7 @@ START_TEST(test_enqueue_racing_delete_job_makes_no_run_of_a_deleted_job)
         ck_assert_int_eq(PQsendQuery(d, sql), 1);
         free(sql);
         sleep_us((long)(rand() % 4000));
-        ok(e, "COMMIT");
+        testenv_exec_on(e, "COMMIT");
         PGresult *r, *last = NULL;
         while ((r = PQgetResult(d)) != NULL) {
             ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK, "delete: %s", PQerrorMessage(d));
@@ -298,11 +272,11 @@ END_TEST
  * created = false. */
 static void isolation_case(const char *db, const char *level)
 {
-    PGconn *a = conn(db), *b = conn(db);
+    PGconn *a = testenv_connect(db), *b = testenv_connect(db);
     char *begin = testenv_fmt("BEGIN ISOLATION LEVEL %s", level);
-    ok(a, begin);
-    ok(a, "SELECT count(*) FROM warren.runs"); /* the snapshot */
-    ok(b, "SELECT warren.enqueue('mail', 'k')");
+    testenv_exec_on(a, begin);
+    testenv_exec_on(a, "SELECT count(*) FROM warren.runs"); /* the snapshot */
+    testenv_exec_on(b, "SELECT warren.enqueue('mail', 'k')");
     PGresult *r = PQexec(a, "SELECT created FROM warren.enqueue('mail', 'k')");
     const char *st = PQresultErrorField(r, PG_DIAG_SQLSTATE);
     const char *msg = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
@@ -313,39 +287,40 @@ static void isolation_case(const char *db, const char *level)
                       strstr(msg, "retry the whole transaction") != NULL,
                   "%s: %s", level, msg);
     PQclear(r);
-    ok(a, "ROLLBACK");
-    ok(a, begin);
+    testenv_exec_on(a, "ROLLBACK");
+    testenv_exec_on(a, begin);
     r = PQexec(a, "SELECT created FROM warren.enqueue('mail', 'k')");
     ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
     ck_assert_str_eq(PQgetvalue(r, 0, 0), "f");
     PQclear(r);
-    ok(a, "COMMIT");
+    testenv_exec_on(a, "COMMIT");
 
     /* the same through a wait, and enqueue_many */
-    ok(a, begin);
-    ok(a, "SELECT count(*) FROM warren.runs");
-    ok(b, "BEGIN");
-    ok(b, "SELECT warren.enqueue('mail', 'w')");
+    testenv_exec_on(a, begin);
+    testenv_exec_on(a, "SELECT count(*) FROM warren.runs");
+    testenv_exec_on(b, "BEGIN");
+    testenv_exec_on(b, "SELECT warren.enqueue('mail', 'w')");
     ck_assert_int_eq(
         PQsendQuery(a, "SELECT created FROM warren.enqueue_many('[{\"job\": \"mail\", \"key\": "
                        "\"w\"}, {\"job\": \"mail\", \"key\": \"w2\"}]')"),
         1);
     sleep_us(200000);
-    ok(b, "COMMIT");
+    testenv_exec_on(b, "COMMIT");
     char *got = async_outcome(a);
     ck_assert_msg(strncmp(got, "40001 ", 6) == 0 && strstr(got, "retry the whole transaction"),
                   "%s, waited: %s", level, got);
     free(got);
-    ok(a, "ROLLBACK");
-    ok(a, begin);
-    ok(a, "CREATE TEMP TABLE IF NOT EXISTS got (v text); TRUNCATE got");
-    ok(a, "INSERT INTO got SELECT string_agg(created::text, ',' ORDER BY idx) FROM "
-          "warren.enqueue_many('[{\"job\": \"mail\", \"key\": \"w\"}, {\"job\": \"mail\", "
-          "\"key\": \"w2\"}]')");
+    testenv_exec_on(a, "ROLLBACK");
+    testenv_exec_on(a, begin);
+    testenv_exec_on(a, "CREATE TEMP TABLE IF NOT EXISTS got (v text); TRUNCATE got");
+    testenv_exec_on(
+        a, "INSERT INTO got SELECT string_agg(created::text, ',' ORDER BY idx) FROM "
+           "warren.enqueue_many('[{\"job\": \"mail\", \"key\": \"w\"}, {\"job\": \"mail\", "
+           "\"key\": \"w2\"}]')");
     r = PQexec(a, "SELECT v FROM got");
     ck_assert_str_eq(PQgetvalue(r, 0, 0), "false,true");
     PQclear(r);
-    ok(a, "COMMIT");
+    testenv_exec_on(a, "COMMIT");
     free(begin);
     PQfinish(a);
     PQfinish(b);
@@ -355,16 +330,16 @@ START_TEST(test_enqueue_repeatable_read_and_serializable_raise_40001_and_a_retry
 {
     char *db = db_with_mail();
     isolation_case(db, "REPEATABLE READ");
-    qx(db, "DELETE FROM warren.runs");
+    testenv_exec(db, "DELETE FROM warren.runs");
     isolation_case(db, "SERIALIZABLE");
     /* READ COMMITTED: the same wait answers created = false */
-    qx(db, "DELETE FROM warren.runs");
-    PGconn *a = conn(db), *b = conn(db);
-    ok(b, "BEGIN");
-    ok(b, "SELECT warren.enqueue('mail', 'rc')");
+    testenv_exec(db, "DELETE FROM warren.runs");
+    PGconn *a = testenv_connect(db), *b = testenv_connect(db);
+    testenv_exec_on(b, "BEGIN");
+    testenv_exec_on(b, "SELECT warren.enqueue('mail', 'rc')");
     ck_assert_int_eq(PQsendQuery(a, "SELECT created FROM warren.enqueue('mail', 'rc')"), 1);
     sleep_us(200000);
-    ok(b, "COMMIT");
+    testenv_exec_on(b, "COMMIT");
     char *got = async_outcome(a);
     ck_assert_str_eq(got, "created=f");
     free(got);

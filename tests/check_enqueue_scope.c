@@ -19,21 +19,6 @@
 
 #include "testenv.h"
 
-static void qx(const char *url, const char *sql)
-{
-    ck_assert_msg(testenv_psql(url, sql, NULL) >= 0, "failed: %s", sql);
-}
-
-/* The URL with login as its user (same host, port, database). New. */
-static char *login_url(const char *url, const char *login)
-{
-    const char *at = strstr(url, "://"), *userend;
-    ck_assert_ptr_nonnull(at);
-    userend = strchr(at + 3, '@');
-    ck_assert_ptr_nonnull(userend);
-    return testenv_fmt("%.*s%s%s", (int)(at + 3 - url), url, login, userend);
-}
-
 /* Runs sql on c; returns "ok:FIRST VALUE" or "SQLSTATE:MESSAGE". New. */
 static char *try_q(PGconn *c, const char *sql)
 {
@@ -81,21 +66,22 @@ static void setup(fixture *f)
     char *sql = testenv_fmt("CREATE ROLE %s LOGIN IN ROLE warren_producer; CREATE ROLE %s LOGIN "
                             "IN ROLE warren_producer",
                             f->app1, f->app2);
-    qx(f->db, sql);
+    testenv_exec(f->db, sql);
     free(sql);
-    qx(f->db,
-       "INSERT INTO warren.jobs (name, schedule_kind, expression, queue) VALUES "
-       "('ops-purge', 'at', '2099-01-01T00:00:00Z', 'q');"
-       "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, is_template) VALUES "
-       "('tmpl', 'none', '', 'q', true), ('tmpl2', 'none', '', 'q', true)");
+    testenv_exec(
+        f->db,
+        "INSERT INTO warren.jobs (name, schedule_kind, expression, queue) VALUES "
+        "('ops-purge', 'at', '2099-01-01T00:00:00Z', 'q');"
+        "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, is_template) VALUES "
+        "('tmpl', 'none', '', 'q', true), ('tmpl2', 'none', '', 'q', true)");
     sql = testenv_fmt("SELECT warren.grant_producer('%s', ARRAY['tmpl'], NULL, 'acme:');"
                       "SELECT warren.grant_producer('%s', ARRAY['tmpl'], NULL, 'globex:')",
                       f->app1, f->app2);
-    qx(f->db, sql);
+    testenv_exec(f->db, sql);
     free(sql);
     f->owner = PQconnectdb(f->db);
     ck_assert_int_eq(PQstatus(f->owner), CONNECTION_OK);
-    char *u1 = login_url(f->db, f->app1), *u2 = login_url(f->db, f->app2);
+    char *u1 = testenv_url_as(f->db, f->app1), *u2 = testenv_url_as(f->db, f->app2);
     f->c1 = PQconnectdb(u1);
     f->c2 = PQconnectdb(u2);
     ck_assert_msg(PQstatus(f->c1) == CONNECTION_OK, "%s", PQerrorMessage(f->c1));
@@ -117,7 +103,7 @@ static void teardown(fixture *f)
     PQfinish(f->c1);
     PQfinish(f->c2);
     char *sql = testenv_fmt("DROP OWNED BY %s, %s", f->app1, f->app2);
-    qx(f->db, sql);
+    testenv_exec(f->db, sql);
     free(sql);
     PQfinish(f->owner);
     /* the database goes first: the grants are its rows */
@@ -204,9 +190,10 @@ START_TEST(test_enqueue_grant_in_one_database_does_not_reach_another)
     fixture f;
     setup(&f);
     char *b = testenv_db_migrated();
-    qx(b, "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, is_template) VALUES "
-          "('tmpl', 'none', '', 'q', true)");
-    char *ub = login_url(b, f.app1);
+    testenv_exec(
+        b, "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, is_template) VALUES "
+           "('tmpl', 'none', '', 'q', true)");
+    char *ub = testenv_url_as(b, f.app1);
     PGconn *cb = PQconnectdb(ub);
     ck_assert_msg(PQstatus(cb) == CONNECTION_OK, "%s", PQerrorMessage(cb));
     expect(cb, "SELECT * FROM warren.enqueue('tmpl', 'k', NULL, NULL, 'acme:1')",
@@ -218,7 +205,7 @@ START_TEST(test_enqueue_grant_in_one_database_does_not_reach_another)
     expect(f.c1, "SELECT created FROM warren.enqueue('tmpl', 'k', NULL, NULL, 'acme:1')", "ok:t");
     PQfinish(cb);
     char *sql = testenv_fmt("DROP OWNED BY %s", f.app1);
-    qx(b, sql);
+    testenv_exec(b, sql);
     free(sql);
     free(ub);
     free(b);

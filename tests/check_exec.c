@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "testenv.h"
 #include "worker_exec.h"
 
 #define SCHEDULED_AT (INT64_C(1796047200) * WARREN_US_PER_S) /* 2026-11-30T14:00:00Z */
@@ -29,13 +30,6 @@ static const warren__exec_run facts = {
     .due_at = DUE_AT,
     .payload = "{\"kind\":\"usage\",\"n\":1}",
 };
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Waits up to ms for output (or the pipe's end), then reads it. */
 static void read_some(warren__exec *x, int ms)
@@ -52,12 +46,12 @@ static void read_some(warren__exec *x, int ms)
 /* Reads and reaps until the handler exits (1, *status set) or ms pass (0). */
 static int wait_exit(warren__exec *x, int64_t ms, int *status)
 {
-    int64_t until = now_ms() + ms;
+    int64_t until = testenv_mono_ms() + ms;
     do {
         read_some(x, 10);
         if (warren__exec_reap(x, status))
             return 1;
-    } while (now_ms() < until);
+    } while (testenv_mono_ms() < until);
     return 0;
 }
 
@@ -65,8 +59,8 @@ static int wait_exit(warren__exec *x, int64_t ms, int *status)
  * write end any more (1), or ms pass (0). */
 static int wait_eof(warren__exec *x, int64_t ms)
 {
-    int64_t until = now_ms() + ms;
-    while (x->out_fd >= 0 && now_ms() < until)
+    int64_t until = testenv_mono_ms() + ms;
+    while (x->out_fd >= 0 && testenv_mono_ms() < until)
         read_some(x, 10);
     return x->out_fd < 0;
 }
@@ -108,14 +102,6 @@ static const char *output_of(warren__exec *x, const char *script, const warren__
     return x->tail;
 }
 
-static char *make_dir(void)
-{
-    char tmpl[] = "/tmp/check_exec.XXXXXX";
-    char *d = mkdtemp(tmpl);
-    ck_assert_ptr_nonnull(d);
-    return strdup(d);
-}
-
 static char *path_in(const char *dir, const char *name)
 {
     size_t n = strlen(dir) + strlen(name) + 2;
@@ -123,16 +109,6 @@ static char *path_in(const char *dir, const char *name)
     ck_assert_ptr_nonnull(p);
     snprintf(p, n, "%s/%s", dir, name);
     return p;
-}
-
-/* Writes a file (mode as for chmod). */
-static void write_file(const char *path, const char *text, mode_t mode)
-{
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_int_ge(fputs(text, f), 0);
-    ck_assert_int_eq(fclose(f), 0);
-    ck_assert_int_eq(chmod(path, mode), 0);
 }
 
 /* Check forks each test, but keep PATH for a runner started with CK_FORK=no. */
@@ -181,10 +157,10 @@ END_TEST
 
 START_TEST(test_exec_finds_a_command_on_path_skipping_files_not_executable)
 {
-    char *d1 = make_dir(), *d2 = make_dir();
+    char *d1 = testenv_tmpdir("check_exec"), *d2 = testenv_tmpdir("check_exec");
     char *f1 = path_in(d1, "warren-check-tool"), *f2 = path_in(d2, "warren-check-tool");
-    write_file(f1, "#!/bin/sh\necho \"wrong one: $0\"\n", 0644); /* not executable */
-    write_file(f2, "#!/bin/sh\necho \"$0\"\n", 0755);
+    testenv_write_file(f1, "#!/bin/sh\necho \"wrong one: $0\"\n", 0644); /* not executable */
+    testenv_write_file(f2, "#!/bin/sh\necho \"$0\"\n", 0755);
     char *path = malloc(strlen(d1) + strlen(d2) + 32);
     ck_assert_ptr_nonnull(path);
     sprintf(path, "%s:%s:/usr/bin:/bin", d1, d2);
@@ -231,11 +207,11 @@ END_TEST
 
 START_TEST(test_exec_runs_a_relative_command_with_a_slash_from_the_working_directory)
 {
-    char *d = make_dir();
+    char *d = testenv_tmpdir("check_exec");
     char *sub = path_in(d, "bin");
     ck_assert_int_eq(mkdir(sub, 0755), 0);
     char *f = path_in(sub, "tool.sh");
-    write_file(f, "#!/bin/sh\necho \"$0 in $(pwd -P)\"\n", 0755);
+    testenv_write_file(f, "#!/bin/sh\necho \"$0 in $(pwd -P)\"\n", 0755);
     char cwd[4096];
     ck_assert_ptr_nonnull(getcwd(cwd, sizeof(cwd)));
     ck_assert_int_eq(chdir(d), 0);
@@ -272,9 +248,9 @@ END_TEST
  * which then finds it in the working directory (unlike a shell's lookup). */
 START_TEST(test_exec_runs_a_name_not_on_path_from_the_working_directory)
 {
-    char *d = make_dir();
+    char *d = testenv_tmpdir("check_exec");
     char *f = path_in(d, "warren-check-here");
-    write_file(f, "#!/bin/sh\necho \"$0\"\n", 0755);
+    testenv_write_file(f, "#!/bin/sh\necho \"$0\"\n", 0755);
     char cwd[4096];
     ck_assert_ptr_nonnull(getcwd(cwd, sizeof(cwd)));
     ck_assert_int_eq(chdir(d), 0);
@@ -471,8 +447,8 @@ START_TEST(test_exec_kill_stops_the_whole_process_group)
     char *error = NULL;
     int st = 0;
     start(&x, argv, 1, &facts);
-    int64_t until = now_ms() + 30000;
-    while (strstr(x.tail, "started\n") == NULL && now_ms() < until)
+    int64_t until = testenv_mono_ms() + 30000;
+    while (strstr(x.tail, "started\n") == NULL && testenv_mono_ms() < until)
         read_some(&x, 10);
     ck_assert_str_eq(x.tail, "started\n");
     warren__exec_kill(&x, SIGTERM);
@@ -496,8 +472,8 @@ START_TEST(test_exec_sigkill_stops_a_group_that_ignores_sigterm)
     warren__exec x;
     int st = 0;
     start(&x, argv, 1, &facts);
-    int64_t until = now_ms() + 30000;
-    while (strstr(x.tail, "started\n") == NULL && now_ms() < until)
+    int64_t until = testenv_mono_ms() + 30000;
+    while (strstr(x.tail, "started\n") == NULL && testenv_mono_ms() < until)
         read_some(&x, 10);
     ck_assert_str_eq(x.tail, "started\n");
     warren__exec_kill(&x, SIGTERM);
@@ -603,18 +579,18 @@ START_TEST(test_exec_one_read_returns_with_what_the_pipe_holds)
     struct pollfd p = {x.out_fd, POLLIN, 0};
     ck_assert_int_eq(poll(&p, 1, 30000), 1);
     warren__exec_kill(&x, SIGSTOP);
-    int64_t t0 = now_ms();
+    int64_t t0 = testenv_mono_ms();
     warren__exec_read(&x);
-    int64_t took = now_ms() - t0;
+    int64_t took = testenv_mono_ms() - t0;
     ck_assert_int_ge(x.out_fd, 0); /* the writer lives: no end of file */
     ck_assert_uint_gt(x.tail_len, 0);
     ck_assert_msg(took < 5000, "one read call took %lld ms", (long long)took);
     /* an empty pipe: returns at once */
-    t0 = now_ms();
+    t0 = testenv_mono_ms();
     warren__exec_read(&x);
     ck_assert_int_ge(x.out_fd, 0);
-    ck_assert_msg(now_ms() - t0 < 5000, "a read of an empty pipe took %lld ms",
-                  (long long)(now_ms() - t0));
+    ck_assert_msg(testenv_mono_ms() - t0 < 5000, "a read of an empty pipe took %lld ms",
+                  (long long)(testenv_mono_ms() - t0));
     warren__exec_kill(&x, SIGKILL);
     warren__exec_kill(&x, SIGCONT);
     ck_assert(wait_exit(&x, 30000, &st));
@@ -641,9 +617,9 @@ START_TEST(test_exec_one_read_is_bounded_against_writers_that_never_pause)
         struct pollfd p = {x.out_fd, POLLIN, 0};
         ck_assert_int_eq(poll(&p, 1, 30000), 1);
         unsigned long long before = x.out_total;
-        int64_t t0 = now_ms();
+        int64_t t0 = testenv_mono_ms();
         warren__exec_read(&x);
-        int64_t took = now_ms() - t0;
+        int64_t took = testenv_mono_ms() - t0;
         ck_assert_int_ge(x.out_fd, 0);
         ck_assert_uint_gt(x.out_total, before);
         if (x.out_total - before > most)

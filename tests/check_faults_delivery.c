@@ -20,57 +20,28 @@
 typedef struct env {
     char *db;
     char *amqp;
-    char cfg[64];
+    char *cfg;
 } env;
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int64_t ms)
-{
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-static long sql_long(const env *e, const char *sql)
-{
-    char *v = testenv_sql1(e->db, sql);
-    long n = v ? atol(v) : -1;
-    free(v);
-    return n;
-}
 
 /* Fresh database and vhost, ready queue "q", a config file for the program. */
 static env env_new(const char *planner_settings)
 {
     static const char *const queues[] = {"q"};
-    env e = {testenv_db_migrated(), testenv_vhost(), "/tmp/warren-faults-XXXXXX"};
-    warren_broker *b = NULL;
-    warren_error err = {0};
-    int fd;
-    FILE *f;
-
-    ck_assert_msg(warren_broker_open(e.amqp, NULL, &b, &err) == 0, "%s", err.message);
-    ck_assert_msg(warren_broker_topology(b, queues, 1, 5, &err) == 0, "%s", err.message);
-    warren_broker_free(b);
-    fd = mkstemp(e.cfg);
-    ck_assert(fd >= 0);
-    f = fdopen(fd, "w");
-    fprintf(f,
-            "database = { url = \"%s\"; };\nbroker = { url = \"%s\"; };\nplanner = { %s };\n"
-            "jobs = ( { name = \"unused\"; every = \"1h\"; queue = \"q\"; } );\n",
-            e.db, e.amqp, planner_settings);
-    fclose(f);
+    env e = {testenv_db_migrated(), testenv_vhost(), NULL};
+    testenv_topology(e.amqp, queues, 1, 5);
+    char *text = testenv_fmt(
+        "database = { url = \"%s\"; };\nbroker = { url = \"%s\"; };\nplanner = { %s };\n"
+        "jobs = ( { name = \"unused\"; every = \"1h\"; queue = \"q\"; } );\n",
+        e.db, e.amqp, planner_settings);
+    e.cfg = testenv_temp_file("warren-faults", "", text);
+    free(text);
     return e;
 }
 
 static void env_free(env *e)
 {
     unlink(e->cfg);
+    free(e->cfg);
     free(e->db);
     free(e->amqp);
 }
@@ -99,11 +70,11 @@ static pid_t spawn(const env *e, const char *extra_env)
 static void term(pid_t pid)
 {
     int status = 0;
-    int64_t end = mono_ms() + 10000;
+    int64_t end = testenv_mono_ms() + 10000;
     kill(pid, SIGTERM);
     while (waitpid(pid, &status, WNOHANG) == 0) {
-        ck_assert_msg(mono_ms() < end, "planner did not exit within 10 s of SIGTERM");
-        sleep_ms(50);
+        ck_assert_msg(testenv_mono_ms() < end, "planner did not exit within 10 s of SIGTERM");
+        testenv_sleep_ms(50);
     }
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "planner exit status %d", status);
 }
@@ -123,7 +94,7 @@ static void drain(const env *e, int64_t quiet_ms, int64_t max_ms)
 {
     warren_broker *b = NULL;
     warren_error err = {0};
-    int64_t last = mono_ms(), end = mono_ms() + max_ms;
+    int64_t last = testenv_mono_ms(), end = testenv_mono_ms() + max_ms;
     testenv_psql(e->db,
                  "CREATE TABLE IF NOT EXISTS public.seen (run_key text PRIMARY KEY, n int NOT "
                  "NULL)",
@@ -131,14 +102,14 @@ static void drain(const env *e, int64_t quiet_ms, int64_t max_ms)
     ck_assert_msg(warren_broker_open(e->amqp, NULL, &b, &err) == 0, "%s", err.message);
     ck_assert(warren_broker_qos(b, 500, &err) == 0);
     ck_assert(warren_broker_consume(b, "warren.ready.q", &err) == 0);
-    while (mono_ms() - last < quiet_ms && mono_ms() < end) {
+    while (testenv_mono_ms() - last < quiet_ms && testenv_mono_ms() < end) {
         warren_delivery d = {0};
         char sql[256];
         int got = 0;
         ck_assert_msg(warren_broker_next(b, 200, &d, &got, &err) == 0, "%s", err.message);
         if (!got)
             continue;
-        last = mono_ms();
+        last = testenv_mono_ms();
         snprintf(sql, sizeof(sql),
                  "INSERT INTO public.seen VALUES ('%s', 1) ON CONFLICT (run_key) DO UPDATE SET "
                  "n = seen.n + 1",
@@ -165,44 +136,49 @@ START_TEST(test_kill9_between_publish_and_confirm_still_delivers)
                  "'6 s')",
                  NULL);
     /* the delay queue of its release second: due - release_lead */
-    sec = sql_long(&e, "SELECT floor(extract(epoch FROM due_at - interval '2 s'))::bigint FROM "
-                       "warren.runs");
+    sec = testenv_sql_long(e.db,
+                           "SELECT floor(extract(epoch FROM due_at - interval '2 s'))::bigint FROM "
+                           "warren.runs");
     snprintf(q, sizeof(q), "warren.delay.%ld", sec);
     pid = spawn(&e, "WARREN_PLANNER_TEST_STALL_MS=30000");
     /* published: the message sits in its delay queue; the planner now
      * waits before reading the confirm */
-    end = mono_ms() + 15000;
+    end = testenv_mono_ms() + 15000;
     while (testenv_queue_depth(e.amqp, q) != 1) {
-        ck_assert_msg(mono_ms() < end, "the planner never published");
-        sleep_ms(50);
+        ck_assert_msg(testenv_mono_ms() < end, "the planner never published");
+        testenv_sleep_ms(50);
     }
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
     /* not marked: the mark comes only after the confirm */
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'planned' AND "
-                                  "publish_count = 0"),
-                     1);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE state = 'planned' AND "
+                               "publish_count = 0"),
+        1);
     /* a new planner publishes it again; it is delivered (at least once) */
     pid = spawn(&e, NULL);
-    end = mono_ms() + 20000;
-    while (sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'published'") != 1) {
-        ck_assert_msg(mono_ms() < end, "not republished after the kill");
-        sleep_ms(100);
+    end = testenv_mono_ms() + 20000;
+    while (testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE state = 'published'") !=
+           1) {
+        ck_assert_msg(testenv_mono_ms() < end, "not republished after the kill");
+        testenv_sleep_ms(100);
     }
     /* past due (database clock), then released into the ready queue */
-    end = mono_ms() + 30000;
-    while (sql_long(&e, "SELECT count(*) FROM warren.runs WHERE due_at < clock_timestamp()") != 1 ||
+    end = testenv_mono_ms() + 30000;
+    while (testenv_sql_long(
+               e.db, "SELECT count(*) FROM warren.runs WHERE due_at < clock_timestamp()") != 1 ||
            testenv_queue_depth(e.amqp, "warren.ready.q") < 1) {
-        ck_assert_msg(mono_ms() < end, "not released to the ready queue 30 s after the restart");
-        sleep_ms(100);
+        ck_assert_msg(testenv_mono_ms() < end,
+                      "not released to the ready queue 30 s after the restart");
+        testenv_sleep_ms(100);
     }
     term(pid);
     drain(&e, 2000, 20000);
-    ck_assert_int_ge(sql_long(&e, "SELECT n FROM public.seen WHERE run_key = "
-                                  "'k@2030-01-01T00:00:00Z'"),
+    ck_assert_int_ge(testenv_sql_long(e.db, "SELECT n FROM public.seen WHERE run_key = "
+                                            "'k@2030-01-01T00:00:00Z'"),
                      1);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.planner_leases WHERE owner <> ''"),
-                     0);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.planner_leases WHERE owner <> ''"), 0);
     env_free(&e);
 }
 END_TEST
@@ -210,7 +186,7 @@ END_TEST
 /* 1 if the file at path has needle, polled up to timeout_ms. */
 static int file_wait(const char *path, const char *needle, int64_t timeout_ms)
 {
-    int64_t end = mono_ms() + timeout_ms;
+    int64_t end = testenv_mono_ms() + timeout_ms;
     for (;;) {
         char line[1024];
         int has = 0;
@@ -221,11 +197,11 @@ static int file_wait(const char *path, const char *needle, int64_t timeout_ms)
             fclose(f);
         if (has)
             return 1;
-        if (mono_ms() >= end) {
+        if (testenv_mono_ms() >= end) {
             fprintf(stderr, "%s has no line with \"%s\"\n", path, needle);
             return 0;
         }
-        sleep_ms(200);
+        testenv_sleep_ms(200);
     }
 }
 
@@ -246,7 +222,7 @@ static void restart_under_load(const char *what)
     testenv_psql(e.db, "CREATE TABLE public.t0 AS SELECT now() AS t", NULL);
     pid = spawn(&e, NULL);
     /* pacing, not waiting for a condition: 6 s of runs fall due before the restart */
-    sleep_ms(6000);
+    testenv_sleep_ms(6000);
     const char *which = strcmp(what, "restart-pg") == 0 ? "pg" : "rabbit";
     char *server = testenv_server_identity(which);
     ck_assert_msg(server != NULL, "no identity of the %s server", which);
@@ -254,19 +230,19 @@ static void restart_under_load(const char *what)
     if (system(cmd) != 0) {
         /* servers.sh gives each server 90 s; a broker holding many test vhosts
          * may take longer to boot. Wait for both to answer before judging. */
-        int64_t up_by = mono_ms() + 300000;
+        int64_t up_by = testenv_mono_ms() + 300000;
         snprintf(cmd, sizeof(cmd), "bash %s status >/dev/null 2>&1", testenv_servers_script());
         while (system(cmd) != 0) {
-            ck_assert_msg(mono_ms() < up_by, "%s did not come back within 5 min", what);
-            sleep_ms(2000);
+            ck_assert_msg(testenv_mono_ms() < up_by, "%s did not come back within 5 min", what);
+            testenv_sleep_ms(2000);
         }
     }
     {
-        int64_t up_by = mono_ms() + 300000;
+        int64_t up_by = testenv_mono_ms() + 300000;
         warren_broker *b = NULL;
         while (warren_broker_open(e.amqp, NULL, &b, NULL) != 0) {
-            ck_assert_msg(mono_ms() < up_by, "RabbitMQ not reachable 5 min after %s", what);
-            sleep_ms(1000);
+            ck_assert_msg(testenv_mono_ms() < up_by, "RabbitMQ not reachable 5 min after %s", what);
+            testenv_sleep_ms(1000);
         }
         warren_broker_free(b);
     }
@@ -286,29 +262,32 @@ static void restart_under_load(const char *what)
                       "the planner did not reconnect after %s", what);
     }
     /* pacing: 8 s of runs fall due after the restart */
-    sleep_ms(8000);
+    testenv_sleep_ms(8000);
     testenv_psql(e.db, "CREATE TABLE public.t1 AS SELECT now() AS t", NULL);
     /* every run due before t1 gets published (the reconciler republishes
      * what a restart lost), then reaches the ready queue */
-    end = mono_ms() + 90000;
-    while (mono_ms() < end) {
+    end = testenv_mono_ms() + 90000;
+    while (testenv_mono_ms() < end) {
         drain(&e, 1500, 10000);
-        missing = sql_long(&e, "SELECT count(*) FROM warren.runs r WHERE r.due_at < (SELECT t "
-                               "FROM public.t1) AND NOT EXISTS (SELECT 1 FROM public.seen s "
-                               "WHERE s.run_key = r.run_key)");
+        missing =
+            testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs r WHERE r.due_at < (SELECT t "
+                                   "FROM public.t1) AND NOT EXISTS (SELECT 1 FROM public.seen s "
+                                   "WHERE s.run_key = r.run_key)");
         if (missing == 0)
             break;
     }
-    due = sql_long(&e, "SELECT count(*) FROM warren.runs WHERE due_at < (SELECT t FROM t1)");
+    due = testenv_sql_long(e.db,
+                           "SELECT count(*) FROM warren.runs WHERE due_at < (SELECT t FROM t1)");
     term(pid);
     ck_assert_msg(due >= 20 * 12, "only %ld runs due", due);
     ck_assert_msg(missing == 0, "%ld of %ld runs due before the end never reached the ready queue",
                   missing, due);
     /* one row per fire time, no gaps */
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM (SELECT job FROM warren.runs GROUP BY job "
-                                  "HAVING extract(epoch FROM max(scheduled_at) - "
-                                  "min(scheduled_at))::bigint + 1 <> count(*)) g"),
-                     0);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM (SELECT job FROM warren.runs GROUP BY job "
+                               "HAVING extract(epoch FROM max(scheduled_at) - "
+                               "min(scheduled_at))::bigint + 1 <> count(*)) g"),
+        0);
     env_free(&e);
 }
 

@@ -31,91 +31,25 @@
 
 static warren_logger test_logger = {warren_log_stderr, NULL, WARREN_LOG_ERROR};
 
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
-/* Polls sql until its first value equals want (connection errors while the
- * server restarts count as "not yet"). */
-static int wait_for(const char *url, const char *want, long timeout_ms, const char *sql)
-{
-    for (long waited = 0;; waited += 200) {
-        char *v = NULL;
-        int ok = testenv_psql(url, sql, &v) >= 0 && v != NULL && strcmp(v, want) == 0;
-        if (!ok && waited >= timeout_ms)
-            fprintf(stderr, "wait_for: \"%s\" gave \"%s\", want \"%s\"\n", sql, v ? v : "NULL",
-                    want);
-        free(v);
-        if (ok)
-            return 1;
-        if (waited >= timeout_ms)
-            return 0;
-        sleep_ms(200);
-    }
-}
-
-typedef struct planner_ctx {
-    warren_planner *p;
-    pthread_t th;
-    volatile sig_atomic_t stop;
-} planner_ctx;
-
-static void *planner_main(void *arg)
-{
-    planner_ctx *pc = arg;
-    warren_error err = {0};
-    if (warren_planner_run(pc->p, &pc->stop, &err) != 0)
-        fprintf(stderr, "planner: %s\n", err.message);
-    return NULL;
-}
-
 /* A fresh database and vhost, a config of its servers plus `rest` (planner,
- * worker and jobs settings), synced, the topology of `queue` declared, and
- * `tables` created (SQL); SINK_URL names the database for the handlers. */
-typedef struct fenv {
-    char dir[64];
-    char *db, *amqp, *cfg_path;
-    warren_config *cfg;
-} fenv;
+ * worker and jobs settings, the jobs on one queue), synced, the topology of
+ * its queue declared, and `tables` created (SQL); SINK_URL names the
+ * database for the handlers. */
+typedef testenv_stack fenv;
 
 static void fenv_setup(fenv *fe, const char *rest, const char *queue, const char *tables)
 {
-    warren_error err = {0};
-    warren_diags diags = {0};
-    warren_store *st = NULL;
-    warren_broker *b = NULL;
-
-    memset(fe, 0, sizeof(*fe));
-    unsetenv("WARREN_DATABASE_URL");
-    unsetenv("WARREN_AMQP_URL");
-    fe->db = testenv_db_migrated();
-    fe->amqp = testenv_vhost();
-    snprintf(fe->dir, sizeof(fe->dir), "/tmp/warren-check-faults-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(fe->dir));
-    fe->cfg_path = testenv_fmt("%s/warren.cfg", fe->dir);
+    testenv_stack_init(fe, "warren-check-faults");
     char *text = testenv_fmt("database = { url = \"%s\"; };\nbroker = { url = \"%s\"; };\n%s",
                              fe->db, fe->amqp, rest);
-    FILE *f = fopen(fe->cfg_path, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(text, f);
-    fclose(f);
+    testenv_stack_config(fe, text);
     free(text);
-    if (warren_config_load(fe->cfg_path, &fe->cfg, &diags, &err) != 0) {
-        for (size_t i = 0; i < diags.count; i++)
-            fprintf(stderr, "%s\n", diags.items[i]);
-        ck_abort_msg("config: %s", err.message);
-    }
-    ck_assert_int_eq(warren_store_open(fe->db, NULL, &st, &err), 0);
-    ck_assert_int_eq(warren_store_sync(st, fe->cfg, NULL, &err), 0);
-    warren_store_free(st);
-    const char *queues[] = {queue};
-    ck_assert_int_eq(warren_broker_open(fe->amqp, NULL, &b, &err), 0);
-    ck_assert_int_eq(warren_broker_topology(b, queues, 1, fe->cfg->delivery_limit, &err), 0);
-    warren_broker_free(b);
-    ck_assert_int_ge(testenv_psql(fe->db, tables, NULL), 0);
+    size_t nq = 0;
+    const char **queues = warren_config_queues(fe->cfg, &nq);
+    ck_assert_msg(nq == 1 && strcmp(queues[0], queue) == 0, "the jobs' queue is not only %s",
+                  queue);
+    free(queues);
+    testenv_exec(fe->db, tables);
     testenv_execlog_create(fe->db);
     setenv("SINK_URL", fe->db, 1);
     setenv("MARK_DIR", fe->dir, 1);
@@ -159,19 +93,6 @@ static void assert_restarted(const char *which, char *before)
     free(after);
 }
 
-/* 1 if a line of the file at path contains needle. */
-static int file_has(const char *path, const char *needle)
-{
-    char line[1024];
-    int has = 0;
-    FILE *f = fopen(path, "r");
-    while (f != NULL && !has && fgets(line, sizeof(line), f) != NULL)
-        has = strstr(line, needle) != NULL;
-    if (f != NULL)
-        fclose(f);
-    return has;
-}
-
 /* Lines in the file at path (0 if none). */
 static long file_lines(const char *path)
 {
@@ -183,59 +104,6 @@ static long file_lines(const char *path)
     if (f != NULL)
         fclose(f);
     return n;
-}
-
-/* The worker's log DIR/log has a line with needle, within timeout_ms. */
-static int log_wait(const fenv *fe, const char *log, const char *needle, long timeout_ms)
-{
-    char *path = testenv_fmt("%s/%s", fe->dir, log);
-    int has = 0;
-    for (long waited = 0; !has && waited <= timeout_ms; waited += 100) {
-        has = file_has(path, needle);
-        if (!has)
-            sleep_ms(100);
-    }
-    if (!has)
-        fprintf(stderr, "%s has no line with \"%s\"\n", path, needle);
-    free(path);
-    return has;
-}
-
-static void fenv_teardown(fenv *fe)
-{
-    warren_config_free(fe->cfg);
-    free(fe->cfg_path);
-    free(fe->db);
-    free(fe->amqp);
-}
-
-/* The real planner (relay, outbox, reconciler) on a thread of this process. */
-static void planner_start(planner_ctx *pc, const fenv *fe)
-{
-    warren_error err = {0};
-    test_logger.ud = stderr;
-    ck_assert_msg(warren_planner_new(fe->cfg, fe->db, fe->amqp, &test_logger, &pc->p, &err) == 0,
-                  "planner: %s", err.message);
-    pc->stop = 0;
-    ck_assert_int_eq(pthread_create(&pc->th, NULL, planner_main, pc), 0);
-}
-
-static void planner_stop(planner_ctx *pc)
-{
-    pc->stop = 1;
-    pthread_join(pc->th, NULL);
-    warren_planner_free(pc->p);
-    pc->p = NULL;
-}
-
-/* `warren worker` with id, stderr to DIR/log (appended). */
-static pid_t spawn_worker(const fenv *fe, const char *log, const char *id)
-{
-    char *path = testenv_fmt("%s/%s", fe->dir, log);
-    char *argv[] = {WARREN_BINARY, "worker", "-c", fe->cfg_path, "--id", (char *)id, NULL};
-    pid_t pid = testenv_spawn(argv, NULL, path, 1);
-    free(path);
-    return pid;
 }
 
 /* 400 sql-handler runs and 60 exec-handler runs through the real planner and
@@ -280,16 +148,16 @@ static void run_restart_scenario(const char *which)
         "CREATE TABLE esink (run_key text PRIMARY KEY)");
     char *db = fe.db;
 
-    planner_ctx pc = {0};
-    planner_start(&pc, &fe);
+    testenv_stack_planner_start(&fe, &test_logger);
 
-    pid_t w[2] = {spawn_worker(&fe, "w0.log", "fw0"), spawn_worker(&fe, "w1.log", "fw1")};
+    pid_t w[2] = {testenv_stack_worker(&fe, NULL, "fw0", "w0.log", 1),
+                  testenv_stack_worker(&fe, NULL, "fw1", "w1.log", 1)};
     /* 400 sql runs and 60 exec runs, due now. */
     insert_runs(db, "fs", 400, "now()");
     insert_runs(db, "fe", 60, "now()");
     /* Restart PostgreSQL while completions are flowing. */
-    ck_assert(wait_for(db, "t", 20000,
-                       "SELECT count(*) > 20 FROM warren.runs WHERE state = 'succeeded'"));
+    ck_assert(testenv_wait_for(db, "t", 20000,
+                               "SELECT count(*) > 20 FROM warren.runs WHERE state = 'succeeded'"));
     char *before = NULL;
     testenv_psql(db, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'", &before);
     char *server = identity(which);
@@ -314,17 +182,17 @@ static void run_restart_scenario(const char *which)
     ck_assert_msg(after != NULL && atoi(after) < 460, "everything finished during the restart");
     free(after);
     /* Everything completes: nothing lost. */
-    ck_assert(
-        wait_for(db, "460", 90000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
+    ck_assert(testenv_wait_for(db, "460", 90000,
+                               "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
     /* Exactly-once effects: the sql handler's effect committed once per run, and the
      * exec handler's idempotent effect exists once per run. */
-    ck_assert(wait_for(db, "400|400|1", 1000,
-                       "SELECT count(*) || '|' || sum(n) || '|' || max(n) "
-                       "FROM sink"));
-    ck_assert(wait_for(db, "60", 1000, "SELECT count(*) FROM esink"));
+    ck_assert(testenv_wait_for(db, "400|400|1", 1000,
+                               "SELECT count(*) || '|' || sum(n) || '|' || max(n) "
+                               "FROM sink"));
+    ck_assert(testenv_wait_for(db, "60", 1000, "SELECT count(*) FROM esink"));
     /* Every attempt that ran is accounted for: none left open. */
-    ck_assert(
-        wait_for(db, "0", 1000, "SELECT count(*) FROM warren.attempts WHERE outcome IS NULL"));
+    ck_assert(testenv_wait_for(db, "0", 1000,
+                               "SELECT count(*) FROM warren.attempts WHERE outcome IS NULL"));
     for (int i = 0; i < 2; i++) {
         int status;
         kill(w[i], SIGTERM);
@@ -332,14 +200,15 @@ static void run_restart_scenario(const char *which)
         ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "worker %d exit %d", i,
                       status);
     }
-    planner_stop(&pc);
+    testenv_planner_stop(&fe.planner);
     /* Both workers saw the restart and reconnected. */
     for (int i = 0; i < 2; i++) {
         char log[16], *needle = strcmp(which, "pg") == 0
                                     ? testenv_fmt("reconnected to PostgreSQL")
                                     : testenv_fmt("worker fw%d: reconnected to RabbitMQ", i);
         snprintf(log, sizeof(log), "w%d.log", i);
-        ck_assert_msg(log_wait(&fe, log, needle, 0), "worker fw%d did not reconnect", i);
+        ck_assert_msg(testenv_stack_log_wait(&fe, log, needle, 0), "worker fw%d did not reconnect",
+                      i);
         free(needle);
     }
     /* Executions. The sql handler's execution log commits with its effect:
@@ -368,7 +237,7 @@ static void run_restart_scenario(const char *which)
     fprintf(stderr, "restart-%s: %s extra exec-handler executions, each after a failed attempt\n",
             which, extra ? extra : "?");
     free(extra);
-    fenv_teardown(&fe);
+    testenv_stack_free(&fe);
 }
 
 START_TEST(test_worker_survives_postgresql_restart_during_completions)
@@ -415,11 +284,11 @@ START_TEST(test_worker_keeps_messages_unacked_while_postgresql_is_down)
     char *db = fe.db;
     ck_assert_int_eq(warren_broker_open(fe.amqp, NULL, &b, &err), 0);
 
-    planner_ctx pc = {0};
-    planner_start(&pc, &fe);
-    pid_t w = spawn_worker(&fe, "w.log", "fd1");
+    testenv_stack_planner_start(&fe, &test_logger);
+    pid_t w = testenv_stack_worker(&fe, NULL, "fd1", "w.log", 1);
     insert_runs(db, "fd", 6, "now()");
-    ck_assert(wait_for(db, "6", 20000, "SELECT count(*) FROM warren.runs WHERE state = 'running'"));
+    ck_assert(testenv_wait_for(db, "6", 20000,
+                               "SELECT count(*) FROM warren.runs WHERE state = 'running'"));
     /* what the worker held when it was stopped and killed: these runs, and
      * only these, may execute twice */
     ck_assert_int_ge(testenv_psql(db,
@@ -429,18 +298,18 @@ START_TEST(test_worker_keeps_messages_unacked_while_postgresql_is_down)
                      0);
     /* The handlers sleep 2 s: stop the planner (nothing may republish), then
      * PostgreSQL, while they run; they finish with nowhere to record it. */
-    planner_stop(&pc);
+    testenv_planner_stop(&fe.planner);
     char *server = identity("pg");
     ck_assert_int_eq(testenv_servers("stop-pg"), 0);
     char *ends = testenv_fmt("%s/ends.log", fe.dir);
     for (int i = 0; i < 300 && file_lines(ends) < 6; i++)
-        sleep_ms(100);
+        testenv_sleep_ms(100);
     ck_assert_msg(file_lines(ends) == 6, "%ld of 6 handlers finished", file_lines(ends));
     free(ends);
     /* deliberately 2 s more: the worker tries to record the six outcomes (and
      * would ack now if it acked before its completion committed); nothing
      * outside it shows when it has tried */
-    sleep_ms(2000);
+    testenv_sleep_ms(2000);
     ck_assert_int_eq(warren_broker_queue_count(b, "warren.ready.d", &ready, &consumers, &err), 0);
     ck_assert_uint_eq(ready, 0); /* all six are still with the worker */
     kill(w, SIGKILL);
@@ -448,7 +317,7 @@ START_TEST(test_worker_keeps_messages_unacked_while_postgresql_is_down)
     waitpid(w, &status, 0);
     /* Its connection closed: every unacknowledged message is back. */
     for (int i = 0; i < 50 && ready < 6; i++) {
-        sleep_ms(100);
+        testenv_sleep_ms(100);
         ck_assert_int_eq(warren_broker_queue_count(b, "warren.ready.d", &ready, &consumers, &err),
                          0);
     }
@@ -458,27 +327,27 @@ START_TEST(test_worker_keeps_messages_unacked_while_postgresql_is_down)
     ck_assert_int_eq(testenv_servers("restart-pg"), 0);
     assert_restarted("pg", server);
     ck_assert_int_ge(testenv_psql(db, "UPDATE warren.runs SET lease_until = now()", NULL), 0);
-    planner_start(&pc, &fe);
-    w = spawn_worker(&fe, "w.log", "fd2");
-    ck_assert(
-        wait_for(db, "6", 60000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
-    ck_assert(wait_for(db, "6", 1000, "SELECT count(*) FROM esink"));
+    testenv_stack_planner_start(&fe, &test_logger);
+    w = testenv_stack_worker(&fe, NULL, "fd2", "w.log", 1);
+    ck_assert(testenv_wait_for(db, "6", 60000,
+                               "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
+    ck_assert(testenv_wait_for(db, "6", 1000, "SELECT count(*) FROM esink"));
     kill(w, SIGTERM);
     waitpid(w, &status, 0);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "worker exit %d", status);
-    planner_stop(&pc);
+    testenv_planner_stop(&fe.planner);
     /* Six runs, each executed by the killed worker and once more by the new
      * one: a second execution only of a run the killed worker held, never a
      * third. */
     load_execs(&fe);
-    ck_assert(wait_for(db, "6", 0, "SELECT count(*) FROM held"));
+    ck_assert(testenv_wait_for(db, "6", 0, "SELECT count(*) FROM held"));
     assert_executions(&fe, "SELECT run_key FROM warren.runs", "SELECT run_key FROM public.execlog",
                       "SELECT run_key FROM held");
-    ck_assert(wait_for(db, "12|2", 0,
-                       "SELECT sum(n) || '|' || max(n) FROM (SELECT count(*) AS n FROM "
-                       "public.execlog GROUP BY run_key) x"));
+    ck_assert(testenv_wait_for(db, "12|2", 0,
+                               "SELECT sum(n) || '|' || max(n) FROM (SELECT count(*) AS n FROM "
+                               "public.execlog GROUP BY run_key) x"));
     warren_broker_free(b);
-    fenv_teardown(&fe);
+    testenv_stack_free(&fe);
 }
 END_TEST
 
@@ -522,9 +391,8 @@ START_TEST(test_stopping_worker_gives_back_deliveries_it_could_not_claim)
     char *db = fe.db;
     setenv("MARK_DIR", fe.dir, 1);
     ck_assert_int_eq(warren_broker_open(fe.amqp, NULL, &b, &err), 0);
-    planner_ctx pc = {0};
-    planner_start(&pc, &fe);
-    pid_t w = spawn_worker(&fe, "w.log", "g1");
+    testenv_stack_planner_start(&fe, &test_logger);
+    pid_t w = testenv_stack_worker(&fe, NULL, "g1", "w.log", 1);
     /* A long run keeps the worker in its grace. */
     ck_assert_int_ge(
         testenv_psql(db,
@@ -533,14 +401,15 @@ START_TEST(test_stopping_worker_gives_back_deliveries_it_could_not_claim)
                      "NOTIFY warren_jobs",
                      NULL),
         0);
-    ck_assert(wait_for(db, "running", 20000, "SELECT state FROM warren.runs WHERE job = 'gl'"));
+    ck_assert(
+        testenv_wait_for(db, "running", 20000, "SELECT state FROM warren.runs WHERE job = 'gl'"));
     /* Two quick runs due in 5 s, published to a delay queue before
      * PostgreSQL stops. */
     insert_runs(db, "gq", 2, "now() + interval '5 seconds'");
-    ck_assert(
-        wait_for(db, "2", 4000,
-                 "SELECT count(*) FROM warren.runs WHERE job = 'gq' AND state = 'published'"));
-    planner_stop(&pc);
+    ck_assert(testenv_wait_for(
+        db, "2", 4000,
+        "SELECT count(*) FROM warren.runs WHERE job = 'gq' AND state = 'published'"));
+    testenv_planner_stop(&fe.planner);
     char *log_path = testenv_fmt("%s/w.log", fe.dir);
     char *server = identity("pg");
     ck_assert_int_eq(testenv_servers("stop-pg"), 0);
@@ -550,7 +419,7 @@ START_TEST(test_stopping_worker_gives_back_deliveries_it_could_not_claim)
      * that may be the long run's heartbeat.) */
     long unacked = -1;
     for (int i = 0; i < 200 && unacked != 3; i++) {
-        sleep_ms(100);
+        testenv_sleep_ms(100);
         unacked = testenv_queue_unacked(fe.amqp, "warren.ready.g");
     }
     if (unacked != 3 ||
@@ -564,7 +433,7 @@ START_TEST(test_stopping_worker_gives_back_deliveries_it_could_not_claim)
     kill(w, SIGTERM);
     int counted = 1;
     for (int i = 0; i < 30 && counted && ready < 2; i++) {
-        sleep_ms(100);
+        testenv_sleep_ms(100);
         counted = warren_broker_queue_count(b, "warren.ready.g", &ready, &consumers, &err) == 0;
     }
     int alive = testenv_pid_alive(w);
@@ -582,23 +451,23 @@ START_TEST(test_stopping_worker_gives_back_deliveries_it_could_not_claim)
     ck_assert_int_gt(long_pid, 1);
     kill((pid_t)long_pid, SIGKILL);
     for (int i = 0; i < 300 && testenv_pid_alive(w); i++)
-        sleep_ms(100);
+        testenv_sleep_ms(100);
     ck_assert_int_eq(waitpid(w, &status, 0), w);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "worker exit %d", status);
-    ck_assert_msg(file_has(log_path, "given back 2)"),
+    ck_assert_msg(testenv_file_wait(log_path, "given back 2)", 0),
                   "the worker's last line does not count 2 deliveries given back");
     free(log_path);
-    ck_assert(wait_for(db, "retry", 5000,
-                       "SELECT outcome FROM warren.attempts WHERE run_key LIKE 'gl@%'"));
+    ck_assert(testenv_wait_for(db, "retry", 5000,
+                               "SELECT outcome FROM warren.attempts WHERE run_key LIKE 'gl@%'"));
     /* the worker recorded that retry over a new connection */
-    ck_assert_msg(log_wait(&fe, "w.log", "reconnected to PostgreSQL", 0),
+    ck_assert_msg(testenv_stack_log_wait(&fe, "w.log", "reconnected to PostgreSQL", 0),
                   "the worker did not reconnect after the restart");
     /* The long run executed once; the two given back never ran here. */
     load_execs(&fe);
     assert_executions(&fe, "SELECT run_key FROM warren.runs WHERE job = 'gl'",
                       "SELECT run_key FROM public.execlog", NULL);
     warren_broker_free(b);
-    fenv_teardown(&fe);
+    testenv_stack_free(&fe);
 }
 END_TEST
 
@@ -647,16 +516,15 @@ START_TEST(test_worker_takes_back_runs_whose_claim_answer_was_lost)
         db);
     ck_assert_int_ge(testenv_psql(db, wrap, NULL), 0);
     free(wrap);
-    planner_ctx pc = {0};
-    planner_start(&pc, &fe);
-    pid_t w = spawn_worker(&fe, "w.log", "la1");
+    testenv_stack_planner_start(&fe, &test_logger);
+    pid_t w = testenv_stack_worker(&fe, NULL, "la1", "w.log", 1);
     insert_runs(db, "la", 3, "now()");
     /* Well within the 60 s lease: taken back, not reaped. */
-    int done =
-        wait_for(db, "3", 15000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'");
+    int done = testenv_wait_for(db, "3", 15000,
+                                "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'");
     kill(w, SIGTERM);
     waitpid(w, &status, 0);
-    planner_stop(&pc);
+    testenv_planner_stop(&fe.planner);
     ck_assert_msg(done, "the runs were not taken back within 15 s (state: %s)",
                   testenv_sql1f(db, "SELECT string_agg(state || ':' || attempt, ',') FROM "
                                     "warren.runs"));
@@ -664,27 +532,29 @@ START_TEST(test_worker_takes_back_runs_whose_claim_answer_was_lost)
      * That batch held the deliveries that had arrived by then (all three, or
      * fewer when the third came in a later read); each of its runs lost
      * attempt 1 and succeeded as attempt 2, the others succeeded at once. */
-    ck_assert(wait_for(db, "0", 0, "SELECT count(*) FROM lose_answer"));
+    ck_assert(testenv_wait_for(db, "0", 0, "SELECT count(*) FROM lose_answer"));
     char *lost = testenv_sql1f(db, "SELECT count(*) FROM warren.attempts WHERE attempt = 1 AND "
                                    "outcome = 'lease_lost' AND error LIKE '%%did not reach "
                                    "worker la1%%'");
     ck_assert_msg(lost != NULL && atoi(lost) >= 1, "no run went through the lost claim (%s)",
                   lost ? lost : "?");
-    ck_assert(wait_for(db, lost, 0,
-                       "SELECT count(*) FROM warren.attempts WHERE attempt = 2 AND outcome = "
-                       "'succeeded' AND worker = 'la1'"));
     ck_assert(
-        wait_for(db, "3", 0, "SELECT count(*) FROM warren.attempts WHERE outcome = 'succeeded'"));
-    ck_assert(wait_for(db, "3", 0, "SELECT count(*) FROM lsink"));
+        testenv_wait_for(db, lost, 0,
+                         "SELECT count(*) FROM warren.attempts WHERE attempt = 2 AND outcome = "
+                         "'succeeded' AND worker = 'la1'"));
+    ck_assert(testenv_wait_for(db, "3", 0,
+                               "SELECT count(*) FROM warren.attempts WHERE outcome = 'succeeded'"));
+    ck_assert(testenv_wait_for(db, "3", 0, "SELECT count(*) FROM lsink"));
     /* the lost claim ran nothing: one committed execution per run */
     assert_executions(&fe, "SELECT run_key FROM warren.runs", "SELECT run_key FROM public.execlog",
                       NULL);
     free(lost);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "worker exit %d", status);
     char *log_path = testenv_fmt("%s/w.log", fe.dir);
-    ck_assert_msg(file_has(log_path, "claim answer was lost"), "no log line names the take-back");
+    ck_assert_msg(testenv_file_wait(log_path, "claim answer was lost", 0),
+                  "no log line names the take-back");
     free(log_path);
-    fenv_teardown(&fe);
+    testenv_stack_free(&fe);
 }
 END_TEST
 
@@ -724,12 +594,11 @@ START_TEST(test_worker_claims_the_runs_of_a_take_whose_connection_dropped)
                "END IF; "
                "RETURN warren.finish_many_real(run_keys, worker, taken_at); END $f$");
     char *db = fe.db;
-    planner_ctx pc = {0};
-    planner_start(&pc, &fe);
-    pid_t w = spawn_worker(&fe, "w.log", "tl1");
+    testenv_stack_planner_start(&fe, &test_logger);
+    pid_t w = testenv_stack_worker(&fe, NULL, "tl1", "w.log", 1);
     insert_runs(db, "tl", 2, "now()");
-    ck_assert(
-        wait_for(db, "2", 15000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
+    ck_assert(testenv_wait_for(db, "2", 15000,
+                               "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
     ck_assert_int_ge(testenv_psql(db,
                                   "INSERT INTO warren.runs (job, scheduled_at, due_at, "
                                   "origin) SELECT 'tl', date_trunc('second', now()) - "
@@ -737,24 +606,25 @@ START_TEST(test_worker_claims_the_runs_of_a_take_whose_connection_dropped)
                                   "'trigger' FROM generate_series(1, 6) g; NOTIFY warren_jobs",
                                   NULL),
                      0);
-    int done =
-        wait_for(db, "8", 15000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'");
+    int done = testenv_wait_for(db, "8", 15000,
+                                "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'");
     kill(w, SIGTERM);
     waitpid(w, &status, 0);
-    planner_stop(&pc);
+    testenv_planner_stop(&fe.planner);
     ck_assert_msg(done, "the runs did not succeed within 15 s (state: %s)",
                   testenv_sql1f(db, "SELECT string_agg(state || ':' || attempt, ',') FROM "
                                     "warren.runs"));
     /* the fault happened (a take reached finish_many and lost its backend) */
-    ck_assert(wait_for(db, "t", 0, "SELECT is_called FROM lose_take"));
-    ck_assert(wait_for(db, "8|8", 0,
-                       "SELECT count(*) || '|' || count(*) FILTER (WHERE attempt = 1 AND outcome "
-                       "= 'succeeded') FROM warren.attempts"));
-    ck_assert(wait_for(db, "8", 0, "SELECT count(*) FROM lsink"));
+    ck_assert(testenv_wait_for(db, "t", 0, "SELECT is_called FROM lose_take"));
+    ck_assert(
+        testenv_wait_for(db, "8|8", 0,
+                         "SELECT count(*) || '|' || count(*) FILTER (WHERE attempt = 1 AND outcome "
+                         "= 'succeeded') FROM warren.attempts"));
+    ck_assert(testenv_wait_for(db, "8", 0, "SELECT count(*) FROM lsink"));
     assert_executions(&fe, "SELECT run_key FROM warren.runs", "SELECT run_key FROM public.execlog",
                       NULL);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "worker exit %d", status);
-    fenv_teardown(&fe);
+    testenv_stack_free(&fe);
 }
 END_TEST
 

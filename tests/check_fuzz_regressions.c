@@ -12,6 +12,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "testenv.h"
+
 /* The harnesses are compiled in as they are, each entry point renamed (all
  * are LLVMFuzzerTestOneInput). */
 #define LLVMFuzzerTestOneInput fuzz_codec_one_input
@@ -37,27 +39,6 @@ static const struct {
     {"tzif", fuzz_tzif_one_input},
 };
 
-static uint8_t *read_all(const char *path, size_t *size)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    size_t cap = 4096, len = 0, n;
-    uint8_t *buf = malloc(cap);
-    ck_assert_ptr_nonnull(buf);
-    while ((n = fread(buf + len, 1, cap - len, f)) > 0) {
-        len += n;
-        if (len == cap) {
-            cap *= 2;
-            uint8_t *more = realloc(buf, cap);
-            ck_assert_ptr_nonnull(more);
-            buf = more;
-        }
-    }
-    fclose(f);
-    *size = len;
-    return buf;
-}
-
 static int is_input(const struct dirent *d)
 {
     return d->d_name[0] != '.';
@@ -75,7 +56,7 @@ static int replay_dir(const char *dir, fuzz_target fn)
         char file[4096 + 256];
         size_t size = 0;
         snprintf(file, sizeof file, "%s/%s", path, names[i]->d_name);
-        uint8_t *data = read_all(file, &size);
+        uint8_t *data = (uint8_t *)testenv_read_file(file, &size);
         fprintf(stderr, "fuzz replay: %s (%zu bytes)\n", file, size);
         ck_assert_int_eq(fn(data, size), 0);
         free(data);

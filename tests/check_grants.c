@@ -24,24 +24,6 @@ typedef struct world {
     PGconn *admin;
 } world;
 
-/* The same URL with login as its user. New. */
-static char *url_as(const char *url, const char *login)
-{
-    const char *at = strstr(url, "://"), *userend;
-    ck_assert_ptr_nonnull(at);
-    userend = strchr(at + 3, '@');
-    ck_assert_ptr_nonnull(userend);
-    return testenv_fmt("%.*s%s%s", (int)(at + 3 - url), url, login, userend);
-}
-
-static void exec_ok(PGconn *c, const char *sql)
-{
-    PGresult *res = PQexec(c, sql);
-    ExecStatusType s = PQresultStatus(res);
-    ck_assert_msg(s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK, "%s: %s", sql, PQerrorMessage(c));
-    PQclear(res);
-}
-
 static void world_init(world *w)
 {
     memset(w, 0, sizeof(*w));
@@ -52,24 +34,24 @@ static void world_init(world *w)
         char *sql;
         w->login[i] = testenv_unique_name(i == 0 ? "warren_l1" : "warren_l2");
         sql = testenv_fmt("CREATE ROLE %s LOGIN IN ROLE warren_worker", w->login[i]);
-        exec_ok(w->admin, sql);
+        testenv_exec_on(w->admin, sql);
         free(sql);
-        w->login_url[i] = url_as(w->url, w->login[i]);
+        w->login_url[i] = testenv_url_as(w->url, w->login[i]);
     }
-    exec_ok(w->admin,
-            "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, overlap) VALUES"
-            " ('ja', 'every', '60s', 'qa', 'allow'), ('jb', 'every', '60s', 'qb', 'allow');"
-            "INSERT INTO warren.runs (job, scheduled_at, due_at, state) VALUES"
-            " ('ja', '2026-01-01T00:00:00Z', now(), 'published'),"
-            " ('ja', '2026-01-01T00:01:00Z', now(), 'published'),"
-            " ('jb', '2026-01-01T00:00:00Z', now(), 'published')");
+    testenv_exec_on(
+        w->admin, "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, overlap) VALUES"
+                  " ('ja', 'every', '60s', 'qa', 'allow'), ('jb', 'every', '60s', 'qb', 'allow');"
+                  "INSERT INTO warren.runs (job, scheduled_at, due_at, state) VALUES"
+                  " ('ja', '2026-01-01T00:00:00Z', now(), 'published'),"
+                  " ('ja', '2026-01-01T00:01:00Z', now(), 'published'),"
+                  " ('jb', '2026-01-01T00:00:00Z', now(), 'published')");
 }
 
 static void world_close(world *w)
 {
     for (int i = 0; i < 2; i++) {
         char *sql = testenv_fmt("DROP ROLE %s", w->login[i]);
-        exec_ok(w->admin, sql);
+        testenv_exec_on(w->admin, sql);
         free(sql);
         free(w->login[i]);
         free(w->login_url[i]);
@@ -175,14 +157,9 @@ static void grant(const world *w, int i, const char *queues)
     free(args);
 }
 
-static char *sql1(const world *w, const char *sql)
-{
-    return testenv_sql1(w->url, sql);
-}
-
 #define ck_db(w, want, sql)                                                                        \
     do {                                                                                           \
-        char *v_ = sql1(w, sql);                                                                   \
+        char *v_ = testenv_sql1((w)->url, sql);                                                    \
         ck_assert_str_eq(v_ ? v_ : "<null>", want);                                                \
         free(v_);                                                                                  \
     } while (0)
@@ -407,10 +384,11 @@ START_TEST(test_grants_claims_asleep_until_due_are_bounded_per_login)
      * (however slow 66 connections are to open). */
     for (int i = 0; i <= N; i++)
         c[i] = connect_as(&w, i == N ? 1 : 0);
-    exec_ok(w.admin, "INSERT INTO warren.runs (job, scheduled_at, due_at, state)"
-                     " SELECT 'ja', '2026-02-01T00:00:00Z'::timestamptz + g * interval '1 minute',"
-                     "        now() + interval '4 seconds', 'published'"
-                     "   FROM generate_series(0, 65) g");
+    testenv_exec_on(w.admin,
+                    "INSERT INTO warren.runs (job, scheduled_at, due_at, state)"
+                    " SELECT 'ja', '2026-02-01T00:00:00Z'::timestamptz + g * interval '1 minute',"
+                    "        now() + interval '4 seconds', 'published'"
+                    "   FROM generate_series(0, 65) g");
     for (int i = 0; i <= N; i++) {
         /* Keys written out: warren.run_key is not the login's to call. */
         char *sql = testenv_fmt("SELECT attempt FROM warren.claim("
@@ -470,7 +448,7 @@ START_TEST(test_grants_run_states_and_refuse_see_and_end_only_granted_queues)
     ck_fails(c1, "SELECT warren.refuse('" KB "', 'w1', 'not mine')", "42501", w.login[0], "\"qb\"",
              NULL);
     ck_ask(c2, "t", "SELECT warren.complete('" KB "', 1, 'retry', 'again')");
-    exec_ok(w.admin, "UPDATE warren.runs SET state = 'published' WHERE run_key = '" KB "'");
+    testenv_exec_on(w.admin, "UPDATE warren.runs SET state = 'published' WHERE run_key = '" KB "'");
     /* The login granted the queue can end it. */
     ck_ask(c2, "dead", "SELECT warren.refuse('" KB "', 'w2', 'no handler here')");
     ck_db(&w, "dead|no handler here",
@@ -489,9 +467,10 @@ START_TEST(test_grants_a_claim_made_before_the_upgrade_survives_it)
     world w;
     world_init(&w);
     PGconn *c1 = connect_as(&w, 0);
-    exec_ok(w.admin, "UPDATE warren.runs SET state = 'running', attempt = 1, lease_owner = 'w1', "
-                     "lease_until = now() + interval '30 s', lease_login = NULL, lease_ms = NULL "
-                     "WHERE run_key = '" KA "'");
+    testenv_exec_on(w.admin,
+                    "UPDATE warren.runs SET state = 'running', attempt = 1, lease_owner = 'w1', "
+                    "lease_until = now() + interval '30 s', lease_login = NULL, lease_ms = NULL "
+                    "WHERE run_key = '" KA "'");
     ck_ask(c1, "t", "SELECT warren.heartbeat('" KA "', 1)");
     ck_ask(c1, "t", "SELECT warren.complete('" KA "', 1, 'succeeded')");
     ck_db(&w, "succeeded", "SELECT state FROM warren.runs WHERE run_key = '" KA "'");

@@ -30,46 +30,9 @@
 
 /* ------------------------------------------------------------ harness */
 
-typedef struct env {
-    char *db, *amqp, *dir;
-} env;
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
-static warren_us wall_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (warren_us)ts.tv_sec * WARREN_US_PER_S + ts.tv_nsec / 1000;
-}
-
-static void write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    ck_assert_msg(f != NULL, "cannot write %s", path);
-    fputs(text, f);
-    fclose(f);
-}
-
-static char *read_text(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return strdup("");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    size_t got = fread(s, 1, (size_t)n, f);
-    s[got] = '\0';
-    fclose(f);
-    return s;
-}
+/* A stack without a planner: the configs are DIR/NAME.cfg (write_cfg), the
+ * workers are started and stopped by each test. */
+typedef testenv_stack env;
 
 /* A job (overlap allow: the tests release several runs at once) whose exec
  * handler appends "RUN_KEY ATTEMPT WHO" to DIR/execs.log. */
@@ -92,141 +55,43 @@ static char *write_cfg(env *e, const char *name, const char *jobs, int concurren
                              "heartbeat_margin = \"1500ms\"; };\n" /* as check_worker.c */
                              "jobs = ( %s );\n",
                              e->db, e->amqp, concurrency, jobs);
-    write_file(path, text);
+    testenv_write_file(path, text, 0644);
     free(text);
     return path;
-}
-
-static warren_config *load_cfg(const char *path)
-{
-    warren_config *cfg = NULL;
-    warren_diags diags = {0};
-    warren_error err = {0};
-    if (warren_config_load(path, &cfg, &diags, &err) != 0) {
-        for (size_t i = 0; i < diags.count; i++)
-            fprintf(stderr, "%s\n", diags.items[i]);
-        ck_abort_msg("config %s: %s", path, err.message);
-    }
-    warren_diags_free(&diags);
-    return cfg;
 }
 
 /* A fresh database and vhost; the config at cfg_path synced, its topology declared. */
 static void env_setup(env *e)
 {
-    char tmpl[] = "/tmp/warren-check-hostile-XXXXXX";
-    memset(e, 0, sizeof(*e));
-    unsetenv("WARREN_DATABASE_URL");
-    unsetenv("WARREN_AMQP_URL");
-    e->db = testenv_db_migrated();
-    e->amqp = testenv_vhost();
-    ck_assert_ptr_nonnull(mkdtemp(tmpl));
-    e->dir = strdup(tmpl);
+    testenv_stack_init(e, "warren-check-hostile");
     testenv_execlog_create(e->db);
     setenv("WARREN_LOG", "debug", 1); /* the workers' logs (DIR/ID.log) say what they decided */
 }
 
 static void sync_cfg(env *e, const char *cfg_path)
 {
-    warren_config *cfg = load_cfg(cfg_path);
-    warren_store *st = NULL;
-    warren_broker *b = NULL;
-    warren_error err = {0};
-    size_t nq = 0;
-    const char **queues = warren_config_queues(cfg, &nq);
-
-    ck_assert_int_eq(warren_store_open(e->db, NULL, &st, &err), 0);
-    ck_assert_msg(warren_store_sync(st, cfg, NULL, &err) == 0, "sync: %s", err.message);
-    warren_store_free(st);
-    ck_assert_int_eq(warren_broker_open(e->amqp, NULL, &b, &err), 0);
-    ck_assert_msg(warren_broker_topology(b, queues, nq, cfg->delivery_limit, &err) == 0,
-                  "topology: %s", err.message);
-    warren_broker_free(b);
-    free(queues);
+    warren_config *cfg = testenv_config_load(cfg_path);
+    testenv_config_apply(cfg, e->db, e->amqp);
     warren_config_free(cfg);
 }
 
-static void env_teardown(env *e)
-{
-    free(e->db);
-    free(e->amqp);
-    free(e->dir);
-}
-
-/* `warren worker -c CFG --id ID`, stderr to DIR/ID.log. */
-static pid_t spawn_worker(env *e, const char *cfg_path, const char *id)
-{
-    char *log = testenv_fmt("%s/%s.log", e->dir, id);
-    char *argv[] = {WARREN_BINARY, "worker", "-c", (char *)cfg_path, "--id", (char *)id, NULL};
-    pid_t pid = testenv_spawn(argv, NULL, log, 0);
-    free(log);
-    return pid;
-}
-
+/* SIGTERM, then up to 15 s to exit: its status (testenv_wait_exit). */
 static int stop_worker(pid_t pid)
 {
-    int status;
     kill(pid, SIGTERM);
-    for (int waited = 0; waited < 15000; waited += 50) {
-        if (waitpid(pid, &status, WNOHANG) == pid)
-            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        sleep_ms(50);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-    return -1;
+    return testenv_wait_exit(pid, 15000);
 }
 
-/* Polls DIR/ID.log for needle up to timeout_ms. */
-static int log_wait(env *e, const char *id, const char *needle, long timeout_ms)
-{
-    char *path = testenv_fmt("%s/%s.log", e->dir, id);
-    int has = 0;
-    for (long waited = 0; !has && waited <= timeout_ms; waited += 50) {
-        char *t = read_text(path);
-        has = strstr(t, needle) != NULL;
-        if (!has && waited + 50 > timeout_ms)
-            fprintf(stderr, "--- %s (no \"%s\") ---\n%s\n", path, needle, t);
-        free(t);
-        if (!has)
-            sleep_ms(50);
-    }
-    free(path);
-    return has;
-}
-
-/* Polls sql until its first value equals want, up to timeout_ms. */
+/* testenv_wait_for, and the runs on stderr when it timed out. */
 static int wait_for(const char *url, const char *want, long timeout_ms, const char *sql)
 {
-    for (long waited = 0;; waited += 100) {
-        char *v = testenv_sql1(url, sql);
-        int ok = v != NULL && strcmp(v, want) == 0;
-        if (!ok && waited >= timeout_ms) {
-            char *runs = testenv_sql1(url, "SELECT string_agg(run_key || ' ' || state || ' ' || "
-                                           "attempt, ', ' ORDER BY run_key) FROM warren.runs");
-            fprintf(stderr, "wait_for: \"%s\" gave \"%s\", want \"%s\"; runs: %s\n", sql,
-                    v ? v : "NULL", want, runs ? runs : "none");
-            free(runs);
-        }
-        free(v);
-        if (ok)
-            return 1;
-        if (waited >= timeout_ms)
-            return 0;
-        sleep_ms(100);
-    }
-}
-
-static void publish(env *e, const warren_message *m)
-{
-    warren_broker *b = NULL;
-    warren_error err = {0};
-    uint64_t seq = 0;
-    ck_assert_int_eq(warren_broker_open(e->amqp, NULL, &b, &err), 0);
-    ck_assert_int_eq(warren_broker_confirm_select(b, &err), 0);
-    ck_assert_msg(warren_broker_publish(b, m, &seq, &err) == 0, "publish: %s", err.message);
-    ck_assert_int_eq(warren_broker_confirm_wait(b, seq, 10000, NULL, NULL, &err), 0);
-    warren_broker_free(b);
+    if (testenv_wait_for(url, want, timeout_ms, sql))
+        return 1;
+    char *runs = testenv_sql1(url, "SELECT string_agg(run_key || ' ' || state || ' ' || "
+                                   "attempt, ', ' ORDER BY run_key) FROM warren.runs");
+    fprintf(stderr, "wait_for: runs: %s\n", runs ? runs : "none");
+    free(runs);
+    return 0;
 }
 
 /* Publishes body (len bytes) to warren.ready for queue, with message_id id
@@ -253,7 +118,7 @@ static void publish_raw(env *e, const char *queue, const char *body, size_t len,
                         .body = body,
                         .body_len = len,
                         .mandatory = 1};
-    publish(e, &m);
+    testenv_publish(e->amqp, &m, 10000);
 }
 
 /* The body of a run message for job at scheduled second s (epoch), due at due. */
@@ -358,7 +223,7 @@ static void assert_executions(env *e, const char *runs_sql)
 
 static int64_t epoch_s(void)
 {
-    return (int64_t)(wall_us() / WARREN_US_PER_S);
+    return (int64_t)(testenv_wall_us() / WARREN_US_PER_S);
 }
 
 /* ------------------------------------------------------------ the hostile run */
@@ -371,7 +236,7 @@ START_TEST(test_hostile_messages_between_real_runs_are_dead_lettered_and_runs_ru
     char *jobs = testenv_fmt("%s, %s", j1, j2);
     char *cfg = write_cfg(&e, "w", jobs, 4);
     sync_cfg(&e, cfg);
-    pid_t w = spawn_worker(&e, cfg, "wh");
+    pid_t w = testenv_stack_worker(&e, cfg, "wh", "wh.log", 0);
 
     int64_t base = epoch_s() - 3600;
     char key[WARREN_RUN_KEY_MAX], bad[WARREN_RUN_KEY_MAX], ids[16][WARREN_RUN_KEY_MAX];
@@ -384,7 +249,7 @@ START_TEST(test_hostile_messages_between_real_runs_are_dead_lettered_and_runs_ru
     char *body;
     int real = 0;
     for (int step = 0; step < 8; step++) {
-        real_run(&e, "hj", "hq", base + step, 0, wall_us(), key, sizeof(key));
+        real_run(&e, "hj", "hq", base + step, 0, testenv_wall_us(), key, sizeof(key));
         real++;
         switch (step) {
         case 0:
@@ -395,7 +260,7 @@ START_TEST(test_hostile_messages_between_real_runs_are_dead_lettered_and_runs_ru
             publish_raw(&e, "hq", "{\"run_key\": oops", 16, "h-json", 0);
             break;
         case 2: /* a valid body under another message_id */
-            body = run_body("hj", base + 100, wall_us(), bad, sizeof(bad));
+            body = run_body("hj", base + 100, testenv_wall_us(), bad, sizeof(bad));
             publish_raw(&e, "hq", body, strlen(body), "h-mismatch", 0);
             free(body);
             break;
@@ -412,13 +277,13 @@ START_TEST(test_hostile_messages_between_real_runs_are_dead_lettered_and_runs_ru
             }
             break;
         case 5: /* a job no config has */
-            body = run_body("nj", base + 300, wall_us(), ids[nids], sizeof(ids[nids]));
+            body = run_body("nj", base + 300, testenv_wall_us(), ids[nids], sizeof(ids[nids]));
             publish_raw(&e, "hq", body, strlen(body), ids[nids], 0);
             nids++;
             free(body);
             break;
         case 6: /* a known job of another queue */
-            body = run_body("ho", base + 400, wall_us(), ids[nids], sizeof(ids[nids]));
+            body = run_body("ho", base + 400, testenv_wall_us(), ids[nids], sizeof(ids[nids]));
             publish_raw(&e, "hq", body, strlen(body), ids[nids], 0);
             nids++;
             free(body);
@@ -462,7 +327,7 @@ START_TEST(test_hostile_messages_between_real_runs_are_dead_lettered_and_runs_ru
     free(j2);
     free(jobs);
     free(cfg);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -478,7 +343,7 @@ START_TEST(test_deliveries_due_in_year_9999_do_not_stop_a_worker)
     char *j1 = job(&e, "fj", "fq", "fj");
     char *cfg = write_cfg(&e, "w", j1, 4);
     sync_cfg(&e, cfg);
-    pid_t w = spawn_worker(&e, cfg, "wf");
+    pid_t w = testenv_stack_worker(&e, cfg, "wf", "wf.log", 0);
     int64_t base = epoch_s() - 3600;
     char key[WARREN_RUN_KEY_MAX];
     for (int i = 0; i < 8; i++) {
@@ -488,7 +353,7 @@ START_TEST(test_deliveries_due_in_year_9999_do_not_stop_a_worker)
         free(body);
     }
     for (int i = 0; i < 4; i++)
-        real_run(&e, "fj", "fq", base + i, 0, wall_us(), key, sizeof(key));
+        real_run(&e, "fj", "fq", base + i, 0, testenv_wall_us(), key, sizeof(key));
     ck_assert(
         wait_for(e.db, "4", 14000,
                  "SELECT count(*) FROM warren.runs WHERE job = 'fj' AND state = 'succeeded'"));
@@ -500,7 +365,7 @@ START_TEST(test_deliveries_due_in_year_9999_do_not_stop_a_worker)
     assert_executions(&e, "SELECT run_key FROM warren.runs WHERE job = 'fj'");
     free(j1);
     free(cfg);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -515,16 +380,17 @@ START_TEST(test_a_run_due_later_in_the_database_is_held_not_dropped)
     char *j1 = job(&e, "dj", "dq", "dj");
     char *cfg = write_cfg(&e, "w", j1, 2);
     sync_cfg(&e, cfg);
-    pid_t w = spawn_worker(&e, cfg, "wd");
+    pid_t w = testenv_stack_worker(&e, cfg, "wd", "wd.log", 0);
     char key[WARREN_RUN_KEY_MAX];
-    real_run(&e, "dj", "dq", epoch_s() - 60, 4000, wall_us() - WARREN_US_PER_S, key, sizeof(key));
+    real_run(&e, "dj", "dq", epoch_s() - 60, 4000, testenv_wall_us() - WARREN_US_PER_S, key,
+             sizeof(key));
     ck_assert(wait_for(e.db, "succeeded|true", 15000,
                        "SELECT state || '|' || (started_at >= due_at) FROM warren.runs"));
     ck_assert_int_eq(stop_worker(w), 0);
     assert_executions(&e, "SELECT run_key FROM warren.runs");
     free(j1);
     free(cfg);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -541,12 +407,12 @@ START_TEST(test_a_run_of_a_job_one_worker_does_not_know_is_run_by_one_that_does)
     char *both = testenv_fmt("%s, %s", x, y);
     char *cfg_a = write_cfg(&e, "a", x, 2), *cfg_b = write_cfg(&e, "b", both, 2);
     sync_cfg(&e, cfg_b);
-    pid_t a = spawn_worker(&e, cfg_a, "wa");
+    pid_t a = testenv_stack_worker(&e, cfg_a, "wa", "wa.log", 0);
     char key[WARREN_RUN_KEY_MAX];
-    real_run(&e, "y", "q", epoch_s() - 60, 0, wall_us(), key, sizeof(key));
+    real_run(&e, "y", "q", epoch_s() - 60, 0, testenv_wall_us(), key, sizeof(key));
     char *line = testenv_fmt("giving %s back to its queue (1 of", key);
-    ck_assert(log_wait(&e, "wa", line, 10000));
-    pid_t b = spawn_worker(&e, cfg_b, "wb");
+    ck_assert(testenv_stack_log_wait(&e, "wa.log", line, 10000));
+    pid_t b = testenv_stack_worker(&e, cfg_b, "wb", "wb.log", 0);
     ck_assert(wait_for(e.db, "succeeded|wb", 20000,
                        "SELECT r.state || '|' || a.worker FROM warren.runs r JOIN "
                        "warren.attempts a USING (run_key)"));
@@ -563,7 +429,7 @@ START_TEST(test_a_run_of_a_job_one_worker_does_not_know_is_run_by_one_that_does)
     free(both);
     free(cfg_a);
     free(cfg_b);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -578,9 +444,9 @@ START_TEST(test_a_run_no_worker_knows_ends_dead_with_the_reason)
     char *both = testenv_fmt("%s, %s", x, z);
     char *cfg_a = write_cfg(&e, "a", x, 2), *cfg_all = write_cfg(&e, "all", both, 2);
     sync_cfg(&e, cfg_all);
-    pid_t a = spawn_worker(&e, cfg_a, "wa");
+    pid_t a = testenv_stack_worker(&e, cfg_a, "wa", "wa.log", 0);
     char key[WARREN_RUN_KEY_MAX];
-    real_run(&e, "z", "q", epoch_s() - 60, 0, wall_us(), key, sizeof(key));
+    real_run(&e, "z", "q", epoch_s() - 60, 0, testenv_wall_us(), key, sizeof(key));
     ck_assert(wait_for(e.db, "dead|true|true|1", 25000,
                        "SELECT state || '|' || (last_error LIKE 'unknown job \"z\"%') || '|' || "
                        "(note LIKE '%no worker of queue q could run it%') || '|' || "
@@ -594,7 +460,7 @@ START_TEST(test_a_run_no_worker_knows_ends_dead_with_the_reason)
     free(both);
     free(cfg_a);
     free(cfg_all);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -629,7 +495,7 @@ END_TEST
  * what the code compiles with. */
 START_TEST(test_memory_formula_in_the_docs_uses_the_code_constants)
 {
-    char *doc = read_text(WARREN_SOURCE_DIR "/docs/worker-protocol.md");
+    char *doc = testenv_read_file(WARREN_SOURCE_DIR "/docs/worker-protocol.md", NULL);
     struct {
         const char *name;
         long long value;

@@ -23,14 +23,6 @@ typedef struct env {
     warren_store *st;
 } env;
 
-/* Asserts the first value of a query equals want ("<null>" for SQL NULL). */
-#define ck_q(url, want, ...)                                                                       \
-    do {                                                                                           \
-        char *got_ = testenv_sql1f(url, __VA_ARGS__);                                              \
-        ck_assert_str_eq(got_ ? got_ : "<null>", want);                                            \
-        free(got_);                                                                                \
-    } while (0)
-
 /* A fresh migrated database with its connection open. */
 static env env_new(void)
 {
@@ -75,12 +67,12 @@ static warren_us t_of(const char *rfc3339)
 static void make_dead_run(const env *e, const char *job, const char *at)
 {
     char *key = testenv_fmt("%s@%s", job, at);
-    ck_q(e->db, key,
-         "INSERT INTO warren.runs (job, scheduled_at, due_at) VALUES ('%s', '%s', now()) "
-         "RETURNING run_key",
-         job, at);
-    ck_q(e->db, "1", "SELECT attempt FROM warren.claim('%s', 'w1')", key);
-    ck_q(e->db, "t", "SELECT warren.complete('%s', 1, 'failed', 'boom %s')", key, key);
+    ck_assert_sqlf(e->db, key,
+                   "INSERT INTO warren.runs (job, scheduled_at, due_at) VALUES ('%s', '%s', now()) "
+                   "RETURNING run_key",
+                   job, at);
+    ck_assert_sqlf(e->db, "1", "SELECT attempt FROM warren.claim('%s', 'w1')", key);
+    ck_assert_sqlf(e->db, "t", "SELECT warren.complete('%s', 1, 'failed', 'boom %s')", key, key);
     free(key);
 }
 
@@ -100,9 +92,10 @@ START_TEST(test_trigger_creates_one_run_per_key_and_reports_the_existing_runs_st
     ck_assert_str_eq(r.run_key, "tj@2030-01-01T00:00:00Z");
     ck_assert_str_eq(r.state, "");
     ck_assert(r.at == at);
-    ck_q(e.db, "planned|trigger|{\"a\": 1}|t|t",
-         "SELECT concat_ws('|', state, origin, payload, due_at = scheduled_at, "
-         "note LIKE 'triggered at %%') FROM warren.runs WHERE run_key = 'tj@2030-01-01T00:00:00Z'");
+    ck_assert_sqlf(
+        e.db, "planned|trigger|{\"a\": 1}|t|t",
+        "SELECT concat_ws('|', state, origin, payload, due_at = scheduled_at, "
+        "note LIKE 'triggered at %%') FROM warren.runs WHERE run_key = 'tj@2030-01-01T00:00:00Z'");
 
     /* The same key again: nothing new, and the run's state says why. */
     ck_assert(warren_ops_trigger(e.st, "tj", &at, NULL, &r, &err) == 0);
@@ -114,7 +107,7 @@ START_TEST(test_trigger_creates_one_run_per_key_and_reports_the_existing_runs_st
     ck_assert(warren_ops_trigger(e.st, "tj", &at, NULL, &r, &err) == 0);
     ck_assert_int_eq(r.created, 0);
     ck_assert_str_eq(r.state, "succeeded");
-    ck_q(e.db, "1", "SELECT count(*) FROM warren.runs");
+    ck_assert_sqlf(e.db, "1", "SELECT count(*) FROM warren.runs");
 
     /* Refused: a fraction of a second (run keys have whole seconds), an
      * unknown job; neither writes anything. */
@@ -122,17 +115,18 @@ START_TEST(test_trigger_creates_one_run_per_key_and_reports_the_existing_runs_st
     warren_error_clear(&err);
     ck_assert_int_eq(warren_ops_trigger(e.st, "nosuch", &at, NULL, &r, &err), WARREN_ENOENT);
     ck_assert_ptr_nonnull(strstr(err.message, "\"nosuch\" is not in the database"));
-    ck_q(e.db, "1", "SELECT count(*) FROM warren.runs");
+    ck_assert_sqlf(e.db, "1", "SELECT count(*) FROM warren.runs");
 
     /* No time: now by the database's clock, cut to the second. */
     warren_error_clear(&err);
     ck_assert_msg(warren_ops_trigger(e.st, "tj", NULL, NULL, &r, &err) == 0, "%s", err.message);
     ck_assert_int_eq(r.created, 1);
     ck_assert(r.at % WARREN_US_PER_S == 0);
-    ck_q(e.db, "t",
-         "SELECT scheduled_at = date_trunc('second', scheduled_at) AND scheduled_at <= now() "
-         "AND scheduled_at > now() - interval '30 s' FROM warren.runs WHERE run_key = '%s'",
-         r.run_key);
+    ck_assert_sqlf(
+        e.db, "t",
+        "SELECT scheduled_at = date_trunc('second', scheduled_at) AND scheduled_at <= now() "
+        "AND scheduled_at > now() - interval '30 s' FROM warren.runs WHERE run_key = '%s'",
+        r.run_key);
     env_free(&e);
 }
 END_TEST
@@ -157,9 +151,9 @@ START_TEST(test_pause_cancels_scheduled_runs_and_resume_replans_them_naming_the_
     ck_assert_msg(warren_ops_pause(e.st, "pj", &p, &err) == 0, "%s", err.message);
     ck_assert_int_eq(p.was_paused, 0);
     ck_assert_int_eq(p.cancelled, 2);
-    ck_q(e.db, "cancelled,cancelled,planned",
-         "SELECT string_agg(state, ',' ORDER BY scheduled_at) FROM warren.runs");
-    ck_q(e.db, "t", "SELECT paused FROM warren.jobs WHERE name = 'pj'");
+    ck_assert_sqlf(e.db, "cancelled,cancelled,planned",
+                   "SELECT string_agg(state, ',' ORDER BY scheduled_at) FROM warren.runs");
+    ck_assert_sqlf(e.db, "t", "SELECT paused FROM warren.jobs WHERE name = 'pj'");
     ck_assert(warren_ops_pause(e.st, "pj", &p, &err) == 0);
     ck_assert_int_eq(p.was_paused, 1);
     ck_assert_int_eq(p.cancelled, 0);
@@ -172,9 +166,10 @@ START_TEST(test_pause_cancels_scheduled_runs_and_resume_replans_them_naming_the_
     ck_assert_str_eq(r.misfire, "catch_up");
     ck_assert_int_eq(r.removed, 1);
     /* The cancelled runs are gone and the cursor is back at the first of them. */
-    ck_q(e.db, "planned", "SELECT string_agg(state, ',') FROM warren.runs");
-    ck_q(e.db, "f|t",
-         "SELECT concat_ws('|', paused, next_fire_at = '2030-01-01T00:00:00Z') FROM warren.jobs");
+    ck_assert_sqlf(e.db, "planned", "SELECT string_agg(state, ',') FROM warren.runs");
+    ck_assert_sqlf(
+        e.db, "f|t",
+        "SELECT concat_ws('|', paused, next_fire_at = '2030-01-01T00:00:00Z') FROM warren.jobs");
 
     ck_assert(warren_ops_resume(e.st, "pj", &r, &err) == 0);
     ck_assert_int_eq(r.was_paused, 0);
@@ -211,25 +206,25 @@ START_TEST(test_backfill_dry_run_writes_nothing_and_backfill_leaves_existing_run
         ck_assert_int_eq(r.exists[i], i == 1);
     }
     warren_ops_backfill_result_clear(&r);
-    ck_q(e.db, "1", "SELECT count(*) FROM warren.runs");
+    ck_assert_sqlf(e.db, "1", "SELECT count(*) FROM warren.runs");
 
     ck_assert_msg(warren_ops_backfill(e.st, "bj", from, to, 0, &r, &err) == 0, "%s", err.message);
     ck_assert_uint_eq(r.n, 7);
     ck_assert_uint_eq(r.existing, 1);
     ck_assert_int_eq(r.inserted, 6);
     warren_ops_backfill_result_clear(&r);
-    ck_q(e.db, "6",
-         "SELECT count(*) FROM warren.runs WHERE origin = 'backfill' AND state = "
-         "'planned' AND due_at = scheduled_at AND note LIKE 'backfill at %%'");
-    ck_q(e.db, "trigger",
-         "SELECT origin FROM warren.runs WHERE run_key = 'bj@2026-01-01T00:00:10Z'");
+    ck_assert_sqlf(e.db, "6",
+                   "SELECT count(*) FROM warren.runs WHERE origin = 'backfill' AND state = "
+                   "'planned' AND due_at = scheduled_at AND note LIKE 'backfill at %%'");
+    ck_assert_sqlf(e.db, "trigger",
+                   "SELECT origin FROM warren.runs WHERE run_key = 'bj@2026-01-01T00:00:10Z'");
 
     /* Again: every fire time has its run. */
     ck_assert(warren_ops_backfill(e.st, "bj", from, to, 0, &r, &err) == 0);
     ck_assert_uint_eq(r.existing, 7);
     ck_assert_int_eq(r.inserted, 0);
     warren_ops_backfill_result_clear(&r);
-    ck_q(e.db, "7", "SELECT count(*) FROM warren.runs");
+    ck_assert_sqlf(e.db, "7", "SELECT count(*) FROM warren.runs");
     env_free(&e);
 }
 END_TEST
@@ -249,9 +244,10 @@ START_TEST(test_backfill_applies_the_jobs_jitter_as_the_planner_does)
     ck_assert_uint_eq(r.n, 3);
     ck_assert_int_eq(r.inserted, 3);
     warren_ops_backfill_result_clear(&r);
-    ck_q(e.db, "3",
-         "SELECT count(*) FROM warren.runs WHERE due_at = scheduled_at + %lld * interval '1 s'",
-         (long long)jit);
+    ck_assert_sqlf(
+        e.db, "3",
+        "SELECT count(*) FROM warren.runs WHERE due_at = scheduled_at + %lld * interval '1 s'",
+        (long long)jit);
     env_free(&e);
 }
 END_TEST
@@ -277,7 +273,7 @@ START_TEST(test_backfill_refuses_a_reversed_range_an_unknown_job_and_too_many_fi
         WARREN_ERANGE);
     ck_assert_ptr_nonnull(strstr(err.message, "more than 100000 fire times"));
     warren_ops_backfill_result_clear(&r);
-    ck_q(e.db, "0", "SELECT count(*) FROM warren.runs");
+    ck_assert_sqlf(e.db, "0", "SELECT count(*) FROM warren.runs");
 
     /* A one-shot job outside the range: nothing to do, not an error. */
     warren_error_clear(&err);
@@ -308,9 +304,10 @@ START_TEST(test_replay_sends_only_dead_runs_back_and_names_who_did)
                       0,
                   "%s", err.message);
     ck_assert_int_eq(replayed, 1);
-    ck_q(e.db, "planned|t",
-         "SELECT concat_ws('|', state, note LIKE '%%replayed at %% by tester after 1 attempts') "
-         "FROM warren.runs WHERE run_key = 'rj@2026-01-01T00:00:00Z'");
+    ck_assert_sqlf(
+        e.db, "planned|t",
+        "SELECT concat_ws('|', state, note LIKE '%%replayed at %% by tester after 1 attempts') "
+        "FROM warren.runs WHERE run_key = 'rj@2026-01-01T00:00:00Z'");
     ck_assert(warren_ops_replay(e.st, "rj@2026-01-01T00:00:00Z", "tester", &replayed, &err) == 0);
     ck_assert_int_eq(replayed, 0); /* planned now, not dead */
     ck_assert(warren_ops_replay(e.st, "rj@2030-01-01T00:00:00Z", NULL, &replayed, &err) == 0);
@@ -321,7 +318,7 @@ START_TEST(test_replay_sends_only_dead_runs_back_and_names_who_did)
     ck_assert_int_eq(count, 2);
     ck_assert(warren_ops_replay_dead(e.st, "rj", "tester", &count, &err) == 0);
     ck_assert_int_eq(count, 0);
-    ck_q(e.db, "3", "SELECT count(*) FROM warren.runs WHERE state = 'planned'");
+    ck_assert_sqlf(e.db, "3", "SELECT count(*) FROM warren.runs WHERE state = 'planned'");
     env_free(&e);
 }
 END_TEST

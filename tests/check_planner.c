@@ -24,26 +24,6 @@
 
 /* ----------------------------------------------------------------- helpers */
 
-static void sleep_ms(int64_t ms)
-{
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static warren_us wall_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (warren_us)ts.tv_sec * WARREN_US_PER_S + ts.tv_nsec / 1000;
-}
-
 static warren_config test_config(int partitions)
 {
     warren_config c;
@@ -58,12 +38,6 @@ static warren_config test_config(int partitions)
     return c;
 }
 
-/* A fresh migrated database and a vhost with ready queue "q". */
-static env env_new(void)
-{
-    return fixture_env_new();
-}
-
 static void add_job(const env *e, const char *name, const char *kind, const char *expr,
                     const char *extra_cols, const char *extra_vals, int partitions)
 {
@@ -74,26 +48,6 @@ static void add_job(const env *e, const char *name, const char *kind, const char
              extra_cols ? extra_cols : "", name, kind, expr, warren_job_partition(name, partitions),
              extra_vals ? extra_vals : "");
     ck_assert_int_ge(testenv_psql(e->db, sql, NULL), 0);
-}
-
-/* database clock - local realtime, in µs, measured once. */
-static warren_us db_offset(const env *e)
-{
-    warren_store *st = NULL;
-    warren_error err = {0};
-    warren_us best = 0, best_rtt = INT64_MAX;
-    ck_assert_msg(warren_store_open(e->db, NULL, &st, &err) == 0, "%s", err.message);
-    for (int i = 0; i < 5; i++) {
-        warren_us a = wall_us(), now = 0, b;
-        ck_assert(warren_store_now(st, &now, &err) == 0);
-        b = wall_us();
-        if (b - a < best_rtt) {
-            best_rtt = b - a;
-            best = now - (a + b) / 2;
-        }
-    }
-    warren_store_free(st);
-    return best;
 }
 
 /* A consumer on warren.ready.q. */
@@ -167,7 +121,7 @@ END_TEST
 START_TEST(test_cron_dst_gap_run_gets_a_note)
 {
     /* Europe/Berlin springs forward at 2027-03-28 02:00 local: 02:30 is moved. */
-    env e = env_new();
+    env e = fixture_env_new();
     warren_config c = test_config(4);
     warren_planner *p;
     add_job(&e, "dst", "cron", "30 2 * * *", ", timezone, next_fire_at",
@@ -183,8 +137,9 @@ START_TEST(test_cron_dst_gap_run_gets_a_note)
                   note ? note : "(null)");
     free(note);
     /* The day after: 02:30 CEST = 00:30Z, no note. */
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'dst' AND "
-                                  "scheduled_at = '2027-03-29T00:30:00Z' AND note IS NULL"),
+    ck_assert_int_eq(testenv_sql_long(e.db,
+                                      "SELECT count(*) FROM warren.runs WHERE job = 'dst' AND "
+                                      "scheduled_at = '2027-03-29T00:30:00Z' AND note IS NULL"),
                      1);
     warren_planner_free(p);
     env_free(&e);
@@ -195,7 +150,7 @@ END_TEST
 
 START_TEST(test_materialise_creates_each_fire_time_once_and_advances_cursor)
 {
-    env e = env_new();
+    env e = fixture_env_new();
     warren_config c = test_config(8);
     warren_planner *p;
     warren_planner_stats s;
@@ -209,17 +164,20 @@ START_TEST(test_materialise_creates_each_fire_time_once_and_advances_cursor)
     warren_planner_stats_get(p, &s);
     ck_assert_int_eq(s.partitions_owned, 8);
     /* horizon 10 s: 5 or 6 fire times of every2, all at even seconds */
-    long n = sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'every2'");
+    long n = testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE job = 'every2'");
     ck_assert_msg(n >= 5 && n <= 7, "every2 has %ld runs", n);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'every2' AND "
-                                  "extract(epoch FROM scheduled_at)::bigint % 2 <> 0"),
+    ck_assert_int_eq(testenv_sql_long(e.db,
+                                      "SELECT count(*) FROM warren.runs WHERE job = 'every2' AND "
+                                      "extract(epoch FROM scheduled_at)::bigint % 2 <> 0"),
                      0);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'paused'"), 0);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE job = 'paused'"), 0);
     /* cursor: the first fire time not materialised, beyond now + horizon */
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs j WHERE name = 'every2' AND "
-                                  "next_fire_at = (SELECT max(scheduled_at) + interval '2 s' "
-                                  "FROM warren.runs WHERE job = 'every2')"),
-                     1);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.jobs j WHERE name = 'every2' AND "
+                               "next_fire_at = (SELECT max(scheduled_at) + interval '2 s' "
+                               "FROM warren.runs WHERE job = 'every2')"),
+        1);
     /* jitter: due_at - scheduled_at is the documented stable offset */
     {
         char sql[256];
@@ -227,14 +185,16 @@ START_TEST(test_materialise_creates_each_fire_time_once_and_advances_cursor)
                  "SELECT count(*) FROM warren.runs WHERE job = 'jit' AND due_at - scheduled_at "
                  "<> interval '%lld s'",
                  (long long)warren_jitter_offset_s("jit", 4000));
-        ck_assert_int_eq(sql_long(&e, sql), 0);
+        ck_assert_int_eq(testenv_sql_long(e.db, sql), 0);
     }
     /* at: fires once, cursor goes to infinity */
     add_job(&e, "once", "at", "2020-01-01T00:00:00Z", ", misfire", ", 'catch_up'", 8);
     tick(p);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'once'"), 1);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE name = 'once' AND "
-                                  "next_fire_at = 'infinity'"),
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE job = 'once'"),
+                     1);
+    ck_assert_int_eq(testenv_sql_long(e.db,
+                                      "SELECT count(*) FROM warren.jobs WHERE name = 'once' AND "
+                                      "next_fire_at = 'infinity'"),
                      1);
     warren_planner_free(p);
     env_free(&e);
@@ -248,7 +208,7 @@ END_TEST
  * cursors advance. */
 START_TEST(test_taken_run_key_is_kept_and_the_rest_planned)
 {
-    env e = env_new();
+    env e = fixture_env_new();
     warren_config c = test_config(4);
     warren_planner *p;
 
@@ -264,24 +224,28 @@ START_TEST(test_taken_run_key_is_kept_and_the_rest_planned)
                      1);
     p = planner_new(&e, &c);
     tick(p);
-    long n = sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'every2'");
+    long n = testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE job = 'every2'");
     ck_assert_msg(n >= 5 && n <= 7, "every2 has %ld runs", n);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'other2'"), n);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE job = 'other2'"), n);
     /* one row per fire time, the taken one untouched */
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) - count(DISTINCT scheduled_at) FROM "
-                                  "warren.runs WHERE job = 'every2'"),
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(*) - count(DISTINCT scheduled_at) FROM "
+                                            "warren.runs WHERE job = 'every2'"),
                      0);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'every2' AND "
-                                  "origin = 'trigger' AND note = 'taken first'"),
+    ck_assert_int_eq(testenv_sql_long(e.db,
+                                      "SELECT count(*) FROM warren.runs WHERE job = 'every2' AND "
+                                      "origin = 'trigger' AND note = 'taken first'"),
                      1);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'every2' AND "
-                                  "origin = 'schedule'"),
+    ck_assert_int_eq(testenv_sql_long(e.db,
+                                      "SELECT count(*) FROM warren.runs WHERE job = 'every2' AND "
+                                      "origin = 'schedule'"),
                      n - 1);
     /* both cursors past their last run */
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs j WHERE next_fire_at = "
-                                  "(SELECT max(scheduled_at) + interval '2 s' FROM warren.runs r "
-                                  "WHERE r.job = j.name)"),
-                     2);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.jobs j WHERE next_fire_at = "
+                               "(SELECT max(scheduled_at) + interval '2 s' FROM warren.runs r "
+                               "WHERE r.job = j.name)"),
+        2);
     warren_planner_free(p);
     env_free(&e);
 }
@@ -292,7 +256,7 @@ END_TEST
  * gets each fire time once, without a gap, and its cursor just past them. */
 START_TEST(test_backlog_is_planned_on_two_connections_each_fire_time_once)
 {
-    env e = env_new();
+    env e = fixture_env_new();
     warren_config c = test_config(8);
     warren_planner *p;
     warren_planner_stats s;
@@ -309,24 +273,27 @@ START_TEST(test_backlog_is_planned_on_two_connections_each_fire_time_once)
     ck_assert_msg(s.helper_jobs > 0 && s.helper_jobs < 2000,
                   "the second connection planned %llu of 2000 jobs",
                   (unsigned long long)s.helper_jobs);
-    for (int i = 0; i < 10 && sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE next_fire_at "
-                                           "IS NULL") > 0;
+    for (int i = 0;
+         i < 10 && testenv_sql_long(e.db, "SELECT count(*) FROM warren.jobs WHERE next_fire_at "
+                                          "IS NULL") > 0;
          i++)
         tick(p);
     warren_planner_stats_get(p, &s);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE next_fire_at IS NULL"),
-                     0);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs"), (long)s.runs_inserted);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.jobs WHERE next_fire_at IS NULL"), 0);
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs"),
+                     (long)s.runs_inserted);
     /* per job: 10 s of 4 s fire times, one row each from the first up to the
      * cursor */
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM (SELECT r.job, count(*) AS n, "
-                                  "min(r.scheduled_at) AS first, j.next_fire_at AS cursor FROM "
-                                  "warren.runs r JOIN warren.jobs j ON j.name = r.job GROUP BY "
-                                  "r.job, j.next_fire_at) x WHERE n < 2 OR n <> extract(epoch FROM "
-                                  "cursor - first) / 4 OR n <> (SELECT count(DISTINCT "
-                                  "scheduled_at) FROM warren.runs WHERE job = x.job)"),
-                     0);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(DISTINCT job) FROM warren.runs"), 2000);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM (SELECT r.job, count(*) AS n, "
+                               "min(r.scheduled_at) AS first, j.next_fire_at AS cursor FROM "
+                               "warren.runs r JOIN warren.jobs j ON j.name = r.job GROUP BY "
+                               "r.job, j.next_fire_at) x WHERE n < 2 OR n <> extract(epoch FROM "
+                               "cursor - first) / 4 OR n <> (SELECT count(DISTINCT "
+                               "scheduled_at) FROM warren.runs WHERE job = x.job)"),
+        0);
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(DISTINCT job) FROM warren.runs"), 2000);
     warren_planner_free(p);
     env_free(&e);
 }
@@ -338,10 +305,10 @@ END_TEST
  * backend has exited, a few ms later. */
 static long sql_long_settled(const env *e, const char *sql, long want, int ms)
 {
-    long n = sql_long(e, sql);
+    long n = testenv_sql_long(e->db, sql);
     for (int waited = 0; n != want && waited < ms; waited += 20) {
-        sleep_ms(20);
-        n = sql_long(e, sql);
+        testenv_sleep_ms(20);
+        n = testenv_sql_long(e->db, sql);
     }
     return n;
 }
@@ -351,7 +318,7 @@ static long sql_long_settled(const env *e, const char *sql, long want, int ms)
  * everything once, and the backlog after it opens a new second connection. */
 START_TEST(test_lost_second_connection_does_not_fail_the_tick)
 {
-    env e = env_new();
+    env e = fixture_env_new();
     warren_config c = test_config(8);
     warren_planner *p;
     warren_planner_stats s;
@@ -377,22 +344,24 @@ START_TEST(test_lost_second_connection_does_not_fail_the_tick)
                                       "current_database() AND pid <> pg_backend_pid()",
                                       2, 5000),
                      2);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM "
-                                  "pg_stat_activity WHERE datname = current_database() AND pid "
-                                  "<> pg_backend_pid() ORDER BY backend_start DESC LIMIT 1) k"),
+    ck_assert_int_eq(testenv_sql_long(e.db,
+                                      "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM "
+                                      "pg_stat_activity WHERE datname = current_database() AND pid "
+                                      "<> pg_backend_pid() ORDER BY backend_start DESC LIMIT 1) k"),
                      1);
     ck_assert_int_ge(testenv_psql(e.db, reset, NULL), 0);
     tick(p); /* the second connection fails at once: logged, dropped */
-    for (int i = 0; i < 10 && sql_long(&e, done) > 0; i++)
+    for (int i = 0; i < 10 && testenv_sql_long(e.db, done) > 0; i++)
         tick(p);
-    ck_assert_int_eq(sql_long(&e, done), 0);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM (SELECT r.job, count(*) AS n, "
-                                  "min(r.scheduled_at) AS first, j.next_fire_at AS cursor FROM "
-                                  "warren.runs r JOIN warren.jobs j ON j.name = r.job GROUP BY "
-                                  "r.job, j.next_fire_at) x WHERE n < 2 OR n <> extract(epoch FROM "
-                                  "cursor - first) / 4"),
-                     0);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(DISTINCT job) FROM warren.runs"), 2000);
+    ck_assert_int_eq(testenv_sql_long(e.db, done), 0);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM (SELECT r.job, count(*) AS n, "
+                               "min(r.scheduled_at) AS first, j.next_fire_at AS cursor FROM "
+                               "warren.runs r JOIN warren.jobs j ON j.name = r.job GROUP BY "
+                               "r.job, j.next_fire_at) x WHERE n < 2 OR n <> extract(epoch FROM "
+                               "cursor - first) / 4"),
+        0);
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(DISTINCT job) FROM warren.runs"), 2000);
     /* the next backlog opens a new second connection */
     ck_assert_int_ge(testenv_psql(e.db, reset, NULL), 0);
     warren_planner_stats_get(p, &s);
@@ -417,15 +386,15 @@ typedef struct arrival {
 static int collect(warren_broker *b, warren_us offset, arrival *out, int n, int64_t timeout_ms)
 {
     int got_n = 0;
-    int64_t end = mono_ms() + timeout_ms;
-    while (got_n < n && mono_ms() < end) {
+    int64_t end = testenv_mono_ms() + timeout_ms;
+    while (got_n < n && testenv_mono_ms() < end) {
         warren_delivery d = {0};
         warren_error err = {0};
         int got = 0;
         ck_assert_msg(warren_broker_next(b, 200, &d, &got, &err) == 0, "%s", err.message);
         if (!got)
             continue;
-        warren_us at = wall_us() + offset, due = 0;
+        warren_us at = testenv_wall_us() + offset, due = 0;
         const char *dh = warren_delivery_header(&d, "x-warren-due-at");
         ck_assert(dh != NULL);
         ck_assert(warren_time_parse(dh, &due, NULL) == 0);
@@ -457,7 +426,7 @@ static void insert_due(const env *e, const char *key_job, int sched_offset_s, in
 
 START_TEST(test_release_never_before_due_out_of_order)
 {
-    env e = env_new();
+    env e = fixture_env_new();
     warren_config c = test_config(4);
     warren_planner *p;
     warren_broker *b;
@@ -467,7 +436,7 @@ START_TEST(test_release_never_before_due_out_of_order)
 
     c.planner.horizon_ms = 120000;
     add_job(&e, "r", "at", "2099-01-01T00:00:00Z", ", paused", ", true", 4);
-    off = db_offset(&e);
+    off = testenv_db_clock_offset(e.db, 5);
     b = consumer(&e);
     p = planner_new(&e, &c);
     /* Published one tick at a time, latest due first: each lands in its own
@@ -483,7 +452,8 @@ START_TEST(test_release_never_before_due_out_of_order)
     tick(p);
     insert_due(&e, "r", 6, 0); /* due now: straight to the ready exchange */
     tick(p);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'published'"), 6);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE state = 'published'"), 6);
     n = collect(b, off, a, 6, 130000); /* the last is due in 62 s; the bound below is 60 s */
     ck_assert_int_eq(n, 6);
     /* Never early, and each from its own delay queue rather than by a later
@@ -559,7 +529,7 @@ static void stop_child(pid_t pid)
 
 static void many_planners(int nplanners, int seconds, int stop_one)
 {
-    env e = env_new();
+    env e = fixture_env_new();
     warren_config c = test_config(16);
     pid_t kids[3];
     warren_broker *b;
@@ -583,22 +553,22 @@ static void many_planners(int nplanners, int seconds, int stop_one)
     }
     /* Keys seen, with counts, in a table so SQL can compare. */
     testenv_psql(e.db, "CREATE TABLE public.seen (run_key text PRIMARY KEY, n int NOT NULL)", NULL);
-    end = mono_ms() + (int64_t)seconds * 1000;
+    end = testenv_mono_ms() + (int64_t)seconds * 1000;
     int stopped = 0;
-    while (mono_ms() < end + 8000) {
+    while (testenv_mono_ms() < end + 8000) {
         warren_delivery d = {0};
         warren_error err = {0};
         int got = 0;
-        if (stop_one && !stopped && mono_ms() > end - (int64_t)seconds * 1000 / 2) {
+        if (stop_one && !stopped && testenv_mono_ms() > end - (int64_t)seconds * 1000 / 2) {
             /* A planner frozen past its lease wakes up later: no duplicates. */
             kill(kids[nplanners - 1], SIGSTOP);
             stopped = 1;
         }
-        if (stop_one && stopped == 1 && mono_ms() > end - 3000) {
+        if (stop_one && stopped == 1 && testenv_mono_ms() > end - 3000) {
             kill(kids[nplanners - 1], SIGCONT);
             stopped = 2;
         }
-        if (mono_ms() > end && kids[0] != 0) {
+        if (testenv_mono_ms() > end && kids[0] != 0) {
             testenv_psql(e.db, "CREATE TABLE public.t1 AS SELECT now() AS t", NULL);
             for (int i = 0; i < nplanners; i++)
                 stop_child(kids[i]);
@@ -621,32 +591,36 @@ static void many_planners(int nplanners, int seconds, int stop_one)
             stop_child(kids[i]);
     /* Every fire time from the first planned one to the last due one has
      * exactly one row (no gap, no duplicate), for every job. */
-    rows = sql_long(&e, "SELECT count(*) FROM warren.runs");
+    rows = testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs");
     ck_assert_int_gt(rows, seconds * 6);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM (SELECT job, "
-                                  "extract(epoch FROM max(scheduled_at) - min(scheduled_at)) / "
-                                  "(CASE WHEN j.expression = '1s' THEN 1 ELSE 2 END) + 1 - "
-                                  "count(*) AS gap "
-                                  "FROM warren.runs r JOIN warren.jobs j ON j.name = r.job "
-                                  "GROUP BY job, j.expression) g WHERE gap <> 0"),
+    ck_assert_int_eq(testenv_sql_long(e.db,
+                                      "SELECT count(*) FROM (SELECT job, "
+                                      "extract(epoch FROM max(scheduled_at) - min(scheduled_at)) / "
+                                      "(CASE WHEN j.expression = '1s' THEN 1 ELSE 2 END) + 1 - "
+                                      "count(*) AS gap "
+                                      "FROM warren.runs r JOIN warren.jobs j ON j.name = r.job "
+                                      "GROUP BY job, j.expression) g WHERE gap <> 0"),
                      0);
     /* every run due by the end got at least one message, and no more
      * messages than confirmed publishes (no double publishing by planners) */
-    expected_ok = sql_long(&e, "SELECT count(*) FROM warren.runs r WHERE r.due_at < (SELECT t "
+    expected_ok =
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs r WHERE r.due_at < (SELECT t "
                                "FROM t1) AND r.scheduled_at >= (SELECT t FROM t0)");
     ck_assert_int_gt(expected_ok, seconds * 4);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs r WHERE r.due_at < (SELECT "
-                                  "t FROM t1) AND r.scheduled_at >= (SELECT t FROM t0) AND "
-                                  "NOT EXISTS (SELECT 1 FROM public.seen s WHERE s.run_key = "
-                                  "r.run_key)"),
+    ck_assert_int_eq(testenv_sql_long(e.db,
+                                      "SELECT count(*) FROM warren.runs r WHERE r.due_at < (SELECT "
+                                      "t FROM t1) AND r.scheduled_at >= (SELECT t FROM t0) AND "
+                                      "NOT EXISTS (SELECT 1 FROM public.seen s WHERE s.run_key = "
+                                      "r.run_key)"),
                      0);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM public.seen s JOIN warren.runs r USING "
-                                  "(run_key) WHERE s.n > r.publish_count"),
+    ck_assert_int_eq(testenv_sql_long(e.db,
+                                      "SELECT count(*) FROM public.seen s JOIN warren.runs r USING "
+                                      "(run_key) WHERE s.n > r.publish_count"),
                      0);
     /* leases were shared: each planner's id shows up in planner_leases history
      * only while alive; after the stops every lease is released */
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.planner_leases WHERE owner <> ''"),
-                     0);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.planner_leases WHERE owner <> ''"), 0);
     warren_broker_free(b);
     env_free(&e);
     (void)messages;
@@ -666,7 +640,7 @@ END_TEST
 
 START_TEST(test_fair_share_of_partitions)
 {
-    env e = env_new();
+    env e = fixture_env_new();
     warren_config c = test_config(10);
     warren_planner *p1 = planner_new(&e, &c), *p2 = planner_new(&e, &c), *p3;
     warren_planner_stats s1, s2, s3;
@@ -696,8 +670,8 @@ START_TEST(test_fair_share_of_partitions)
     ck_assert_int_eq(s1.partitions_owned + s2.partitions_owned + s3.partitions_owned, 10);
     /* release: p3's partitions become free for the others */
     ck_assert(warren_planner_release(p3, NULL) == 0);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.planner_leases WHERE owner = 'p3'"),
-                     0);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.planner_leases WHERE owner = 'p3'"), 0);
     warren_planner_free(p1);
     warren_planner_free(p2);
     warren_planner_free(p3);
@@ -707,7 +681,7 @@ END_TEST
 
 START_TEST(test_planner_without_lease_does_not_materialise)
 {
-    env e = env_new();
+    env e = fixture_env_new();
     warren_config c = test_config(4);
     warren_planner *p = planner_new(&e, &c);
     warren_planner_stats s;
@@ -722,7 +696,7 @@ START_TEST(test_planner_without_lease_does_not_materialise)
     add_job(&e, "orphan", "every", "1s", NULL, NULL, 4);
     tick(p);
     warren_planner_stats_get(p, &s);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs"), 0);
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs"), 0);
     ck_assert_int_eq(s.partitions_owned, 0); /* fair share 2, but none is free */
     /* the thief's leases expire: the planner takes its fair share back */
     testenv_psql(e.db, "UPDATE warren.planner_leases SET lease_until = now() - interval '1 s'",
@@ -740,7 +714,7 @@ END_TEST
 /* A 10 s job whose planner was away for 5 minutes (cursor in the past). */
 static env outage(const char *policy, int max_catch_up)
 {
-    env e = env_new();
+    env e = fixture_env_new();
     char vals[128];
     snprintf(vals, sizeof(vals),
              ", '%s', %d, to_timestamp(floor(extract(epoch FROM now()) / 10) * 10) - interval "
@@ -757,22 +731,25 @@ static env outage(const char *policy, int max_catch_up)
 /* Rows after the outage cover every fire time from the cursor on, once. */
 static void assert_contiguous(const env *e)
 {
-    ck_assert_int_eq(sql_long(e, "SELECT extract(epoch FROM max(scheduled_at) - "
-                                 "min(scheduled_at))::bigint / 10 + 1 - count(*) FROM warren.runs "
-                                 "WHERE job = 'm'"),
-                     0);
+    ck_assert_int_eq(
+        testenv_sql_long(e->db, "SELECT extract(epoch FROM max(scheduled_at) - "
+                                "min(scheduled_at))::bigint / 10 + 1 - count(*) FROM warren.runs "
+                                "WHERE job = 'm'"),
+        0);
 }
 
 START_TEST(test_misfire_run_once_coalesces_with_a_note)
 {
     env e = outage("run_once", 0);
     /* exactly one run older than the threshold: the latest missed fire time */
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'm' AND "
-                                  "origin = 'misfire' AND scheduled_at < now() - interval '60 s'"),
-                     1);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'm' AND "
-                                  "scheduled_at < (SELECT scheduled_at FROM warren.runs WHERE "
-                                  "origin = 'misfire')"),
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE job = 'm' AND "
+                               "origin = 'misfire' AND scheduled_at < now() - interval '60 s'"),
+        1);
+    ck_assert_int_eq(testenv_sql_long(e.db,
+                                      "SELECT count(*) FROM warren.runs WHERE job = 'm' AND "
+                                      "scheduled_at < (SELECT scheduled_at FROM warren.runs WHERE "
+                                      "origin = 'misfire')"),
                      0);
     char *note = testenv_sql1(e.db, "SELECT note FROM warren.runs WHERE origin = 'misfire'");
     ck_assert_msg(note != NULL && strstr(note, "run_once") && strstr(note, "missed fire time") &&
@@ -784,14 +761,15 @@ START_TEST(test_misfire_run_once_coalesces_with_a_note)
                   "note: %s", note);
     free(note);
     ck_assert_int_eq(
-        sql_long(&e,
-                 "SELECT count(*) FROM warren.runs WHERE origin = 'misfire' AND "
-                 "state IN ('planned', 'published') AND scheduled_at > now() - interval '71 s'"),
+        testenv_sql_long(
+            e.db, "SELECT count(*) FROM warren.runs WHERE origin = 'misfire' AND "
+                  "state IN ('planned', 'published') AND scheduled_at > now() - interval '71 s'"),
         1);
     /* fire times within the threshold run late as usual */
-    ck_assert_int_ge(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE origin = 'schedule' AND "
-                                  "scheduled_at BETWEEN now() - interval '60 s' AND now()"),
-                     5);
+    ck_assert_int_ge(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE origin = 'schedule' AND "
+                               "scheduled_at BETWEEN now() - interval '60 s' AND now()"),
+        5);
     env_free(&e);
 }
 END_TEST
@@ -799,16 +777,18 @@ END_TEST
 START_TEST(test_misfire_skip_records_each_skipped_time)
 {
     env e = outage("skip", 0);
-    long skipped = sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'skipped' AND "
-                                "note LIKE 'misfire skip:%' AND finished_at IS NOT NULL");
+    long skipped =
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE state = 'skipped' AND "
+                               "note LIKE 'misfire skip:%' AND finished_at IS NOT NULL");
     /* 5 min back to the threshold: 24 or 25 fire times, one more when the
      * tick's now() crossed a 10 s boundary after the outage was set up. */
     ck_assert_msg(skipped >= 23 && skipped <= 26, "skipped %ld", skipped);
     /* a margin: a fire time just inside the threshold at the tick may be just
      * outside it by the time this query runs */
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state <> 'skipped' AND "
-                                  "scheduled_at < now() - interval '65 s'"),
-                     0);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE state <> 'skipped' AND "
+                               "scheduled_at < now() - interval '65 s'"),
+        0);
     assert_contiguous(&e);
     env_free(&e);
 }
@@ -817,23 +797,28 @@ END_TEST
 START_TEST(test_misfire_catch_up_runs_oldest_first_up_to_cap)
 {
     env e = outage("catch_up", 3);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE origin = 'misfire' AND "
-                                  "state IN ('planned', 'published')"),
-                     3);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE origin = 'misfire' AND "
+                               "state IN ('planned', 'published')"),
+        3);
     /* the three are the oldest missed ones */
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM (SELECT origin, state FROM warren.runs "
-                                  "WHERE job = 'm' ORDER BY scheduled_at LIMIT 3) x WHERE origin = "
-                                  "'misfire' AND state IN ('planned', 'published')"),
-                     3);
-    long skipped = sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'skipped' AND "
-                                "note LIKE 'misfire catch_up: over max_catch_up%'");
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM (SELECT origin, state FROM warren.runs "
+                               "WHERE job = 'm' ORDER BY scheduled_at LIMIT 3) x WHERE origin = "
+                               "'misfire' AND state IN ('planned', 'published')"),
+        3);
+    long skipped =
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE state = 'skipped' AND "
+                               "note LIKE 'misfire catch_up: over max_catch_up%'");
     ck_assert_msg(skipped >= 20 && skipped <= 23, "skipped %ld", skipped); /* 23-26 missed, 3 run */
     assert_contiguous(&e);
     env_free(&e);
 
     e = outage("catch_up", 0); /* no cap: every missed time runs */
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'skipped'"), 0);
-    ck_assert_int_ge(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE origin = 'misfire'"), 23);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE state = 'skipped'"), 0);
+    ck_assert_int_ge(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE origin = 'misfire'"), 23);
     assert_contiguous(&e);
     env_free(&e);
 }
@@ -843,7 +828,7 @@ END_TEST
 
 START_TEST(test_pause_stops_planning_resume_applies_misfire)
 {
-    env e = env_new();
+    env e = fixture_env_new();
     warren_config c = test_config(4);
     warren_store *st = NULL;
     warren_error err = {0};
@@ -860,28 +845,32 @@ START_TEST(test_pause_stops_planning_resume_applies_misfire)
     ck_assert_msg(warren_ops_pause(st, "pr", &pr, &err) == 0, "%s", err.message);
     ck_assert_int_eq(pr.was_paused, 0);
     ck_assert_int_ge(pr.cancelled, 3);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state IN ('planned', "
-                                  "'published') AND due_at > now()"),
+    ck_assert_int_eq(testenv_sql_long(e.db,
+                                      "SELECT count(*) FROM warren.runs WHERE state IN ('planned', "
+                                      "'published') AND due_at > now()"),
                      0);
-    long before = sql_long(&e, "SELECT count(*) FROM warren.runs");
-    sleep_ms(1500); /* deliberately: fire times pass while paused, and nothing is planned */
+    long before = testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs");
+    testenv_sleep_ms(1500); /* deliberately: fire times pass while paused, and nothing is planned */
     tick(p);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs"), before);
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs"), before);
     ck_assert(warren_ops_pause(st, "pr", &pr, &err) == 0);
     ck_assert_int_eq(pr.was_paused, 1);
-    sleep_ms(5000); /* paused across several fire times, beyond the 2 s threshold */
+    testenv_sleep_ms(5000); /* paused across several fire times, beyond the 2 s threshold */
     ck_assert_msg(warren_ops_resume(st, "pr", &rr, &err) == 0, "%s", err.message);
     ck_assert_int_eq(rr.was_paused, 1);
     ck_assert_int_ge(rr.replanned, 3); /* the runs the first pause cancelled */
     tick(p);
     /* the cancelled runs are gone; the missed ones coalesced into one run */
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'cancelled'"), 0);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE origin = 'misfire' AND "
-                                  "note LIKE 'misfire run_once:%'"),
-                     1);
-    ck_assert_int_ge(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE origin = 'schedule' AND "
-                                  "state IN ('planned', 'published') AND scheduled_at > now()"),
-                     3);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE state = 'cancelled'"), 0);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE origin = 'misfire' AND "
+                               "note LIKE 'misfire run_once:%'"),
+        1);
+    ck_assert_int_ge(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE origin = 'schedule' AND "
+                               "state IN ('planned', 'published') AND scheduled_at > now()"),
+        3);
     ck_assert_int_eq(warren_ops_pause(st, "nosuch", &pr, &err), WARREN_ENOENT);
     warren_store_free(st);
     warren_planner_free(p);
@@ -895,31 +884,26 @@ END_TEST
  * exit status and the output (new). */
 static int run_warren(const env *e, const char *args, char **out)
 {
-    char cfgpath[] = "/tmp/warren-planner-test-XXXXXX";
-    char cmd[2048];
-    int fd = mkstemp(cfgpath);
-    FILE *f;
+    char *text = testenv_fmt("database = { url = \"%s\"; };\nbroker = { url = \"%s\"; };\n"
+                             "jobs = ( { name = \"cmd\"; every = \"10s\"; queue = \"q\"; } );\n",
+                             e->db, e->amqp);
+    char *cfgpath = testenv_temp_file("warren-planner-test", "", text);
+    char *cmd = testenv_fmt("env -u WARREN_DATABASE_URL -u WARREN_AMQP_URL %s %s -c %s 2>&1",
+                            WARREN_BINARY, args, cfgpath);
     char *buf = calloc(1, 65536);
-    int status;
-
-    ck_assert(fd >= 0 && buf != NULL);
-    f = fdopen(fd, "w");
-    fprintf(f,
-            "database = { url = \"%s\"; };\nbroker = { url = \"%s\"; };\n"
-            "jobs = ( { name = \"cmd\"; every = \"10s\"; queue = \"q\"; } );\n",
-            e->db, e->amqp);
-    fclose(f);
-    snprintf(cmd, sizeof(cmd), "env -u WARREN_DATABASE_URL -u WARREN_AMQP_URL %s %s -c %s 2>&1",
-             WARREN_BINARY, args, cfgpath);
-    status = testenv_run(cmd, buf, 65536);
+    ck_assert_ptr_nonnull(buf);
+    int status = testenv_run(cmd, buf, 65536);
     unlink(cfgpath);
+    free(cmd);
+    free(cfgpath);
+    free(text);
     *out = buf;
     return status;
 }
 
 START_TEST(test_trigger_twice_creates_one_run_and_says_so)
 {
-    env e = env_new();
+    env e = fixture_env_new();
     char *out = NULL;
     int rc;
     add_job(&e, "cmd", "every", "10s", NULL, NULL, 64);
@@ -931,9 +915,10 @@ START_TEST(test_trigger_twice_creates_one_run_and_says_so)
     ck_assert_msg(rc == 0 && strstr(out, "already exists") && strstr(out, "not created again"),
                   "rc %d: %s", rc, out);
     free(out);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE origin = 'trigger' AND "
-                                  "payload = '{\"x\": 1}' AND due_at = scheduled_at"),
-                     1);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE origin = 'trigger' AND "
+                               "payload = '{\"x\": 1}' AND due_at = scheduled_at"),
+        1);
     rc = run_warren(&e, "trigger nosuch", &out);
     ck_assert_msg(rc != 0 && strstr(out, "nosuch"), "rc %d: %s", rc, out);
     free(out);
@@ -944,16 +929,17 @@ START_TEST(test_trigger_twice_creates_one_run_and_says_so)
     rc = run_warren(&e, "trigger cmd", &out);
     ck_assert_msg(rc == 0 && strstr(out, "created run cmd@"), "rc %d: %s", rc, out);
     free(out);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE origin = 'trigger' AND "
-                                  "scheduled_at BETWEEN now() - interval '1 min' AND now()"),
-                     1);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE origin = 'trigger' AND "
+                               "scheduled_at BETWEEN now() - interval '1 min' AND now()"),
+        1);
     env_free(&e);
 }
 END_TEST
 
 START_TEST(test_backfill_dry_run_lists_then_writes)
 {
-    env e = env_new();
+    env e = fixture_env_new();
     char *out = NULL;
     int rc;
     add_job(&e, "cmd", "every", "10s", NULL, NULL, 64);
@@ -972,11 +958,12 @@ START_TEST(test_backfill_dry_run_lists_then_writes)
                       strstr(out, "7 fire time(s)") && strstr(out, "nothing written"),
                   "%s", out);
     free(out);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs"), 1);
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs"), 1);
     rc = run_warren(&e, "backfill cmd --from 2026-01-01T00:00:00Z --to 2026-01-01T00:01:00Z", &out);
     ck_assert_msg(rc == 0 && strstr(out, "backfilled 6 run(s)"), "rc %d: %s", rc, out);
     free(out);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE origin = 'backfill'"), 6);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE origin = 'backfill'"), 6);
     rc = run_warren(&e, "backfill cmd --from 2026-01-01T00:01:00Z --to 2026-01-01T00:00:00Z", &out);
     ck_assert_msg(rc == 2, "rc %d: %s", rc, out);
     free(out);
@@ -986,18 +973,18 @@ END_TEST
 
 START_TEST(test_pause_resume_commands)
 {
-    env e = env_new();
+    env e = fixture_env_new();
     char *out = NULL;
     int rc;
     add_job(&e, "cmd", "every", "10s", NULL, NULL, 64);
     rc = run_warren(&e, "pause cmd", &out);
     ck_assert_msg(rc == 0 && strstr(out, "paused job cmd"), "rc %d: %s", rc, out);
     free(out);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE paused"), 1);
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(*) FROM warren.jobs WHERE paused"), 1);
     rc = run_warren(&e, "resume cmd", &out);
     ck_assert_msg(rc == 0 && strstr(out, "resumed job cmd"), "rc %d: %s", rc, out);
     free(out);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE paused"), 0);
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(*) FROM warren.jobs WHERE paused"), 0);
     rc = run_warren(&e, "pause", &out);
     ck_assert_msg(rc == 2, "rc %d: %s", rc, out);
     free(out);
@@ -1074,7 +1061,7 @@ static void bind_job_events(const env *e)
 
 START_TEST(test_broken_zone_keeps_cursor_marks_job_and_misfire_plans_after_repair)
 {
-    env e = env_new();
+    env e = fixture_env_new();
     warren_config c = test_config(4);
     char dir[64], *old_tzdir = strdup(getenv("TZDIR") ? getenv("TZDIR") : "");
     warren_planner *p;
@@ -1087,40 +1074,45 @@ START_TEST(test_broken_zone_keeps_cursor_marks_job_and_misfire_plans_after_repai
             ", 'Europe/Berlin', to_timestamp(floor(extract(epoch FROM now()) / 10) * 10) - "
             "interval '5 min'",
             4);
-    cursor = sql_long(&e, "SELECT extract(epoch FROM next_fire_at)::bigint FROM warren.jobs");
+    cursor =
+        testenv_sql_long(e.db, "SELECT extract(epoch FROM next_fire_at)::bigint FROM warren.jobs");
     setenv("TZDIR", dir, 1);
     p = planner_new(&e, &c);
     tick(p);
     /* the cursor stays where it was: no fire time is skipped over */
-    after = sql_long(&e, "SELECT extract(epoch FROM next_fire_at)::bigint FROM warren.jobs");
+    after =
+        testenv_sql_long(e.db, "SELECT extract(epoch FROM next_fire_at)::bigint FROM warren.jobs");
     ck_assert_msg(after == cursor, "cursor moved from %ld to %ld", cursor, after);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs"), 0);
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs"), 0);
     /* marked broken, with the reason, and an error event */
     char *why = testenv_sql1(e.db, "SELECT broken_reason FROM warren.jobs WHERE name = 'z'");
     ck_assert_msg(why != NULL && strstr(why, "Europe/Berlin") && strstr(why, "zone file"),
                   "broken_reason: %s", why ? why : "(null)");
     free(why);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE broken_since <= now() "
-                                  "AND broken_retry_at > now()"),
-                     1);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.jobs WHERE broken_since <= now() "
+                               "AND broken_retry_at > now()"),
+        1);
     ck_assert_int_eq(testenv_queue_depth(e.amqp, "job-events"), 1);
     /* looked at again only after the backoff: a second tick changes nothing */
     tick(p);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs"), 0);
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs"), 0);
     ck_assert_int_eq(testenv_queue_depth(e.amqp, "job-events"), 1);
     /* repaired, but the backoff has not passed: not looked at yet */
     repair_tzdir(dir, old_tzdir);
     tick(p);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs"), 0);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE broken_reason IS NOT "
-                                  "NULL"),
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs"), 0);
+    ck_assert_int_eq(testenv_sql_long(e.db,
+                                      "SELECT count(*) FROM warren.jobs WHERE broken_reason IS NOT "
+                                      "NULL"),
                      1);
     /* the backoff passed: planned again, the missed fire times through run_once */
     testenv_psql(e.db, "UPDATE warren.jobs SET broken_retry_at = now()", NULL);
     tick(p);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE broken_reason IS NULL "
-                                  "AND broken_since IS NULL AND broken_retry_at IS NULL"),
-                     1);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.jobs WHERE broken_reason IS NULL "
+                               "AND broken_since IS NULL AND broken_retry_at IS NULL"),
+        1);
     char *note = testenv_sql1(e.db, "SELECT note FROM warren.runs WHERE origin = 'misfire'");
     ck_assert_msg(note != NULL && strstr(note, "misfire run_once") && strstr(note, "coalesced") &&
                       strstr(note, "broken since") && strstr(note, "Europe/Berlin"),
@@ -1129,10 +1121,12 @@ START_TEST(test_broken_zone_keeps_cursor_marks_job_and_misfire_plans_after_repai
                       strstr(note, ": 25 missed") || strstr(note, ": 26 missed"),
                   "note: %s", note);
     free(note);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE origin = 'misfire'"), 1);
-    ck_assert_int_ge(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE origin = 'schedule' AND "
-                                  "scheduled_at BETWEEN now() - interval '60 s' AND now()"),
-                     5);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE origin = 'misfire'"), 1);
+    ck_assert_int_ge(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE origin = 'schedule' AND "
+                               "scheduled_at BETWEEN now() - interval '60 s' AND now()"),
+        5);
     /* the events: broken (with the reason), then recovered */
     ck_assert_int_eq(testenv_queue_depth(e.amqp, "job-events"), 2);
     {
@@ -1166,7 +1160,7 @@ END_TEST
 
 START_TEST(test_broken_expression_from_a_newer_version_is_kept_and_replanned)
 {
-    env e = env_new();
+    env e = fixture_env_new();
     warren_config c = test_config(4);
     warren_planner *p;
     char *out = NULL;
@@ -1179,20 +1173,23 @@ START_TEST(test_broken_expression_from_a_newer_version_is_kept_and_replanned)
             4);
     add_job(&e, "y", "cron", "*/10 * * * * * *", NULL, NULL, 4); /* never planned */
     add_job(&e, "ok", "every", "10s", ", paused", ", true", 4);
-    long cursor = sql_long(&e, "SELECT extract(epoch FROM next_fire_at)::bigint FROM warren.jobs "
+    long cursor =
+        testenv_sql_long(e.db, "SELECT extract(epoch FROM next_fire_at)::bigint FROM warren.jobs "
                                "WHERE name = 'x'");
     p = planner_new(&e, &c);
     tick(p);
-    ck_assert_int_eq(sql_long(&e, "SELECT extract(epoch FROM next_fire_at)::bigint FROM "
-                                  "warren.jobs WHERE name = 'x'"),
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT extract(epoch FROM next_fire_at)::bigint FROM "
+                                            "warren.jobs WHERE name = 'x'"),
                      cursor);
     /* a job never planned gets the instant it broke as its cursor */
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE name = 'y' AND "
-                                  "next_fire_at BETWEEN now() - interval '1 min' AND now()"),
+    ck_assert_int_eq(testenv_sql_long(e.db,
+                                      "SELECT count(*) FROM warren.jobs WHERE name = 'y' AND "
+                                      "next_fire_at BETWEEN now() - interval '1 min' AND now()"),
                      1);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs"), 0);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE broken_reason LIKE "
-                                  "'%expected 5 fields%got 7%'"),
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs"), 0);
+    ck_assert_int_eq(testenv_sql_long(e.db,
+                                      "SELECT count(*) FROM warren.jobs WHERE broken_reason LIKE "
+                                      "'%expected 5 fields%got 7%'"),
                      2);
     /* operators see it: warren jobs, and warren show on a run of the job */
     testenv_psql(e.db,
@@ -1218,28 +1215,31 @@ START_TEST(test_broken_expression_from_a_newer_version_is_kept_and_replanned)
                  "DELETE FROM warren.runs; UPDATE warren.jobs SET expression = '*/10 * * * * *', "
                  "updated_at = now() WHERE name = 'x'",
                  NULL);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE broken_retry_at > "
-                                  "now()"),
+    ck_assert_int_eq(testenv_sql_long(e.db,
+                                      "SELECT count(*) FROM warren.jobs WHERE broken_retry_at > "
+                                      "now()"),
                      2);
     /* the fire times older than the 60 s grace at the tick are skipped: about
      * 12 (3 min - 60 s, every 10 s), more if the machine is slow */
-    long t0 = sql_long(&e, "SELECT floor(extract(epoch FROM now()))::bigint");
+    long t0 = testenv_sql_long(e.db, "SELECT floor(extract(epoch FROM now()))::bigint");
     tick(p);
-    long t1 = sql_long(&e, "SELECT ceil(extract(epoch FROM now()))::bigint");
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE name = 'x' AND "
-                                  "broken_reason IS NULL"),
+    long t1 = testenv_sql_long(e.db, "SELECT ceil(extract(epoch FROM now()))::bigint");
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(*) FROM warren.jobs WHERE name = 'x' AND "
+                                            "broken_reason IS NULL"),
                      1);
-    long skipped = sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'x' AND state = "
-                                "'skipped' AND note LIKE 'misfire skip:%broken since%'");
+    long skipped =
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE job = 'x' AND state = "
+                               "'skipped' AND note LIKE 'misfire skip:%broken since%'");
     long lo = (t0 - 60 - cursor) / 10 - 1, hi = (t1 - 60 - cursor) / 10 + 1;
     ck_assert_msg(lo >= 10 && skipped >= lo && skipped <= hi, "skipped %ld, expected %ld-%ld",
                   skipped, lo, hi);
-    ck_assert_int_eq(sql_long(&e, "SELECT min(extract(epoch FROM scheduled_at))::bigint FROM "
-                                  "warren.runs WHERE job = 'x'"),
+    ck_assert_int_eq(testenv_sql_long(e.db,
+                                      "SELECT min(extract(epoch FROM scheduled_at))::bigint FROM "
+                                      "warren.runs WHERE job = 'x'"),
                      cursor);
-    ck_assert_int_eq(sql_long(&e, "SELECT extract(epoch FROM max(scheduled_at) - "
-                                  "min(scheduled_at))::bigint / 10 + 1 - count(*) FROM "
-                                  "warren.runs WHERE job = 'x'"),
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT extract(epoch FROM max(scheduled_at) - "
+                                            "min(scheduled_at))::bigint / 10 + 1 - count(*) FROM "
+                                            "warren.runs WHERE job = 'x'"),
                      0);
     warren_planner_free(p);
     env_free(&e);
@@ -1251,7 +1251,7 @@ END_TEST
  * the other jobs of the batch are planned as usual. */
 START_TEST(test_unusable_job_row_is_marked_broken_and_the_batch_goes_on)
 {
-    env e = env_new();
+    env e = fixture_env_new();
     warren_config c = test_config(4);
     warren_planner *p;
 
@@ -1261,14 +1261,18 @@ START_TEST(test_unusable_job_row_is_marked_broken_and_the_batch_goes_on)
     add_job(&e, "fine", "every", "10s", NULL, NULL, 4);
     p = planner_new(&e, &c);
     tick(p);
-    ck_assert_int_ge(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job = 'fine'"), 1);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE job <> 'fine'"), 0);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE name = 'inf' AND "
-                                  "next_fire_at = '-infinity' AND broken_reason LIKE "
-                                  "'%-infinity%'"),
+    ck_assert_int_ge(testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE job = 'fine'"),
                      1);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE name = 'newer' AND "
-                                  "broken_reason LIKE '%misfire policy \"latest_only\"%'"),
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE job <> 'fine'"),
+                     0);
+    ck_assert_int_eq(testenv_sql_long(e.db,
+                                      "SELECT count(*) FROM warren.jobs WHERE name = 'inf' AND "
+                                      "next_fire_at = '-infinity' AND broken_reason LIKE "
+                                      "'%-infinity%'"),
+                     1);
+    ck_assert_int_eq(testenv_sql_long(e.db,
+                                      "SELECT count(*) FROM warren.jobs WHERE name = 'newer' AND "
+                                      "broken_reason LIKE '%misfire policy \"latest_only\"%'"),
                      1);
     warren_planner_free(p);
     env_free(&e);
@@ -1281,7 +1285,7 @@ END_TEST
  * count: the first tick, the control). */
 START_TEST(test_planner_follows_the_partition_count_of_the_last_sync)
 {
-    env e = env_new();
+    env e = fixture_env_new();
     warren_config c = test_config(2);
     warren_planner *p;
     warren_planner_stats st;
@@ -1291,14 +1295,15 @@ START_TEST(test_planner_follows_the_partition_count_of_the_last_sync)
         snprintf(name, sizeof(name), "part-%d", i);
         add_job(&e, name, "every", "10s", NULL, NULL, 8);
     }
-    ck_assert_int_gt(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE partition >= 2"), 0);
+    ck_assert_int_gt(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.jobs WHERE partition >= 2"), 0);
     p = planner_new(&e, &c);
     tick(p);
-    ck_assert_int_lt(sql_long(&e, "SELECT count(DISTINCT job) FROM warren.runs"), 24);
+    ck_assert_int_lt(testenv_sql_long(e.db, "SELECT count(DISTINCT job) FROM warren.runs"), 24);
     ck_assert_int_ge(
         testenv_psql(e.db, "INSERT INTO warren.sync_state (partitions) VALUES (8)", NULL), 0);
     tick(p);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(DISTINCT job) FROM warren.runs"), 24);
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(DISTINCT job) FROM warren.runs"), 24);
     warren_planner_stats_get(p, &st);
     ck_assert_int_eq(st.partitions_owned, 8);
     warren_planner_free(p);
@@ -1322,7 +1327,7 @@ static long runs_of(const env *e, const char *job)
 {
     char sql[256];
     snprintf(sql, sizeof(sql), "SELECT count(*) FROM warren.runs WHERE job = '%s'", job);
-    return sql_long(e, sql);
+    return testenv_sql_long(e->db, sql);
 }
 
 /* A SET list for an `at` job: it fires 3 s from now, and its cursor is there
@@ -1340,7 +1345,7 @@ static long runs_of(const env *e, const char *job)
  * by a full scan (below_floor 0). */
 START_TEST(test_scan_floor_finds_what_writers_moved_below_it)
 {
-    env e = env_new();
+    env e = fixture_env_new();
     warren_config c = test_config(4);
     warren_planner *p;
 
@@ -1352,12 +1357,12 @@ START_TEST(test_scan_floor_finds_what_writers_moved_below_it)
     tick(p);
     tick(p);
     assert_scans(p, 1, 0);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE replan"), 0);
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(*) FROM warren.jobs WHERE replan"), 0);
 
     /* an operator's UPDATE: the cursor moves earlier, inside the horizon */
     ck_assert_int_ge(
         testenv_psql(e.db, "UPDATE warren.jobs SET " AT_IN_3S " WHERE name = 'moved'", NULL), 0);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE replan"), 1);
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(*) FROM warren.jobs WHERE replan"), 1);
     tick(p);
     ck_assert_int_eq(runs_of(&e, "moved"), 1);
 
@@ -1370,7 +1375,7 @@ START_TEST(test_scan_floor_finds_what_writers_moved_below_it)
                                   "WHERE name IN ('held', 'hop')",
                                   NULL),
                      0);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE replan"), 0);
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(*) FROM warren.jobs WHERE replan"), 0);
     ck_assert_int_ge(testenv_psql(e.db,
                                   "UPDATE warren.jobs SET paused = false WHERE name = 'held'; "
                                   "UPDATE warren.jobs SET partition = (partition + 1) % 4 "
@@ -1378,8 +1383,9 @@ START_TEST(test_scan_floor_finds_what_writers_moved_below_it)
                                   NULL),
                      0);
     add_job(&e, "new", "at", "2000-01-01T00:00:00Z", ", misfire", ", 'run_once'", 4);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE replan AND name IN "
-                                  "('new', 'held', 'hop')"),
+    ck_assert_int_eq(testenv_sql_long(e.db,
+                                      "SELECT count(*) FROM warren.jobs WHERE replan AND name IN "
+                                      "('new', 'held', 'hop')"),
                      3);
     tick(p);
     ck_assert_int_eq(runs_of(&e, "held"), 1);
@@ -1387,7 +1393,7 @@ START_TEST(test_scan_floor_finds_what_writers_moved_below_it)
     ck_assert_int_eq(runs_of(&e, "new"), 1);
     assert_scans(p, 1, 0);
     /* the marks are cleared once the cursors are past the horizon */
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE replan"), 0);
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(*) FROM warren.jobs WHERE replan"), 0);
     warren_planner_rescan(p);
     tick(p);
     assert_scans(p, 2, 0);
@@ -1402,7 +1408,7 @@ END_TEST
  * scan plans it and counts it as below the floor. */
 START_TEST(test_scan_floor_miss_is_found_by_the_full_scan_and_counted)
 {
-    env e = env_new();
+    env e = fixture_env_new();
     warren_config c = test_config(4);
     warren_planner *p;
 
@@ -1416,7 +1422,7 @@ START_TEST(test_scan_floor_miss_is_found_by_the_full_scan_and_counted)
                                   "SET " AT_IN_3S " WHERE name = 'sneaky'",
                                   NULL),
                      0);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE replan"), 0);
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(*) FROM warren.jobs WHERE replan"), 0);
     tick(p);
     ck_assert_int_eq(runs_of(&e, "sneaky"), 0);
     assert_scans(p, 1, 0);
@@ -1433,7 +1439,7 @@ END_TEST
  * replan mark) and says what to run. */
 START_TEST(test_planner_needs_migration_017_and_says_so)
 {
-    env e = env_new();
+    env e = fixture_env_new();
     warren_config c = test_config(4);
     warren_planner *p = NULL;
     warren_error err = {0};
@@ -1455,7 +1461,7 @@ END_TEST
  * cursor, so the trigger does not mark it). */
 START_TEST(test_scan_floor_keeps_a_job_a_writer_held_locked)
 {
-    env e = env_new();
+    env e = fixture_env_new();
     warren_config c = test_config(4);
     warren_planner *p;
     PGconn *w;
@@ -1468,11 +1474,12 @@ START_TEST(test_scan_floor_keeps_a_job_a_writer_held_locked)
     tick(p);
     tick(p);
     /* wait until the cursor is inside the horizon (at most 3 s) */
-    for (int i = 0; i < 60 && sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE name = "
-                                           "'locked' AND next_fire_at <= now() + "
-                                           "interval '1500 ms'") == 0;
+    for (int i = 0;
+         i < 60 && testenv_sql_long(e.db, "SELECT count(*) FROM warren.jobs WHERE name = "
+                                          "'locked' AND next_fire_at <= now() + "
+                                          "interval '1500 ms'") == 0;
          i++)
-        sleep_ms(100);
+        testenv_sleep_ms(100);
     long before = runs_of(&e, "locked");
     w = PQconnectdb(e.db);
     ck_assert(PQstatus(w) == CONNECTION_OK);
@@ -1485,8 +1492,9 @@ START_TEST(test_scan_floor_keeps_a_job_a_writer_held_locked)
     ck_assert(PQresultStatus(r) == PGRES_COMMAND_OK);
     PQclear(r);
     PQfinish(w);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.jobs WHERE name = 'locked' AND "
-                                  "NOT replan"),
+    ck_assert_int_eq(testenv_sql_long(e.db,
+                                      "SELECT count(*) FROM warren.jobs WHERE name = 'locked' AND "
+                                      "NOT replan"),
                      1);
     tick(p);
     ck_assert_int_gt(runs_of(&e, "locked"), before);

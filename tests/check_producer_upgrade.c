@@ -14,56 +14,11 @@
 
 #include "testenv.h"
 
-/* The URL with login as its user (same host, port, database). New. */
-static char *login_url(const char *url, const char *login)
-{
-    const char *at = strstr(url, "://"), *userend;
-    ck_assert_ptr_nonnull(at);
-    userend = strchr(at + 3, '@');
-    ck_assert_ptr_nonnull(userend);
-    return testenv_fmt("%.*s%s%s", (int)(at + 3 - url), url, login, userend);
-}
-
-/* Runs sql on url; returns "" on success or "SQLSTATE: message" (new). */
-static char *try_sql(const char *url, const char *sql)
-{
-    PGconn *c = PQconnectdb(url);
-    PGresult *res;
-    char *out;
-
-    ck_assert_msg(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
-    res = PQexec(c, sql);
-    if (PQresultStatus(res) == PGRES_TUPLES_OK || PQresultStatus(res) == PGRES_COMMAND_OK)
-        out = testenv_fmt("%s",
-                          PQntuples(res) > 0 && PQnfields(res) > 0 ? PQgetvalue(res, 0, 0) : "");
-    else
-        out = testenv_fmt("%s: %s", PQresultErrorField(res, PG_DIAG_SQLSTATE),
-                          PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY));
-    PQclear(res);
-    PQfinish(c);
-    return out;
-}
-
-static void expect(const char *url, const char *sql, const char *want)
-{
-    char *got = try_sql(url, sql);
-    ck_assert_msg(strcmp(got, want) == 0, "%s\n  gave: %s\n  want: %s", sql, got, want);
-    free(got);
-}
-
-static void expect_prefix(const char *url, const char *sql, const char *want)
-{
-    char *got = try_sql(url, sql);
-    ck_assert_msg(strncmp(got, want, strlen(want)) == 0, "%s\n  gave: %s\n  want: %s...", sql, got,
-                  want);
-    free(got);
-}
-
 START_TEST(test_upgrade_keeps_each_creator_its_templates_and_refuses_the_rest)
 {
     char *url = testenv_db();
     char *app = testenv_unique_name("up_app"), *idle = testenv_unique_name("up_idle");
-    char *app_url = login_url(url, app), *idle_url = login_url(url, idle);
+    char *app_url = testenv_url_as(url, app), *idle_url = testenv_url_as(url, idle);
     char *cmd, *sql, out[16384];
     int rc;
 
@@ -74,26 +29,28 @@ START_TEST(test_upgrade_keeps_each_creator_its_templates_and_refuses_the_rest)
     rc = testenv_run(cmd, out, sizeof(out));
     ck_assert_msg(rc == 0, "%s", out);
     free(cmd);
-    expect(url, "SELECT max(version) FROM warren.schema_migrations", "17");
+    ck_assert_sql_eq(url, "SELECT max(version) FROM warren.schema_migrations", "17");
 
     /* A template and a config job, as `warren sync` writes them. */
-    expect(url,
-           "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, is_template) "
-           "VALUES ('tmpl', 'none', '', 'q', true), ('tmpl-b', 'none', '', 'q', true);"
-           "INSERT INTO warren.jobs (name, schedule_kind, expression, queue) "
-           "VALUES ('ops-purge', 'cron', '0 3 * * *', 'q')",
-           "");
+    ck_assert_sql_eq(
+        url,
+        "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, is_template) "
+        "VALUES ('tmpl', 'none', '', 'q', true), ('tmpl-b', 'none', '', 'q', true);"
+        "INSERT INTO warren.jobs (name, schedule_kind, expression, queue) "
+        "VALUES ('ops-purge', 'cron', '0 3 * * *', 'q')",
+        "");
     sql = testenv_fmt("CREATE ROLE %s LOGIN IN ROLE warren_producer;"
                       "CREATE ROLE %s LOGIN IN ROLE warren_producer",
                       app, idle);
-    expect(url, sql, "");
+    ck_assert_sql_eq(url, sql, "");
     free(sql);
 
     /* Before the upgrade any producer could do anything: the application
      * makes its job, and enqueues on the operator's config job. */
-    expect(app_url, "SELECT warren.upsert_job('app-report', 'tmpl', '{\"cron\": \"0 9 * * *\"}')",
-           "created");
-    expect(app_url, "SELECT created FROM warren.enqueue('ops-purge', 'k1')", "t");
+    ck_assert_sql_eq(app_url,
+                     "SELECT warren.upsert_job('app-report', 'tmpl', '{\"cron\": \"0 9 * * *\"}')",
+                     "created");
+    ck_assert_sql_eq(app_url, "SELECT created FROM warren.enqueue('ops-purge', 'k1')", "t");
 
     /* The upgrade: migration 018 and the new function files. */
     cmd = testenv_fmt("'%s' migrate --database '%s' 2>&1", WARREN_BINARY, url);
@@ -118,23 +75,25 @@ START_TEST(test_upgrade_keeps_each_creator_its_templates_and_refuses_the_rest)
                       app);
     {
         char *want = testenv_fmt("%s:template:tmpl", app);
-        expect(url, sql, want);
+        ck_assert_sql_eq(url, sql, want);
         free(want);
     }
     free(sql);
-    expect(app_url, "SELECT warren.upsert_job('app-report', 'tmpl', '{\"cron\": \"0 10 * * *\"}')",
-           "changed");
-    expect(app_url, "SELECT warren.pause_job('app-report')::text", "true");
-    expect(app_url, "SELECT created FROM warren.enqueue('tmpl', 'k2')", "t");
+    ck_assert_sql_eq(app_url,
+                     "SELECT warren.upsert_job('app-report', 'tmpl', '{\"cron\": \"0 10 * * *\"}')",
+                     "changed");
+    ck_assert_sql_eq(app_url, "SELECT warren.pause_job('app-report')::text", "true");
+    ck_assert_sql_eq(app_url, "SELECT created FROM warren.enqueue('tmpl', 'k2')", "t");
     /* ... and nothing else: not the config job, not another template. */
-    expect_prefix(app_url, "SELECT created FROM warren.enqueue('ops-purge', 'k3')", "42501: ");
-    expect_prefix(app_url,
-                  "SELECT warren.upsert_job('app-other', 'tmpl-b', '{\"cron\": \"0 9 * * *\"}')",
-                  "42501: ");
+    ck_assert_sql_prefix(app_url, "SELECT created FROM warren.enqueue('ops-purge', 'k3')",
+                         "42501: ");
+    ck_assert_sql_prefix(
+        app_url, "SELECT warren.upsert_job('app-other', 'tmpl-b', '{\"cron\": \"0 9 * * *\"}')",
+        "42501: ");
     /* The member that made nothing is refused with the fix. */
     sql =
         testenv_fmt("42501: warren.enqueue: login \"%s\" has no producer grants in database", idle);
-    expect_prefix(idle_url, "SELECT created FROM warren.enqueue('tmpl', 'k4')", sql);
+    ck_assert_sql_prefix(idle_url, "SELECT created FROM warren.enqueue('tmpl', 'k4')", sql);
     free(sql);
 
     /* A second migrate changes nothing and says nothing of them again. */
@@ -146,7 +105,7 @@ START_TEST(test_upgrade_keeps_each_creator_its_templates_and_refuses_the_rest)
 
     /* Grants are rows, not dependencies: the logins drop cleanly. */
     sql = testenv_fmt("DROP ROLE %s; DROP ROLE %s", app, idle);
-    expect(testenv_pg_admin_url(), sql, "");
+    ck_assert_sql_eq(testenv_pg_admin_url(), sql, "");
     free(sql);
     free(app_url);
     free(idle_url);

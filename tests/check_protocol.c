@@ -17,14 +17,6 @@
 #define RK "j1@2026-01-01T00:00:00Z"
 #define RK2 "j1@2026-01-01T00:01:00Z"
 
-/* Asserts the first value of a query equals want ("<null>" for SQL NULL). */
-#define ck_q(url, want, ...)                                                                       \
-    do {                                                                                           \
-        char *got_ = testenv_sql1f(url, __VA_ARGS__);                                              \
-        ck_assert_str_eq(got_ ? got_ : "<null>", want);                                            \
-        free(got_);                                                                                \
-    } while (0)
-
 /* Rows returned/affected, or -1 on error. */
 static int qn(const char *url, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int qn(const char *url, const char *fmt, ...)
@@ -86,13 +78,14 @@ START_TEST(test_claim_returns_attempt_payload_and_lease)
              "lease_seconds) FROM warren.claim('" RK "', 'w1')");
     ck_assert_str_eq(row, "1|j1|2026-01-01 00:00:00+00|{\"k\": 7}|30");
     free(row);
-    ck_q(url, "running|w1|t",
-         "SELECT format('%%s|%%s|%%s', state, lease_owner, "
-         "lease_until BETWEEN now() + interval '29 s' AND now() + "
-         "interval '31 s') FROM warren.runs WHERE run_key = '" RK "'");
-    ck_q(url, "1",
-         "SELECT count(*) FROM warren.attempts WHERE run_key = '" RK "' AND worker = 'w1' "
-         "AND outcome IS NULL");
+    ck_assert_sqlf(url, "running|w1|t",
+                   "SELECT format('%%s|%%s|%%s', state, lease_owner, "
+                   "lease_until BETWEEN now() + interval '29 s' AND now() + "
+                   "interval '31 s') FROM warren.runs WHERE run_key = '" RK "'");
+    ck_assert_sqlf(url, "1",
+                   "SELECT count(*) FROM warren.attempts WHERE run_key = '" RK
+                   "' AND worker = 'w1' "
+                   "AND outcome IS NULL");
     free(url);
 }
 END_TEST
@@ -104,7 +97,7 @@ START_TEST(test_claim_of_leased_run_returns_nothing)
     ck_assert_str_eq(a, "1");
     free(a);
     ck_assert_ptr_null(claim(url, RK, "w2"));
-    ck_q(url, "1|w1", "SELECT attempt || '|' || lease_owner FROM warren.runs");
+    ck_assert_sqlf(url, "1|w1", "SELECT attempt || '|' || lease_owner FROM warren.runs");
     free(url);
 }
 END_TEST
@@ -114,9 +107,9 @@ START_TEST(test_claim_of_unknown_or_finished_run_returns_nothing)
     char *url = setup("skip", 5, 1000, 60000, 30000);
     ck_assert_ptr_null(claim(url, "nosuch@2026-01-01T00:00:00Z", "w1"));
     free(claim(url, RK, "w1"));
-    ck_q(url, "t", "SELECT warren.complete('" RK "', 1, 'succeeded')");
+    ck_assert_sqlf(url, "t", "SELECT warren.complete('" RK "', 1, 'succeeded')");
     ck_assert_ptr_null(claim(url, RK, "w2"));
-    ck_q(url, "succeeded|1", "SELECT state || '|' || attempt FROM warren.runs");
+    ck_assert_sqlf(url, "succeeded|1", "SELECT state || '|' || attempt FROM warren.runs");
     free(url);
 }
 END_TEST
@@ -149,34 +142,38 @@ START_TEST(test_claim_waits_until_the_run_is_due_and_times_the_lease_from_then)
                              "'700 ms'"),
                      1);
     /* clock_timestamp() in the select list is read after the function's rows */
-    ck_q(url, "1|true",
-         "SELECT c.attempt || '|' || (clock_timestamp() >= r.due_at) FROM warren.claim('" RK
-         "', 'w1') c, warren.runs r WHERE r.run_key = '" RK "'");
-    ck_q(url, "running|t|t|t|t",
-         "SELECT format('%%s|%%s|%%s|%%s|%%s', r.state, r.started_at >= r.due_at, "
-         "r.started_at < r.due_at + interval '10 s', "
-         "r.lease_until = r.started_at + interval '30 s', a.started_at = r.started_at) "
-         "FROM warren.runs r JOIN warren.attempts a USING (run_key) WHERE r.run_key = '" RK "'");
+    ck_assert_sqlf(
+        url, "1|true",
+        "SELECT c.attempt || '|' || (clock_timestamp() >= r.due_at) FROM warren.claim('" RK
+        "', 'w1') c, warren.runs r WHERE r.run_key = '" RK "'");
+    ck_assert_sqlf(
+        url, "running|t|t|t|t",
+        "SELECT format('%%s|%%s|%%s|%%s|%%s', r.state, r.started_at >= r.due_at, "
+        "r.started_at < r.due_at + interval '10 s', "
+        "r.lease_until = r.started_at + interval '30 s', a.started_at = r.started_at) "
+        "FROM warren.runs r JOIN warren.attempts a USING (run_key) WHERE r.run_key = '" RK "'");
     /* A minute ahead: no row at once, the run untouched. */
     add_run2(url);
     ck_assert_int_eq(qn(url, "UPDATE warren.runs SET due_at = now() + interval '1 minute' "
                              "WHERE run_key = '" RK2 "'"),
                      1);
     /* (returned without waiting for it: before it is due) */
-    ck_q(url, "0|true",
-         "SELECT count(*) || '|' || (clock_timestamp() < (SELECT due_at FROM warren.runs WHERE "
-         "run_key = '" RK2 "')) FROM warren.claim('" RK2 "', 'w1')");
-    ck_q(url, "planned|0",
-         "SELECT state || '|' || attempt FROM warren.runs WHERE run_key = '" RK2 "'");
+    ck_assert_sqlf(
+        url, "0|true",
+        "SELECT count(*) || '|' || (clock_timestamp() < (SELECT due_at FROM warren.runs WHERE "
+        "run_key = '" RK2 "')) FROM warren.claim('" RK2 "', 'w1')");
+    ck_assert_sqlf(url, "planned|0",
+                   "SELECT state || '|' || attempt FROM warren.runs WHERE run_key = '" RK2 "'");
     /* A retrying run due in 400 ms is waited for as well (once RK is done:
      * the job's overlap policy is skip). */
-    ck_q(url, "t", "SELECT warren.complete('" RK "', 1, 'succeeded')");
+    ck_assert_sqlf(url, "t", "SELECT warren.complete('" RK "', 1, 'succeeded')");
     ck_assert_int_eq(qn(url, "UPDATE warren.runs SET state = 'retrying', due_at = "
                              "clock_timestamp() + interval '400 ms' WHERE run_key = '" RK2 "'"),
                      1);
-    ck_q(url, "1|true",
-         "SELECT c.attempt || '|' || (clock_timestamp() >= r.due_at) FROM warren.claim('" RK2
-         "', 'w2') c, warren.runs r WHERE r.run_key = '" RK2 "'");
+    ck_assert_sqlf(
+        url, "1|true",
+        "SELECT c.attempt || '|' || (clock_timestamp() >= r.due_at) FROM warren.claim('" RK2
+        "', 'w2') c, warren.runs r WHERE r.run_key = '" RK2 "'");
     free(url);
 }
 END_TEST
@@ -202,18 +199,20 @@ START_TEST(test_claim_many_waits_until_its_runs_are_due)
                              "clock_timestamp() + interval '5 s' WHERE run_key = "
                              "'j2@2026-01-01T00:00:03Z'"),
                      1);
-    ck_q(url, "j1@2026-01-01T00:00:00Z,j2@2026-01-01T00:00:01Z,j2@2026-01-01T00:00:02Z|true",
-         "SELECT string_agg(run_key, ',' ORDER BY run_key) || '|' || (clock_timestamp() < "
-         "(SELECT due_at FROM warren.runs WHERE run_key = 'j2@2026-01-01T00:00:03Z')) FROM "
-         "warren.claim_many(ARRAY['j2@2026-01-01T00:00:01Z', '" RK "', "
-         "'j2@2026-01-01T00:00:02Z', 'j2@2026-01-01T00:00:03Z'], 'w1')");
+    ck_assert_sqlf(
+        url, "j1@2026-01-01T00:00:00Z,j2@2026-01-01T00:00:01Z,j2@2026-01-01T00:00:02Z|true",
+        "SELECT string_agg(run_key, ',' ORDER BY run_key) || '|' || (clock_timestamp() < "
+        "(SELECT due_at FROM warren.runs WHERE run_key = 'j2@2026-01-01T00:00:03Z')) FROM "
+        "warren.claim_many(ARRAY['j2@2026-01-01T00:00:01Z', '" RK "', "
+        "'j2@2026-01-01T00:00:02Z', 'j2@2026-01-01T00:00:03Z'], 'w1')");
     /* every one started once the latest of them (400 ms) was due */
-    ck_q(url, "3|true",
-         "SELECT count(*) || '|' || bool_and(started_at >= (SELECT max(due_at) FROM warren.runs "
-         "WHERE state = 'running') AND lease_until = started_at + interval '30 s') FROM "
-         "warren.runs WHERE state = 'running'");
-    ck_q(url, "retrying",
-         "SELECT state FROM warren.runs WHERE run_key = 'j2@2026-01-01T00:00:03Z'");
+    ck_assert_sqlf(
+        url, "3|true",
+        "SELECT count(*) || '|' || bool_and(started_at >= (SELECT max(due_at) FROM warren.runs "
+        "WHERE state = 'running') AND lease_until = started_at + interval '30 s') FROM "
+        "warren.runs WHERE state = 'running'");
+    ck_assert_sqlf(url, "retrying",
+                   "SELECT state FROM warren.runs WHERE run_key = 'j2@2026-01-01T00:00:03Z'");
     free(url);
 }
 END_TEST
@@ -224,19 +223,22 @@ START_TEST(test_heartbeat_extends_by_the_lease_the_attempt_was_claimed_with)
      * sync shortens the job's lease to 2 s: the next heartbeat must still
      * extend by 30 s, or the lease lapses before the heartbeat after it. */
     char *url = setup("allow", 5, 1000, 60000, 30000);
-    ck_q(url, "1|30", "SELECT attempt || '|' || lease_seconds FROM warren.claim('" RK "', 'w1')");
+    ck_assert_sqlf(url, "1|30",
+                   "SELECT attempt || '|' || lease_seconds FROM warren.claim('" RK "', 'w1')");
     ck_assert_int_eq(qn(url, "UPDATE warren.jobs SET lease_ms = 2000"), 1);
-    ck_q(url, "t", "SELECT warren.heartbeat('" RK "', 1)");
-    ck_q(url, "t",
-         "SELECT lease_until BETWEEN now() + interval '29 s' AND now() + interval '31 s' "
-         "FROM warren.runs WHERE run_key = '" RK "'");
+    ck_assert_sqlf(url, "t", "SELECT warren.heartbeat('" RK "', 1)");
+    ck_assert_sqlf(url, "t",
+                   "SELECT lease_until BETWEEN now() + interval '29 s' AND now() + interval '31 s' "
+                   "FROM warren.runs WHERE run_key = '" RK "'");
     /* A claim after the sync gets the new lease, and keeps it. */
     add_run2(url);
-    ck_q(url, "1|2", "SELECT attempt || '|' || lease_seconds FROM warren.claim('" RK2 "', 'w1')");
+    ck_assert_sqlf(url, "1|2",
+                   "SELECT attempt || '|' || lease_seconds FROM warren.claim('" RK2 "', 'w1')");
     ck_assert_int_eq(qn(url, "UPDATE warren.jobs SET lease_ms = 60000"), 1);
-    ck_q(url, "t", "SELECT warren.heartbeat('" RK2 "', 1)");
-    ck_q(url, "t",
-         "SELECT lease_until < now() + interval '3 s' FROM warren.runs WHERE run_key = '" RK2 "'");
+    ck_assert_sqlf(url, "t", "SELECT warren.heartbeat('" RK2 "', 1)");
+    ck_assert_sqlf(
+        url, "t",
+        "SELECT lease_until < now() + interval '3 s' FROM warren.runs WHERE run_key = '" RK2 "'");
     free(url);
 }
 END_TEST
@@ -246,11 +248,12 @@ START_TEST(test_reclaim_many_takes_back_a_lost_claim_after_the_jobs_lease_change
     /* The lost claim's lease is claim time + the lease it was claimed with,
      * not the job's lease after a sync. */
     char *url = setup("allow", 5, 1000, 60000, 30000);
-    ck_q(url, "1", "SELECT count(*) FROM warren.claim_many(ARRAY['" RK "'], 'w1')");
+    ck_assert_sqlf(url, "1", "SELECT count(*) FROM warren.claim_many(ARRAY['" RK "'], 'w1')");
     ck_assert_int_eq(qn(url, "UPDATE warren.jobs SET lease_ms = 2000"), 1);
-    ck_q(url, "2|2",
-         "SELECT attempt || '|' || lease_seconds FROM warren.reclaim_many(ARRAY['" RK "'], 'w1', "
-         "60000)");
+    ck_assert_sqlf(url, "2|2",
+                   "SELECT attempt || '|' || lease_seconds FROM warren.reclaim_many(ARRAY['" RK
+                   "'], 'w1', "
+                   "60000)");
     free(url);
 }
 END_TEST
@@ -260,10 +263,10 @@ START_TEST(test_heartbeat_extends_lease_only_for_the_holder)
     char *url = setup("skip", 5, 1000, 60000, 30000);
     free(claim(url, RK, "w1"));
     ck_assert_int_eq(qn(url, "UPDATE warren.runs SET lease_until = now() + interval '2 s'"), 1);
-    ck_q(url, "t", "SELECT warren.heartbeat('" RK "', 1)");
-    ck_q(url, "t", "SELECT lease_until > now() + interval '29 s' FROM warren.runs");
-    ck_q(url, "f", "SELECT warren.heartbeat('" RK "', 2)");
-    ck_q(url, "f", "SELECT warren.heartbeat('nosuch@2026-01-01T00:00:00Z', 1)");
+    ck_assert_sqlf(url, "t", "SELECT warren.heartbeat('" RK "', 1)");
+    ck_assert_sqlf(url, "t", "SELECT lease_until > now() + interval '29 s' FROM warren.runs");
+    ck_assert_sqlf(url, "f", "SELECT warren.heartbeat('" RK "', 2)");
+    ck_assert_sqlf(url, "f", "SELECT warren.heartbeat('nosuch@2026-01-01T00:00:00Z', 1)");
     free(url);
 }
 END_TEST
@@ -272,17 +275,18 @@ START_TEST(test_complete_succeeded_writes_event_and_rejects_a_second_completion)
 {
     char *url = setup("skip", 5, 1000, 60000, 30000);
     free(claim(url, RK, "w1"));
-    ck_q(url, "t", "SELECT warren.complete('" RK "', 1, 'succeeded')");
-    ck_q(url, "succeeded|true|<null>",
-         "SELECT state || '|' || (finished_at IS NOT NULL) || '|' || coalesce(lease_until::text, "
-         "'<null>') FROM warren.runs");
-    ck_q(url, "warren.events|run.succeeded.j1|" RK "|j1|succeeded",
-         "SELECT concat_ws('|', exchange, routing_key, message_id, type, body->>'state') "
-         "FROM warren.outbox");
-    ck_q(url, "succeeded", "SELECT outcome FROM warren.attempts");
-    ck_q(url, "f", "SELECT warren.complete('" RK "', 1, 'succeeded')");
-    ck_q(url, "f", "SELECT warren.complete('" RK "', 1, 'retry', 'x')");
-    ck_q(url, "1", "SELECT count(*) FROM warren.outbox");
+    ck_assert_sqlf(url, "t", "SELECT warren.complete('" RK "', 1, 'succeeded')");
+    ck_assert_sqlf(
+        url, "succeeded|true|<null>",
+        "SELECT state || '|' || (finished_at IS NOT NULL) || '|' || coalesce(lease_until::text, "
+        "'<null>') FROM warren.runs");
+    ck_assert_sqlf(url, "warren.events|run.succeeded.j1|" RK "|j1|succeeded",
+                   "SELECT concat_ws('|', exchange, routing_key, message_id, type, body->>'state') "
+                   "FROM warren.outbox");
+    ck_assert_sqlf(url, "succeeded", "SELECT outcome FROM warren.attempts");
+    ck_assert_sqlf(url, "f", "SELECT warren.complete('" RK "', 1, 'succeeded')");
+    ck_assert_sqlf(url, "f", "SELECT warren.complete('" RK "', 1, 'retry', 'x')");
+    ck_assert_sqlf(url, "1", "SELECT count(*) FROM warren.outbox");
     free(url);
 }
 END_TEST
@@ -292,7 +296,7 @@ START_TEST(test_complete_rejects_unknown_outcome)
     char *url = setup("skip", 5, 1000, 60000, 30000);
     free(claim(url, RK, "w1"));
     ck_assert_int_eq(qn(url, "SELECT warren.complete('" RK "', 1, 'done')"), -1);
-    ck_q(url, "running", "SELECT state FROM warren.runs");
+    ck_assert_sqlf(url, "running", "SELECT state FROM warren.runs");
     free(url);
 }
 END_TEST
@@ -308,15 +312,16 @@ START_TEST(test_fencing_rejects_the_stale_attempt_after_takeover)
     char *a = claim(url, RK, "w2");
     ck_assert_str_eq(a, "2");
     free(a);
-    ck_q(url, "f", "SELECT warren.heartbeat('" RK "', 1)");
-    ck_q(url, "f", "SELECT warren.complete('" RK "', 1, 'succeeded')");
-    ck_q(url, "running|2|w2",
-         "SELECT concat_ws('|', state, attempt, lease_owner) FROM warren.runs");
-    ck_q(url, "lease_lost", "SELECT outcome FROM warren.attempts WHERE attempt = 1");
-    ck_q(url, "t", "SELECT warren.complete('" RK "', 2, 'succeeded')");
-    ck_q(url, "succeeded", "SELECT state FROM warren.runs");
-    ck_q(url, "1|lease_lost,2|succeeded",
-         "SELECT string_agg(attempt || '|' || outcome, ',' ORDER BY attempt) FROM warren.attempts");
+    ck_assert_sqlf(url, "f", "SELECT warren.heartbeat('" RK "', 1)");
+    ck_assert_sqlf(url, "f", "SELECT warren.complete('" RK "', 1, 'succeeded')");
+    ck_assert_sqlf(url, "running|2|w2",
+                   "SELECT concat_ws('|', state, attempt, lease_owner) FROM warren.runs");
+    ck_assert_sqlf(url, "lease_lost", "SELECT outcome FROM warren.attempts WHERE attempt = 1");
+    ck_assert_sqlf(url, "t", "SELECT warren.complete('" RK "', 2, 'succeeded')");
+    ck_assert_sqlf(url, "succeeded", "SELECT state FROM warren.runs");
+    ck_assert_sqlf(
+        url, "1|lease_lost,2|succeeded",
+        "SELECT string_agg(attempt || '|' || outcome, ',' ORDER BY attempt) FROM warren.attempts");
     free(url);
 }
 END_TEST
@@ -327,7 +332,7 @@ START_TEST(test_expired_lease_without_takeover_still_fences_by_attempt)
     free(claim(url, RK, "w1"));
     expire_lease(url, RK);
     /* Nobody claimed it since: the attempt still holds, and a heartbeat renews it. */
-    ck_q(url, "t", "SELECT warren.heartbeat('" RK "', 1)");
+    ck_assert_sqlf(url, "t", "SELECT warren.heartbeat('" RK "', 1)");
     ck_assert_ptr_null(claim(url, RK, "w2"));
     free(url);
 }
@@ -339,8 +344,8 @@ START_TEST(test_takeover_of_an_exhausted_run_makes_it_dead)
     free(claim(url, RK, "w1"));
     expire_lease(url, RK);
     ck_assert_ptr_null(claim(url, RK, "w2"));
-    ck_q(url, "dead", "SELECT state FROM warren.runs");
-    ck_q(url, "1", "SELECT count(*) FROM warren.outbox WHERE exchange = 'warren.dead'");
+    ck_assert_sqlf(url, "dead", "SELECT state FROM warren.runs");
+    ck_assert_sqlf(url, "1", "SELECT count(*) FROM warren.outbox WHERE exchange = 'warren.dead'");
     free(url);
 }
 END_TEST
@@ -360,7 +365,8 @@ START_TEST(test_retry_schedules_full_jitter_backoff_within_bounds)
             ck_assert_ptr_nonnull(got);
             ck_assert_int_eq(atoi(got), a);
             free(got);
-            ck_q(url, "t", "SELECT warren.complete('" RK "', %d, 'retry', 'boom %d')", a, a);
+            ck_assert_sqlf(url, "t", "SELECT warren.complete('" RK "', %d, 'retry', 'boom %d')", a,
+                           a);
             /* complete's now() is the attempt's finished_at (same transaction). */
             char *d = testenv_sql1f(
                 url, "SELECT extract(epoch FROM r.due_at - a.finished_at) * 1000 FROM "
@@ -379,7 +385,7 @@ START_TEST(test_retry_schedules_full_jitter_backoff_within_bounds)
                 below_half++;
             char want[64];
             snprintf(want, sizeof want, "retrying|boom %d", a);
-            ck_q(url, want, "SELECT state || '|' || last_error FROM warren.runs");
+            ck_assert_sqlf(url, want, "SELECT state || '|' || last_error FROM warren.runs");
             ck_assert_int_eq(qn(url, "UPDATE warren.runs SET due_at = now()"), 1);
         }
     }
@@ -403,19 +409,23 @@ START_TEST(test_retry_until_dead_writes_dead_letter_with_attempts_and_error)
         ck_assert_ptr_nonnull(got);
         ck_assert_int_eq(atoi(got), a);
         free(got);
-        ck_q(url, "t", "SELECT warren.complete('" RK "', %d, 'retry', 'error number %d')", a, a);
+        ck_assert_sqlf(url, "t", "SELECT warren.complete('" RK "', %d, 'retry', 'error number %d')",
+                       a, a);
     }
-    ck_q(url, "dead|error number 3|t",
-         "SELECT concat_ws('|', state, last_error, finished_at IS NOT NULL) FROM warren.runs");
+    ck_assert_sqlf(
+        url, "dead|error number 3|t",
+        "SELECT concat_ws('|', state, last_error, finished_at IS NOT NULL) FROM warren.runs");
     ck_assert_ptr_null(claim(url, RK, "w1"));
-    ck_q(url, "q1|" RK "|j1|" RK "|j1|3|3|error number 3|{\"k\": 7}|error number 3",
-         "SELECT concat_ws('|', routing_key, message_id, type, body->>'run_key', body->>'job', "
-         "body->>'attempt', body->>'attempts', body->>'last_error', body->>'payload', "
-         "headers->>'x-warren-error') FROM warren.outbox WHERE exchange = 'warren.dead'");
-    ck_q(url, "run.retry.j1,run.retry.j1,run.retry.j1,run.dead.j1,warren.dead",
-         "SELECT string_agg(CASE WHEN exchange = 'warren.dead' THEN exchange ELSE routing_key END, "
-         "',' ORDER BY id) FROM warren.outbox");
-    ck_q(url, "3", "SELECT count(*) FROM warren.attempts WHERE outcome = 'retry'");
+    ck_assert_sqlf(
+        url, "q1|" RK "|j1|" RK "|j1|3|3|error number 3|{\"k\": 7}|error number 3",
+        "SELECT concat_ws('|', routing_key, message_id, type, body->>'run_key', body->>'job', "
+        "body->>'attempt', body->>'attempts', body->>'last_error', body->>'payload', "
+        "headers->>'x-warren-error') FROM warren.outbox WHERE exchange = 'warren.dead'");
+    ck_assert_sqlf(
+        url, "run.retry.j1,run.retry.j1,run.retry.j1,run.dead.j1,warren.dead",
+        "SELECT string_agg(CASE WHEN exchange = 'warren.dead' THEN exchange ELSE routing_key END, "
+        "',' ORDER BY id) FROM warren.outbox");
+    ck_assert_sqlf(url, "3", "SELECT count(*) FROM warren.attempts WHERE outcome = 'retry'");
     free(url);
 }
 END_TEST
@@ -424,10 +434,10 @@ START_TEST(test_failed_outcome_is_dead_at_once)
 {
     char *url = setup("skip", 5, 0, 0, 30000);
     free(claim(url, RK, "w1"));
-    ck_q(url, "t", "SELECT warren.complete('" RK "', 1, 'failed', 'bad input')");
-    ck_q(url, "dead|bad input", "SELECT state || '|' || last_error FROM warren.runs");
-    ck_q(url, "run.failed.j1,run.dead.j1,q1",
-         "SELECT string_agg(routing_key, ',' ORDER BY id) FROM warren.outbox");
+    ck_assert_sqlf(url, "t", "SELECT warren.complete('" RK "', 1, 'failed', 'bad input')");
+    ck_assert_sqlf(url, "dead|bad input", "SELECT state || '|' || last_error FROM warren.runs");
+    ck_assert_sqlf(url, "run.failed.j1,run.dead.j1,q1",
+                   "SELECT string_agg(routing_key, ',' ORDER BY id) FROM warren.outbox");
     free(url);
 }
 END_TEST
@@ -436,21 +446,22 @@ START_TEST(test_replay_sends_a_dead_run_back_to_planned_keeping_history)
 {
     char *url = setup("skip", 1, 0, 0, 30000);
     free(claim(url, RK, "w1"));
-    ck_q(url, "f", "SELECT warren.replay('" RK "')"); /* running: not dead */
-    ck_q(url, "t", "SELECT warren.complete('" RK "', 1, 'retry', 'once')");
-    ck_q(url, "dead", "SELECT state FROM warren.runs");
-    ck_q(url, "t", "SELECT warren.replay('" RK "', 'tester')");
-    ck_q(url, "planned|t|1|1|t",
-         "SELECT concat_ws('|', state, due_at <= now(), attempt, attempt_base, "
-         "note LIKE '%%replayed at %% by tester after 1 attempts%%') FROM warren.runs");
-    ck_q(url, "f", "SELECT warren.replay('" RK "')");
+    ck_assert_sqlf(url, "f", "SELECT warren.replay('" RK "')"); /* running: not dead */
+    ck_assert_sqlf(url, "t", "SELECT warren.complete('" RK "', 1, 'retry', 'once')");
+    ck_assert_sqlf(url, "dead", "SELECT state FROM warren.runs");
+    ck_assert_sqlf(url, "t", "SELECT warren.replay('" RK "', 'tester')");
+    ck_assert_sqlf(url, "planned|t|1|1|t",
+                   "SELECT concat_ws('|', state, due_at <= now(), attempt, attempt_base, "
+                   "note LIKE '%%replayed at %% by tester after 1 attempts%%') FROM warren.runs");
+    ck_assert_sqlf(url, "f", "SELECT warren.replay('" RK "')");
     /* A fresh budget, and the fencing token keeps growing. */
     char *a = claim(url, RK, "w2");
     ck_assert_str_eq(a, "2");
     free(a);
-    ck_q(url, "t", "SELECT warren.complete('" RK "', 2, 'succeeded')");
-    ck_q(url, "1|retry,2|succeeded",
-         "SELECT string_agg(attempt || '|' || outcome, ',' ORDER BY attempt) FROM warren.attempts");
+    ck_assert_sqlf(url, "t", "SELECT warren.complete('" RK "', 2, 'succeeded')");
+    ck_assert_sqlf(
+        url, "1|retry,2|succeeded",
+        "SELECT string_agg(attempt || '|' || outcome, ',' ORDER BY attempt) FROM warren.attempts");
     free(url);
 }
 END_TEST
@@ -463,26 +474,28 @@ START_TEST(test_reaper_moves_expired_leases_to_retrying_or_dead)
     add_run2(url);
     free(claim(url, RK, "w1"));
     free(claim(url, RK2, "w1"));
-    ck_q(url, "0", "SELECT warren.reap_expired_leases(10)");
+    ck_assert_sqlf(url, "0", "SELECT warren.reap_expired_leases(10)");
     expire_lease(url, RK);
     expire_lease(url, RK2);
-    ck_q(url, "1", "SELECT warren.reap_expired_leases(1)");
-    ck_q(url, "1", "SELECT warren.reap_expired_leases(10)");
-    ck_q(url, "retrying,retrying", "SELECT string_agg(state, ',') FROM warren.runs");
-    ck_q(url, "2", "SELECT count(*) FROM warren.attempts WHERE outcome = 'lease_lost'");
-    ck_q(url, "2",
-         "SELECT count(*) FROM warren.runs WHERE note LIKE '%%lease of attempt 1 (worker w1) "
-         "expired at %%; reaped at %%'");
-    ck_q(url, "f", "SELECT warren.complete('" RK "', 1, 'succeeded')");
+    ck_assert_sqlf(url, "1", "SELECT warren.reap_expired_leases(1)");
+    ck_assert_sqlf(url, "1", "SELECT warren.reap_expired_leases(10)");
+    ck_assert_sqlf(url, "retrying,retrying", "SELECT string_agg(state, ',') FROM warren.runs");
+    ck_assert_sqlf(url, "2", "SELECT count(*) FROM warren.attempts WHERE outcome = 'lease_lost'");
+    ck_assert_sqlf(
+        url, "2",
+        "SELECT count(*) FROM warren.runs WHERE note LIKE '%%lease of attempt 1 (worker w1) "
+        "expired at %%; reaped at %%'");
+    ck_assert_sqlf(url, "f", "SELECT warren.complete('" RK "', 1, 'succeeded')");
     /* Second loss exhausts the budget of 2: dead with a dead letter. */
     char *a = claim(url, RK, "w2");
     ck_assert_str_eq(a, "2");
     free(a);
     expire_lease(url, RK);
-    ck_q(url, "1", "SELECT warren.reap_expired_leases(10)");
-    ck_q(url, "dead", "SELECT state FROM warren.runs WHERE run_key = '" RK "'");
-    ck_q(url, "1", "SELECT count(*) FROM warren.outbox WHERE exchange = 'warren.dead'");
-    ck_q(url, "3", "SELECT count(*) FROM warren.outbox WHERE routing_key = 'run.lease_lost.j1'");
+    ck_assert_sqlf(url, "1", "SELECT warren.reap_expired_leases(10)");
+    ck_assert_sqlf(url, "dead", "SELECT state FROM warren.runs WHERE run_key = '" RK "'");
+    ck_assert_sqlf(url, "1", "SELECT count(*) FROM warren.outbox WHERE exchange = 'warren.dead'");
+    ck_assert_sqlf(url, "3",
+                   "SELECT count(*) FROM warren.outbox WHERE routing_key = 'run.lease_lost.j1'");
     free(url);
 }
 END_TEST
@@ -495,12 +508,14 @@ START_TEST(test_overlap_skip_skips_the_newer_run_with_a_note)
     add_run2(url);
     free(claim(url, RK, "w1"));
     ck_assert_ptr_null(claim(url, RK2, "w2"));
-    ck_q(url, "skipped|t|t",
-         "SELECT concat_ws('|', state, finished_at IS NOT NULL, note LIKE '%%skipped by overlap "
-         "policy skip at %%: " RK " was still running%%') FROM warren.runs WHERE run_key = '" RK2
-         "'");
-    ck_q(url, "1", "SELECT count(*) FROM warren.outbox WHERE routing_key = 'run.skipped.j1'");
-    ck_q(url, "running", "SELECT state FROM warren.runs WHERE run_key = '" RK "'");
+    ck_assert_sqlf(
+        url, "skipped|t|t",
+        "SELECT concat_ws('|', state, finished_at IS NOT NULL, note LIKE '%%skipped by overlap "
+        "policy skip at %%: " RK " was still running%%') FROM warren.runs WHERE run_key = '" RK2
+        "'");
+    ck_assert_sqlf(url, "1",
+                   "SELECT count(*) FROM warren.outbox WHERE routing_key = 'run.skipped.j1'");
+    ck_assert_sqlf(url, "running", "SELECT state FROM warren.runs WHERE run_key = '" RK "'");
     free(url);
 }
 END_TEST
@@ -534,23 +549,27 @@ START_TEST(test_overlap_does_not_hold_back_enqueued_runs)
             free(got);
             free(k);
         }
-        ck_q(url, "2", "SELECT count(*) FROM warren.claim_many(ARRAY['j1@e3', 'j1@e4'], 'w2')");
-        ck_q(url, "2",
-             "WITH tk AS MATERIALIZED (SELECT * FROM warren.take_many(ARRAY['j1@e5', "
-             "'j1@e6'], 'w3')) SELECT warren.finish_many(ARRAY(SELECT run_key FROM tk), 'w3', "
-             "(SELECT min(taken_at) FROM tk))");
-        ck_q(url, "running:5,succeeded:2",
-             "SELECT string_agg(state || ':' || n, ',' ORDER BY state) FROM (SELECT state, "
-             "count(*) n FROM warren.runs GROUP BY state) x");
+        ck_assert_sqlf(url, "2",
+                       "SELECT count(*) FROM warren.claim_many(ARRAY['j1@e3', 'j1@e4'], 'w2')");
+        ck_assert_sqlf(
+            url, "2",
+            "WITH tk AS MATERIALIZED (SELECT * FROM warren.take_many(ARRAY['j1@e5', "
+            "'j1@e6'], 'w3')) SELECT warren.finish_many(ARRAY(SELECT run_key FROM tk), 'w3', "
+            "(SELECT min(taken_at) FROM tk))");
+        ck_assert_sqlf(
+            url, "running:5,succeeded:2",
+            "SELECT string_agg(state || ':' || n, ',' ORDER BY state) FROM (SELECT state, "
+            "count(*) n FROM warren.runs GROUP BY state) x");
         /* a scheduled run: the job's own policy, counting the enqueued ones */
         add_run2(url);
         free(claim(url, RK2, "w4"));
-        ck_q(url, want[p], "SELECT state FROM warren.runs WHERE run_key = '" RK2 "'");
-        ck_q(url, p == 2 ? "cancelled" : "running",
-             "SELECT state FROM warren.runs WHERE run_key = '" RK "'");
-        ck_q(url, "running:4,succeeded:2",
-             "SELECT string_agg(state || ':' || n, ',' ORDER BY state) FROM (SELECT state, "
-             "count(*) n FROM warren.runs WHERE origin = 'enqueue' GROUP BY state) x");
+        ck_assert_sqlf(url, want[p], "SELECT state FROM warren.runs WHERE run_key = '" RK2 "'");
+        ck_assert_sqlf(url, p == 2 ? "cancelled" : "running",
+                       "SELECT state FROM warren.runs WHERE run_key = '" RK "'");
+        ck_assert_sqlf(
+            url, "running:4,succeeded:2",
+            "SELECT string_agg(state || ':' || n, ',' ORDER BY state) FROM (SELECT state, "
+            "count(*) n FROM warren.runs WHERE origin = 'enqueue' GROUP BY state) x");
         free(url);
     }
 }
@@ -569,20 +588,21 @@ START_TEST(test_overlap_skip_reaps_a_run_whose_lease_expired)
     char *a = claim(url, RK2, "w2");
     ck_assert_str_eq(a, "1");
     free(a);
-    ck_q(url, "retrying|1",
-         "SELECT state || '|' || (note LIKE '%%reaped at %%by the overlap check of " RK2
-         "%%')::int "
-         "FROM warren.runs WHERE run_key = '" RK "'");
-    ck_q(url, "lease_lost",
-         "SELECT outcome FROM warren.attempts WHERE run_key = '" RK "' AND attempt = 1");
-    ck_q(url, "f", "SELECT warren.heartbeat('" RK "', 1)");
-    ck_q(url, "f", "SELECT warren.complete('" RK "', 1, 'succeeded')");
-    ck_q(url, "1", "SELECT count(*) FROM warren.outbox WHERE routing_key = 'run.lease_lost.j1'");
+    ck_assert_sqlf(url, "retrying|1",
+                   "SELECT state || '|' || (note LIKE '%%reaped at %%by the overlap check of " RK2
+                   "%%')::int "
+                   "FROM warren.runs WHERE run_key = '" RK "'");
+    ck_assert_sqlf(url, "lease_lost",
+                   "SELECT outcome FROM warren.attempts WHERE run_key = '" RK "' AND attempt = 1");
+    ck_assert_sqlf(url, "f", "SELECT warren.heartbeat('" RK "', 1)");
+    ck_assert_sqlf(url, "f", "SELECT warren.complete('" RK "', 1, 'succeeded')");
+    ck_assert_sqlf(url, "1",
+                   "SELECT count(*) FROM warren.outbox WHERE routing_key = 'run.lease_lost.j1'");
     /* its retry, while the newer run holds its lease: skipped */
-    ck_q(url, "0",
-         "UPDATE warren.runs SET due_at = now() WHERE run_key = '" RK "'; "
-         "SELECT count(*) FROM warren.claim('" RK "', 'w3')");
-    ck_q(url, "skipped", "SELECT state FROM warren.runs WHERE run_key = '" RK "'");
+    ck_assert_sqlf(url, "0",
+                   "UPDATE warren.runs SET due_at = now() WHERE run_key = '" RK "'; "
+                   "SELECT count(*) FROM warren.claim('" RK "', 'w3')");
+    ck_assert_sqlf(url, "skipped", "SELECT state FROM warren.runs WHERE run_key = '" RK "'");
     free(url);
 }
 END_TEST
@@ -595,7 +615,7 @@ START_TEST(test_overlap_allow_runs_both)
     char *a = claim(url, RK2, "w2");
     ck_assert_str_eq(a, "1");
     free(a);
-    ck_q(url, "2", "SELECT count(*) FROM warren.runs WHERE state = 'running'");
+    ck_assert_sqlf(url, "2", "SELECT count(*) FROM warren.runs WHERE state = 'running'");
     free(url);
 }
 END_TEST
@@ -606,7 +626,7 @@ START_TEST(test_overlap_queue_holds_the_newer_run_until_the_older_finishes)
     add_run2(url);
     free(claim(url, RK, "w1"));
     ck_assert_ptr_null(claim(url, RK2, "w2"));
-    ck_q(
+    ck_assert_sqlf(
         url, "retrying|0|t|t",
         "SELECT concat_ws('|', state, attempt, due_at BETWEEN now() + interval '0.9 s' AND now() + "
         "interval '1.1 s', note LIKE '%%held back by overlap policy queue: " RK
@@ -614,10 +634,11 @@ START_TEST(test_overlap_queue_holds_the_newer_run_until_the_older_finishes)
     /* Still blocked a second later (the message comes back): no second note line. */
     ck_assert_int_eq(qn(url, "UPDATE warren.runs SET due_at = now() WHERE run_key = '" RK2 "'"), 1);
     ck_assert_ptr_null(claim(url, RK2, "w2"));
-    ck_q(url, "1",
-         "SELECT count(*) FROM regexp_matches((SELECT note FROM warren.runs WHERE run_key "
-         "= '" RK2 "'), 'held back', 'g')");
-    ck_q(url, "t", "SELECT warren.complete('" RK "', 1, 'succeeded')");
+    ck_assert_sqlf(
+        url, "1",
+        "SELECT count(*) FROM regexp_matches((SELECT note FROM warren.runs WHERE run_key "
+        "= '" RK2 "'), 'held back', 'g')");
+    ck_assert_sqlf(url, "t", "SELECT warren.complete('" RK "', 1, 'succeeded')");
     ck_assert_int_eq(qn(url, "UPDATE warren.runs SET due_at = now() WHERE run_key = '" RK2 "'"), 1);
     char *a = claim(url, RK2, "w2");
     ck_assert_str_eq(a, "1");
@@ -634,15 +655,17 @@ START_TEST(test_overlap_cancel_previous_revokes_the_older_lease)
     char *a = claim(url, RK2, "w2");
     ck_assert_str_eq(a, "1");
     free(a);
-    ck_q(url, "cancelled|true",
-         "SELECT state || '|' || (note LIKE '%%cancelled by overlap policy "
-         "cancel_previous at %%: newer run " RK2
-         " claimed by w2%%') FROM warren.runs WHERE run_key = '" RK "'");
-    ck_q(url, "f", "SELECT warren.heartbeat('" RK "', 1)");
-    ck_q(url, "f", "SELECT warren.complete('" RK "', 1, 'succeeded')");
-    ck_q(url, "cancelled", "SELECT outcome FROM warren.attempts WHERE run_key = '" RK "'");
-    ck_q(url, "1", "SELECT count(*) FROM warren.outbox WHERE routing_key = 'run.cancelled.j1'");
-    ck_q(url, "t", "SELECT warren.complete('" RK2 "', 1, 'succeeded')");
+    ck_assert_sqlf(url, "cancelled|true",
+                   "SELECT state || '|' || (note LIKE '%%cancelled by overlap policy "
+                   "cancel_previous at %%: newer run " RK2
+                   " claimed by w2%%') FROM warren.runs WHERE run_key = '" RK "'");
+    ck_assert_sqlf(url, "f", "SELECT warren.heartbeat('" RK "', 1)");
+    ck_assert_sqlf(url, "f", "SELECT warren.complete('" RK "', 1, 'succeeded')");
+    ck_assert_sqlf(url, "cancelled",
+                   "SELECT outcome FROM warren.attempts WHERE run_key = '" RK "'");
+    ck_assert_sqlf(url, "1",
+                   "SELECT count(*) FROM warren.outbox WHERE routing_key = 'run.cancelled.j1'");
+    ck_assert_sqlf(url, "t", "SELECT warren.complete('" RK2 "', 1, 'succeeded')");
     free(url);
 }
 END_TEST
@@ -686,8 +709,8 @@ START_TEST(test_overlap_skip_holds_under_concurrent_claims)
     ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
     ck_assert_int_eq(PQntuples(r), 0);
     PQclear(r);
-    ck_q(url, "running,skipped",
-         "SELECT string_agg(state, ',' ORDER BY scheduled_at) FROM warren.runs");
+    ck_assert_sqlf(url, "running,skipped",
+                   "SELECT string_agg(state, ',' ORDER BY scheduled_at) FROM warren.runs");
     free(url);
 }
 END_TEST
@@ -705,31 +728,35 @@ START_TEST(test_claim_many_claims_fresh_runs_and_applies_the_rules_to_the_rest)
                              "FROM generate_series(1, 3) g"),
                      3);
     /* j2 (allow) takes the set-based path, j1 (skip) the full rules: RK claimed, RK2 skipped. */
-    ck_q(url,
-         "j1@2026-01-01T00:00:00Z:1,j2@2026-01-01T00:00:01Z:1,j2@2026-01-01T00:00:02Z:1,"
-         "j2@2026-01-01T00:00:03Z:1",
-         "SELECT string_agg(run_key || ':' || attempt, ',' ORDER BY run_key) FROM "
-         "warren.claim_many(ARRAY['j2@2026-01-01T00:00:03Z', '" RK "', '" RK2 "', "
-         "'j2@2026-01-01T00:00:01Z', 'j2@2026-01-01T00:00:02Z', 'nosuch@2026-01-01T00:00:00Z', "
-         "'j2@2026-01-01T00:00:01Z'], 'w1')");
-    ck_q(url, "skipped", "SELECT state FROM warren.runs WHERE run_key = '" RK2 "'");
-    ck_q(url, "4", "SELECT count(*) FROM warren.attempts WHERE worker = 'w1'");
+    ck_assert_sqlf(
+        url,
+        "j1@2026-01-01T00:00:00Z:1,j2@2026-01-01T00:00:01Z:1,j2@2026-01-01T00:00:02Z:1,"
+        "j2@2026-01-01T00:00:03Z:1",
+        "SELECT string_agg(run_key || ':' || attempt, ',' ORDER BY run_key) FROM "
+        "warren.claim_many(ARRAY['j2@2026-01-01T00:00:03Z', '" RK "', '" RK2 "', "
+        "'j2@2026-01-01T00:00:01Z', 'j2@2026-01-01T00:00:02Z', 'nosuch@2026-01-01T00:00:00Z', "
+        "'j2@2026-01-01T00:00:01Z'], 'w1')");
+    ck_assert_sqlf(url, "skipped", "SELECT state FROM warren.runs WHERE run_key = '" RK2 "'");
+    ck_assert_sqlf(url, "4", "SELECT count(*) FROM warren.attempts WHERE worker = 'w1'");
     /* Again: all held now, nothing comes back. */
-    ck_q(url, "0",
-         "SELECT count(*) FROM warren.claim_many(ARRAY['" RK "', "
-         "'j2@2026-01-01T00:00:01Z'], 'w2')");
+    ck_assert_sqlf(url, "0",
+                   "SELECT count(*) FROM warren.claim_many(ARRAY['" RK "', "
+                   "'j2@2026-01-01T00:00:01Z'], 'w2')");
     /* complete_many records current tokens and rejects stale ones. */
-    ck_q(url,
-         "j2@2026-01-01T00:00:01Z:true,j2@2026-01-01T00:00:02Z:false,nosuch@2026-01-01T00:00:00Z:"
-         "false",
-         "SELECT string_agg(run_key || ':' || recorded, ',' ORDER BY run_key) FROM "
-         "warren.complete_many(ARRAY['j2@2026-01-01T00:00:01Z', 'j2@2026-01-01T00:00:02Z', "
-         "'nosuch@2026-01-01T00:00:00Z'], ARRAY[1, 7, 1])");
-    ck_q(url, "succeeded|succeeded|1",
-         "SELECT r.state || '|' || a.outcome || '|' || (SELECT count(*) FROM warren.outbox WHERE "
-         "routing_key = 'run.succeeded.j2') FROM warren.runs r JOIN warren.attempts a USING "
-         "(run_key) WHERE r.run_key = 'j2@2026-01-01T00:00:01Z'");
-    ck_q(url, "running", "SELECT state FROM warren.runs WHERE run_key = 'j2@2026-01-01T00:00:02Z'");
+    ck_assert_sqlf(
+        url,
+        "j2@2026-01-01T00:00:01Z:true,j2@2026-01-01T00:00:02Z:false,nosuch@2026-01-01T00:00:00Z:"
+        "false",
+        "SELECT string_agg(run_key || ':' || recorded, ',' ORDER BY run_key) FROM "
+        "warren.complete_many(ARRAY['j2@2026-01-01T00:00:01Z', 'j2@2026-01-01T00:00:02Z', "
+        "'nosuch@2026-01-01T00:00:00Z'], ARRAY[1, 7, 1])");
+    ck_assert_sqlf(
+        url, "succeeded|succeeded|1",
+        "SELECT r.state || '|' || a.outcome || '|' || (SELECT count(*) FROM warren.outbox WHERE "
+        "routing_key = 'run.succeeded.j2') FROM warren.runs r JOIN warren.attempts a USING "
+        "(run_key) WHERE r.run_key = 'j2@2026-01-01T00:00:01Z'");
+    ck_assert_sqlf(url, "running",
+                   "SELECT state FROM warren.runs WHERE run_key = 'j2@2026-01-01T00:00:02Z'");
     free(url);
 }
 END_TEST
@@ -761,21 +788,24 @@ START_TEST(test_claim_many_claims_skip_runs_of_idle_jobs_at_once)
     char *url = setup("skip", 5, 1000, 60000, 30000);
     add_skip_jobs(url, 4);
     ck_assert_int_eq(qn(url, "UPDATE warren.runs SET tenant = 'acme' WHERE job = 'j3'"), 1);
-    ck_q(url,
-         "j1@2026-01-01T00:00:00Z:1,j2@2026-01-01T00:00:02Z:1,j3@2026-01-01T00:00:03Z:1,"
-         "j4@2026-01-01T00:00:04Z:1",
-         "SELECT string_agg(run_key || ':' || attempt, ',' ORDER BY run_key) FROM "
-         "warren.claim_many(ARRAY['j4@2026-01-01T00:00:04Z', 'j2@2026-01-01T00:00:02Z', '" RK
-         "', 'j3@2026-01-01T00:00:03Z'], 'w1')");
-    ck_q(url, "4|1|4|0|,acme,,",
-         "SELECT concat_ws('|', count(*) FILTER (WHERE state = 'running' AND lease_owner = 'w1' "
-         "AND lease_until = started_at + interval '30 s'), count(DISTINCT started_at), "
-         "count(*) FILTER (WHERE cap_group IS NULL AND cap_released_at IS NULL), "
-         "(SELECT count(*) FROM warren.outbox), string_agg(cap_tenant, ',' ORDER BY run_key DESC)) "
-         "FROM warren.runs");
-    ck_q(url, "4",
-         "SELECT count(*) FROM warren.attempts a JOIN warren.runs r USING (run_key, attempt) "
-         "WHERE a.worker = 'w1' AND a.started_at = r.started_at AND a.outcome IS NULL");
+    ck_assert_sqlf(
+        url,
+        "j1@2026-01-01T00:00:00Z:1,j2@2026-01-01T00:00:02Z:1,j3@2026-01-01T00:00:03Z:1,"
+        "j4@2026-01-01T00:00:04Z:1",
+        "SELECT string_agg(run_key || ':' || attempt, ',' ORDER BY run_key) FROM "
+        "warren.claim_many(ARRAY['j4@2026-01-01T00:00:04Z', 'j2@2026-01-01T00:00:02Z', '" RK
+        "', 'j3@2026-01-01T00:00:03Z'], 'w1')");
+    ck_assert_sqlf(
+        url, "4|1|4|0|,acme,,",
+        "SELECT concat_ws('|', count(*) FILTER (WHERE state = 'running' AND lease_owner = 'w1' "
+        "AND lease_until = started_at + interval '30 s'), count(DISTINCT started_at), "
+        "count(*) FILTER (WHERE cap_group IS NULL AND cap_released_at IS NULL), "
+        "(SELECT count(*) FROM warren.outbox), string_agg(cap_tenant, ',' ORDER BY run_key DESC)) "
+        "FROM warren.runs");
+    ck_assert_sqlf(
+        url, "4",
+        "SELECT count(*) FROM warren.attempts a JOIN warren.runs r USING (run_key, attempt) "
+        "WHERE a.worker = 'w1' AND a.started_at = r.started_at AND a.outcome IS NULL");
     free(url);
 }
 END_TEST
@@ -799,28 +829,32 @@ START_TEST(test_claim_many_skips_the_run_of_a_skip_job_with_a_run_running)
     ck_assert_str_eq(a, "1");
     free(a);
     expire_lease(url, "j3@2026-01-01T00:00:03Z");
-    ck_q(url, "j1@2026-01-01T00:00:00Z:1,j3@2026-01-01T00:01:03Z:1,j4@2026-01-01T00:00:04Z:1",
-         "SELECT string_agg(run_key || ':' || attempt, ',' ORDER BY run_key) FROM "
-         "warren.claim_many(ARRAY['j4@2026-01-01T00:00:04Z', 'j2@2026-01-01T00:01:02Z', "
-         "'j3@2026-01-01T00:01:03Z', '" RK "'], 'w1')");
-    ck_q(url, "skipped|t|t|0",
-         "SELECT concat_ws('|', state, finished_at IS NOT NULL, note LIKE 'skipped by overlap "
-         "policy skip at %%: j2@2026-01-01T00:00:02Z was still running', "
-         "(SELECT count(*) FROM warren.attempts a WHERE a.run_key = r.run_key)) "
-         "FROM warren.runs r WHERE run_key = 'j2@2026-01-01T00:01:02Z'");
-    ck_q(url, "run.skipped.j2:j2@2026-01-01T00:01:02Z,run.lease_lost.j3:j3@2026-01-01T00:00:03Z",
-         "SELECT string_agg(routing_key || ':' || (body->>'run_key'), ',' ORDER BY id) "
-         "FROM warren.outbox");
-    ck_q(url, "running|w0|retrying|lease_lost",
-         "SELECT concat_ws('|', (SELECT state FROM warren.runs WHERE run_key = "
-         "'j2@2026-01-01T00:00:02Z'), (SELECT lease_owner FROM warren.runs WHERE run_key = "
-         "'j2@2026-01-01T00:00:02Z'), (SELECT state FROM warren.runs WHERE run_key = "
-         "'j3@2026-01-01T00:00:03Z'), (SELECT outcome FROM warren.attempts WHERE run_key = "
-         "'j3@2026-01-01T00:00:03Z'))");
+    ck_assert_sqlf(url,
+                   "j1@2026-01-01T00:00:00Z:1,j3@2026-01-01T00:01:03Z:1,j4@2026-01-01T00:00:04Z:1",
+                   "SELECT string_agg(run_key || ':' || attempt, ',' ORDER BY run_key) FROM "
+                   "warren.claim_many(ARRAY['j4@2026-01-01T00:00:04Z', 'j2@2026-01-01T00:01:02Z', "
+                   "'j3@2026-01-01T00:01:03Z', '" RK "'], 'w1')");
+    ck_assert_sqlf(
+        url, "skipped|t|t|0",
+        "SELECT concat_ws('|', state, finished_at IS NOT NULL, note LIKE 'skipped by overlap "
+        "policy skip at %%: j2@2026-01-01T00:00:02Z was still running', "
+        "(SELECT count(*) FROM warren.attempts a WHERE a.run_key = r.run_key)) "
+        "FROM warren.runs r WHERE run_key = 'j2@2026-01-01T00:01:02Z'");
+    ck_assert_sqlf(
+        url, "run.skipped.j2:j2@2026-01-01T00:01:02Z,run.lease_lost.j3:j3@2026-01-01T00:00:03Z",
+        "SELECT string_agg(routing_key || ':' || (body->>'run_key'), ',' ORDER BY id) "
+        "FROM warren.outbox");
+    ck_assert_sqlf(
+        url, "running|w0|retrying|lease_lost",
+        "SELECT concat_ws('|', (SELECT state FROM warren.runs WHERE run_key = "
+        "'j2@2026-01-01T00:00:02Z'), (SELECT lease_owner FROM warren.runs WHERE run_key = "
+        "'j2@2026-01-01T00:00:02Z'), (SELECT state FROM warren.runs WHERE run_key = "
+        "'j3@2026-01-01T00:00:03Z'), (SELECT outcome FROM warren.attempts WHERE run_key = "
+        "'j3@2026-01-01T00:00:03Z'))");
     /* j1's and j4's runs: claimed together by the set-based statement */
-    ck_q(url, "1",
-         "SELECT count(DISTINCT started_at) FROM warren.runs WHERE run_key IN ('" RK "', "
-         "'j4@2026-01-01T00:00:04Z')");
+    ck_assert_sqlf(url, "1",
+                   "SELECT count(DISTINCT started_at) FROM warren.runs WHERE run_key IN ('" RK "', "
+                   "'j4@2026-01-01T00:00:04Z')");
     free(url);
 }
 END_TEST
@@ -854,13 +888,13 @@ START_TEST(test_claim_many_claims_one_of_two_keys_of_a_skip_job_as_the_per_key_c
         char *url = setup("skip", 5, 1000, 60000, 30000);
         add_run2(url);
         add_skip_jobs(url, 2);
-        ck_q(url, "j1@2026-01-01T00:00:00Z:1,j2@2026-01-01T00:00:02Z:1",
-             "SELECT string_agg(run_key || ':' || attempt, ',' ORDER BY run_key) FROM "
-             "warren.claim_many(%s, 'w1')",
-             order == 0 ? "ARRAY['" RK "', '" RK2 "', 'j2@2026-01-01T00:00:02Z']"
-                        : "ARRAY['" RK2 "', 'j2@2026-01-01T00:00:02Z', '" RK "']");
-        ck_q(url, want, "%s", outcome);
-        ck_q(url, want_ev, "%s", events);
+        ck_assert_sqlf(url, "j1@2026-01-01T00:00:00Z:1,j2@2026-01-01T00:00:02Z:1",
+                       "SELECT string_agg(run_key || ':' || attempt, ',' ORDER BY run_key) FROM "
+                       "warren.claim_many(%s, 'w1')",
+                       order == 0 ? "ARRAY['" RK "', '" RK2 "', 'j2@2026-01-01T00:00:02Z']"
+                                  : "ARRAY['" RK2 "', 'j2@2026-01-01T00:00:02Z', '" RK "']");
+        ck_assert_sqlf(url, want, "%s", outcome);
+        ck_assert_sqlf(url, want_ev, "%s", events);
         free(url);
     }
     free(want);
@@ -884,10 +918,12 @@ START_TEST(test_claim_many_skips_behind_a_concurrent_claim_of_the_same_skip_job)
     ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
     ck_assert_str_eq(PQgetvalue(r, 0, 0), "j2@2026-01-01T00:00:02Z");
     PQclear(r);
-    ck_q(url, "running:wa,skipped:,running:wb",
-         "SELECT string_agg(state || ':' || coalesce(lease_owner, ''), ',' ORDER BY run_key) "
-         "FROM warren.runs");
-    ck_q(url, "1", "SELECT count(*) FROM warren.outbox WHERE routing_key = 'run.skipped.j1'");
+    ck_assert_sqlf(
+        url, "running:wa,skipped:,running:wb",
+        "SELECT string_agg(state || ':' || coalesce(lease_owner, ''), ',' ORDER BY run_key) "
+        "FROM warren.runs");
+    ck_assert_sqlf(url, "1",
+                   "SELECT count(*) FROM warren.outbox WHERE routing_key = 'run.skipped.j1'");
     free(url);
 }
 END_TEST
@@ -947,16 +983,17 @@ START_TEST(test_claim_many_does_not_claim_its_own_runs_twice)
     /* RK2 (a second key of the skip job j1) keeps the per-key path in the
      * batch: the fast path claims RK, j1's smallest key. */
     add_run2(url);
-    ck_q(url, "j1@2026-01-01T00:00:00Z:1,j2@2026-01-01T00:00:01Z:1,j2@2026-01-01T00:00:02Z:1",
-         "SELECT string_agg(run_key || ':' || attempt, ',' ORDER BY run_key) FROM "
-         "warren.claim_many(ARRAY['" RK "', 'j2@2026-01-01T00:00:01Z', "
-         "'j2@2026-01-01T00:00:02Z', '" RK2 "'], 'w1')");
-    ck_q(url, "skipped", "SELECT state FROM warren.runs WHERE run_key = '" RK2 "'");
+    ck_assert_sqlf(url,
+                   "j1@2026-01-01T00:00:00Z:1,j2@2026-01-01T00:00:01Z:1,j2@2026-01-01T00:00:02Z:1",
+                   "SELECT string_agg(run_key || ':' || attempt, ',' ORDER BY run_key) FROM "
+                   "warren.claim_many(ARRAY['" RK "', 'j2@2026-01-01T00:00:01Z', "
+                   "'j2@2026-01-01T00:00:02Z', '" RK2 "'], 'w1')");
+    ck_assert_sqlf(url, "skipped", "SELECT state FROM warren.runs WHERE run_key = '" RK2 "'");
     int status = 0;
     ck_assert_int_eq(waitpid(holder, &status, 0), holder);
     ck_assert_int_eq(WEXITSTATUS(status), 0);
-    ck_q(url, "0", "SELECT count(*) FROM warren.attempts WHERE outcome = 'lease_lost'");
-    ck_q(url, "3", "SELECT count(*) FROM warren.attempts WHERE attempt = 1");
+    ck_assert_sqlf(url, "0", "SELECT count(*) FROM warren.attempts WHERE outcome = 'lease_lost'");
+    ck_assert_sqlf(url, "3", "SELECT count(*) FROM warren.attempts WHERE attempt = 1");
     free(url);
 }
 END_TEST
@@ -994,34 +1031,37 @@ START_TEST(test_batch_calls_take_cap_locks_only_for_runs_that_need_them)
     add_run2(url);
     /* Uncapped allow runs: claimed, no claim lock taken (none made: a
      * claim lock's row is made the first time it is taken). */
-    ck_q(url, "1|0",
-         "BEGIN; CREATE TEMP TABLE got ON COMMIT DROP AS SELECT * FROM "
-         "warren.claim_many(ARRAY['" RK2 "'], 'w1'); SELECT (SELECT count(*) FROM got) || '|' || "
-         "(SELECT count(*) FROM warren.claim_locks WHERE lock_key NOT LIKE 'w|%%')");
+    ck_assert_sqlf(url, "1|0",
+                   "BEGIN; CREATE TEMP TABLE got ON COMMIT DROP AS SELECT * FROM "
+                   "warren.claim_many(ARRAY['" RK2
+                   "'], 'w1'); SELECT (SELECT count(*) FROM got) || '|' || "
+                   "(SELECT count(*) FROM warren.claim_locks WHERE lock_key NOT LIKE 'w|%%')");
     /* The template's lock held elsewhere: the batch waits for it, then claims both. */
     pid_t holder = hold_claim_lock(url, "c|tpl", 1.0);
-    ck_q(url, "3",
-         "SELECT count(*) FROM warren.claim_many(ARRAY['" RK "', 'tpl.a@2026-01-01T00:00:01Z', "
-         "'tpl.a@2026-01-01T00:00:02Z'], 'w1')");
-    ck_q(url, "tpl:1,tpl:1,<none>:1",
-         "SELECT string_agg(coalesce(cap_group, '<none>') || ':' || attempt, ',' ORDER BY run_key "
-         "DESC) FROM warren.runs WHERE state = 'running'");
+    ck_assert_sqlf(url, "3",
+                   "SELECT count(*) FROM warren.claim_many(ARRAY['" RK
+                   "', 'tpl.a@2026-01-01T00:00:01Z', "
+                   "'tpl.a@2026-01-01T00:00:02Z'], 'w1')");
+    ck_assert_sqlf(
+        url, "tpl:1,tpl:1,<none>:1",
+        "SELECT string_agg(coalesce(cap_group, '<none>') || ':' || attempt, ',' ORDER BY run_key "
+        "DESC) FROM warren.runs WHERE state = 'running'");
     wait_holder(holder);
     /* The third is over the cap and waits. */
-    ck_q(url, "0",
-         "SELECT count(*) FROM warren.claim_many(ARRAY['tpl.a@2026-01-01T00:00:03Z'], "
-         "'w1')");
-    ck_q(url, "waiting",
-         "SELECT state FROM warren.runs WHERE run_key = 'tpl.a@2026-01-01T00:00:03Z'");
+    ck_assert_sqlf(url, "0",
+                   "SELECT count(*) FROM warren.claim_many(ARRAY['tpl.a@2026-01-01T00:00:03Z'], "
+                   "'w1')");
+    ck_assert_sqlf(url, "waiting",
+                   "SELECT state FROM warren.runs WHERE run_key = 'tpl.a@2026-01-01T00:00:03Z'");
     /* Completing a capped run and an uncapped one while the lock is held
      * elsewhere: both recorded after the wait, and the waiting run released. */
     holder = hold_claim_lock(url, "c|tpl", 1.0);
-    ck_q(url, "2",
-         "SELECT count(*) FROM warren.complete_many(ARRAY['" RK "', "
-         "'tpl.a@2026-01-01T00:00:01Z'], ARRAY[1, 1]) WHERE recorded");
+    ck_assert_sqlf(url, "2",
+                   "SELECT count(*) FROM warren.complete_many(ARRAY['" RK "', "
+                   "'tpl.a@2026-01-01T00:00:01Z'], ARRAY[1, 1]) WHERE recorded");
     wait_holder(holder);
-    ck_q(url, "planned",
-         "SELECT state FROM warren.runs WHERE run_key = 'tpl.a@2026-01-01T00:00:03Z'");
+    ck_assert_sqlf(url, "planned",
+                   "SELECT state FROM warren.runs WHERE run_key = 'tpl.a@2026-01-01T00:00:03Z'");
     free(url);
 }
 END_TEST
@@ -1093,9 +1133,9 @@ START_TEST(test_take_many_locks_fast_path_runs_and_finish_many_records_them)
     *bar = '\0';
     ck_assert_str_eq(got, "j2@2026-01-01T00:00:01Z:1:{},j2@2026-01-01T00:00:02Z:1:{}");
     /* nothing written: the others see them as they were */
-    ck_q(url, "planned|0",
-         "SELECT max(state) || '|' || (SELECT count(*) FROM warren.attempts) "
-         "FROM warren.runs WHERE job = 'j2'");
+    ck_assert_sqlf(url, "planned|0",
+                   "SELECT max(state) || '|' || (SELECT count(*) FROM warren.attempts) "
+                   "FROM warren.runs WHERE job = 'j2'");
     free(one(a, "SAVEPOINT s"));
     char *sql = testenv_fmt(
         "SELECT warren.finish_many(ARRAY[" J2("1") ", " J2("4") "], 'w1', '%s')", bar + 1);
@@ -1138,14 +1178,15 @@ START_TEST(test_take_many_locks_fast_path_runs_and_finish_many_records_them)
                       "a.worker = 'w1'), ',' ORDER BY r.run_key) FROM warren.runs r JOIN "
                       "warren.attempts a USING (run_key) WHERE r.job = 'j2'",
                       bar + 1);
-    ck_q(url, "succeeded:1:1:succeeded:true,succeeded:1:1:succeeded:true", "%s", sql);
+    ck_assert_sqlf(url, "succeeded:1:1:succeeded:true,succeeded:1:1:succeeded:true", "%s", sql);
     free(sql);
-    ck_q(url, "2",
-         "SELECT count(*) FROM warren.outbox WHERE routing_key = 'run.succeeded.j2' "
-         "AND body->>'worker' = 'w1' AND body->>'attempt' = '1'");
-    ck_q(url, "planned,planned,planned,planned",
-         "SELECT string_agg(state, ',' ORDER BY run_key) FROM warren.runs WHERE run_key IN ('" RK
-         "', " J2("3") ", " J2("4") ", 'j3@2026-01-01T00:00:01Z')");
+    ck_assert_sqlf(url, "2",
+                   "SELECT count(*) FROM warren.outbox WHERE routing_key = 'run.succeeded.j2' "
+                   "AND body->>'worker' = 'w1' AND body->>'attempt' = '1'");
+    ck_assert_sqlf(
+        url, "planned,planned,planned,planned",
+        "SELECT string_agg(state, ',' ORDER BY run_key) FROM warren.runs WHERE run_key IN ('" RK
+        "', " J2("3") ", " J2("4") ", 'j3@2026-01-01T00:00:01Z')");
     free(got);
     PQfinish(a);
     PQfinish(b);
@@ -1174,8 +1215,8 @@ START_TEST(test_take_many_takes_a_skip_jobs_run_under_its_overlap_lock)
                 "('j6', '2026-01-01T00:00:00Z', now())"),
         5);
     /* j5's first run is running (claimed and committed) */
-    ck_q(url, "1",
-         "SELECT count(*) FROM warren.claim_many(ARRAY['j5@2026-01-01T00:00:00Z'], 'w0')");
+    ck_assert_sqlf(
+        url, "1", "SELECT count(*) FROM warren.claim_many(ARRAY['j5@2026-01-01T00:00:00Z'], 'w0')");
     PGconn *a = PQconnectdb(url), *b = PQconnectdb(url), *c = PQconnectdb(url);
     ck_assert_int_eq(PQstatus(a), CONNECTION_OK);
     ck_assert_int_eq(PQstatus(b), CONNECTION_OK);
@@ -1211,10 +1252,11 @@ START_TEST(test_take_many_takes_a_skip_jobs_run_under_its_overlap_lock)
     PQclear(res);
     while ((res = PQgetResult(c)) != NULL)
         PQclear(res);
-    ck_q(url, "succeeded:1:1:succeeded|running",
-         "SELECT r.state || ':' || r.attempt || ':' || a.attempt || ':' || a.outcome || '|' || "
-         "(SELECT state FROM warren.runs WHERE run_key = '" RK2 "') FROM warren.runs r JOIN "
-         "warren.attempts a USING (run_key) WHERE r.run_key = '" RK "'");
+    ck_assert_sqlf(
+        url, "succeeded:1:1:succeeded|running",
+        "SELECT r.state || ':' || r.attempt || ':' || a.attempt || ':' || a.outcome || '|' || "
+        "(SELECT state FROM warren.runs WHERE run_key = '" RK2 "') FROM warren.runs r JOIN "
+        "warren.attempts a USING (run_key) WHERE r.run_key = '" RK "'");
     /* finish_many alone refuses what take_many leaves out */
     free(one(a, "BEGIN"));
     free(one(a, "SAVEPOINT s"));
@@ -1236,9 +1278,9 @@ START_TEST(test_take_many_takes_a_skip_jobs_run_under_its_overlap_lock)
     free(st);
     free(one(a, "ROLLBACK"));
     free(one(b, "ROLLBACK"));
-    ck_q(url, "planned,planned,running,planned,planned",
-         "SELECT string_agg(state, ',' ORDER BY run_key) FROM warren.runs "
-         "WHERE job IN ('j4', 'j5', 'j6')");
+    ck_assert_sqlf(url, "planned,planned,running,planned,planned",
+                   "SELECT string_agg(state, ',' ORDER BY run_key) FROM warren.runs "
+                   "WHERE job IN ('j4', 'j5', 'j6')");
     free(got);
     PQfinish(a);
     PQfinish(b);
@@ -1252,38 +1294,45 @@ START_TEST(test_reclaim_many_takes_back_a_claim_whose_answer_was_lost)
     char *url = setup("skip", 1, 1000, 60000, 30000);
     add_run2(url);
     /* w1 claimed RK; pretend the answer never arrived. */
-    ck_q(url, "1", "SELECT count(*) FROM warren.claim_many(ARRAY['" RK "'], 'w1')");
+    ck_assert_sqlf(url, "1", "SELECT count(*) FROM warren.claim_many(ARRAY['" RK "'], 'w1')");
     /* A plain claim cannot tell: the run is leased by a live worker. */
-    ck_q(url, "0", "SELECT count(*) FROM warren.claim_many(ARRAY['" RK "'], 'w1')");
+    ck_assert_sqlf(url, "0", "SELECT count(*) FROM warren.claim_many(ARRAY['" RK "'], 'w1')");
     /* Another worker, a run w1 does not hold, a claim older than the window:
      * no row. */
-    ck_q(url, "0",
-         "SELECT count(*) FROM warren.reclaim_many(ARRAY['" RK "', '" RK2 "'], 'w2', 60000)");
-    ck_q(url, "0", "SELECT count(*) FROM warren.reclaim_many(ARRAY['" RK "'], 'w1', 0)");
-    ck_q(url, RK ":2:30:{\"k\": 7}",
-         "SELECT string_agg(run_key || ':' || attempt || ':' || lease_seconds || ':' || payload, "
-         "',') FROM warren.reclaim_many(ARRAY['" RK "', '" RK2 "', '" RK "'], 'w1', 60000)");
-    ck_q(url, "planned", "SELECT state FROM warren.runs WHERE run_key = '" RK2 "'");
-    ck_q(url, "1|lease_lost|true,2|<none>|false",
-         "SELECT string_agg(attempt || '|' || coalesce(outcome, '<none>') || '|' || "
-         "(error LIKE '%%did not reach worker w1%%' AND finished_at IS NOT NULL)::text, ',' "
-         "ORDER BY attempt) FROM warren.attempts WHERE run_key = '" RK "'");
-    ck_q(url, "1|1",
-         "SELECT count(*) || '|' || max(body->>'attempt') FROM warren.outbox WHERE routing_key = "
-         "'run.lease_lost.j1'");
-    ck_q(url, "running|w1|true",
-         "SELECT state || '|' || lease_owner || '|' || (lease_until > now() + interval '29 "
-         "seconds')::text FROM warren.runs WHERE run_key = '" RK "'");
+    ck_assert_sqlf(url, "0",
+                   "SELECT count(*) FROM warren.reclaim_many(ARRAY['" RK "', '" RK2
+                   "'], 'w2', 60000)");
+    ck_assert_sqlf(url, "0", "SELECT count(*) FROM warren.reclaim_many(ARRAY['" RK "'], 'w1', 0)");
+    ck_assert_sqlf(
+        url, RK ":2:30:{\"k\": 7}",
+        "SELECT string_agg(run_key || ':' || attempt || ':' || lease_seconds || ':' || payload, "
+        "',') FROM warren.reclaim_many(ARRAY['" RK "', '" RK2 "', '" RK "'], 'w1', 60000)");
+    ck_assert_sqlf(url, "planned", "SELECT state FROM warren.runs WHERE run_key = '" RK2 "'");
+    ck_assert_sqlf(
+        url, "1|lease_lost|true,2|<none>|false",
+        "SELECT string_agg(attempt || '|' || coalesce(outcome, '<none>') || '|' || "
+        "(error LIKE '%%did not reach worker w1%%' AND finished_at IS NOT NULL)::text, ',' "
+        "ORDER BY attempt) FROM warren.attempts WHERE run_key = '" RK "'");
+    ck_assert_sqlf(
+        url, "1|1",
+        "SELECT count(*) || '|' || max(body->>'attempt') FROM warren.outbox WHERE routing_key = "
+        "'run.lease_lost.j1'");
+    ck_assert_sqlf(
+        url, "running|w1|true",
+        "SELECT state || '|' || lease_owner || '|' || (lease_until > now() + interval '29 "
+        "seconds')::text FROM warren.runs WHERE run_key = '" RK "'");
     /* The lost attempt is fenced off; the new one holds the run. */
-    ck_q(url, "f", "SELECT warren.heartbeat('" RK "', 1)");
-    ck_q(url, "f", "SELECT warren.complete('" RK "', 1, 'succeeded')");
-    ck_q(url, "t", "SELECT warren.heartbeat('" RK "', 2)");
+    ck_assert_sqlf(url, "f", "SELECT warren.heartbeat('" RK "', 1)");
+    ck_assert_sqlf(url, "f", "SELECT warren.complete('" RK "', 1, 'succeeded')");
+    ck_assert_sqlf(url, "t", "SELECT warren.heartbeat('" RK "', 2)");
     /* Heartbeated since: a run being worked on is never taken back. */
-    ck_q(url, "0", "SELECT count(*) FROM warren.reclaim_many(ARRAY['" RK "'], 'w1', 60000)");
+    ck_assert_sqlf(url, "0",
+                   "SELECT count(*) FROM warren.reclaim_many(ARRAY['" RK "'], 'w1', 60000)");
     /* One attempt of the budget is left: a retryable failure now is final. */
-    ck_q(url, "t", "SELECT warren.complete('" RK "', 2, 'retry', 'boom')");
-    ck_q(url, "dead", "SELECT state FROM warren.runs WHERE run_key = '" RK "'");
-    ck_q(url, "1", "SELECT body->>'attempts' FROM warren.outbox WHERE exchange = 'warren.dead'");
+    ck_assert_sqlf(url, "t", "SELECT warren.complete('" RK "', 2, 'retry', 'boom')");
+    ck_assert_sqlf(url, "dead", "SELECT state FROM warren.runs WHERE run_key = '" RK "'");
+    ck_assert_sqlf(url, "1",
+                   "SELECT body->>'attempts' FROM warren.outbox WHERE exchange = 'warren.dead'");
     free(url);
 }
 END_TEST
@@ -1293,14 +1342,18 @@ END_TEST
 START_TEST(test_worker_role_executes_the_protocol_but_cannot_touch_tables)
 {
     char *url = setup("skip", 5, 1000, 60000, 30000);
-    ck_q(url, "1", "SET ROLE warren_worker; SELECT attempt FROM warren.claim('" RK "', 'w1')");
-    ck_q(url, "t", "SET ROLE warren_worker; SELECT warren.heartbeat('" RK "', 1)");
-    ck_q(url, "t", "SET ROLE warren_worker; SELECT warren.complete('" RK "', 1, 'succeeded')");
-    ck_q(url, "0",
-         "SET ROLE warren_worker; SELECT count(*) FROM warren.claim_many(ARRAY['" RK "'], 'w2')");
-    ck_q(url, "0",
-         "SET ROLE warren_worker; SELECT count(*) FROM warren.reclaim_many(ARRAY['" RK "'], 'w2', "
-         "1000)");
+    ck_assert_sqlf(url, "1",
+                   "SET ROLE warren_worker; SELECT attempt FROM warren.claim('" RK "', 'w1')");
+    ck_assert_sqlf(url, "t", "SET ROLE warren_worker; SELECT warren.heartbeat('" RK "', 1)");
+    ck_assert_sqlf(url, "t",
+                   "SET ROLE warren_worker; SELECT warren.complete('" RK "', 1, 'succeeded')");
+    ck_assert_sqlf(url, "0",
+                   "SET ROLE warren_worker; SELECT count(*) FROM warren.claim_many(ARRAY['" RK
+                   "'], 'w2')");
+    ck_assert_sqlf(url, "0",
+                   "SET ROLE warren_worker; SELECT count(*) FROM warren.reclaim_many(ARRAY['" RK
+                   "'], 'w2', "
+                   "1000)");
     ck_assert_int_eq(qn(url, "SET ROLE warren_worker; SELECT * FROM warren.runs"), -1);
     ck_assert_int_eq(qn(url, "SET ROLE warren_worker; SELECT * FROM warren.jobs"), -1);
     ck_assert_int_eq(qn(url, "SET ROLE warren_worker; SELECT * FROM warren.outbox"), -1);
@@ -1313,38 +1366,25 @@ START_TEST(test_worker_role_executes_the_protocol_but_cannot_touch_tables)
     ck_assert_int_eq(
         qn(url, "SET ROLE warren_worker; SELECT * FROM warren.wp_claim('" RK "', 'w', true)"), -1);
     ck_assert_int_eq(qn(url, "SET ROLE warren_worker; SELECT warren.wp_wait_until(now())"), -1);
-    ck_q(url, "succeeded", "SELECT state FROM warren.runs");
-    ck_q(url, "f", "SELECT rolcanlogin FROM pg_roles WHERE rolname = 'warren_worker'");
+    ck_assert_sqlf(url, "succeeded", "SELECT state FROM warren.runs");
+    ck_assert_sqlf(url, "f", "SELECT rolcanlogin FROM pg_roles WHERE rolname = 'warren_worker'");
     free(url);
 }
 END_TEST
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    ck_assert_ptr_nonnull(s);
-    ck_assert_uint_eq(fread(s, 1, (size_t)n, f), (size_t)n);
-    s[n] = '\0';
-    fclose(f);
-    return s;
-}
 
 START_TEST(test_migration_records_itself_and_is_safe_to_rerun)
 {
     char *url = setup("skip", 5, 1000, 60000, 30000);
     free(claim(url, RK, "w1"));
-    ck_q(url, "002_worker_protocol", "SELECT name FROM warren.schema_migrations WHERE version = 2");
-    char *sql = slurp(WARREN_SOURCE_DIR "/sql/migrations/002_worker_protocol.sql");
+    ck_assert_sqlf(url, "002_worker_protocol",
+                   "SELECT name FROM warren.schema_migrations WHERE version = 2");
+    char *sql =
+        testenv_read_file(WARREN_SOURCE_DIR "/sql/migrations/002_worker_protocol.sql", NULL);
     ck_assert_int_ge(testenv_psql(url, sql, NULL), 0);
     free(sql);
-    ck_q(url, "1", "SELECT count(*) FROM warren.schema_migrations WHERE version = 2");
-    ck_q(url, "running|1", "SELECT state || '|' || attempt FROM warren.runs");
-    ck_q(url, "t", "SELECT warren.complete('" RK "', 1, 'succeeded')");
+    ck_assert_sqlf(url, "1", "SELECT count(*) FROM warren.schema_migrations WHERE version = 2");
+    ck_assert_sqlf(url, "running|1", "SELECT state || '|' || attempt FROM warren.runs");
+    ck_assert_sqlf(url, "t", "SELECT warren.complete('" RK "', 1, 'succeeded')");
     free(url);
 }
 END_TEST

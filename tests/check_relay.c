@@ -91,8 +91,9 @@ START_TEST(test_run_message_follows_the_contract)
                  "('j', '2026-01-02T03:04:06Z', '2026-01-02T03:04:06Z', NULL)",
                  NULL);
     tick(p);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'published' "
-                                  "AND publish_count = 1 AND published_at IS NOT NULL"),
+    ck_assert_int_eq(testenv_sql_long(e.db,
+                                      "SELECT count(*) FROM warren.runs WHERE state = 'published' "
+                                      "AND publish_count = 1 AND published_at IS NOT NULL"),
                      2);
     ck_assert(next_msg(b, &d, 5000));
     /* due order: ...:06 first */
@@ -185,7 +186,8 @@ START_TEST(test_enqueued_run_message_carries_key_template_and_tenant)
     ck_assert_str_eq(warren_delivery_header(&d, "x-warren-scheduled-at"), "2026-01-02T03:04:07Z");
     warren_broker_ack(b, d.tag, NULL);
     warren_delivery_clear(&d);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'published'"), 3);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE state = 'published'"), 3);
     warren_broker_free(b);
     warren_planner_free(p);
     env_free(&e);
@@ -208,10 +210,11 @@ START_TEST(test_unroutable_publish_is_recorded_not_success)
     warren_planner_stats_get(p, &s);
     ck_assert_int_eq(s.runs_unroutable, 1);
     ck_assert_int_eq(s.runs_published, 0);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'planned' AND "
-                                  "publish_count = 0 AND published_at IS NULL AND last_error "
-                                  "LIKE 'unroutable:%nosuch%'"),
-                     1);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE state = 'planned' AND "
+                               "publish_count = 0 AND published_at IS NULL AND last_error "
+                               "LIKE 'unroutable:%nosuch%'"),
+        1);
     tick(p); /* not hammered: retried after a pause */
     warren_planner_stats_get(p, &s);
     ck_assert_int_eq(s.runs_unroutable, 1);
@@ -222,10 +225,11 @@ START_TEST(test_unroutable_publish_is_recorded_not_success)
                  "date_trunc('second', now()) + interval '30 s', now() + interval '30 s')",
                  NULL);
     tick(p);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'planned' AND "
-                                  "last_error LIKE 'ready queue warren.ready.nosuch does not "
-                                  "exist%'"),
-                     1);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE state = 'planned' AND "
+                               "last_error LIKE 'ready queue warren.ready.nosuch does not "
+                               "exist%'"),
+        1);
 
     /* once the queue exists both go out */
     {
@@ -239,7 +243,8 @@ START_TEST(test_unroutable_publish_is_recorded_not_success)
     warren_planner_free(p);
     p = planner_new(&e, &c);
     tick(p);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'published'"), 2);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE state = 'published'"), 2);
     warren_planner_free(p);
     env_free(&e);
 }
@@ -279,7 +284,7 @@ START_TEST(test_outbox_published_with_headers_then_deleted)
         ck_assert_int_eq(testenv_psql(e.db, sql, NULL), 1);
     }
     tick(p);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.outbox"), 0);
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(*) FROM warren.outbox"), 0);
     b = consumer(&e, "events-test");
     for (int i = 0; i < 120; i++) {
         char want[64], n[16];
@@ -321,7 +326,8 @@ START_TEST(test_unpublishable_run_is_dead_lettered_and_the_batch_goes_on)
                  "('j', '2026-01-02T03:04:03Z', '2026-01-02T03:04:03Z', '{\"ok\": 3}')",
                  NULL);
     ck_assert_msg(warren_planner_tick(p, &err) == 0, "tick: %s", err.message);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'published'"), 2);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE state = 'published'"), 2);
     char *why = testenv_sql1(e.db, "SELECT state || ': ' || last_error FROM warren.runs WHERE "
                                    "scheduled_at = '2026-01-02T03:04:02Z' AND finished_at IS NOT "
                                    "NULL AND note LIKE '%not published%'");
@@ -344,7 +350,8 @@ START_TEST(test_unpublishable_run_is_dead_lettered_and_the_batch_goes_on)
         warren_broker_ack(b, d.tag, NULL);
         warren_delivery_clear(&d);
     }
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"), 2);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"), 2);
     /* the dead letter, with its reason */
     dead = consumer(&e, WARREN_DEAD_QUEUE);
     ck_assert(next_msg(dead, &d, 5000));
@@ -355,7 +362,8 @@ START_TEST(test_unpublishable_run_is_dead_lettered_and_the_batch_goes_on)
     warren_delivery_clear(&d);
     /* not taken again: the next tick publishes nothing more */
     tick(p);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'dead'"), 1);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE state = 'dead'"), 1);
     ck_assert(!next_msg(b, &d, 500));
     warren_broker_free(dead);
     warren_broker_free(b);
@@ -482,7 +490,7 @@ START_TEST(test_unpublishable_outbox_row_does_not_block_the_outbox)
                  "'{\"x-warren-job\": \"j\", \"x-null\": null}', '{\"n\": 3}')",
                  NULL);
     ck_assert_msg(warren_planner_tick(p, &err) == 0, "tick: %s", err.message);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.outbox"), 0);
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(*) FROM warren.outbox"), 0);
     b = consumer(&e, "events-test");
     ck_assert(next_msg(b, &d, 5000));
     ck_assert_str_eq(d.message_id, "j@a");
@@ -513,7 +521,8 @@ END_TEST
 
 static long outbox_events(const env *e)
 {
-    return sql_long(e, "SELECT count(*) FROM warren.outbox WHERE exchange = 'warren.events'");
+    return testenv_sql_long(e->db,
+                            "SELECT count(*) FROM warren.outbox WHERE exchange = 'warren.events'");
 }
 
 /* A backlog of events (1,000 or more in one pass) with planner.event_defer:
@@ -551,7 +560,7 @@ START_TEST(test_outbox_holds_back_young_events_in_a_backlog)
                      1);
     tick(p);
     tick(p);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.outbox"), 1500);
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(*) FROM warren.outbox"), 1500);
     b = consumer(&e, "warren.dead");
     ck_assert(next_msg(b, &d, 5000));
     ck_assert_str_eq(d.message_id, "j@dead");
@@ -568,8 +577,8 @@ START_TEST(test_outbox_holds_back_young_events_in_a_backlog)
                      700);
     tick(p);
     ck_assert_int_eq(outbox_events(&e), 800);
-    ck_assert_int_eq(sql_long(&e, "SELECT (min(message_id) = 'j@1701')::int FROM warren.outbox"),
-                     1);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT (min(message_id) = 'j@1701')::int FROM warren.outbox"), 1);
     /* Fewer than 1,000 wait: holding ends and the young ones go out at once. */
     tick(p);
     ck_assert_int_eq(outbox_events(&e), 0);
@@ -592,7 +601,7 @@ START_TEST(test_outbox_holds_back_young_events_in_a_backlog)
                                   NULL),
                      1);
     tick(p);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.outbox"), 0);
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(*) FROM warren.outbox"), 0);
     warren_planner_free(p);
     env_free(&e);
 }
@@ -625,23 +634,25 @@ START_TEST(test_reconciler_republishes_lost_runs_and_reaps_leases)
                  NULL);
     p = planner_new(&e, &c);
     tick(p); /* reconcile: back to planned */
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE scheduled_at = "
-                                  "'2026-01-01T00:00:00Z' AND state = 'planned' AND note LIKE "
-                                  "'republished by reconciler at %: not started % s after due'"),
-                     1);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE scheduled_at = "
+                               "'2026-01-01T00:00:00Z' AND state = 'planned' AND note LIKE "
+                               "'republished by reconciler at %: not started % s after due'"),
+        1);
     /* published only a second ago: left alone */
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE scheduled_at = "
-                                  "'2026-01-01T00:00:01Z' AND state = 'published'"),
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE scheduled_at = "
+                                            "'2026-01-01T00:00:01Z' AND state = 'published'"),
                      1);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE scheduled_at = "
-                                  "'2026-01-01T00:00:02Z' AND state <> 'running'"),
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE scheduled_at = "
+                                            "'2026-01-01T00:00:02Z' AND state <> 'running'"),
                      1);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.attempts WHERE outcome = "
-                                  "'lease_lost'"),
+    ck_assert_int_eq(testenv_sql_long(e.db, "SELECT count(*) FROM warren.attempts WHERE outcome = "
+                                            "'lease_lost'"),
                      1);
     tick(p); /* relay: published again under the same key */
-    ck_assert_int_eq(sql_long(&e, "SELECT publish_count FROM warren.runs WHERE scheduled_at = "
-                                  "'2026-01-01T00:00:00Z' AND state = 'published'"),
+    ck_assert_int_eq(testenv_sql_long(e.db,
+                                      "SELECT publish_count FROM warren.runs WHERE scheduled_at = "
+                                      "'2026-01-01T00:00:00Z' AND state = 'published'"),
                      2);
     ck_assert(next_msg(b, &d, 5000));
     ck_assert_str_eq(d.message_id, "j@2026-01-01T00:00:00Z");
@@ -673,7 +684,8 @@ START_TEST(test_delay_ring_releases_at_due)
                  "'2026-01-01T00:00:00Z', clock_timestamp() + interval '2500 ms')",
                  NULL);
     tick(p);
-    slot = sql_long(&e, "SELECT floor(extract(epoch FROM due_at))::bigint % 64 FROM warren.runs");
+    slot = testenv_sql_long(
+        e.db, "SELECT floor(extract(epoch FROM due_at))::bigint % 64 FROM warren.runs");
     snprintf(q, sizeof(q), "warren.delay.ring.%ld", slot);
     ck_assert_int_eq(testenv_queue_depth(e.amqp, q), 1);
     ck_assert(next_msg(b, &d, 10000));
@@ -736,11 +748,13 @@ START_TEST(test_release_lead_releases_runs_that_long_before_due)
                  "'3.5 s'), ('j', '2026-01-01T00:00:01Z', clock_timestamp() + interval '1 s')",
                  NULL);
     tick(p);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'published'"), 2);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE state = 'published'"), 2);
     /* the later one waits in the queue of its release second, due - 1.5 s */
     snprintf(q, sizeof(q), "warren.delay.%ld",
-             sql_long(&e, "SELECT floor(extract(epoch FROM due_at - interval '1.5 s'))::bigint "
-                          "FROM warren.runs WHERE scheduled_at = '2026-01-01T00:00:00Z'"));
+             testenv_sql_long(e.db,
+                              "SELECT floor(extract(epoch FROM due_at - interval '1.5 s'))::bigint "
+                              "FROM warren.runs WHERE scheduled_at = '2026-01-01T00:00:00Z'"));
     ck_assert_int_eq(testenv_queue_depth(e.amqp, q), 1);
     for (int i = 0; i < 2; i++) {
         warren_us due = 0, at;
@@ -789,7 +803,8 @@ START_TEST(test_release_lead_needs_migration_009)
                  NULL);
     tick(p);
     snprintf(q, sizeof(q), "warren.delay.%ld",
-             sql_long(&e, "SELECT floor(extract(epoch FROM due_at))::bigint FROM warren.runs"));
+             testenv_sql_long(e.db,
+                              "SELECT floor(extract(epoch FROM due_at))::bigint FROM warren.runs"));
     ck_assert_int_eq(testenv_queue_depth(e.amqp, q), 1);
     warren_planner_free(p);
     env_free(&e);
@@ -800,22 +815,18 @@ END_TEST
  * group `planner`; returns the exit status, output in out. */
 static int topology_cli(const env *e, const char *planner, char *out, size_t len)
 {
-    char cfg[] = "/tmp/warren_check_relay_XXXXXX", cmd[2048];
-    int fd = mkstemp(cfg), status;
-    FILE *f;
-
-    ck_assert_int_ge(fd, 0);
-    f = fdopen(fd, "w");
-    fprintf(f,
-            "jobs = ( { name = \"j\"; every = \"10s\"; queue = \"q\"; },\n"
-            "         { name = \"k\"; every = \"10s\"; queue = \"r\"; } );\n"
-            "planner = { %s };\n",
-            planner);
-    fclose(f);
-    snprintf(cmd, sizeof(cmd), "WARREN_AMQP_URL='%s' '%s' topology -c '%s' 2>&1", e->amqp,
-             WARREN_BINARY, cfg);
-    status = testenv_run(cmd, out, len);
+    char *text = testenv_fmt("jobs = ( { name = \"j\"; every = \"10s\"; queue = \"q\"; },\n"
+                             "         { name = \"k\"; every = \"10s\"; queue = \"r\"; } );\n"
+                             "planner = { %s };\n",
+                             planner);
+    char *cfg = testenv_temp_file("warren_check_relay", "", text);
+    char *cmd =
+        testenv_fmt("WARREN_AMQP_URL='%s' '%s' topology -c '%s' 2>&1", e->amqp, WARREN_BINARY, cfg);
+    int status = testenv_run(cmd, out, len);
     unlink(cfg);
+    free(cmd);
+    free(cfg);
+    free(text);
     return status;
 }
 
@@ -886,11 +897,13 @@ START_TEST(test_classic_delay_ring_releases_no_run_early_and_routes)
                  "(4, 'j', 20)) v(g, job, ms)",
                  NULL);
     tick(p);
-    ck_assert_int_eq(sql_long(&e, "SELECT count(*) FROM warren.runs WHERE state = 'published'"), 5);
+    ck_assert_int_eq(
+        testenv_sql_long(e.db, "SELECT count(*) FROM warren.runs WHERE state = 'published'"), 5);
     /* waiting in the ring slots of their due seconds, no per-second queue */
     {
-        long s0 = sql_long(&e, "SELECT floor(extract(epoch FROM min(due_at)))::bigint FROM "
-                               "warren.runs");
+        long s0 =
+            testenv_sql_long(e.db, "SELECT floor(extract(epoch FROM min(due_at)))::bigint FROM "
+                                   "warren.runs");
         char q[64];
         snprintf(q, sizeof(q), "warren.delay.ring.%ld", s0 % 64);
         ck_assert_int_eq(testenv_queue_depth(e.amqp, q), 3);

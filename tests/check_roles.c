@@ -443,16 +443,6 @@ START_TEST(test_roles_worker_login_runs_the_protocol_but_cannot_touch_tables)
 }
 END_TEST
 
-/* The URL with login as its user (same host, port, database). New. */
-static char *login_url(const char *url, const char *login)
-{
-    const char *at = strstr(url, "://"), *userend;
-    ck_assert_ptr_nonnull(at);
-    userend = strchr(at + 3, '@');
-    ck_assert_ptr_nonnull(userend);
-    return testenv_fmt("%.*s%s%s", (int)(at + 3 - url), url, login, userend);
-}
-
 /* Asserts that login holds EXECUTE (through its roles, PUBLIC included) on
  * exactly the functions whose expected grantees name role, walking every
  * function of the schema. */
@@ -507,8 +497,8 @@ START_TEST(test_roles_producer_login_runs_the_application_api_only)
     assert_login_executes_exactly(admin, plogin, "warren_producer");
     assert_login_executes_exactly(admin, wlogin, "warren_worker");
 
-    purl = login_url(url, plogin);
-    wurl = login_url(url, wlogin);
+    purl = testenv_url_as(url, plogin);
+    wurl = testenv_url_as(url, wlogin);
     p = PQconnectdb(purl);
     w = PQconnectdb(wurl);
     ck_assert_msg(PQstatus(p) == CONNECTION_OK, "%s: %s", purl, PQerrorMessage(p));
@@ -631,7 +621,7 @@ START_TEST(test_roles_worker_login_warms_a_connection_up_writing_nothing)
                              " VALUES ('job1', '2026-01-01T00:00:00Z', now(), 'published')",
                              state, sizeof(state)),
                      "");
-    wurl = login_url(url, login);
+    wurl = testenv_url_as(url, login);
     ck_assert_msg(warren_store_open(wurl, NULL, &st, &err) == 0, "%s", err.message);
     ck_assert_msg(warren_store_warm_up(st, &err) == 0, "%s", err.message);
     /* nothing left open: the connection serves the next call */

@@ -35,66 +35,20 @@ static const char SYNCED[] =
     "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, partition)"
     " VALUES ('nightly', 'cron', '0 2 * * *', 'q', 2)";
 
-/* Runs sql on url; returns the first value ("" for none or NULL) on
- * success, else "SQLSTATE: message" (new). */
-static char *try_sql(const char *url, const char *sql)
-{
-    PGconn *c = PQconnectdb(url);
-    PGresult *res;
-    char *out;
-
-    ck_assert_msg(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
-    res = PQexec(c, sql);
-    if (PQresultStatus(res) == PGRES_TUPLES_OK || PQresultStatus(res) == PGRES_COMMAND_OK)
-        out = testenv_fmt("%s",
-                          PQntuples(res) > 0 && PQnfields(res) > 0 ? PQgetvalue(res, 0, 0) : "");
-    else
-        out = testenv_fmt("%s: %s", PQresultErrorField(res, PG_DIAG_SQLSTATE),
-                          PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY));
-    PQclear(res);
-    PQfinish(c);
-    return out;
-}
-
-static void expect(const char *url, const char *sql, const char *want)
-{
-    char *got = try_sql(url, sql);
-    ck_assert_msg(strcmp(got, want) == 0, "%s\n  gave: %s\n  want: %s", sql, got, want);
-    free(got);
-}
-
-static void expect_prefix(const char *url, const char *sql, const char *want)
-{
-    char *got = try_sql(url, sql);
-    ck_assert_msg(strncmp(got, want, strlen(want)) == 0, "%s\n  gave: %s\n  want: %s...", sql, got,
-                  want);
-    free(got);
-}
-
 /* The error names the function and the thing, and is 22023. */
 static void expect_22023(const char *url, const char *sql, const char *fn, const char *what)
 {
-    char *got = try_sql(url, sql);
+    char *got = testenv_try_sql(url, sql);
     ck_assert_msg(strncmp(got, "22023: ", 7) == 0 && strstr(got, fn) != NULL &&
                       strstr(got, what) != NULL,
                   "%s\n  gave: %s\n  want: 22023 naming %s and %s", sql, got, fn, what);
     free(got);
 }
 
-/* The URL with login as its user (same host, port, database). New. */
-static char *login_url(const char *url, const char *login)
-{
-    const char *at = strstr(url, "://"), *userend;
-    ck_assert_ptr_nonnull(at);
-    userend = strchr(at + 3, '@');
-    ck_assert_ptr_nonnull(userend);
-    return testenv_fmt("%.*s%s%s", (int)(at + 3 - url), url, login, userend);
-}
-
 static char *synced_db(void)
 {
     char *url = testenv_db_migrated();
-    expect(url, SYNCED, "");
+    ck_assert_sql_eq(url, SYNCED, "");
     return url;
 }
 
@@ -107,16 +61,17 @@ static char *synced_db(void)
 START_TEST(test_status_a_schedule_the_planner_cannot_compute_shows_broken_with_its_reason)
 {
     env e = fixture_env_new();
-    expect(e.db, SYNCED, "");
-    expect(e.db,
-           "SELECT warren.upsert_job('rep.acme', 'report', "
-           "'{\"cron\": \"61 25 * * *\", \"tenant\": \"acme\"}')",
-           "created");
+    ck_assert_sql_eq(e.db, SYNCED, "");
+    ck_assert_sql_eq(e.db,
+                     "SELECT warren.upsert_job('rep.acme', 'report', "
+                     "'{\"cron\": \"61 25 * * *\", \"tenant\": \"acme\"}')",
+                     "created");
     /* Before the planner has looked at it: active, nothing planned yet. */
-    expect(e.db,
-           "SELECT concat_ws('|', kind, template, tenant, state, schedule, next_runs::text,"
-           " next_fire_at IS NULL, last_run_key IS NULL) FROM warren.job_status('rep.acme')",
-           "api|report|acme|active|cron \"61 25 * * *\" (UTC)|{}|t|t");
+    ck_assert_sql_eq(
+        e.db,
+        "SELECT concat_ws('|', kind, template, tenant, state, schedule, next_runs::text,"
+        " next_fire_at IS NULL, last_run_key IS NULL) FROM warren.job_status('rep.acme')",
+        "api|report|acme|active|cron \"61 25 * * *\" (UTC)|{}|t|t");
 
     warren_config pc;
     memset(&pc, 0, sizeof(pc));
@@ -132,18 +87,20 @@ START_TEST(test_status_a_schedule_the_planner_cannot_compute_shows_broken_with_i
     warren_planner_free(p);
 
     /* The reason is the planner's, word for word; since is when it broke. */
-    expect(e.db,
-           "SELECT s.state = 'broken' AND s.reason = j.broken_reason AND s.reason <> ''"
-           " AND s.since = j.broken_since AND s.next_fire_at IS NULL AND s.next_runs = '{}'"
-           " FROM warren.job_status('rep.acme') s, warren.jobs j WHERE j.name = 'rep.acme'",
-           "t");
-    expect(e.db, "SELECT reason ~ '61' FROM warren.job_status('rep.acme')", "t");
+    ck_assert_sql_eq(
+        e.db,
+        "SELECT s.state = 'broken' AND s.reason = j.broken_reason AND s.reason <> ''"
+        " AND s.since = j.broken_since AND s.next_fire_at IS NULL AND s.next_runs = '{}'"
+        " FROM warren.job_status('rep.acme') s, warren.jobs j WHERE j.name = 'rep.acme'",
+        "t");
+    ck_assert_sql_eq(e.db, "SELECT reason ~ '61' FROM warren.job_status('rep.acme')", "t");
     /* Paused, it says paused, and that the schedule is broken too. */
-    expect(e.db, "SELECT warren.pause_job('rep.acme')::text", "true");
-    expect(e.db,
-           "SELECT state || '|' || (reason LIKE 'paused since %warren.resume_job%; its schedule "
-           "is also broken: %61%')::text FROM warren.job_status('rep.acme')",
-           "paused|true");
+    ck_assert_sql_eq(e.db, "SELECT warren.pause_job('rep.acme')::text", "true");
+    ck_assert_sql_eq(
+        e.db,
+        "SELECT state || '|' || (reason LIKE 'paused since %warren.resume_job%; its schedule "
+        "is also broken: %61%')::text FROM warren.job_status('rep.acme')",
+        "paused|true");
     env_free(&e);
 }
 END_TEST
@@ -155,83 +112,87 @@ END_TEST
 START_TEST(test_status_next_fire_times_last_run_and_its_outcome)
 {
     char *url = synced_db();
-    expect(url,
-           "UPDATE warren.jobs SET next_fire_at = '2099-01-09T02:00:00Z' WHERE name = 'nightly';"
-           "INSERT INTO warren.runs (job, scheduled_at, due_at, state, origin, attempt,"
-           "                         started_at, finished_at, last_error, note) VALUES"
-           " ('nightly', '2020-01-01T02:00:00Z', '2020-01-01T02:00:00Z', 'succeeded', 'schedule',"
-           "  1, '2020-01-01T02:00:01Z', '2020-01-01T02:00:05Z', NULL, NULL),"
-           " ('nightly', '2020-01-02T02:00:00Z', '2020-01-02T02:00:00Z', 'dead', 'schedule',"
-           "  5, '2020-01-02T02:09:00Z', '2020-01-02T02:09:30Z', 'exit status 3: disk full', NULL),"
-           /* the future: planned, published, waiting (fires), cancelled (not) */
-           " ('nightly', '2099-01-03T02:00:00Z', '2099-01-03T02:00:00Z', 'published', 'schedule',"
-           "  0, NULL, NULL, NULL, NULL),"
-           " ('nightly', '2099-01-04T02:00:00Z', '2099-01-04T02:00:00Z', 'cancelled', 'schedule',"
-           "  0, NULL, '2020-01-03T00:00:00Z', NULL, 'cancelled by the operator'),"
-           " ('nightly', '2099-01-05T02:00:00Z', '2099-01-05T02:00:00Z', 'waiting', 'schedule',"
-           "  0, NULL, NULL, NULL, NULL),"
-           " ('nightly', '2099-01-06T02:00:00Z', '2099-01-06T02:00:00Z', 'planned', 'misfire',"
-           "  0, NULL, NULL, NULL, NULL),"
-           " ('nightly', '2099-01-07T02:00:00Z', '2099-01-07T02:00:00Z', 'planned', 'schedule',"
-           "  0, NULL, NULL, NULL, NULL),"
-           " ('nightly', '2099-01-08T02:00:00Z', '2099-01-08T02:00:00Z', 'planned', 'schedule',"
-           "  0, NULL, NULL, NULL, NULL);"
-           /* an enqueued run, earlier than every fire: work, not a fire */
-           "SELECT created FROM warren.enqueue('nightly', 'adhoc', '2099-01-01T00:00:00Z')",
-           "t");
-    expect(url,
-           "SET TIME ZONE 'UTC'; SELECT concat_ws('|', kind, state, schedule, next_runs::text,"
-           " next_fire_at) FROM warren.job_status('nightly')",
-           "config|active|cron \"0 2 * * *\" (UTC)|{\"2099-01-03 02:00:00+00\",\"2099-01-05 "
-           "02:00:00+00\",\"2099-01-06 02:00:00+00\",\"2099-01-07 02:00:00+00\",\"2099-01-08 "
-           "02:00:00+00\"}|2099-01-09 02:00:00+00");
-    expect(url,
-           "SET TIME ZONE 'UTC'; SELECT concat_ws('|', last_run_key, last_run_state,"
-           " last_run_scheduled_at, last_run_finished_at, last_error)"
-           " FROM warren.job_status('nightly')",
-           "nightly@2020-01-02T02:00:00Z|dead|2020-01-02 02:00:00+00|2020-01-02 02:09:30+00|exit "
-           "status 3: disk full");
+    ck_assert_sql_eq(
+        url,
+        "UPDATE warren.jobs SET next_fire_at = '2099-01-09T02:00:00Z' WHERE name = 'nightly';"
+        "INSERT INTO warren.runs (job, scheduled_at, due_at, state, origin, attempt,"
+        "                         started_at, finished_at, last_error, note) VALUES"
+        " ('nightly', '2020-01-01T02:00:00Z', '2020-01-01T02:00:00Z', 'succeeded', 'schedule',"
+        "  1, '2020-01-01T02:00:01Z', '2020-01-01T02:00:05Z', NULL, NULL),"
+        " ('nightly', '2020-01-02T02:00:00Z', '2020-01-02T02:00:00Z', 'dead', 'schedule',"
+        "  5, '2020-01-02T02:09:00Z', '2020-01-02T02:09:30Z', 'exit status 3: disk full', NULL),"
+        /* the future: planned, published, waiting (fires), cancelled (not) */
+        " ('nightly', '2099-01-03T02:00:00Z', '2099-01-03T02:00:00Z', 'published', 'schedule',"
+        "  0, NULL, NULL, NULL, NULL),"
+        " ('nightly', '2099-01-04T02:00:00Z', '2099-01-04T02:00:00Z', 'cancelled', 'schedule',"
+        "  0, NULL, '2020-01-03T00:00:00Z', NULL, 'cancelled by the operator'),"
+        " ('nightly', '2099-01-05T02:00:00Z', '2099-01-05T02:00:00Z', 'waiting', 'schedule',"
+        "  0, NULL, NULL, NULL, NULL),"
+        " ('nightly', '2099-01-06T02:00:00Z', '2099-01-06T02:00:00Z', 'planned', 'misfire',"
+        "  0, NULL, NULL, NULL, NULL),"
+        " ('nightly', '2099-01-07T02:00:00Z', '2099-01-07T02:00:00Z', 'planned', 'schedule',"
+        "  0, NULL, NULL, NULL, NULL),"
+        " ('nightly', '2099-01-08T02:00:00Z', '2099-01-08T02:00:00Z', 'planned', 'schedule',"
+        "  0, NULL, NULL, NULL, NULL);"
+        /* an enqueued run, earlier than every fire: work, not a fire */
+        "SELECT created FROM warren.enqueue('nightly', 'adhoc', '2099-01-01T00:00:00Z')",
+        "t");
+    ck_assert_sql_eq(
+        url,
+        "SET TIME ZONE 'UTC'; SELECT concat_ws('|', kind, state, schedule, next_runs::text,"
+        " next_fire_at) FROM warren.job_status('nightly')",
+        "config|active|cron \"0 2 * * *\" (UTC)|{\"2099-01-03 02:00:00+00\",\"2099-01-05 "
+        "02:00:00+00\",\"2099-01-06 02:00:00+00\",\"2099-01-07 02:00:00+00\",\"2099-01-08 "
+        "02:00:00+00\"}|2099-01-09 02:00:00+00");
+    ck_assert_sql_eq(
+        url,
+        "SET TIME ZONE 'UTC'; SELECT concat_ws('|', last_run_key, last_run_state,"
+        " last_run_scheduled_at, last_run_finished_at, last_error)"
+        " FROM warren.job_status('nightly')",
+        "nightly@2020-01-02T02:00:00Z|dead|2020-01-02 02:00:00+00|2020-01-02 02:09:30+00|exit "
+        "status 3: disk full");
     /* A run due now counts as the last one as soon as its time has come. */
-    expect(url,
-           "INSERT INTO warren.runs (job, scheduled_at, due_at, state, origin)"
-           " VALUES ('nightly', date_trunc('second', now()) - interval '1 second', now(),"
-           "         'published', 'schedule');"
-           "SELECT last_run_state || '|' || (last_error IS NULL)::text"
-           " FROM warren.job_status('nightly')",
-           "published|true");
+    ck_assert_sql_eq(url,
+                     "INSERT INTO warren.runs (job, scheduled_at, due_at, state, origin)"
+                     " VALUES ('nightly', date_trunc('second', now()) - interval '1 second', now(),"
+                     "         'published', 'schedule');"
+                     "SELECT last_run_state || '|' || (last_error IS NULL)::text"
+                     " FROM warren.job_status('nightly')",
+                     "published|true");
     /* Paused: no cursor (nothing fires there); the reason says so. */
-    expect(url,
-           "UPDATE warren.jobs SET paused = true, paused_at = '2026-01-01T00:00:00Z'"
-           " WHERE name = 'nightly';"
-           "SELECT concat_ws('|', state, reason, since AT TIME ZONE 'UTC', next_fire_at IS NULL)"
-           " FROM warren.job_status('nightly')",
-           "paused|paused since 2026-01-01T00:00:00Z (the config or `warren pause`): the "
-           "operator resumes it|2026-01-01 00:00:00|t");
+    ck_assert_sql_eq(
+        url,
+        "UPDATE warren.jobs SET paused = true, paused_at = '2026-01-01T00:00:00Z'"
+        " WHERE name = 'nightly';"
+        "SELECT concat_ws('|', state, reason, since AT TIME ZONE 'UTC', next_fire_at IS NULL)"
+        " FROM warren.job_status('nightly')",
+        "paused|paused since 2026-01-01T00:00:00Z (the config or `warren pause`): the "
+        "operator resumes it|2026-01-01 00:00:00|t");
     /* Removed from the config: deleted. A template: no schedule, no fires. */
-    expect(url,
-           "UPDATE warren.jobs SET removed = true WHERE name = 'nightly';"
-           "SELECT state || '|' || reason FROM warren.job_status('nightly')",
-           "deleted|removed from the config file (warren sync): it takes no new runs");
-    expect(url,
-           "SELECT concat_ws('|', kind, state, schedule IS NULL, next_runs::text,"
-           " next_fire_at IS NULL) FROM warren.job_status('mail')",
-           "template|active|t|{}|t");
+    ck_assert_sql_eq(url,
+                     "UPDATE warren.jobs SET removed = true WHERE name = 'nightly';"
+                     "SELECT state || '|' || reason FROM warren.job_status('nightly')",
+                     "deleted|removed from the config file (warren sync): it takes no new runs");
+    ck_assert_sql_eq(url,
+                     "SELECT concat_ws('|', kind, state, schedule IS NULL, next_runs::text,"
+                     " next_fire_at IS NULL) FROM warren.job_status('mail')",
+                     "template|active|t|{}|t");
     /* An API job deleted by its application; its note is the job's history. */
-    expect(url,
-           "SELECT warren.upsert_job('rep.t1', 'report', '{\"every\": \"1h\"}');"
-           "SELECT warren.delete_job('rep.t1')::text",
-           "true");
-    expect(
+    ck_assert_sql_eq(url,
+                     "SELECT warren.upsert_job('rep.t1', 'report', '{\"every\": \"1h\"}');"
+                     "SELECT warren.delete_job('rep.t1')::text",
+                     "true");
+    ck_assert_sql_eq(
         url,
         "SELECT state || '|' || reason || '|' || (note LIKE '%deleted at % (warren.delete_job)%')"
         " FROM warren.job_status('rep.t1')",
         "deleted|deleted (warren.delete_job): it takes no new runs; warren.upsert_job makes it "
         "again|true");
     /* Unknown: one row, state unknown, nothing else. */
-    expect(url,
-           "SELECT concat_ws('|', name, state, kind, reason, next_runs, last_run_key)"
-           " FROM warren.job_status('no-such-job')",
-           "no-such-job|unknown");
+    ck_assert_sql_eq(url,
+                     "SELECT concat_ws('|', name, state, kind, reason, next_runs, last_run_key)"
+                     " FROM warren.job_status('no-such-job')",
+                     "no-such-job|unknown");
     free(url);
 }
 END_TEST
@@ -251,10 +212,10 @@ START_TEST(test_status_a_run_by_key_in_each_state_with_why_it_was_skipped)
     for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++) {
         sql = testenv_fmt("SELECT created FROM warren.enqueue('mail', 'k-%s', NULL, NULL, 'acme')",
                           states[i]);
-        expect(url, sql, "t");
+        ck_assert_sql_eq(url, sql, "t");
         free(sql);
     }
-    expect(
+    ck_assert_sql_eq(
         url,
         "UPDATE warren.runs SET state = 'published' WHERE run_key = 'mail@k-published';"
         "UPDATE warren.runs SET state = 'running', attempt = 1, started_at = now()"
@@ -276,46 +237,49 @@ START_TEST(test_status_a_run_by_key_in_each_state_with_why_it_was_skipped)
                           "warren.run_status('mail', 'k-%s')",
                           states[i]);
         char *want = testenv_fmt("mail@k-%s|mail|%s", states[i], states[i]);
-        expect(url, sql, want);
+        ck_assert_sql_eq(url, sql, want);
         free(sql);
         free(want);
     }
-    expect(
+    ck_assert_sql_eq(
         url,
         "SELECT concat_ws('|', attempts, last_error, started_at IS NOT NULL, finished_at IS NULL,"
         " due_at > scheduled_at) FROM warren.run_status('mail', 'k-retrying')",
         "2|timeout after 30s|t|t|t");
-    expect(url,
-           "SELECT concat_ws('|', attempts, last_error, finished_at IS NOT NULL)"
-           " FROM warren.run_status('mail', 'k-dead')",
-           "5|smtp 550: mailbox unavailable|t");
-    expect(url, "SELECT note FROM warren.run_status('mail', 'k-cancelled')",
-           "cancelled by the operator (warren cancel)");
+    ck_assert_sql_eq(url,
+                     "SELECT concat_ws('|', attempts, last_error, finished_at IS NOT NULL)"
+                     " FROM warren.run_status('mail', 'k-dead')",
+                     "5|smtp 550: mailbox unavailable|t");
+    ck_assert_sql_eq(url, "SELECT note FROM warren.run_status('mail', 'k-cancelled')",
+                     "cancelled by the operator (warren cancel)");
 
     /* A real skip: two fires of an overlap = skip job, the second claimed
      * while the first runs. Asked for by its time (the documented rule). */
-    expect(url,
-           "INSERT INTO warren.runs (job, scheduled_at, due_at, state) VALUES"
-           " ('nightly', '2020-01-01T02:00:00Z', '2020-01-01T02:00:00Z', 'published'),"
-           " ('nightly', '2020-01-02T02:00:00Z', '2020-01-02T02:00:00Z', 'published');"
-           "SELECT count(*) FROM warren.claim('nightly@2020-01-01T02:00:00Z', 'w1')",
-           "1");
-    expect(url, "SELECT count(*) FROM warren.claim('nightly@2020-01-02T02:00:00Z', 'w1')", "0");
-    expect(url,
-           "SELECT concat_ws('|', run_key, state, attempts, finished_at IS NOT NULL,"
-           " note LIKE 'skipped by overlap policy skip at %: nightly@2020-01-01T02:00:00Z was "
-           "still running') FROM warren.run_status('nightly', '2020-01-02T02:00:00Z')",
-           "nightly@2020-01-02T02:00:00Z|skipped|0|t|t");
+    ck_assert_sql_eq(url,
+                     "INSERT INTO warren.runs (job, scheduled_at, due_at, state) VALUES"
+                     " ('nightly', '2020-01-01T02:00:00Z', '2020-01-01T02:00:00Z', 'published'),"
+                     " ('nightly', '2020-01-02T02:00:00Z', '2020-01-02T02:00:00Z', 'published');"
+                     "SELECT count(*) FROM warren.claim('nightly@2020-01-01T02:00:00Z', 'w1')",
+                     "1");
+    ck_assert_sql_eq(url, "SELECT count(*) FROM warren.claim('nightly@2020-01-02T02:00:00Z', 'w1')",
+                     "0");
+    ck_assert_sql_eq(
+        url,
+        "SELECT concat_ws('|', run_key, state, attempts, finished_at IS NOT NULL,"
+        " note LIKE 'skipped by overlap policy skip at %: nightly@2020-01-01T02:00:00Z was "
+        "still running') FROM warren.run_status('nightly', '2020-01-02T02:00:00Z')",
+        "nightly@2020-01-02T02:00:00Z|skipped|0|t|t");
     /* Its job's status shows it as the last run, with the note. */
-    expect(url,
-           "SELECT last_run_state || '|' || (last_note LIKE 'skipped by overlap policy%')"
-           " FROM warren.job_status('nightly')",
-           "skipped|true");
+    ck_assert_sql_eq(url,
+                     "SELECT last_run_state || '|' || (last_note LIKE 'skipped by overlap policy%')"
+                     " FROM warren.job_status('nightly')",
+                     "skipped|true");
     /* Unknown: one row, state unknown, the key as asked, nothing else. */
-    expect(url,
-           "SELECT concat_ws('|', run_key, state, job, attempts, last_error, scheduled_at, due_at,"
-           " started_at, finished_at, note) FROM warren.run_status('mail', 'no-such-key')",
-           "mail@no-such-key|unknown");
+    ck_assert_sql_eq(
+        url,
+        "SELECT concat_ws('|', run_key, state, job, attempts, last_error, scheduled_at, due_at,"
+        " started_at, finished_at, note) FROM warren.run_status('mail', 'no-such-key')",
+        "mail@no-such-key|unknown");
     free(url);
 }
 END_TEST
@@ -325,29 +289,32 @@ END_TEST
 START_TEST(test_status_bulk_forms_answer_in_the_order_asked)
 {
     char *url = synced_db();
-    expect(url,
-           "SELECT count(*) FROM warren.enqueue_many('[{\"job\": \"mail\", \"key\": \"a\"},"
-           " {\"job\": \"mail\", \"key\": \"b\"}, {\"job\": \"nightly\", \"key\": \"c\"}]');"
-           "UPDATE warren.runs SET state = 'succeeded', finished_at = now()"
-           " WHERE run_key = 'mail@b'",
-           "");
-    expect(url,
-           "SELECT string_agg(concat_ws(':', idx, run_key, state), ',')"
-           " FROM warren.run_statuses(ARRAY['nightly@c', 'x@y', 'mail@b', 'mail@a', 'mail@b'])",
-           "0:nightly@c:planned,1:x@y:unknown,2:mail@b:succeeded,3:mail@a:planned,"
-           "4:mail@b:succeeded");
-    expect(url,
-           "SELECT string_agg(concat_ws(':', idx, name, kind, state), ',')"
-           " FROM warren.job_statuses(ARRAY['nightly', 'zz', 'mail', 'nightly', 'report'])",
-           "0:nightly:config:active,1:zz:unknown,2:mail:template:active,3:nightly:config:active,"
-           "4:report:template:active");
+    ck_assert_sql_eq(
+        url,
+        "SELECT count(*) FROM warren.enqueue_many('[{\"job\": \"mail\", \"key\": \"a\"},"
+        " {\"job\": \"mail\", \"key\": \"b\"}, {\"job\": \"nightly\", \"key\": \"c\"}]');"
+        "UPDATE warren.runs SET state = 'succeeded', finished_at = now()"
+        " WHERE run_key = 'mail@b'",
+        "");
+    ck_assert_sql_eq(
+        url,
+        "SELECT string_agg(concat_ws(':', idx, run_key, state), ',')"
+        " FROM warren.run_statuses(ARRAY['nightly@c', 'x@y', 'mail@b', 'mail@a', 'mail@b'])",
+        "0:nightly@c:planned,1:x@y:unknown,2:mail@b:succeeded,3:mail@a:planned,"
+        "4:mail@b:succeeded");
+    ck_assert_sql_eq(
+        url,
+        "SELECT string_agg(concat_ws(':', idx, name, kind, state), ',')"
+        " FROM warren.job_statuses(ARRAY['nightly', 'zz', 'mail', 'nightly', 'report'])",
+        "0:nightly:config:active,1:zz:unknown,2:mail:template:active,3:nightly:config:active,"
+        "4:report:template:active");
     /* The order as the rows arrive (no ORDER BY in the query), over many
      * elements: the reverse of the keys' order. */
-    expect(url,
-           "INSERT INTO warren.runs (run_key, job, scheduled_at, due_at, origin)"
-           " SELECT 'mail@n' || i, 'mail', '2020-01-01T00:00:00Z', now(), 'enqueue'"
-           " FROM generate_series(1, 3000) i",
-           "");
+    ck_assert_sql_eq(url,
+                     "INSERT INTO warren.runs (run_key, job, scheduled_at, due_at, origin)"
+                     " SELECT 'mail@n' || i, 'mail', '2020-01-01T00:00:00Z', now(), 'enqueue'"
+                     " FROM generate_series(1, 3000) i",
+                     "");
     {
         PGconn *c = PQconnectdb(url);
         ck_assert_int_eq(PQstatus(c), CONNECTION_OK);
@@ -382,8 +349,8 @@ START_TEST(test_status_a_producer_sees_its_own_and_nothing_of_another_applicatio
     char *url = synced_db();
     char *app1 = testenv_unique_name("st_app1"), *app2 = testenv_unique_name("st_app2");
     char *none = testenv_unique_name("st_none"), *wrk = testenv_unique_name("st_work");
-    char *u1 = login_url(url, app1), *u2 = login_url(url, app2);
-    char *un = login_url(url, none), *uw = login_url(url, wrk);
+    char *u1 = testenv_url_as(url, app1), *u2 = testenv_url_as(url, app2);
+    char *un = testenv_url_as(url, none), *uw = testenv_url_as(url, wrk);
     char *sql;
 
     sql = testenv_fmt("CREATE ROLE %s LOGIN IN ROLE warren_producer;"
@@ -396,7 +363,7 @@ START_TEST(test_status_a_producer_sees_its_own_and_nothing_of_another_applicatio
                       "SELECT warren.grant_producer('%s', ARRAY['mail'], ARRAY['nightly'], NULL);"
                       "SELECT warren.grant_producer('%s', ARRAY['mail', 'report'], NULL, 'globex')",
                       app1, app2, none, wrk, app1, app2);
-    expect(url, sql, "");
+    ck_assert_sql_eq(url, sql, "");
     free(sql);
     /* Each application's API job (made by it, as upsert_job records) and
      * runs; app2's runs carry its tenant. */
@@ -421,65 +388,71 @@ START_TEST(test_status_a_producer_sees_its_own_and_nothing_of_another_applicatio
         "        ('report@k2', 'report', '2020-01-01T00:00:00Z', now(), 'enqueue', 'planned',"
         "         'globex-2', 0, NULL)",
         app1, app2);
-    expect(url, sql, "");
+    ck_assert_sql_eq(url, sql, "");
     free(sql);
 
     /* app1: its API job (broken, with the reason), its template, its
      * granted config job; not app2's job, not a template it lacks. */
-    expect(u1,
-           "SELECT string_agg(concat_ws(':', name, state, reason), ',')"
-           " FROM warren.job_statuses(ARRAY['a1.job', 'a2.job', 'mail', 'nightly', 'report'])",
-           "a1.job:broken:minute 61 out of range,a2.job:unknown,mail:active,nightly:active,"
-           "report:unknown");
-    expect(u1,
-           "SELECT string_agg(concat_ws(':', run_key, state, attempts, last_error), ',')"
-           " FROM warren.run_statuses(ARRAY['mail@k1', 'a1.job@k1', 'nightly@k1', 'a2.job@k2',"
-           " 'report@k2'])",
-           "mail@k1:dead:5:app1 secret error,a1.job@k1:planned:0,nightly@k1:planned:0,"
-           "a2.job@k2:unknown,report@k2:unknown");
+    ck_assert_sql_eq(
+        u1,
+        "SELECT string_agg(concat_ws(':', name, state, reason), ',')"
+        " FROM warren.job_statuses(ARRAY['a1.job', 'a2.job', 'mail', 'nightly', 'report'])",
+        "a1.job:broken:minute 61 out of range,a2.job:unknown,mail:active,nightly:active,"
+        "report:unknown");
+    ck_assert_sql_eq(
+        u1,
+        "SELECT string_agg(concat_ws(':', run_key, state, attempts, last_error), ',')"
+        " FROM warren.run_statuses(ARRAY['mail@k1', 'a1.job@k1', 'nightly@k1', 'a2.job@k2',"
+        " 'report@k2'])",
+        "mail@k1:dead:5:app1 secret error,a1.job@k1:planned:0,nightly@k1:planned:0,"
+        "a2.job@k2:unknown,report@k2:unknown");
     /* app2: its own; nothing of app1 (not its job, not the config job, not
      * a run of the shared template outside its tenants). */
-    expect(u2,
-           "SELECT string_agg(concat_ws(':', name, state), ',')"
-           " FROM warren.job_statuses(ARRAY['a1.job', 'a2.job', 'mail', 'nightly', 'report'])",
-           "a1.job:unknown,a2.job:active,mail:active,nightly:unknown,report:active");
-    expect(u2,
-           "SELECT string_agg(concat_ws(':', run_key, state), ',')"
-           " FROM warren.run_statuses(ARRAY['mail@k1', 'a1.job@k1', 'nightly@k1', 'mail@k2',"
-           " 'a2.job@k2', 'report@k2'])",
-           "mail@k1:unknown,a1.job@k1:unknown,nightly@k1:unknown,mail@k2:succeeded,"
-           "a2.job@k2:running,report@k2:planned");
+    ck_assert_sql_eq(
+        u2,
+        "SELECT string_agg(concat_ws(':', name, state), ',')"
+        " FROM warren.job_statuses(ARRAY['a1.job', 'a2.job', 'mail', 'nightly', 'report'])",
+        "a1.job:unknown,a2.job:active,mail:active,nightly:unknown,report:active");
+    ck_assert_sql_eq(
+        u2,
+        "SELECT string_agg(concat_ws(':', run_key, state), ',')"
+        " FROM warren.run_statuses(ARRAY['mail@k1', 'a1.job@k1', 'nightly@k1', 'mail@k2',"
+        " 'a2.job@k2', 'report@k2'])",
+        "mail@k1:unknown,a1.job@k1:unknown,nightly@k1:unknown,mail@k2:succeeded,"
+        "a2.job@k2:running,report@k2:planned");
     /* A foreign name or key answers exactly as one that does not exist:
      * every column but the one echoing the question. */
-    expect(u2,
-           "SELECT (SELECT row(kind, template, tenant, schedule, state, reason, since, note,"
-           "  next_runs, next_fire_at, last_run_key, last_run_state, last_run_scheduled_at,"
-           "  last_run_finished_at, last_error, last_note)::text FROM warren.job_status('a1.job'))"
-           " IS NOT DISTINCT FROM (SELECT row(kind, template, tenant, schedule, state, reason,"
-           "  since, note, next_runs, next_fire_at, last_run_key, last_run_state,"
-           "  last_run_scheduled_at, last_run_finished_at, last_error, last_note)::text"
-           "  FROM warren.job_status('no-such-job'))",
-           "t");
-    expect(u2,
-           "SELECT (SELECT row(job, state, attempts, last_error, scheduled_at, due_at,"
-           "  started_at, finished_at, note)::text FROM warren.run_status('mail', 'k1'))"
-           " IS NOT DISTINCT FROM (SELECT row(job, state, attempts, last_error, scheduled_at,"
-           "  due_at, started_at, finished_at, note)::text FROM warren.run_status('mail', 'nope'))",
-           "t");
+    ck_assert_sql_eq(
+        u2,
+        "SELECT (SELECT row(kind, template, tenant, schedule, state, reason, since, note,"
+        "  next_runs, next_fire_at, last_run_key, last_run_state, last_run_scheduled_at,"
+        "  last_run_finished_at, last_error, last_note)::text FROM warren.job_status('a1.job'))"
+        " IS NOT DISTINCT FROM (SELECT row(kind, template, tenant, schedule, state, reason,"
+        "  since, note, next_runs, next_fire_at, last_run_key, last_run_state,"
+        "  last_run_scheduled_at, last_run_finished_at, last_error, last_note)::text"
+        "  FROM warren.job_status('no-such-job'))",
+        "t");
+    ck_assert_sql_eq(
+        u2,
+        "SELECT (SELECT row(job, state, attempts, last_error, scheduled_at, due_at,"
+        "  started_at, finished_at, note)::text FROM warren.run_status('mail', 'k1'))"
+        " IS NOT DISTINCT FROM (SELECT row(job, state, attempts, last_error, scheduled_at,"
+        "  due_at, started_at, finished_at, note)::text FROM warren.run_status('mail', 'nope'))",
+        "t");
     /* Without producer grants in this database: refused, with the fix. */
     sql = testenv_fmt("42501: warren.job_status: login \"%s\" has no producer grants", none);
-    expect_prefix(un, "SELECT state FROM warren.job_status('mail')", sql);
+    ck_assert_sql_prefix(un, "SELECT state FROM warren.job_status('mail')", sql);
     free(sql);
     sql = testenv_fmt("42501: warren.run_statuses: login \"%s\" has no producer grants", none);
-    expect_prefix(un, "SELECT count(*) FROM warren.run_statuses(ARRAY['mail@k2'])", sql);
+    ck_assert_sql_prefix(un, "SELECT count(*) FROM warren.run_statuses(ARRAY['mail@k2'])", sql);
     free(sql);
     /* A worker login has no EXECUTE on them. */
-    expect_prefix(uw, "SELECT state FROM warren.job_status('mail')", "42501: ");
-    expect_prefix(uw, "SELECT state FROM warren.run_status('mail', 'k2')", "42501: ");
+    ck_assert_sql_prefix(uw, "SELECT state FROM warren.job_status('mail')", "42501: ");
+    ck_assert_sql_prefix(uw, "SELECT state FROM warren.run_status('mail', 'k2')", "42501: ");
 
     sql = testenv_fmt("DROP ROLE %s; DROP ROLE %s; DROP ROLE %s; DROP ROLE %s", app1, app2, none,
                       wrk);
-    expect(url, sql, "");
+    ck_assert_sql_eq(url, sql, "");
     free(sql);
     free(u1);
     free(u2);
@@ -504,13 +477,15 @@ START_TEST(test_status_bad_input_is_refused_naming_the_argument)
     expect_22023(url,
                  "SELECT count(*) FROM warren.run_statuses(array_fill('x@y'::text, ARRAY[10001]))",
                  "warren.run_statuses", "run_keys has 10001 elements; at most 10000");
-    expect(url, "SELECT count(*) FROM warren.job_statuses(array_fill('x'::text, ARRAY[10000]))",
-           "10000");
-    expect(url,
-           "SELECT count(*) FROM warren.run_statuses(array_fill('x@y'::text, ARRAY[10000]))"
-           " WHERE state = 'unknown'",
-           "10000");
-    expect(url, "SELECT count(*) FROM warren.run_statuses('{}')", "0");
+    ck_assert_sql_eq(
+        url, "SELECT count(*) FROM warren.job_statuses(array_fill('x'::text, ARRAY[10000]))",
+        "10000");
+    ck_assert_sql_eq(
+        url,
+        "SELECT count(*) FROM warren.run_statuses(array_fill('x@y'::text, ARRAY[10000]))"
+        " WHERE state = 'unknown'",
+        "10000");
+    ck_assert_sql_eq(url, "SELECT count(*) FROM warren.run_statuses('{}')", "0");
     expect_22023(url, "SELECT count(*) FROM warren.job_statuses(NULL)", "warren.job_statuses",
                  "names is NULL");
     expect_22023(url, "SELECT count(*) FROM warren.run_statuses(NULL)", "warren.run_statuses",
@@ -553,7 +528,7 @@ START_TEST(test_status_bulk_forms_probe_indexes)
     PGconn *c;
     PGresult *res;
 
-    expect(
+    ck_assert_sql_eq(
         url,
         "INSERT INTO warren.jobs (name, schedule_kind, expression, queue)"
         " SELECT 'job' || i, 'every', '1m', 'q' FROM generate_series(1, 2000) i;"

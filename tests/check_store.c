@@ -61,17 +61,6 @@ static int count_migration_files(void)
     return n;
 }
 
-/* First value of sql on url as an int (test fails on error or NULL). */
-static long sql_long(const char *url, const char *sql)
-{
-    char *v = testenv_sql1(url, sql);
-    long n;
-    ck_assert_msg(v != NULL, "NULL from %s", sql);
-    n = atol(v);
-    free(v);
-    return n;
-}
-
 /* First value as a string compared with want (NULL = SQL NULL). */
 static void sql_eq(const char *url, const char *sql, const char *want)
 {
@@ -467,11 +456,11 @@ START_TEST(test_store_migrate_twice_applies_once)
     ck_assert_int_ge(n, 1);
     ck_assert_msg(warren_store_migrate(st, SQL_DIR, &applied, &err) == 0, "%s", err.message);
     ck_assert_int_eq(applied, n);
-    ck_assert_int_eq(sql_long(url, "SELECT count(*) FROM warren.schema_migrations"), n);
+    ck_assert_int_eq(testenv_sql_long(url, "SELECT count(*) FROM warren.schema_migrations"), n);
     sql_eq(url, "SELECT to_regclass('warren.runs') IS NOT NULL", "t");
     ck_assert_msg(warren_store_migrate(st, SQL_DIR, &applied, &err) == 0, "%s", err.message);
     ck_assert_int_eq(applied, 0);
-    ck_assert_int_eq(sql_long(url, "SELECT count(*) FROM warren.schema_migrations"), n);
+    ck_assert_int_eq(testenv_sql_long(url, "SELECT count(*) FROM warren.schema_migrations"), n);
     /* The lock was released: another session can take it at once. */
     sql_eq(url,
            "BEGIN; SET LOCAL lock_timeout = '1s'; "
@@ -566,7 +555,7 @@ START_TEST(test_store_migrate_from_several_processes_at_once)
     }
     close(results[0]);
     ck_assert_int_eq(total, n); /* each file applied exactly once overall */
-    ck_assert_int_eq(sql_long(url, "SELECT count(*) FROM warren.schema_migrations"), n);
+    ck_assert_int_eq(testenv_sql_long(url, "SELECT count(*) FROM warren.schema_migrations"), n);
     free(url);
 }
 END_TEST
@@ -1525,22 +1514,14 @@ END_TEST
 
 /* ----------------------------------------------- config and the commands */
 
-static char *write_file(const char *text)
-{
-    char tmpl[] = "/tmp/warren_cfg_XXXXXX";
-    int fd = mkstemp(tmpl);
-    ck_assert_int_ge(fd, 0);
-    ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-    close(fd);
-    return strdup(tmpl);
-}
-
 START_TEST(test_store_env_database_url_overrides_the_config_file)
 {
     char *url;
     warren_store *st = migrated_store(&url);
-    char *path = write_file("database = { url = \"postgresql://nobody@127.0.0.1:1/nowhere\"; };\n"
-                            "jobs = ( { name = \"envjob\"; every = \"10s\"; queue = \"q\"; } );\n");
+    char *path =
+        testenv_temp_file("warren_cfg", "",
+                          "database = { url = \"postgresql://nobody@127.0.0.1:1/nowhere\"; };\n"
+                          "jobs = ( { name = \"envjob\"; every = \"10s\"; queue = \"q\"; } );\n");
     warren_config *cfg = NULL;
     warren_error err = {0};
     warren_sync_report rep;
@@ -1619,7 +1600,7 @@ START_TEST(test_store_cli_migrate_twice_via_env_without_config)
     ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
     ck_assert_msg(strstr(out, "has every migration; functions re-applied") != NULL, "%s", out);
     free(out);
-    ck_assert_int_eq(sql_long(url, "SELECT count(*) FROM warren.schema_migrations"),
+    ck_assert_int_eq(testenv_sql_long(url, "SELECT count(*) FROM warren.schema_migrations"),
                      count_migration_files());
     rmdir(dir);
     free(url);
@@ -1630,11 +1611,14 @@ START_TEST(test_store_cli_sync_prints_added_changed_removed)
 {
     char *url;
     warren_store *st = migrated_store(&url);
-    char *v1 = write_file("jobs = (\n"
-                          "  { name = \"a\"; every = \"10s\"; queue = \"q\"; },\n"
-                          "  { name = \"b\"; cron = \"0 * * * *\"; queue = \"q\"; }\n"
-                          ");\n");
-    char *v2 = write_file("jobs = (\n"
+    char *v1 = testenv_temp_file("warren_cfg", "",
+                                 "jobs = (\n"
+                                 "  { name = \"a\"; every = \"10s\"; queue = \"q\"; },\n"
+                                 "  { name = \"b\"; cron = \"0 * * * *\"; queue = \"q\"; }\n"
+                                 ");\n");
+    char *v2 =
+        testenv_temp_file("warren_cfg", "",
+                          "jobs = (\n"
                           "  { name = \"a\"; every = \"20s\"; queue = \"q\"; },\n"
                           "  { name = \"c\"; at = \"2030-01-01T00:00:00Z\"; queue = \"q\"; }\n"
                           ");\n");

@@ -35,24 +35,6 @@ typedef struct cli_result {
     char err[4096];
 } cli_result;
 
-/* The same URL with login as its user. New. */
-static char *url_as(const char *url, const char *login)
-{
-    const char *at = strstr(url, "://"), *userend;
-    ck_assert_ptr_nonnull(at);
-    userend = strchr(at + 3, '@');
-    ck_assert_ptr_nonnull(userend);
-    return testenv_fmt("%.*s%s%s", (int)(at + 3 - url), url, login, userend);
-}
-
-static void exec_ok(PGconn *c, const char *sql)
-{
-    PGresult *res = PQexec(c, sql);
-    ExecStatusType s = PQresultStatus(res);
-    ck_assert_msg(s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK, "%s: %s", sql, PQerrorMessage(c));
-    PQclear(res);
-}
-
 static void execf(PGconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void execf(PGconn *c, const char *fmt, ...)
 {
@@ -60,7 +42,7 @@ static void execf(PGconn *c, const char *fmt, ...)
     va_start(ap, fmt);
     char *sql = testenv_vfmt(fmt, ap);
     va_end(ap);
-    exec_ok(c, sql);
+    testenv_exec_on(c, sql);
     free(sql);
 }
 
@@ -84,7 +66,7 @@ static char *q1(const env *e, const char *sql)
 
 static PGconn *connect_as(const env *e, const char *login, const char *app)
 {
-    char *url = url_as(e->db, login);
+    char *url = testenv_url_as(e->db, login);
     char *conninfo = testenv_fmt("%s%sapplication_name=%s", url, strchr(url, '?') ? "&" : "?", app);
     PGconn *c = PQconnectdb(conninfo);
     ck_assert_msg(PQstatus(c) == CONNECTION_OK, "%s: %s", conninfo, PQerrorMessage(c));
@@ -112,15 +94,12 @@ static void write_config(const env *e, const char *jobs)
  * granted it, and a worker login granted queue q. */
 static void env_setup(env *e)
 {
-    char tmpl[] = "/tmp/warren-check-sync-locks-XXXXXX";
-
     memset(e, 0, sizeof(*e));
     unsetenv("WARREN_DATABASE_URL");
     unsetenv("WARREN_CONFIG");
     unsetenv("WARREN_LOG");
     e->db = testenv_db_migrated();
-    ck_assert_ptr_nonnull(mkdtemp(tmpl));
-    e->dir = strdup(tmpl);
+    e->dir = testenv_tmpdir("warren-check-sync-locks");
     e->cfg_path = testenv_fmt("%s/warren.cfg", e->dir);
     e->admin = PQconnectdb(e->db);
     ck_assert_int_eq(PQstatus(e->admin), CONNECTION_OK);
@@ -151,42 +130,22 @@ static void env_teardown(env *e)
     free(e->cfg_path);
 }
 
-static void read_file(const char *path, char *buf, size_t len)
-{
-    FILE *f = fopen(path, "r");
-    ck_assert_msg(f != NULL, "cannot read %s", path);
-    size_t n = fread(buf, 1, len - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* Runs `timeout 20 warren ARGS` (ARGS split by the shell): a command that
  * hangs is killed (exit 124) instead of hanging the test. */
-static void cli(const env *e, cli_result *r, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void cli(const env *e, cli_result *r, const char *fmt, ...)
+static void cli(cli_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void cli(cli_result *r, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
     char *args = testenv_vfmt(fmt, ap);
     va_end(ap);
-    char *errpath = testenv_fmt("%s/stderr", e->dir);
-    char *cmd = testenv_fmt("timeout 20 %s %s 2>%s", WARREN_BINARY, args, errpath);
-    double t0 = now_s();
-    r->rc = testenv_run(cmd, r->out, sizeof(r->out));
-    r->secs = now_s() - t0;
-    read_file(errpath, r->err, sizeof(r->err));
+    char *cmd = testenv_fmt("timeout 20 %s %s", WARREN_BINARY, args);
+    double t0 = testenv_mono_s();
+    r->rc = testenv_run_split(cmd, r->out, sizeof(r->out), r->err, sizeof(r->err));
+    r->secs = testenv_mono_s() - t0;
     fprintf(stderr, "$ warren %s\n-> exit %d after %.1f s\n%s%s", args, r->rc, r->secs, r->out,
             r->err);
     free(cmd);
-    free(errpath);
     free(args);
 }
 
@@ -202,30 +161,30 @@ START_TEST(test_logins_holding_the_old_advisory_keys_delay_neither_sync_nor_migr
     PGconn *w = connect_as(&e, e.worker, "squatter-worker");
     const char *hold = "SELECT pg_advisory_lock_shared(" OLD_MIGRATE_KEY
                        "), pg_advisory_lock_shared(" OLD_SYNC_KEY ")";
-    exec_ok(p, hold);
-    exec_ok(w, hold);
+    testenv_exec_on(p, hold);
+    testenv_exec_on(w, hold);
     ck_q(&e, "4",
          "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND "
          "mode = 'ShareLock'");
     cli_result r;
 
     write_config(&e, ",\n  { name = \"added1\"; every = \"1h\"; queue = \"q\"; }");
-    cli(&e, &r, "sync -c %s", e.cfg_path);
+    cli(&r, "sync -c %s", e.cfg_path);
     ck_assert_int_eq(r.rc, 0);
     ck_assert_msg(r.secs < 10, "sync took %.1f s", r.secs);
     ck_q(&e, "1", "SELECT count(*) FROM warren.jobs WHERE name = 'added1'");
 
-    cli(&e, &r, "migrate --database %s --sql-dir %s/sql", e.db, WARREN_SOURCE_DIR);
+    cli(&r, "migrate --database %s --sql-dir %s/sql", e.db, WARREN_SOURCE_DIR);
     ck_assert_int_eq(r.rc, 0);
     ck_assert_msg(r.secs < 10, "migrate took %.1f s", r.secs);
 
     /* a first install too: a fresh database, the keys held there */
     char *fresh = testenv_db();
-    char *purl = url_as(fresh, e.producer);
+    char *purl = testenv_url_as(fresh, e.producer);
     PGconn *pf = PQconnectdb(purl);
     ck_assert_msg(PQstatus(pf) == CONNECTION_OK, "%s", PQerrorMessage(pf));
-    exec_ok(pf, hold);
-    cli(&e, &r, "migrate --database %s --sql-dir %s/sql", fresh, WARREN_SOURCE_DIR);
+    testenv_exec_on(pf, hold);
+    cli(&r, "migrate --database %s --sql-dir %s/sql", fresh, WARREN_SOURCE_DIR);
     ck_assert_int_eq(r.rc, 0);
     ck_assert_msg(r.secs < 10, "first migrate took %.1f s", r.secs);
     PQfinish(pf);
@@ -256,15 +215,16 @@ START_TEST(test_logins_holding_the_old_claim_keys_delay_no_claim)
     write_config(&e, ",\n  { name = \"capped\"; every = \"1h\"; queue = \"q2\"; overlap = \"skip\";"
                      " max_running = 1; max_running_per_tenant = 1; }");
     cli_result r;
-    cli(&e, &r, "sync -c %s", e.cfg_path);
+    cli(&r, "sync -c %s", e.cfg_path);
     ck_assert_int_eq(r.rc, 0);
     char *victim = testenv_unique_name("warren_sv");
     execf(e.admin, "CREATE ROLE %s LOGIN IN ROLE warren_worker", victim);
     execf(e.admin, "INSERT INTO warren.worker_grants (login, queue) VALUES ('%s', 'q2')", victim);
-    exec_ok(e.admin, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) VALUES "
-                     "('capped', '2026-01-01T00:00:01Z', now(), 'trigger', 'acme'),"
-                     "('capped', '2026-01-01T00:00:02Z', now() + interval '3 seconds', "
-                     "'trigger', 'acme')");
+    testenv_exec_on(e.admin,
+                    "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, tenant) VALUES "
+                    "('capped', '2026-01-01T00:00:01Z', now(), 'trigger', 'acme'),"
+                    "('capped', '2026-01-01T00:00:02Z', now() + interval '3 seconds', "
+                    "'trigger', 'acme')");
 
     PGconn *p = connect_as(&e, e.producer, "squatter-producer");
     PGconn *w = connect_as(&e, e.worker, "squatter-worker");
@@ -273,7 +233,7 @@ START_TEST(test_logins_holding_the_old_claim_keys_delay_no_claim)
                              "(SELECT count(*) FROM generate_series(0, 63) i WHERE "
                              "pg_try_advisory_lock(hashtext('warren.claim_wait:%s'), i))",
                              victim);
-    exec_ok(p, hold);
+    testenv_exec_on(p, hold);
     ck_q(&e, "66", "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted");
     static const char *const tries[] = {
         "SELECT * FROM warren.claim_locks FOR UPDATE",
@@ -285,7 +245,7 @@ START_TEST(test_logins_holding_the_old_claim_keys_delay_no_claim)
     for (size_t i = 0; i < sizeof(tries) / sizeof(tries[0]); i++) {
         PGconn *who[2] = {p, w};
         for (int k = 0; k < 2; k++) {
-            exec_ok(who[k], "BEGIN");
+            testenv_exec_on(who[k], "BEGIN");
             PGresult *res = PQexec(who[k], tries[i]);
             const char *st = PQresultErrorField(res, PG_DIAG_SQLSTATE);
             ck_assert_msg(st != NULL && strcmp(st, "42501") == 0,
@@ -293,24 +253,25 @@ START_TEST(test_logins_holding_the_old_claim_keys_delay_no_claim)
                           k ? "a worker" : "a producer", st ? st : "success",
                           PQresultErrorMessage(res));
             PQclear(res);
-            exec_ok(who[k], "ROLLBACK");
+            testenv_exec_on(who[k], "ROLLBACK");
         }
     }
     /* The worker squatter keeps a transaction open that holds the job's old
      * overlap key. */
-    exec_ok(w, "BEGIN");
-    exec_ok(w, "SELECT pg_advisory_xact_lock(hashtextextended('warren.overlap:capped', 0))");
+    testenv_exec_on(w, "BEGIN");
+    testenv_exec_on(w,
+                    "SELECT pg_advisory_xact_lock(hashtextextended('warren.overlap:capped', 0))");
     ck_q(&e, "67", "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted");
 
     PGconn *v = connect_as(&e, victim, "victim-worker");
-    exec_ok(v, "SET statement_timeout = '8s'");
-    double t0 = now_s();
+    testenv_exec_on(v, "SET statement_timeout = '8s'");
+    double t0 = testenv_mono_s();
     PGresult *res = PQexec(v, "SELECT attempt FROM warren.claim('capped@2026-01-01T00:00:01Z', "
                               "'v1')");
     ck_assert_msg(PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1,
                   "claim: %s (%d rows)", PQresultErrorMessage(res), PQntuples(res));
     PQclear(res);
-    ck_assert_msg(now_s() - t0 < 2, "the claim took %.1f s", now_s() - t0);
+    ck_assert_msg(testenv_mono_s() - t0 < 2, "the claim took %.1f s", testenv_mono_s() - t0);
     res = PQexec(v, "SELECT warren.complete('capped@2026-01-01T00:00:01Z', 1, 'succeeded')");
     ck_assert_msg(PQresultStatus(res) == PGRES_TUPLES_OK && strcmp(PQgetvalue(res, 0, 0), "t") == 0,
                   "complete: %s", PQresultErrorMessage(res));
@@ -319,16 +280,17 @@ START_TEST(test_logins_holding_the_old_claim_keys_delay_no_claim)
      * demand when the login's slot rows are missing (a grant restored with
      * triggers disabled) */
     execf(e.admin, "DELETE FROM warren.claim_locks WHERE lock_key LIKE 'w|%s|%%'", victim);
-    t0 = now_s();
+    t0 = testenv_mono_s();
     res = PQexec(v, "SELECT attempt FROM warren.claim('capped@2026-01-01T00:00:02Z', 'v1')");
     ck_assert_msg(PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1,
                   "sleeping claim: %s (%d rows)", PQresultErrorMessage(res), PQntuples(res));
     PQclear(res);
-    ck_assert_msg(now_s() - t0 < 6, "the sleeping claim took %.1f s", now_s() - t0);
+    ck_assert_msg(testenv_mono_s() - t0 < 6, "the sleeping claim took %.1f s",
+                  testenv_mono_s() - t0);
     ck_q(&e, "succeeded,running",
          "SELECT string_agg(state, ',' ORDER BY run_key) FROM warren.runs WHERE job = 'capped'");
 
-    exec_ok(w, "ROLLBACK");
+    testenv_exec_on(w, "ROLLBACK");
     PQfinish(v);
     PQfinish(p);
     PQfinish(w);
@@ -351,13 +313,13 @@ START_TEST(test_sync_gives_up_after_its_lock_timeout_naming_the_open_transaction
     env e;
     env_setup(&e);
     PGconn *p = connect_as(&e, e.producer, "billing-app");
-    exec_ok(p, "BEGIN");
-    exec_ok(p, "SELECT warren.upsert_job('app-job', 'tmpl', '{\"every\": \"1m\"}')");
+    testenv_exec_on(p, "BEGIN");
+    testenv_exec_on(p, "SELECT warren.upsert_job('app-job', 'tmpl', '{\"every\": \"1m\"}')");
     char *pid = testenv_fmt("%d", PQbackendPID(p));
     cli_result r;
 
     write_config(&e, ",\n  { name = \"added1\"; every = \"1h\"; queue = \"q\"; }");
-    cli(&e, &r, "sync -c %s --lock-timeout 1s", e.cfg_path);
+    cli(&r, "sync -c %s --lock-timeout 1s", e.cfg_path);
     ck_assert_int_eq(r.rc, 1);
     ck_assert_msg(r.secs < 8, "sync took %.1f s", r.secs);
     ck_assert_str_eq(r.out, "");
@@ -376,18 +338,18 @@ START_TEST(test_sync_gives_up_after_its_lock_timeout_naming_the_open_transaction
     free(want_fix);
 
     /* the default bound is 10 s */
-    cli(&e, &r, "sync -c %s", e.cfg_path);
+    cli(&r, "sync -c %s", e.cfg_path);
     ck_assert_int_eq(r.rc, 1);
     ck_assert_msg(r.secs >= 9.5 && r.secs < 16, "sync took %.1f s", r.secs);
     ck_assert_msg(strstr(r.err, "sync waited 10000 ms"), "%s", r.err);
 
-    exec_ok(p, "COMMIT");
-    cli(&e, &r, "sync -c %s --lock-timeout 1s", e.cfg_path);
+    testenv_exec_on(p, "COMMIT");
+    cli(&r, "sync -c %s --lock-timeout 1s", e.cfg_path);
     ck_assert_int_eq(r.rc, 0);
     ck_q(&e, "1", "SELECT count(*) FROM warren.jobs WHERE name = 'added1'");
     ck_q(&e, "api", "SELECT origin FROM warren.jobs WHERE name = 'app-job'");
 
-    cli(&e, &r, "sync -c %s --lock-timeout soon", e.cfg_path);
+    cli(&r, "sync -c %s --lock-timeout soon", e.cfg_path);
     ck_assert_int_eq(r.rc, 2);
     ck_assert_ptr_nonnull(strstr(r.err, "--lock-timeout \"soon\" is not a duration"));
     PQfinish(p);
@@ -409,18 +371,18 @@ START_TEST(test_sync_names_a_squatted_name_and_take_over_makes_it_the_config_job
     env e;
     env_setup(&e);
     PGconn *p = connect_as(&e, e.producer, "billing-app");
-    exec_ok(p, "SELECT warren.upsert_job('nightly-billing', 'tmpl', "
-               "'{\"every\": \"1h\", \"tenant\": \"acme\"}')");
-    exec_ok(p, "SELECT created FROM warren.enqueue('nightly-billing', 'k1', NULL, "
-               "'{\"keep\": \"0 seconds\"}')");
-    exec_ok(p, "SELECT created FROM warren.enqueue('nightly-billing', 'k2')");
-    exec_ok(e.admin, "SELECT attempt FROM warren.claim('nightly-billing@k2', 'w1')");
+    testenv_exec_on(p, "SELECT warren.upsert_job('nightly-billing', 'tmpl', "
+                       "'{\"every\": \"1h\", \"tenant\": \"acme\"}')");
+    testenv_exec_on(p, "SELECT created FROM warren.enqueue('nightly-billing', 'k1', NULL, "
+                       "'{\"keep\": \"0 seconds\"}')");
+    testenv_exec_on(p, "SELECT created FROM warren.enqueue('nightly-billing', 'k2')");
+    testenv_exec_on(e.admin, "SELECT attempt FROM warren.claim('nightly-billing@k2', 'w1')");
     PQfinish(p);
     cli_result r;
 
     write_config(&e, ",\n  { name = \"nightly-billing\"; cron = \"0 3 * * *\"; queue = \"ops\";\n"
                      "    handler = { exec = [\"/bin/echo\"]; }; }");
-    cli(&e, &r, "sync -c %s", e.cfg_path);
+    cli(&r, "sync -c %s", e.cfg_path);
     ck_assert_int_eq(r.rc, 2);
     char *who = testenv_fmt("has the name of an API job (made by login %s at ", e.producer);
     ck_assert_msg(strstr(r.err, "job \"nightly-billing\" of the config"), "%s", r.err);
@@ -432,11 +394,11 @@ START_TEST(test_sync_names_a_squatted_name_and_take_over_makes_it_the_config_job
          "WHERE name = 'nightly-billing'");
     free(who);
 
-    cli(&e, &r, "sync -c %s --take-over nope", e.cfg_path);
+    cli(&r, "sync -c %s --take-over nope", e.cfg_path);
     ck_assert_int_eq(r.rc, 2);
     ck_assert_ptr_nonnull(strstr(r.err, "--take-over nope: the config has no job of that name"));
 
-    cli(&e, &r, "sync -c %s --take-over nightly-billing", e.cfg_path);
+    cli(&r, "sync -c %s --take-over nightly-billing", e.cfg_path);
     ck_assert_int_eq(r.rc, 0);
     ck_assert_msg(strstr(r.out, "taken    nightly-billing (an API job of template tmpl made by "),
                   "%s", r.out);
@@ -453,7 +415,7 @@ START_TEST(test_sync_names_a_squatted_name_and_take_over_makes_it_the_config_job
          "'%cancelled: job taken over by the config at %', false)), ',' ORDER BY run_key) "
          "FROM warren.runs WHERE job = 'nightly-billing'");
 
-    cli(&e, &r, "sync -c %s --take-over nightly-billing", e.cfg_path);
+    cli(&r, "sync -c %s --take-over nightly-billing", e.cfg_path);
     ck_assert_int_eq(r.rc, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "0 added, 0 changed, 0 removed"));
     ck_assert_ptr_nonnull(strstr(r.out, "no API job to take over"));

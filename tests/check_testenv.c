@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <amqp.h>
@@ -213,6 +214,100 @@ START_TEST(test_testenv_server_identity_is_stable_without_a_restart)
 }
 END_TEST
 
+/* The shared helpers: the first value or "SQLSTATE: message", the URL as
+ * another login, a number (none fails the test), waiting for a value. */
+START_TEST(test_testenv_sql_helpers_give_values_errors_and_wait)
+{
+    char *url = testenv_db();
+    char *v = testenv_try_sql(url, "SELECT 'a' UNION ALL SELECT 'b'");
+    ck_assert_str_eq(v, "a");
+    free(v);
+    v = testenv_try_sql(url, "SELECT NULL::text");
+    ck_assert_str_eq(v, "");
+    free(v);
+    v = testenv_try_sql(url, "SELECT * FROM no_such_table");
+    ck_assert_str_eq(v, "42P01: relation \"no_such_table\" does not exist");
+    free(v);
+    ck_assert_sql_eq(url, "SELECT 6 * 7", "42");
+    ck_assert_sql_prefix(url, "SELECT 1/0", "22012: ");
+    ck_assert_sqlf(url, "<null>", "SELECT NULL::int + %d", 1);
+    ck_assert_int_eq(testenv_sql_long(url, "SELECT 6 * 7"), 42);
+    testenv_exec(url, "CREATE TABLE t (x int)");
+    ck_assert_int_eq(testenv_wait_for(url, "0", 0, "SELECT count(*) FROM t"), 1);
+    ck_assert_int_eq(testenv_wait_forf(url, "1", 300, "SELECT count(*) FROM %s", "t"), 0);
+    /* a server that is not there is "not yet", not an error */
+    ck_assert_int_eq(testenv_wait_for("postgresql://nobody@127.0.0.1:1/none", "1", 0, "SELECT 1"),
+                     0);
+    char *as = testenv_url_as("postgresql://postgres@127.0.0.1:55432/db?x=1", "app");
+    ck_assert_str_eq(as, "postgresql://app@127.0.0.1:55432/db?x=1");
+    free(as);
+    free(url);
+}
+END_TEST
+
+/* A value that is not there fails the test (exit 1). */
+START_TEST(test_testenv_sql_long_fails_on_null)
+{
+    char *url = testenv_db();
+    testenv_sql_long(url, "SELECT NULL::int");
+}
+END_TEST
+
+/* An error in the statement fails the wait at once (exit 1). */
+START_TEST(test_testenv_wait_for_fails_on_an_sql_error)
+{
+    char *url = testenv_db();
+    testenv_wait_for(url, "1", 60000, "SELECT * FROM no_such_table");
+}
+END_TEST
+
+/* Files: written with a mode, read whole (or "" when missing, or into a
+ * buffer), waited for. */
+START_TEST(test_testenv_files)
+{
+    char *dir = testenv_tmpdir("warren-check-testenv");
+    char *path = testenv_fmt("%s/f", dir);
+    struct stat st;
+    size_t len = 0;
+    char buf[4];
+    char *t = testenv_read_file_or_empty(path);
+    ck_assert_str_eq(t, "");
+    free(t);
+    ck_assert_int_eq(testenv_file_wait(path, "x", 100), 0);
+    testenv_write_bytes(path, "a\0bx", 4, 0600);
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_int_eq(st.st_mode & 0777, 0600);
+    t = testenv_read_file(path, &len);
+    ck_assert_uint_eq(len, 4);
+    ck_assert_int_eq(memcmp(t, "a\0bx", 5), 0);
+    free(t);
+    ck_assert_int_eq(testenv_file_wait(path, "bx", 0), 0); /* after a NUL: not text */
+    testenv_write_file(path, "hello\n", 0755);
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_int_eq(st.st_mode & 0777, 0755);
+    testenv_read_into(path, buf, sizeof(buf));
+    ck_assert_str_eq(buf, "hel");
+    ck_assert_int_eq(testenv_file_wait(path, "llo", 0), 1);
+    unlink(path);
+    rmdir(dir);
+    free(path);
+    free(dir);
+}
+END_TEST
+
+START_TEST(test_testenv_time_helpers)
+{
+    uint64_t s = 1, a = testenv_xorshift(&s), b = testenv_xorshift(&s);
+    ck_assert(a != 0 && b != 0 && a != b && s == b);
+    ck_assert_int_eq(testenv_at("1970-01-01T00:00:01.5Z"), 1500000);
+    int64_t t0 = testenv_mono_ms();
+    testenv_sleep_ms(20);
+    ck_assert_int_ge(testenv_mono_ms() - t0, 20);
+    ck_assert_int_gt(testenv_wall_ms(), 1700000000000LL);
+    ck_assert_int_ge(testenv_wall_us() / 1000, testenv_wall_ms() - 1000);
+}
+END_TEST
+
 /* Without the variable the test must fail (exit 1), not pass or skip. */
 START_TEST(test_testenv_fails_without_pg_url)
 {
@@ -236,6 +331,9 @@ static Suite *testenv_suite(void)
     tcase_add_test(pg, test_testenv_db_migrated_has_the_schema);
     tcase_add_test(pg, test_testenv_psql_reports_errors_and_values);
     tcase_add_test(pg, test_testenv_executions_mismatch_names_duplicates_missing_and_unexpected);
+    tcase_add_test(pg, test_testenv_sql_helpers_give_values_errors_and_wait);
+    tcase_add_exit_test(pg, test_testenv_sql_long_fails_on_null, 1);
+    tcase_add_exit_test(pg, test_testenv_wait_for_fails_on_an_sql_error, 1);
     suite_add_tcase(s, pg);
     TCase *mq = tcase_create("rabbitmq");
     tcase_add_test(mq, test_testenv_vhosts_are_isolated);
@@ -245,6 +343,8 @@ static Suite *testenv_suite(void)
     suite_add_tcase(s, mq);
     TCase *names = tcase_create("names");
     tcase_add_test(names, test_testenv_unique_names_differ);
+    tcase_add_test(names, test_testenv_files);
+    tcase_add_test(names, test_testenv_time_helpers);
     suite_add_tcase(s, names);
     TCase *missing = tcase_create("missing_servers");
     tcase_add_exit_test(missing, test_testenv_fails_without_pg_url, 1);

@@ -13,17 +13,11 @@
 #include <warren/tz.h>
 
 #include "tzpin.h"
-
-static warren_us at(const char *text)
-{
-    warren_us t;
-    ck_assert_int_eq(warren_time_parse(text, &t, NULL), 0);
-    return t;
-}
+#include "testenv.h"
 
 static int64_t sec(const char *text)
 {
-    return at(text) / WARREN_US_PER_S;
+    return testenv_at(text) / WARREN_US_PER_S;
 }
 
 static void expect_zone(const warren_tz *tz, const char *when, int32_t off, const char *abbr)
@@ -176,39 +170,23 @@ START_TEST(test_tz_rejects_names_that_are_not_iana_zones)
 }
 END_TEST
 
-static void write_file(const char *path, const void *data, size_t len)
-{
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_uint_eq(fwrite(data, 1, len, f), len);
-    fclose(f);
-}
-
-static unsigned char *read_all(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_ptr_nonnull(f);
-    unsigned char *buf = malloc(1 << 20);
-    *len = fread(buf, 1, 1 << 20, f);
-    fclose(f);
-    return buf;
-}
-
 START_TEST(test_tz_directory_without_tzdata_zi_checks_magic)
 {
     char dir[] = "/tmp/warren-tz-XXXXXX";
     char path[512], zpath[1024];
     size_t len;
     ck_assert_ptr_nonnull(mkdtemp(dir));
-    unsigned char *berlin = read_all(tzpin_path(zpath, sizeof zpath, "Europe/Berlin"), &len);
+    unsigned char *berlin =
+        (unsigned char *)testenv_read_file(tzpin_path(zpath, sizeof zpath, "Europe/Berlin"), &len);
     snprintf(path, sizeof path, "%s/Europe", dir);
     ck_assert_int_eq(mkdir(path, 0700), 0);
     snprintf(path, sizeof path, "%s/Europe/Berlin", dir);
-    write_file(path, berlin, len);
+    testenv_write_bytes(path, berlin, len, 0644);
     snprintf(path, sizeof path, "%s/notes", dir);
-    write_file(path, "this is not a zone file, just some text here to pass size", 57);
+    testenv_write_bytes(path, "this is not a zone file, just some text here to pass size", 57,
+                        0644);
     snprintf(path, sizeof path, "%s/zone.tab", dir);
-    write_file(path, berlin, len);
+    testenv_write_bytes(path, berlin, len, 0644);
 
     warren_tzdb *db = warren_tzdb_new(dir);
     const warren_tz *tz;
@@ -356,7 +334,8 @@ START_TEST(test_tz_version1_file_and_every_truncation)
 {
     char zpath[1024];
     size_t len;
-    unsigned char *b = read_all(tzpin_path(zpath, sizeof zpath, "America/New_York"), &len);
+    unsigned char *b = (unsigned char *)testenv_read_file(
+        tzpin_path(zpath, sizeof zpath, "America/New_York"), &len);
     warren_tz *tz = NULL;
     ck_assert_int_eq(warren_tz_parse_tzif("ny", b, len, &tz, NULL), 0);
     int32_t full_off;
@@ -423,7 +402,8 @@ START_TEST(test_tz_rejects_leap_second_zones)
 {
     char zpath[1024];
     size_t len;
-    unsigned char *b = read_all(tzpin_path(zpath, sizeof zpath, "right/UTC"), &len);
+    unsigned char *b =
+        (unsigned char *)testenv_read_file(tzpin_path(zpath, sizeof zpath, "right/UTC"), &len);
     warren_tz *tz = NULL;
     warren_error err = {0};
     ck_assert_int_eq(warren_tz_parse_tzif("right/UTC", b, len, &tz, &err), WARREN_ETZ);
@@ -444,7 +424,7 @@ START_TEST(test_tz_fuzz_regressions)
         if (access(path, R_OK) != 0)
             continue;
         size_t len;
-        unsigned char *b = read_all(path, &len);
+        unsigned char *b = (unsigned char *)testenv_read_file(path, &len);
         warren_tz *tz = NULL;
         if (warren_tz_parse_tzif("fuzz", b, len, &tz, NULL) == 0) {
             static const int64_t probes[] = {INT64_MIN, -5000000000, 0, 2200000000, INT64_MAX};

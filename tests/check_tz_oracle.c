@@ -25,14 +25,6 @@
 
 static uint64_t rng = 0x243f6a8885a308d3u;
 
-static uint64_t rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-
 static char **zone_names(size_t *n)
 {
     char path[1024], line[1024];
@@ -74,7 +66,7 @@ START_TEST(test_tz_oracle_offsets_and_abbreviations_match_postgresql)
         ck_assert_msg(warren_tzdb_get(db, names[z], &tz, &err) == 0, "%s", err.message);
         size_t n = 0;
         for (int i = 0; i < RANDOM_PER_ZONE; i++)
-            ts[n++] = T_MIN + (int64_t)(rnd() % (uint64_t)(T_MAX - T_MIN));
+            ts[n++] = T_MIN + (int64_t)(testenv_xorshift(&rng) % (uint64_t)(T_MAX - T_MIN));
         random_total += RANDOM_PER_ZONE;
         /* Every offset change in range, and the second before it. */
         int64_t t = T_MIN;

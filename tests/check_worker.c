@@ -33,59 +33,9 @@
 
 /* ------------------------------------------------------------ harness */
 
-typedef struct env {
-    char *db, *amqp, *dir, *cfg_path;
-    warren_config *cfg;
-    testenv_planner planner;
-} env;
+typedef testenv_stack env;
 
 static warren_logger test_logger = {warren_log_stderr, NULL, WARREN_LOG_WARN};
-
-static void write_file(const char *path, const char *text, int mode)
-{
-    FILE *f = fopen(path, "w");
-    ck_assert_msg(f != NULL, "cannot write %s", path);
-    fputs(text, f);
-    fclose(f);
-    chmod(path, (mode_t)mode);
-}
-
-static void qx(const char *url, const char *sql)
-{
-    ck_assert_msg(testenv_psql(url, sql, NULL) >= 0, "failed: %s", sql);
-}
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
-/* Polls sql until its first value equals want, up to timeout_ms. */
-static int wait_for(const char *url, const char *want, long timeout_ms, const char *sql)
-{
-    for (long waited = 0;; waited += 100) {
-        char *v = testenv_sql1(url, sql);
-        int ok = v != NULL && strcmp(v, want) == 0;
-        if (!ok && waited >= timeout_ms)
-            fprintf(stderr, "wait_for: \"%s\" gave \"%s\", want \"%s\"\n", sql, v ? v : "NULL",
-                    want);
-        free(v);
-        if (ok)
-            return 1;
-        if (waited >= timeout_ms)
-            return 0;
-        sleep_ms(100);
-    }
-}
 
 /* A fresh database and vhost, a config with the given planner settings,
  * jobs (libconfig list body) and worker settings, the config synced and the
@@ -93,21 +43,7 @@ static int wait_for(const char *url, const char *want, long timeout_ms, const ch
 static void env_setup_planner(env *e, const char *planner, const char *jobs,
                               const char *worker_settings, int delivery_limit)
 {
-    warren_error err = {0};
-    warren_diags diags = {0};
-    warren_store *st = NULL;
-    warren_broker *b = NULL;
-    char tmpl[] = "/tmp/warren-check-worker-XXXXXX";
-
-    memset(e, 0, sizeof(*e));
-    /* The config file names the servers; nothing in the environment may override it. */
-    unsetenv("WARREN_DATABASE_URL");
-    unsetenv("WARREN_AMQP_URL");
-    e->db = testenv_db_migrated();
-    e->amqp = testenv_vhost();
-    ck_assert_ptr_nonnull(mkdtemp(tmpl));
-    e->dir = strdup(tmpl);
-    e->cfg_path = testenv_fmt("%s/warren.cfg", e->dir);
+    testenv_stack_init(e, "warren-check-worker");
     char *text = testenv_fmt("database = { url = \"%s\"; };\n"
                              "broker = { url = \"%s\"; delivery_limit = %d; };\n"
                              "planner = { %s };\n"
@@ -129,30 +65,14 @@ static void env_setup_planner(env *e, const char *planner, const char *jobs,
                                              : "concurrency = 4; shutdown_grace = \"3s\"; "
                                                "heartbeat_margin = \"1500ms\";",
                              jobs);
-    write_file(e->cfg_path, text, 0644);
+    testenv_stack_config(e, text);
     free(text);
-    if (warren_config_load(e->cfg_path, &e->cfg, &diags, &err) != 0) {
-        for (size_t i = 0; i < diags.count; i++)
-            fprintf(stderr, "%s\n", diags.items[i]);
-        ck_abort_msg("config: %s", err.message);
-    }
-    warren_diags_free(&diags);
-    ck_assert_int_eq(warren_store_open(e->db, NULL, &st, &err), 0);
-    ck_assert_msg(warren_store_sync(st, e->cfg, NULL, &err) == 0, "sync: %s", err.message);
-    warren_store_free(st);
-    size_t nq = 0;
-    const char **queues = warren_config_queues(e->cfg, &nq);
-    ck_assert_int_eq(warren_broker_open(e->amqp, NULL, &b, &err), 0);
-    ck_assert_msg(warren_broker_topology(b, queues, nq, e->cfg->delivery_limit, &err) == 0,
-                  "topology: %s", err.message);
-    warren_broker_free(b);
-    free(queues);
     /* The sink: effects keyed by run key (exactly once), and every execution
      * (no key: a second execution of a run is a second row). */
-    qx(e->db, "CREATE TABLE sink (run_key text PRIMARY KEY, attempt int, who text, "
-              "at timestamptz DEFAULT clock_timestamp());"
-              "CREATE TABLE execs (run_key text, attempt int, who text, "
-              "at timestamptz DEFAULT clock_timestamp())");
+    testenv_exec(e->db, "CREATE TABLE sink (run_key text PRIMARY KEY, attempt int, who text, "
+                        "at timestamptz DEFAULT clock_timestamp());"
+                        "CREATE TABLE execs (run_key text, attempt int, who text, "
+                        "at timestamptz DEFAULT clock_timestamp())");
     setenv("SINK_URL", e->db, 1);
     setenv("PATH", "/usr/bin:/bin", 1);
     /* `$MARK_DIR/log-exec WHO`, the first command of every inline exec
@@ -160,10 +80,10 @@ static void env_setup_planner(env *e, const char *planner, const char *jobs,
      * that even a handler killed at its 500 ms timeout has logged). */
     testenv_execlog_create(e->db);
     char *log_exec = testenv_fmt("%s/log-exec", e->dir);
-    write_file(log_exec,
-               "#!/bin/sh\n"
-               "echo \"$WARREN_RUN_KEY $WARREN_ATTEMPT $1\" >> \"$MARK_DIR/execs.log\"\n",
-               0755);
+    testenv_write_file(log_exec,
+                       "#!/bin/sh\n"
+                       "echo \"$WARREN_RUN_KEY $WARREN_ATTEMPT $1\" >> \"$MARK_DIR/execs.log\"\n",
+                       0755);
     free(log_exec);
     setenv("MARK_DIR", e->dir, 1);
 }
@@ -218,30 +138,6 @@ static void env_setup(env *e, const char *jobs, const char *worker_settings, int
                       worker_settings, delivery_limit);
 }
 
-/* The real planner (relay, outbox, reconciler) on a thread of this process. */
-static void planner_start(env *e)
-{
-    warren_error err = {0};
-    ck_assert_msg(testenv_planner_start(&e->planner, e->cfg, e->db, e->amqp, &test_logger, &err) ==
-                      0,
-                  "planner: %s", err.message);
-}
-
-static void planner_stop(env *e)
-{
-    testenv_planner_stop(&e->planner);
-}
-
-static void env_teardown(env *e)
-{
-    planner_stop(e);
-    warren_config_free(e->cfg);
-    free(e->db);
-    free(e->amqp);
-    free(e->dir);
-    free(e->cfg_path);
-}
-
 /* Inserts planned runs of job (due now, scheduled at distinct past seconds)
  * and wakes the planner. Returns nothing; keys are JOB@<base + i s>. */
 static void add_runs(env *e, const char *job, int n, int base_offset_s)
@@ -251,7 +147,7 @@ static void add_runs(env *e, const char *job, int n, int base_offset_s)
                     "SELECT '%s', date_trunc('second', now()) - make_interval(secs => %d + g), "
                     "now(), 'trigger' FROM generate_series(1, %d) g; NOTIFY warren_jobs",
                     job, base_offset_s, n);
-    qx(e->db, sql);
+    testenv_exec(e->db, sql);
     free(sql);
 }
 
@@ -260,73 +156,6 @@ static char *first_key(env *e, const char *job)
     return testenv_sql1f(
         e->db, "SELECT run_key FROM warren.runs WHERE job = '%s' ORDER BY scheduled_at LIMIT 1",
         job);
-}
-
-/* `warren worker -c CFG --id ID` as a child process, stderr to DIR/NAME.log. */
-static pid_t spawn_worker(env *e, const char *name, const char *id)
-{
-    char *log = testenv_fmt("%s/%s.log", e->dir, name);
-    char *argv[] = {WARREN_BINARY, "worker", "-c", e->cfg_path, "--id", (char *)id, NULL};
-    pid_t pid = testenv_spawn(argv, NULL, log, 0);
-    free(log);
-    return pid;
-}
-
-static int wait_exit(pid_t pid, long timeout_ms)
-{
-    int status;
-    for (long waited = 0; waited <= timeout_ms; waited += 50) {
-        pid_t r = waitpid(pid, &status, WNOHANG);
-        if (r == pid)
-            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        sleep_ms(50);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-    return -1;
-}
-
-static char *read_text(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return strdup("");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    size_t got = fread(s, 1, (size_t)n, f);
-    s[got] = '\0';
-    fclose(f);
-    return s;
-}
-
-static int log_has(env *e, const char *name, const char *needle)
-{
-    char *path = testenv_fmt("%s/%s.log", e->dir, name);
-    char *t = read_text(path);
-    int has = strstr(t, needle) != NULL;
-    if (!has)
-        fprintf(stderr, "--- %s (no \"%s\") ---\n%s\n", path, needle, t);
-    free(t);
-    free(path);
-    return has;
-}
-
-/* Polls NAME.log for needle up to timeout_ms (log_has prints the log if not). */
-static int log_wait(env *e, const char *name, const char *needle, long timeout_ms)
-{
-    char *path = testenv_fmt("%s/%s.log", e->dir, name);
-    int has = 0;
-    for (long waited = 0; !has && waited < timeout_ms; waited += 50) {
-        char *t = read_text(path);
-        has = strstr(t, needle) != NULL;
-        free(t);
-        if (!has)
-            sleep_ms(50);
-    }
-    free(path);
-    return has || log_has(e, name, needle);
 }
 
 /* An exec handler script: records each execution, sleeps SLEEP seconds on
@@ -353,7 +182,7 @@ static const char *handler_script =
 static char *install_handler(env *e)
 {
     char *path = testenv_fmt("%s/handler.sh", e->dir);
-    write_file(path, handler_script, 0755);
+    testenv_write_file(path, handler_script, 0755);
     setenv("MARK_DIR", e->dir, 1);
     return path;
 }
@@ -376,48 +205,51 @@ START_TEST(test_worker_end_to_end_sink_gets_one_row_per_run)
              "NOTHING\"; }; }");
     env_setup(&e, jobs, NULL, 5);
     free(install_handler(&e));
-    planner_start(&e);
-    pid_t a = spawn_worker(&e, "a", "wa");
-    pid_t b = spawn_worker(&e, "b", "wb");
+    testenv_stack_planner_start(&e, &test_logger);
+    pid_t a = testenv_stack_worker(&e, NULL, "wa", "a.log", 0);
+    pid_t b = testenv_stack_worker(&e, NULL, "wb", "b.log", 0);
     /* Jobs fire every second: let them run until each has run a few times. */
-    ck_assert(wait_for(e.db, "t", 60000,
-                       "SELECT count(*) FILTER (WHERE job = 'ex') >= 5 AND count(*) FILTER "
-                       "(WHERE job = 'sq') >= 5 FROM warren.runs WHERE state = 'succeeded'"));
+    ck_assert(
+        testenv_wait_for(e.db, "t", 60000,
+                         "SELECT count(*) FILTER (WHERE job = 'ex') >= 5 AND count(*) FILTER "
+                         "(WHERE job = 'sq') >= 5 FROM warren.runs WHERE state = 'succeeded'"));
     /* Stop planning (pause) and let the workers drain what was due by then. */
-    qx(e.db, "UPDATE warren.jobs SET paused = true; CREATE TABLE paused_at AS SELECT "
-             "clock_timestamp() AS t");
-    ck_assert(wait_for(e.db, "0", 20000,
-                       "SELECT count(*) FROM warren.runs WHERE state NOT IN ('succeeded', "
-                       "'skipped') AND due_at <= (SELECT t FROM paused_at)"));
+    testenv_exec(e.db, "UPDATE warren.jobs SET paused = true; CREATE TABLE paused_at AS SELECT "
+                       "clock_timestamp() AS t");
+    ck_assert(testenv_wait_for(e.db, "0", 20000,
+                               "SELECT count(*) FROM warren.runs WHERE state NOT IN ('succeeded', "
+                               "'skipped') AND due_at <= (SELECT t FROM paused_at)"));
     kill(a, SIGTERM);
     kill(b, SIGTERM);
-    ck_assert_int_eq(wait_exit(a, 10000), 0);
-    ck_assert_int_eq(wait_exit(b, 10000), 0);
+    ck_assert_int_eq(testenv_wait_exit(a, 10000), 0);
+    ck_assert_int_eq(testenv_wait_exit(b, 10000), 0);
     char *n = testenv_sql1f(e.db, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'");
     ck_assert_int_ge(atoi(n), 8);
     free(n);
     /* Every succeeded run has exactly one sink row and nothing else has one. */
-    ck_assert(wait_for(e.db, "0", 1000,
-                       "SELECT count(*) FROM warren.runs r FULL JOIN sink s USING (run_key) "
-                       "WHERE r.state = 'succeeded' AND s.run_key IS NULL "
-                       "OR s.run_key IS NOT NULL AND r.state IS DISTINCT FROM 'succeeded'"));
-    ck_assert(wait_for(e.db, "t", 1000,
-                       "SELECT (SELECT count(*) FROM sink) = (SELECT count(*) FROM warren.runs "
-                       "WHERE state = 'succeeded')"));
+    ck_assert(
+        testenv_wait_for(e.db, "0", 1000,
+                         "SELECT count(*) FROM warren.runs r FULL JOIN sink s USING (run_key) "
+                         "WHERE r.state = 'succeeded' AND s.run_key IS NULL "
+                         "OR s.run_key IS NOT NULL AND r.state IS DISTINCT FROM 'succeeded'"));
+    ck_assert(
+        testenv_wait_for(e.db, "t", 1000,
+                         "SELECT (SELECT count(*) FROM sink) = (SELECT count(*) FROM warren.runs "
+                         "WHERE state = 'succeeded')"));
     /* The payload reached the exec handler on stdin; both handler kinds ran. */
-    ck_assert(wait_for(e.db, "t", 1000,
-                       "SELECT bool_and(who = '{\"v\":1}' OR who = '{\"v\": 1}') FROM sink "
-                       "WHERE run_key LIKE 'ex@%'"));
-    ck_assert(wait_for(e.db, "t", 1000,
-                       "SELECT count(*) FILTER (WHERE run_key LIKE 'ex@%') > 0 AND "
-                       "count(*) FILTER (WHERE run_key LIKE 'sq@%') > 0 FROM sink"));
+    ck_assert(testenv_wait_for(e.db, "t", 1000,
+                               "SELECT bool_and(who = '{\"v\":1}' OR who = '{\"v\": 1}') FROM sink "
+                               "WHERE run_key LIKE 'ex@%'"));
+    ck_assert(testenv_wait_for(e.db, "t", 1000,
+                               "SELECT count(*) FILTER (WHERE run_key LIKE 'ex@%') > 0 AND "
+                               "count(*) FILTER (WHERE run_key LIKE 'sq@%') > 0 FROM sink"));
     /* Nothing went wrong here, so the handlers executed exactly once per
      * succeeded run: a duplicate execution (which the sink's key would hide)
      * fails the test, and each one was attempt 1. */
     assert_executions_of(&e, "SELECT run_key FROM warren.runs WHERE state = 'succeeded'", NULL);
-    if (!wait_for(e.db, "0", 1000,
-                  "SELECT count(*) FROM warren.attempts WHERE attempt <> 1 OR outcome IS "
-                  "DISTINCT FROM 'succeeded'")) {
+    if (!testenv_wait_for(e.db, "0", 1000,
+                          "SELECT count(*) FROM warren.attempts WHERE attempt <> 1 OR outcome IS "
+                          "DISTINCT FROM 'succeeded'")) {
         char *bad = testenv_sql1f(e.db, "SELECT string_agg(concat_ws(' | ', run_key, attempt, "
                                         "worker, outcome, started_at, finished_at, error), E'\n') "
                                         "FROM warren.attempts WHERE attempt <> 1 OR outcome IS "
@@ -425,9 +257,9 @@ START_TEST(test_worker_end_to_end_sink_gets_one_row_per_run)
         ck_abort_msg("attempts other than a first that succeeded:\n%s", bad);
     }
     /* Each success is in the outbox or already published as an event. */
-    ck_assert(wait_for(e.db, "t", 1000,
-                       "SELECT count(*) = 0 FROM warren.attempts WHERE outcome IS NULL"));
-    env_teardown(&e);
+    ck_assert(testenv_wait_for(e.db, "t", 1000,
+                               "SELECT count(*) = 0 FROM warren.attempts WHERE outcome IS NULL"));
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -445,33 +277,36 @@ START_TEST(test_worker_queue_policy_runs_the_newer_run_after_the_older)
     free(install_handler(&e));
     setenv("SLOW", "1", 1); /* every first attempt sleeps SLEEP seconds */
     setenv("SLEEP", "2", 1);
-    planner_start(&e);
-    pid_t a = spawn_worker(&e, "a", "wa"); /* 4 slots: both could run at once */
-    add_runs(&e, "qj", 1, 10);             /* the older run: running first */
+    testenv_stack_planner_start(&e, &test_logger);
+    pid_t a =
+        testenv_stack_worker(&e, NULL, "wa", "a.log", 0); /* 4 slots: both could run at once */
+    add_runs(&e, "qj", 1, 10);                            /* the older run: running first */
     char *older = first_key(&e, "qj");
-    ck_assert(wait_for(e.db, "running", 15000, "SELECT state FROM warren.runs WHERE job = 'qj'"));
+    ck_assert(
+        testenv_wait_for(e.db, "running", 15000, "SELECT state FROM warren.runs WHERE job = 'qj'"));
     add_runs(&e, "qj", 1, 5); /* the newer run, released while the older runs */
-    ck_assert(wait_for(e.db, "succeeded,succeeded", 20000,
-                       "SELECT string_agg(state, ',') FROM warren.runs WHERE job = 'qj'"));
+    ck_assert(testenv_wait_for(e.db, "succeeded,succeeded", 20000,
+                               "SELECT string_agg(state, ',') FROM warren.runs WHERE job = 'qj'"));
     /* the newer one was held back, and started after the older one's effect */
-    ck_assert(wait_for(e.db, "t", 1000,
-                       "SELECT note LIKE '%held back by overlap policy queue%' FROM warren.runs "
-                       "WHERE job = 'qj' AND run_key <> (SELECT min(run_key) FROM warren.runs)"));
+    ck_assert(
+        testenv_wait_for(e.db, "t", 1000,
+                         "SELECT note LIKE '%held back by overlap policy queue%' FROM warren.runs "
+                         "WHERE job = 'qj' AND run_key <> (SELECT min(run_key) FROM warren.runs)"));
     char *sql = testenv_fmt("SELECT (SELECT min(at) FROM execs WHERE run_key <> '%s') > "
                             "(SELECT at FROM sink WHERE run_key = '%s')",
                             older, older);
-    ck_assert(wait_for(e.db, "t", 1000, sql));
-    ck_assert(
-        wait_for(e.db, "2|2", 1000,
-                 "SELECT (SELECT count(*) FROM sink) || '|' || (SELECT count(*) FROM execs)"));
+    ck_assert(testenv_wait_for(e.db, "t", 1000, sql));
+    ck_assert(testenv_wait_for(
+        e.db, "2|2", 1000,
+        "SELECT (SELECT count(*) FROM sink) || '|' || (SELECT count(*) FROM execs)"));
     assert_executions_of(&e, "SELECT run_key FROM warren.runs", NULL);
     free(sql);
     free(older);
     unsetenv("SLOW");
     unsetenv("SLEEP");
     kill(a, SIGTERM);
-    ck_assert_int_eq(wait_exit(a, 10000), 0);
-    env_teardown(&e);
+    ck_assert_int_eq(testenv_wait_exit(a, 10000), 0);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -488,31 +323,33 @@ START_TEST(test_worker_exec_exit_64_and_65_fail_permanently)
               "  retry = { max_attempts = 5; base = \"100ms\"; cap = \"200ms\"; }; }",
               NULL, 5);
     free(install_handler(&e));
-    planner_start(&e);
+    testenv_stack_planner_start(&e, &test_logger);
     setenv("CODE", "64", 1);
-    pid_t a = spawn_worker(&e, "a", "wa");
+    pid_t a = testenv_stack_worker(&e, NULL, "wa", "a.log", 0);
     setenv("CODE", "65", 1);
-    pid_t b = spawn_worker(&e, "b", "wb");
+    pid_t b = testenv_stack_worker(&e, NULL, "wb", "b.log", 0);
     unsetenv("CODE");
     add_runs(&e, "perm", 6, 5);
-    ck_assert(wait_for(e.db, "6|6", 20000,
-                       "SELECT count(*) FILTER (WHERE state = 'dead' AND attempt = 1) || '|' || "
-                       "count(*) FROM warren.runs WHERE job = 'perm'"));
-    ck_assert(wait_for(e.db, "6", 1000,
-                       "SELECT count(*) FROM warren.attempts WHERE outcome = 'failed' AND "
-                       "(error LIKE 'exit status 64%' OR error LIKE 'exit status 65%')"));
+    ck_assert(
+        testenv_wait_for(e.db, "6|6", 20000,
+                         "SELECT count(*) FILTER (WHERE state = 'dead' AND attempt = 1) || '|' || "
+                         "count(*) FROM warren.runs WHERE job = 'perm'"));
+    ck_assert(testenv_wait_for(e.db, "6", 1000,
+                               "SELECT count(*) FROM warren.attempts WHERE outcome = 'failed' AND "
+                               "(error LIKE 'exit status 64%' OR error LIKE 'exit status 65%')"));
     /* one execution per run, each with its own run in its environment */
-    ck_assert(wait_for(e.db, "6", 1000,
-                       "SELECT count(*) FROM execs x JOIN warren.runs r USING (run_key) WHERE "
-                       "x.attempt = 1 AND x.who LIKE '% perm ' || to_char(r.scheduled_at AT TIME "
-                       "ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"));
-    ck_assert(wait_for(e.db, "0", 1000, "SELECT count(*) FROM sink"));
+    ck_assert(
+        testenv_wait_for(e.db, "6", 1000,
+                         "SELECT count(*) FROM execs x JOIN warren.runs r USING (run_key) WHERE "
+                         "x.attempt = 1 AND x.who LIKE '% perm ' || to_char(r.scheduled_at AT TIME "
+                         "ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"));
+    ck_assert(testenv_wait_for(e.db, "0", 1000, "SELECT count(*) FROM sink"));
     assert_executions_of(&e, "SELECT run_key FROM warren.runs", NULL);
     kill(a, SIGTERM);
     kill(b, SIGTERM);
-    ck_assert_int_eq(wait_exit(a, 10000), 0);
-    ck_assert_int_eq(wait_exit(b, 10000), 0);
-    env_teardown(&e);
+    ck_assert_int_eq(testenv_wait_exit(a, 10000), 0);
+    ck_assert_int_eq(testenv_wait_exit(b, 10000), 0);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -529,11 +366,11 @@ START_TEST(test_warren_run_prints_one_line_per_finished_run)
     char *log = testenv_fmt("%s/run.log", e.dir);
     char *argv[] = {WARREN_BINARY, "run", "-c", e.cfg_path, NULL};
     pid_t pid = testenv_spawn(argv, out, log, 0);
-    ck_assert(wait_for(e.db, "t", 20000,
-                       "SELECT count(*) >= 3 FROM warren.runs WHERE state = 'succeeded'"));
+    ck_assert(testenv_wait_for(e.db, "t", 20000,
+                               "SELECT count(*) >= 3 FROM warren.runs WHERE state = 'succeeded'"));
     kill(pid, SIGINT);
-    ck_assert_int_eq(wait_exit(pid, 15000), 0);
-    char *text = read_text(out);
+    ck_assert_int_eq(testenv_wait_exit(pid, 15000), 0);
+    char *text = testenv_read_file_or_empty(out);
     int lines = 0;
     for (char *line = strtok(text, "\n"); line != NULL; line = strtok(NULL, "\n")) {
         ck_assert_msg(strncmp(line, "tick@", 5) == 0, "line: %s", line);
@@ -547,12 +384,12 @@ START_TEST(test_warren_run_prints_one_line_per_finished_run)
     free(text);
     char *n = testenv_sql1f(e.db, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'");
     ck_assert_int_eq(lines, atoi(n));
-    ck_assert(wait_for(e.db, n, 1000, "SELECT count(*) FROM sink"));
+    ck_assert(testenv_wait_for(e.db, n, 1000, "SELECT count(*) FROM sink"));
     assert_executions_of(&e, "SELECT run_key FROM warren.runs WHERE state = 'succeeded'", NULL);
     free(n);
     free(out);
     free(log);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -593,7 +430,7 @@ static warren_outcome c_waits_for_stop(warren_handler_ctx *ctx, void *ud)
     stop_seen *seen = ud;
     atomic_fetch_add(&seen->calls, 1);
     for (int i = 0; i < 300 && !warren_handler_should_stop(ctx); i++)
-        sleep_ms(10);
+        testenv_sleep_ms(10);
     atomic_store(&seen->saw, warren_handler_should_stop(ctx));
     return WARREN_OUTCOME_SUCCEEDED;
 }
@@ -637,7 +474,7 @@ static void leave_behind_start(env *e, worker_thread *wt, const char *jobs, cons
     env_setup(e, jobs, "concurrency = 2; shutdown_grace = \"200ms\"; heartbeat_margin = \"500ms\";",
               5);
     worker_thread_start(e, wt, name, fn, ud);
-    planner_start(e);
+    testenv_stack_planner_start(e, &test_logger);
     add_runs(e, job, 1, 5);
 }
 
@@ -671,19 +508,21 @@ START_TEST(test_worker_c_handler_retries_then_succeeds_with_context)
     ck_assert_int_eq(warren_worker_register(wt.w, "flaky", c_handler, &calls), WARREN_EINVAL);
     ck_assert_int_eq(warren_worker_register(wt.w, "waiter", c_waits_for_stop, &saw_stop), 0);
     ck_assert_int_eq(pthread_create(&wt.th, NULL, worker_main, &wt), 0);
-    planner_start(&e);
+    testenv_stack_planner_start(&e, &test_logger);
     add_runs(&e, "cj", 1, 10);
     add_runs(&e, "slow", 1, 10);
     char *key = first_key(&e, "cj");
-    ck_assert(wait_for(e.db, "succeeded|2", 15000,
-                       "SELECT state || '|' || attempt FROM warren.runs WHERE job = 'cj'"));
-    ck_assert(wait_for(e.db, "retry|first attempt of cj fails,succeeded|", 1000,
-                       "SELECT string_agg(outcome || '|' || coalesce(error, ''), ',' ORDER BY "
-                       "attempt) FROM warren.attempts WHERE run_key LIKE 'cj@%'"));
+    ck_assert(testenv_wait_for(e.db, "succeeded|2", 15000,
+                               "SELECT state || '|' || attempt FROM warren.runs WHERE job = 'cj'"));
+    ck_assert(
+        testenv_wait_for(e.db, "retry|first attempt of cj fails,succeeded|", 1000,
+                         "SELECT string_agg(outcome || '|' || coalesce(error, ''), ',' ORDER BY "
+                         "attempt) FROM warren.attempts WHERE run_key LIKE 'cj@%'"));
     /* The in-process handler timed out: should_stop was set, the attempt is a retry
      * (max_attempts 1: dead). */
-    ck_assert(wait_for(e.db, "dead|timed out after 300 ms", 15000,
-                       "SELECT state || '|' || last_error FROM warren.runs WHERE job = 'slow'"));
+    ck_assert(
+        testenv_wait_for(e.db, "dead|timed out after 300 ms", 15000,
+                         "SELECT state || '|' || last_error FROM warren.runs WHERE job = 'slow'"));
     worker_thread_join(&wt);
     pthread_mutex_lock(&calls.mu);
     ck_assert_int_eq(calls.calls, 2);
@@ -700,7 +539,7 @@ START_TEST(test_worker_c_handler_retries_then_succeeds_with_context)
     ck_assert_uint_eq(st.timeouts, 1);
     warren_worker_free(wt.w);
     free(key);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -733,19 +572,19 @@ START_TEST(test_worker_holds_an_early_delivery_and_starts_it_when_due)
     atomic_int calls;
     atomic_init(&calls, 0);
     worker_thread_start(&e, &wt, "ok", c_ok, &calls);
-    planner_start(&e);
-    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at) SELECT 'ej', "
-             "'2026-01-01'::timestamptz + make_interval(secs => g), clock_timestamp() + "
-             "interval '4.5 s' + g * interval '300 ms' FROM generate_series(1, 3) g; "
-             "NOTIFY warren_jobs");
+    testenv_stack_planner_start(&e, &test_logger);
+    testenv_exec(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at) SELECT 'ej', "
+                       "'2026-01-01'::timestamptz + make_interval(secs => g), clock_timestamp() + "
+                       "interval '4.5 s' + g * interval '300 ms' FROM generate_series(1, 3) g; "
+                       "NOTIFY warren_jobs");
     /* Released 2.8-3.4 s from now, due 4.8-5.4 s: from 3.6 s on, all three
      * have left their delay queues and the ready queue (the management API's
      * unacknowledged count of a quorum queue lags by seconds) while the first
      * is not due yet: held by the worker, still published, no claim
      * sleeping. */
-    ck_assert(wait_for(e.db, "t", 6000,
-                       "SELECT clock_timestamp() >= max(due_at) - interval '1.8 s' FROM "
-                       "warren.runs"));
+    ck_assert(testenv_wait_for(e.db, "t", 6000,
+                               "SELECT clock_timestamp() >= max(due_at) - interval '1.8 s' FROM "
+                               "warren.runs"));
     char *secs = testenv_sql1f(e.db, "SELECT string_agg(DISTINCT floor(extract(epoch FROM due_at "
                                      "- interval '2 s'))::bigint::text, ' ') FROM warren.runs");
     ck_assert_ptr_nonnull(secs);
@@ -761,7 +600,7 @@ START_TEST(test_worker_holds_an_early_delivery_and_starts_it_when_due)
         }
         free(copy);
         if (left != 0)
-            sleep_ms(50);
+            testenv_sleep_ms(50);
     }
     ck_assert_msg(left == 0, "%ld runs still in the delay or ready queue", left);
     free(secs);
@@ -772,8 +611,8 @@ START_TEST(test_worker_holds_an_early_delivery_and_starts_it_when_due)
     ck_assert_msg(held != NULL && strcmp(held, "3|0|true") == 0,
                   "published|claims sleeping|first not due yet: %s", held);
     free(held);
-    ck_assert(
-        wait_for(e.db, "3", 10000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
+    ck_assert(testenv_wait_for(e.db, "3", 10000,
+                               "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
     char *late = testenv_sql1f(e.db, "SELECT min(started_at - due_at) >= interval '0' AND "
                                      "max(started_at - due_at) < interval '5 s' FROM "
                                      "warren.runs");
@@ -786,7 +625,7 @@ START_TEST(test_worker_holds_an_early_delivery_and_starts_it_when_due)
     worker_thread_join(&wt);
     ck_assert_int_eq(atomic_load(&calls), 3); /* each held run executed once */
     warren_worker_free(wt.w);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -805,7 +644,7 @@ static warren_outcome c_stubborn(warren_handler_ctx *ctx, void *ud)
     (void)ctx;
     atomic_fetch_add(&sb->calls, 1);
     for (int i = 0; i < 3000 && !atomic_load(&sb->release); i++)
-        sleep_ms(10);
+        testenv_sleep_ms(10);
     atomic_fetch_add(&sb->returned, 1);
     return WARREN_OUTCOME_SUCCEEDED;
 }
@@ -817,9 +656,9 @@ static void stubborn_release(stubborn *sb)
 {
     atomic_store(&sb->release, 1);
     for (int i = 0; i < 500 && atomic_load(&sb->returned) < atomic_load(&sb->calls); i++)
-        sleep_ms(10);
+        testenv_sleep_ms(10);
     ck_assert_int_eq(atomic_load(&sb->returned), atomic_load(&sb->calls));
-    sleep_ms(100);
+    testenv_sleep_ms(100);
 }
 
 /* A handler that ignores should_stop is left behind when the worker stops:
@@ -836,17 +675,19 @@ START_TEST(test_worker_leaves_a_handler_that_ignores_should_stop)
                        "{ name = \"mule\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qm\";"
                        "  handler = { c = \"stubborn\"; }; }",
                        "mule", "stubborn", c_stubborn, &sb);
-    ck_assert(wait_for(e.db, "running", 15000, "SELECT state FROM warren.runs WHERE job = 'mule'"));
-    int64_t t0 = now_ms();
+    ck_assert(testenv_wait_for(e.db, "running", 15000,
+                               "SELECT state FROM warren.runs WHERE job = 'mule'"));
+    int64_t t0 = testenv_mono_ms();
     worker_thread_join(&wt);
     /* grace 200 ms + kill grace 250 ms + 5 s for completions, then it leaves */
-    ck_assert_int_lt(now_ms() - t0, 15000);
+    ck_assert_int_lt(testenv_mono_ms() - t0, 15000);
     warren_worker_free(wt.w);
     /* The run is not completed: it stays running until its lease expires. */
-    ck_assert(wait_for(e.db, "running", 1000, "SELECT state FROM warren.runs WHERE job = 'mule'"));
+    ck_assert(testenv_wait_for(e.db, "running", 1000,
+                               "SELECT state FROM warren.runs WHERE job = 'mule'"));
     ck_assert_int_eq(atomic_load(&sb.calls), 1);
     stubborn_release(&sb); /* the handler returns now, after its worker is gone */
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -866,21 +707,22 @@ START_TEST(test_worker_leaves_a_running_sql_handler_at_shutdown)
                        "nap", NULL, NULL, NULL);
     const char *nap = "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'WITH x AS (INSERT "
                       "INTO execs%pg_sleep(7)' AND pid <> pg_backend_pid()";
-    ck_assert(wait_for(e.db, "1", 15000, nap));
+    ck_assert(testenv_wait_for(e.db, "1", 15000, nap));
     worker_thread_join(&wt); /* grace + kill grace + 5 s, then it leaves */
     warren_worker_free(wt.w);
-    ck_assert(wait_for(e.db, "1", 1000, nap));
+    ck_assert(testenv_wait_for(e.db, "1", 1000, nap));
     /* the statement ends; its thread puts the connection back into the pool */
     char *active = testenv_fmt("%s AND state = 'active'", nap);
-    ck_assert(wait_for(e.db, "0", 10000, active));
+    ck_assert(testenv_wait_for(e.db, "0", 10000, active));
     free(active);
-    ck_assert(wait_for(e.db, "succeeded", 2000, "SELECT state FROM warren.runs WHERE job = 'nap'"));
+    ck_assert(testenv_wait_for(e.db, "succeeded", 2000,
+                               "SELECT state FROM warren.runs WHERE job = 'nap'"));
     /* the statement's execution committed once, with the completion */
     assert_executions_of(&e, "SELECT run_key FROM warren.runs", NULL);
     /* the completion committed just before the pool got the connection back:
      * nothing to observe, so a short pause before the process exits */
-    sleep_ms(300);
-    env_teardown(&e);
+    testenv_sleep_ms(300);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -899,17 +741,18 @@ START_TEST(test_worker_leaves_a_timed_out_handler_that_ignores_should_stop)
                        "  retry = { max_attempts = 1; }; }",
                        "stuck", "stubborn", c_stubborn, &sb);
     /* timeout 300 ms + kill grace 250 ms, while the handler keeps running */
-    ck_assert(wait_for(e.db, "dead|true", 15000,
-                       "SELECT state || '|' || (last_error LIKE 'timed out after 300 ms and did "
-                       "not stop within 250 ms%') FROM warren.runs WHERE job = 'stuck'"));
     ck_assert(
-        wait_for(e.db, "retry", 1000, "SELECT string_agg(outcome, ',') FROM warren.attempts"));
+        testenv_wait_for(e.db, "dead|true", 15000,
+                         "SELECT state || '|' || (last_error LIKE 'timed out after 300 ms and did "
+                         "not stop within 250 ms%') FROM warren.runs WHERE job = 'stuck'"));
+    ck_assert(testenv_wait_for(e.db, "retry", 1000,
+                               "SELECT string_agg(outcome, ',') FROM warren.attempts"));
     ck_assert_int_eq(atomic_load(&sb.returned), 0); /* the handler never returned */
     worker_thread_join(&wt);
     warren_worker_free(wt.w);
     ck_assert_int_eq(atomic_load(&sb.calls), 1); /* max_attempts 1: one execution */
     stubborn_release(&sb); /* it returns now: its pool thread frees the context */
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -933,25 +776,27 @@ START_TEST(test_worker_records_unstorable_errors_and_commit_failures)
         "child VALUES (42)\"; };"
         "  retry = { max_attempts = 1; }; }",
         NULL, 5);
-    qx(e.db, "CREATE TABLE parent (id int PRIMARY KEY);"
-             "CREATE TABLE child (ref int REFERENCES parent DEFERRABLE INITIALLY DEFERRED)");
+    testenv_exec(e.db,
+                 "CREATE TABLE parent (id int PRIMARY KEY);"
+                 "CREATE TABLE child (ref int REFERENCES parent DEFERRABLE INITIALLY DEFERRED)");
     worker_thread_start(&e, &wt, NULL, NULL, NULL);
-    planner_start(&e);
+    testenv_stack_planner_start(&e, &test_logger);
     add_runs(&e, "bin", 1, 5);
     add_runs(&e, "dfk", 1, 5);
-    ck_assert(wait_for(e.db, "dead|exit status 1: bad ?? bytes ??", 15000,
-                       "SELECT state || '|' || last_error FROM warren.runs WHERE job = 'bin'"));
-    ck_assert(wait_for(e.db, "dead|true", 15000,
-                       "SELECT state || '|' || (last_error LIKE '%foreign key%') FROM "
-                       "warren.runs WHERE job = 'dfk'"));
-    ck_assert(wait_for(e.db, "0", 1000, "SELECT count(*) FROM child"));
     ck_assert(
-        wait_for(e.db, "2", 1000, "SELECT count(*) FROM warren.attempts WHERE outcome = 'retry'"));
+        testenv_wait_for(e.db, "dead|exit status 1: bad ?? bytes ??", 15000,
+                         "SELECT state || '|' || last_error FROM warren.runs WHERE job = 'bin'"));
+    ck_assert(testenv_wait_for(e.db, "dead|true", 15000,
+                               "SELECT state || '|' || (last_error LIKE '%foreign key%') FROM "
+                               "warren.runs WHERE job = 'dfk'"));
+    ck_assert(testenv_wait_for(e.db, "0", 1000, "SELECT count(*) FROM child"));
+    ck_assert(testenv_wait_for(e.db, "2", 1000,
+                               "SELECT count(*) FROM warren.attempts WHERE outcome = 'retry'"));
     /* bin executed once; dfk's execution rolled back with its failed commit */
     assert_executions_of(&e, "SELECT run_key FROM warren.runs WHERE job = 'bin'", NULL);
     worker_thread_join(&wt);
     warren_worker_free(wt.w);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -967,40 +812,43 @@ START_TEST(test_worker_killed_mid_run_another_completes_after_lease_expiry)
               NULL, 5);
     free(install_handler(&e));
     setenv("SLOW", "1", 1); /* attempt 1 hangs (30 s): it is the one we kill */
-    planner_start(&e);
-    pid_t a = spawn_worker(&e, "a", "wa");
+    testenv_stack_planner_start(&e, &test_logger);
+    pid_t a = testenv_stack_worker(&e, NULL, "wa", "a.log", 0);
     add_runs(&e, "k9", 1, 5);
-    ck_assert(wait_for(e.db, "running|1|wa", 15000,
-                       "SELECT concat_ws('|', state, attempt, lease_owner) FROM warren.runs"));
-    ck_assert(wait_for(e.db, "1", 5000, "SELECT count(*) FROM execs"));
+    ck_assert(
+        testenv_wait_for(e.db, "running|1|wa", 15000,
+                         "SELECT concat_ws('|', state, attempt, lease_owner) FROM warren.runs"));
+    ck_assert(testenv_wait_for(e.db, "1", 5000, "SELECT count(*) FROM execs"));
     /* what the killed worker held: the one run allowed a second execution */
-    qx(e.db, "CREATE TABLE held AS SELECT run_key FROM warren.runs WHERE lease_owner = 'wa' AND "
-             "state = 'running'");
+    testenv_exec(
+        e.db, "CREATE TABLE held AS SELECT run_key FROM warren.runs WHERE lease_owner = 'wa' AND "
+              "state = 'running'");
     kill(a, SIGKILL);
     waitpid(a, NULL, 0);
-    pid_t b = spawn_worker(&e, "b", "wb");
+    pid_t b = testenv_stack_worker(&e, NULL, "wb", "b.log", 0);
     /* The planner's reconciler reaps the expired lease; the relay republishes; b runs it. */
+    ck_assert(testenv_wait_for(
+        e.db, "succeeded|2|wb", 20000,
+        "SELECT concat_ws('|', r.state, r.attempt, a.worker) FROM warren.runs r "
+        "JOIN warren.attempts a ON a.run_key = r.run_key AND a.attempt = r.attempt"));
     ck_assert(
-        wait_for(e.db, "succeeded|2|wb", 20000,
-                 "SELECT concat_ws('|', r.state, r.attempt, a.worker) FROM warren.runs r "
-                 "JOIN warren.attempts a ON a.run_key = r.run_key AND a.attempt = r.attempt"));
-    ck_assert(wait_for(e.db, "1|2", 1000, "SELECT count(*) || '|' || max(attempt) FROM sink"));
-    ck_assert(wait_for(e.db, "lease_lost", 1000,
-                       "SELECT outcome FROM warren.attempts WHERE attempt = 1"));
-    ck_assert(wait_for(e.db, "1", 0, "SELECT count(*) FROM held"));
+        testenv_wait_for(e.db, "1|2", 1000, "SELECT count(*) || '|' || max(attempt) FROM sink"));
+    ck_assert(testenv_wait_for(e.db, "lease_lost", 1000,
+                               "SELECT outcome FROM warren.attempts WHERE attempt = 1"));
+    ck_assert(testenv_wait_for(e.db, "1", 0, "SELECT count(*) FROM held"));
     assert_executions_of(&e, "SELECT run_key FROM warren.runs", "SELECT run_key FROM held");
     assert_one_execution_per_attempt(&e);
     kill(b, SIGTERM);
-    ck_assert_int_eq(wait_exit(b, 10000), 0);
+    ck_assert_int_eq(testenv_wait_exit(b, 10000), 0);
     /* The orphaned handler of the killed worker: its process group outlived it. */
     char *pidf = testenv_fmt("%s/slow.pid", e.dir);
-    char *pidt = read_text(pidf);
+    char *pidt = testenv_read_file_or_empty(pidf);
     if (atoi(pidt) > 0)
         kill(-atoi(pidt), SIGKILL);
     free(pidt);
     free(pidf);
     unsetenv("SLOW");
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -1020,38 +868,42 @@ START_TEST(test_worker_stopped_while_its_handler_finishes_does_not_complete)
     free(install_handler(&e));
     setenv("SLOW", "1", 1); /* attempt 1 sleeps 3 s, then succeeds */
     setenv("SLEEP", "3", 1);
-    planner_start(&e);
-    pid_t a = spawn_worker(&e, "a", "wa");
+    testenv_stack_planner_start(&e, &test_logger);
+    pid_t a = testenv_stack_worker(&e, NULL, "wa", "a.log", 0);
     add_runs(&e, "sf", 1, 5);
-    ck_assert(wait_for(e.db, "1", 15000, "SELECT count(*) FROM execs"));
+    ck_assert(testenv_wait_for(e.db, "1", 15000, "SELECT count(*) FROM execs"));
     /* what the paused worker held: the one run allowed a second execution */
-    qx(e.db, "CREATE TABLE held AS SELECT run_key FROM warren.runs WHERE lease_owner = 'wa' AND "
-             "state = 'running'");
+    testenv_exec(
+        e.db, "CREATE TABLE held AS SELECT run_key FROM warren.runs WHERE lease_owner = 'wa' AND "
+              "state = 'running'");
     kill(a, SIGSTOP);
-    pid_t b = spawn_worker(&e, "b", "wb");
+    pid_t b = testenv_stack_worker(&e, NULL, "wb", "b.log", 0);
     /* attempt 1's handler ends while wa is stopped: its effect is written */
-    ck_assert(wait_for(e.db, "1|1", 10000, "SELECT count(*) || '|' || max(attempt) FROM sink"));
     ck_assert(
-        wait_for(e.db, "succeeded|2|wb", 20000,
-                 "SELECT concat_ws('|', r.state, r.attempt, a.worker) FROM warren.runs r "
-                 "JOIN warren.attempts a ON a.run_key = r.run_key AND a.attempt = r.attempt"));
+        testenv_wait_for(e.db, "1|1", 10000, "SELECT count(*) || '|' || max(attempt) FROM sink"));
+    ck_assert(testenv_wait_for(
+        e.db, "succeeded|2|wb", 20000,
+        "SELECT concat_ws('|', r.state, r.attempt, a.worker) FROM warren.runs r "
+        "JOIN warren.attempts a ON a.run_key = r.run_key AND a.attempt = r.attempt"));
     kill(a, SIGCONT);
-    ck_assert(log_wait(&e, "a", "heartbeat refused", 10000));
-    ck_assert(log_wait(&e, "a", "not completing", 10000));
-    ck_assert(wait_for(e.db, "1|lease_lost,2|succeeded", 1000,
-                       "SELECT string_agg(attempt || '|' || outcome, ',' ORDER BY attempt) FROM "
-                       "warren.attempts"));
-    ck_assert(wait_for(e.db, "1|1", 1000, "SELECT count(*) || '|' || max(attempt) FROM sink"));
-    ck_assert(wait_for(e.db, "1", 0, "SELECT count(*) FROM held"));
+    ck_assert(testenv_stack_log_wait(&e, "a.log", "heartbeat refused", 10000));
+    ck_assert(testenv_stack_log_wait(&e, "a.log", "not completing", 10000));
+    ck_assert(
+        testenv_wait_for(e.db, "1|lease_lost,2|succeeded", 1000,
+                         "SELECT string_agg(attempt || '|' || outcome, ',' ORDER BY attempt) FROM "
+                         "warren.attempts"));
+    ck_assert(
+        testenv_wait_for(e.db, "1|1", 1000, "SELECT count(*) || '|' || max(attempt) FROM sink"));
+    ck_assert(testenv_wait_for(e.db, "1", 0, "SELECT count(*) FROM held"));
     assert_executions_of(&e, "SELECT run_key FROM warren.runs", "SELECT run_key FROM held");
     assert_one_execution_per_attempt(&e);
     kill(a, SIGTERM);
     kill(b, SIGTERM);
-    ck_assert_int_eq(wait_exit(a, 10000), 0);
-    ck_assert_int_eq(wait_exit(b, 10000), 0);
+    ck_assert_int_eq(testenv_wait_exit(a, 10000), 0);
+    ck_assert_int_eq(testenv_wait_exit(b, 10000), 0);
     unsetenv("SLOW");
     unsetenv("SLEEP");
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -1065,49 +917,54 @@ START_TEST(test_worker_stopped_past_its_lease_is_fenced_off)
               NULL, 5);
     free(install_handler(&e));
     setenv("SLOW", "1", 1); /* attempt 1 sleeps 30 s: stopped by its worker on SIGCONT */
-    planner_start(&e);
-    pid_t a = spawn_worker(&e, "a", "wa");
+    testenv_stack_planner_start(&e, &test_logger);
+    pid_t a = testenv_stack_worker(&e, NULL, "wa", "a.log", 0);
     add_runs(&e, "st", 1, 5);
-    ck_assert(wait_for(e.db, "running|1|wa", 15000,
-                       "SELECT concat_ws('|', state, attempt, lease_owner) FROM warren.runs"));
-    ck_assert(wait_for(e.db, "1", 5000, "SELECT count(*) FROM execs"));
-    /* what the paused worker held: the one run allowed a second execution */
-    qx(e.db, "CREATE TABLE held AS SELECT run_key FROM warren.runs WHERE lease_owner = 'wa' AND "
-             "state = 'running'");
-    kill(a, SIGSTOP);
-    pid_t b = spawn_worker(&e, "b", "wb");
     ck_assert(
-        wait_for(e.db, "succeeded|2|wb", 20000,
-                 "SELECT concat_ws('|', r.state, r.attempt, a.worker) FROM warren.runs r "
-                 "JOIN warren.attempts a ON a.run_key = r.run_key AND a.attempt = r.attempt"));
+        testenv_wait_for(e.db, "running|1|wa", 15000,
+                         "SELECT concat_ws('|', state, attempt, lease_owner) FROM warren.runs"));
+    ck_assert(testenv_wait_for(e.db, "1", 5000, "SELECT count(*) FROM execs"));
+    /* what the paused worker held: the one run allowed a second execution */
+    testenv_exec(
+        e.db, "CREATE TABLE held AS SELECT run_key FROM warren.runs WHERE lease_owner = 'wa' AND "
+              "state = 'running'");
+    kill(a, SIGSTOP);
+    pid_t b = testenv_stack_worker(&e, NULL, "wb", "b.log", 0);
+    ck_assert(testenv_wait_for(
+        e.db, "succeeded|2|wb", 20000,
+        "SELECT concat_ws('|', r.state, r.attempt, a.worker) FROM warren.runs r "
+        "JOIN warren.attempts a ON a.run_key = r.run_key AND a.attempt = r.attempt"));
     kill(a, SIGCONT);
     /* a finds its heartbeat refused, stops its handler (SIGTERM to the group) and
      * does not complete: the newer attempt's result stands. */
-    ck_assert(log_wait(&e, "a", "heartbeat refused", 10000));
+    ck_assert(testenv_stack_log_wait(&e, "a.log", "heartbeat refused", 10000));
     /* logged once the handler was reaped (the heartbeat line comes before
      * the signal is even sent) */
-    ck_assert(log_wait(&e, "a", "handler stopped after the lease was lost", 10000));
+    ck_assert(
+        testenv_stack_log_wait(&e, "a.log", "handler stopped after the lease was lost", 10000));
     char *pidf = testenv_fmt("%s/slow.pid", e.dir);
-    char *pidt = read_text(pidf);
+    char *pidt = testenv_read_file_or_empty(pidf);
     ck_assert_int_gt(atoi(pidt), 0);
     ck_assert_msg(!testenv_pid_alive(atoi(pidt)), "the stale handler %s still runs", pidt);
     free(pidt);
     free(pidf);
+    ck_assert(testenv_wait_for(e.db, "succeeded|2", 1000,
+                               "SELECT state || '|' || attempt FROM warren.runs"));
     ck_assert(
-        wait_for(e.db, "succeeded|2", 1000, "SELECT state || '|' || attempt FROM warren.runs"));
-    ck_assert(wait_for(e.db, "1|2", 1000, "SELECT count(*) || '|' || max(attempt) FROM sink"));
-    ck_assert(wait_for(e.db, "1|lease_lost,2|succeeded", 1000,
-                       "SELECT string_agg(attempt || '|' || outcome, ',' ORDER BY attempt) FROM "
-                       "warren.attempts"));
-    ck_assert(wait_for(e.db, "1", 0, "SELECT count(*) FROM held"));
+        testenv_wait_for(e.db, "1|2", 1000, "SELECT count(*) || '|' || max(attempt) FROM sink"));
+    ck_assert(
+        testenv_wait_for(e.db, "1|lease_lost,2|succeeded", 1000,
+                         "SELECT string_agg(attempt || '|' || outcome, ',' ORDER BY attempt) FROM "
+                         "warren.attempts"));
+    ck_assert(testenv_wait_for(e.db, "1", 0, "SELECT count(*) FROM held"));
     assert_executions_of(&e, "SELECT run_key FROM warren.runs", "SELECT run_key FROM held");
     assert_one_execution_per_attempt(&e);
     kill(a, SIGTERM);
     kill(b, SIGTERM);
-    ck_assert_int_eq(wait_exit(a, 10000), 0);
-    ck_assert_int_eq(wait_exit(b, 10000), 0);
+    ck_assert_int_eq(testenv_wait_exit(a, 10000), 0);
+    ck_assert_int_eq(testenv_wait_exit(b, 10000), 0);
     unsetenv("SLOW");
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -1123,38 +980,41 @@ START_TEST(test_worker_stops_a_handler_whose_run_was_cancelled_by_a_newer_run)
               "  overlap = \"cancel_previous\"; lease = \"3s\"; }",
               NULL, 5);
     free(install_handler(&e));
-    planner_start(&e);
+    testenv_stack_planner_start(&e, &test_logger);
     add_runs(&e, "cp", 1, 20);
     char *old = first_key(&e, "cp");
     setenv("SLOW_KEY", old, 1); /* the older run's handler hangs; the worker inherits this */
     free(old);
-    pid_t a = spawn_worker(&e, "a2", "wa");
-    ck_assert(wait_for(e.db, "running", 15000,
-                       "SELECT state FROM warren.runs ORDER BY scheduled_at LIMIT 1"));
-    ck_assert(wait_for(e.db, "1", 5000, "SELECT count(*) FROM execs"));
+    pid_t a = testenv_stack_worker(&e, NULL, "wa", "a2.log", 0);
+    ck_assert(testenv_wait_for(e.db, "running", 15000,
+                               "SELECT state FROM warren.runs ORDER BY scheduled_at LIMIT 1"));
+    ck_assert(testenv_wait_for(e.db, "1", 5000, "SELECT count(*) FROM execs"));
     add_runs(&e, "cp", 1, 5);
-    ck_assert(wait_for(e.db, "cancelled,succeeded", 15000,
-                       "SELECT string_agg(state, ',' ORDER BY scheduled_at) FROM warren.runs"));
+    ck_assert(
+        testenv_wait_for(e.db, "cancelled,succeeded", 15000,
+                         "SELECT string_agg(state, ',' ORDER BY scheduled_at) FROM warren.runs"));
     /* a heartbeat of the old run is due within a third of the lease (1 s) */
-    ck_assert(log_wait(&e, "a2", "heartbeat refused", 10000));
+    ck_assert(testenv_stack_log_wait(&e, "a2.log", "heartbeat refused", 10000));
     /* logged once the handler was reaped (the heartbeat line comes before
      * the signal is even sent) */
-    ck_assert(log_wait(&e, "a2", "handler stopped after the lease was lost", 10000));
+    ck_assert(
+        testenv_stack_log_wait(&e, "a2.log", "handler stopped after the lease was lost", 10000));
     char *pidf = testenv_fmt("%s/slow.pid", e.dir);
-    char *pidt = read_text(pidf);
+    char *pidt = testenv_read_file_or_empty(pidf);
     ck_assert_int_gt(atoi(pidt), 0);
     ck_assert_msg(!testenv_pid_alive(atoi(pidt)), "the cancelled handler %s still runs", pidt);
     free(pidt);
     free(pidf);
-    ck_assert(wait_for(e.db, "cancelled|succeeded", 1000,
-                       "SELECT string_agg(outcome, '|' ORDER BY run_key) FROM warren.attempts"));
-    ck_assert(wait_for(e.db, "1", 1000, "SELECT count(*) FROM sink"));
+    ck_assert(
+        testenv_wait_for(e.db, "cancelled|succeeded", 1000,
+                         "SELECT string_agg(outcome, '|' ORDER BY run_key) FROM warren.attempts"));
+    ck_assert(testenv_wait_for(e.db, "1", 1000, "SELECT count(*) FROM sink"));
     /* each run executed once: the cancelled one was stopped, not run again */
     assert_executions_of(&e, "SELECT run_key FROM warren.runs", NULL);
     kill(a, SIGTERM);
-    ck_assert_int_eq(wait_exit(a, 10000), 0);
+    ck_assert_int_eq(testenv_wait_exit(a, 10000), 0);
     unsetenv("SLOW_KEY");
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -1199,21 +1059,25 @@ START_TEST(test_worker_retries_until_success_then_until_dead_and_replay)
     free(install_handler(&e));
     setenv("CODE_1", "75", 1);
     setenv("CODE_2", "1", 1);
-    planner_start(&e);
-    pid_t a = spawn_worker(&e, "a", "wa");
+    testenv_stack_planner_start(&e, &test_logger);
+    pid_t a = testenv_stack_worker(&e, NULL, "wa", "a.log", 0);
     add_runs(&e, "ok3", 1, 5);
     add_runs(&e, "die", 1, 5);
-    ck_assert(wait_for(e.db, "succeeded|3", 20000,
-                       "SELECT state || '|' || attempt FROM warren.runs WHERE job = 'ok3'"));
-    ck_assert(wait_for(e.db, "retry,retry,succeeded", 1000,
-                       "SELECT string_agg(outcome, ',' ORDER BY attempt) FROM warren.attempts "
-                       "WHERE run_key LIKE 'ok3@%'"));
-    ck_assert(wait_for(e.db, "1", 1000, "SELECT count(*) FROM sink WHERE run_key LIKE 'ok3@%'"));
+    ck_assert(
+        testenv_wait_for(e.db, "succeeded|3", 20000,
+                         "SELECT state || '|' || attempt FROM warren.runs WHERE job = 'ok3'"));
+    ck_assert(
+        testenv_wait_for(e.db, "retry,retry,succeeded", 1000,
+                         "SELECT string_agg(outcome, ',' ORDER BY attempt) FROM warren.attempts "
+                         "WHERE run_key LIKE 'ok3@%'"));
+    ck_assert(
+        testenv_wait_for(e.db, "1", 1000, "SELECT count(*) FROM sink WHERE run_key LIKE 'ok3@%'"));
     /* die: three attempts exit 3, then dead with a dead letter in warren.dead. */
-    ck_assert(wait_for(e.db, "dead|3", 20000,
-                       "SELECT state || '|' || attempt FROM warren.runs WHERE job = 'die'"));
+    ck_assert(
+        testenv_wait_for(e.db, "dead|3", 20000,
+                         "SELECT state || '|' || attempt FROM warren.runs WHERE job = 'die'"));
     char *key = first_key(&e, "die");
-    ck_assert(wait_for(e.db, "0", 10000, "SELECT count(*) FROM warren.outbox"));
+    ck_assert(testenv_wait_for(e.db, "0", 10000, "SELECT count(*) FROM warren.outbox"));
     char *body = NULL, *herr = NULL;
     ck_assert(get_dead(&e, &body, "x-warren-error", &herr));
     ck_assert_ptr_nonnull(strstr(body, key));
@@ -1225,7 +1089,7 @@ START_TEST(test_worker_retries_until_success_then_until_dead_and_replay)
     free(herr);
     /* Replay after the fix: same run key, history kept, a fresh budget. */
     char *fixed = testenv_fmt("%s/fixed", e.dir);
-    write_file(fixed, "", 0644);
+    testenv_write_file(fixed, "", 0644);
     free(fixed);
     unsetenv("CODE_1");
     unsetenv("CODE_2");
@@ -1235,24 +1099,27 @@ START_TEST(test_worker_retries_until_success_then_until_dead_and_replay)
     cmd = testenv_fmt("%s replay -c %s %s 2>/dev/null >/dev/null", WARREN_BINARY, e.cfg_path, key);
     ck_assert_int_ne(system(cmd), 0); /* not dead any more */
     free(cmd);
-    ck_assert(wait_for(e.db, "succeeded|4", 20000,
-                       "SELECT state || '|' || attempt FROM warren.runs WHERE job = 'die'"));
-    ck_assert(wait_for(e.db, "retry,retry,retry,succeeded", 1000,
-                       "SELECT string_agg(outcome, ',' ORDER BY attempt) FROM warren.attempts "
-                       "WHERE run_key LIKE 'die@%'"));
-    ck_assert(wait_for(e.db, "1", 1000, "SELECT count(*) FROM sink WHERE run_key LIKE 'die@%'"));
+    ck_assert(
+        testenv_wait_for(e.db, "succeeded|4", 20000,
+                         "SELECT state || '|' || attempt FROM warren.runs WHERE job = 'die'"));
+    ck_assert(
+        testenv_wait_for(e.db, "retry,retry,retry,succeeded", 1000,
+                         "SELECT string_agg(outcome, ',' ORDER BY attempt) FROM warren.attempts "
+                         "WHERE run_key LIKE 'die@%'"));
+    ck_assert(
+        testenv_wait_for(e.db, "1", 1000, "SELECT count(*) FROM sink WHERE run_key LIKE 'die@%'"));
     assert_one_execution_per_attempt(&e);
     /* show prints the history. */
     cmd = testenv_fmt("%s show -c %s %s > %s/show.log", WARREN_BINARY, e.cfg_path, key, e.dir);
     ck_assert_int_eq(system(cmd), 0);
     free(cmd);
-    ck_assert(log_has(&e, "show", "replayed at"));
-    ck_assert(log_has(&e, "show", "#3 wa"));
-    ck_assert(log_has(&e, "show", "exit status 3: boom 3"));
+    ck_assert(testenv_stack_log_wait(&e, "show.log", "replayed at", 0));
+    ck_assert(testenv_stack_log_wait(&e, "show.log", "#3 wa", 0));
+    ck_assert(testenv_stack_log_wait(&e, "show.log", "exit status 3: boom 3", 0));
     free(key);
     kill(a, SIGTERM);
-    ck_assert_int_eq(wait_exit(a, 10000), 0);
-    env_teardown(&e);
+    ck_assert_int_eq(testenv_wait_exit(a, 10000), 0);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -1271,15 +1138,16 @@ START_TEST(test_worker_retry_wakes_the_relay_before_its_tick)
     free(install_handler(&e));
     setenv("CODE_1", "75", 1);
     unsetenv("CODE_2");
-    planner_start(&e);
-    pid_t a = spawn_worker(&e, "a", "wa");
+    testenv_stack_planner_start(&e, &test_logger);
+    pid_t a = testenv_stack_worker(&e, NULL, "wa", "a.log", 0);
     add_runs(&e, "again", 1, 5); /* its NOTIFY wakes the planner for attempt 1 */
-    ck_assert(wait_for(e.db, "succeeded|2", 10000,
-                       "SELECT state || '|' || attempt FROM warren.runs WHERE job = 'again'"));
+    ck_assert(
+        testenv_wait_for(e.db, "succeeded|2", 10000,
+                         "SELECT state || '|' || attempt FROM warren.runs WHERE job = 'again'"));
     assert_one_execution_per_attempt(&e);
     kill(a, SIGTERM);
-    ck_assert_int_eq(wait_exit(a, 15000), 0);
-    env_teardown(&e);
+    ck_assert_int_eq(testenv_wait_exit(a, 15000), 0);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -1294,27 +1162,27 @@ START_TEST(test_worker_timeout_kills_the_process_group_and_retries)
         "  timeout = \"500ms\"; retry = { max_attempts = 1; }; }",
         NULL, 5);
     setenv("MARK_DIR", e.dir, 1);
-    planner_start(&e);
-    pid_t a = spawn_worker(&e, "a", "wa");
+    testenv_stack_planner_start(&e, &test_logger);
+    pid_t a = testenv_stack_worker(&e, NULL, "wa", "a.log", 0);
     add_runs(&e, "to", 1, 5);
-    ck_assert(wait_for(e.db, "dead", 15000, "SELECT state FROM warren.runs"));
-    ck_assert(wait_for(e.db, "t", 1000,
-                       "SELECT last_error LIKE 'timed out after 500 ms%' FROM warren.runs"));
+    ck_assert(testenv_wait_for(e.db, "dead", 15000, "SELECT state FROM warren.runs"));
+    ck_assert(testenv_wait_for(
+        e.db, "t", 1000, "SELECT last_error LIKE 'timed out after 500 ms%' FROM warren.runs"));
     /* The grandchild (sleep 30) was in the handler's process group: gone too. */
     char *pidf = testenv_fmt("%s/child.pid", e.dir);
-    char *pidt = read_text(pidf);
+    char *pidt = testenv_read_file_or_empty(pidf);
     ck_assert_int_gt(atoi(pidt), 0);
     /* killed with the group when the run was recorded; give a loaded
      * machine up to 5 s to reap it */
     for (int i = 0; i < 100 && testenv_pid_alive(atoi(pidt)); i++)
-        sleep_ms(50);
+        testenv_sleep_ms(50);
     ck_assert_msg(!testenv_pid_alive(atoi(pidt)), "grandchild %s survived the timeout", pidt);
     free(pidt);
     free(pidf);
     assert_one_execution_per_attempt(&e);
     kill(a, SIGTERM);
-    ck_assert_int_eq(wait_exit(a, 10000), 0);
-    env_teardown(&e);
+    ck_assert_int_eq(testenv_wait_exit(a, 10000), 0);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -1328,23 +1196,23 @@ START_TEST(test_worker_sigterm_lets_handlers_finish_then_stops_the_rest)
         "{ name = \"long\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qg\";"
         "  handler = { exec = [\"/bin/sh\", \"-c\", \"$MARK_DIR/log-exec long; sleep 60\"]; }; }",
         "concurrency = 4; shutdown_grace = \"2s\"; heartbeat_margin = \"1s\";", 5);
-    planner_start(&e);
-    pid_t a = spawn_worker(&e, "a", "wa");
+    testenv_stack_planner_start(&e, &test_logger);
+    pid_t a = testenv_stack_worker(&e, NULL, "wa", "a.log", 0);
     add_runs(&e, "quick", 1, 5);
     add_runs(&e, "long", 1, 5);
-    ck_assert(
-        wait_for(e.db, "2", 15000, "SELECT count(*) FROM warren.runs WHERE state = 'running'"));
+    ck_assert(testenv_wait_for(e.db, "2", 15000,
+                               "SELECT count(*) FROM warren.runs WHERE state = 'running'"));
     kill(a, SIGTERM);
-    ck_assert_int_eq(wait_exit(a, 15000), 0);
-    ck_assert(
-        wait_for(e.db, "succeeded", 1000, "SELECT state FROM warren.runs WHERE job = 'quick'"));
+    ck_assert_int_eq(testenv_wait_exit(a, 15000), 0);
+    ck_assert(testenv_wait_for(e.db, "succeeded", 1000,
+                               "SELECT state FROM warren.runs WHERE job = 'quick'"));
     /* Stopped after the grace and completed as a retry (the relay may already
      * have republished it). */
-    ck_assert(wait_for(
+    ck_assert(testenv_wait_for(
         e.db, "retry|stopped: worker wa shutting down", 1000,
         "SELECT outcome || '|' || error FROM warren.attempts WHERE run_key LIKE 'long@%'"));
     assert_one_execution_per_attempt(&e);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -1367,43 +1235,45 @@ START_TEST(test_worker_stopping_hands_new_deliveries_to_other_workers)
         "  handler = { exec = [\"/bin/sh\", \"-c\", \"$MARK_DIR/log-exec fresh\"]; }; }",
         "concurrency = 4; shutdown_grace = \"40s\"; heartbeat_margin = \"1s\";", 5);
     setenv("MARK_DIR", e.dir, 1);
-    planner_start(&e);
-    pid_t a = spawn_worker(&e, "a", "wa");
+    testenv_stack_planner_start(&e, &test_logger);
+    pid_t a = testenv_stack_worker(&e, NULL, "wa", "a.log", 0);
     add_runs(&e, "long", 1, 5);
-    ck_assert(wait_for(e.db, "running", 15000, "SELECT state FROM warren.runs WHERE job = 'long'"));
+    ck_assert(testenv_wait_for(e.db, "running", 15000,
+                               "SELECT state FROM warren.runs WHERE job = 'long'"));
     kill(a, SIGTERM);
-    ck_assert(log_wait(&e, "a", "stopping:", 5000));
+    ck_assert(testenv_stack_log_wait(&e, "a.log", "stopping:", 5000));
     /* Released while a is in its grace; a has three free slots. */
     add_runs(&e, "fresh", 1, 5);
-    ck_assert(
-        wait_for(e.db, "published", 5000, "SELECT state FROM warren.runs WHERE job = 'fresh'"));
+    ck_assert(testenv_wait_for(e.db, "published", 5000,
+                               "SELECT state FROM warren.runs WHERE job = 'fresh'"));
     /* deliberately idle: 1.5 s in which a, consuming still, would have taken it */
-    sleep_ms(1500);
-    pid_t b = spawn_worker(&e, "b", "wb");
-    ck_assert(wait_for(e.db, "succeeded|wb", 20000,
-                       "SELECT r.state || '|' || a.worker FROM warren.runs r "
-                       "JOIN warren.attempts a USING (run_key) WHERE r.job = 'fresh'"));
+    testenv_sleep_ms(1500);
+    pid_t b = testenv_stack_worker(&e, NULL, "wb", "b.log", 0);
+    ck_assert(testenv_wait_for(e.db, "succeeded|wb", 20000,
+                               "SELECT r.state || '|' || a.worker FROM warren.runs r "
+                               "JOIN warren.attempts a USING (run_key) WHERE r.job = 'fresh'"));
     ck_assert_msg(testenv_pid_alive(a),
                   "a exited before the fresh run was taken: the test proves nothing");
     /* End the long handler instead of waiting out the grace: a records it
      * (killed by a signal: its only attempt, so dead) and exits 0. */
     char *path = testenv_fmt("%s/long.pid", e.dir);
-    char *pid_text = read_text(path);
+    char *pid_text = testenv_read_file_or_empty(path);
     free(path);
     ck_assert_int_gt(atoi(pid_text), 1);
     kill(atoi(pid_text), SIGKILL);
     free(pid_text);
-    ck_assert_int_eq(wait_exit(a, 15000), 0);
+    ck_assert_int_eq(testenv_wait_exit(a, 15000), 0);
     /* The broker never sent a the fresh run: its consumer was cancelled.
      * (Without the cancel, a gets it and gives it back over and over, each
      * time counted towards x-delivery-limit.) */
-    ck_assert(log_has(&e, "a", "stopped (received 1, started 1,"));
-    ck_assert(log_has(&e, "a", "given back 0)"));
-    ck_assert(wait_for(e.db, "dead", 5000, "SELECT state FROM warren.runs WHERE job = 'long'"));
+    ck_assert(testenv_stack_log_wait(&e, "a.log", "stopped (received 1, started 1,", 0));
+    ck_assert(testenv_stack_log_wait(&e, "a.log", "given back 0)", 0));
+    ck_assert(
+        testenv_wait_for(e.db, "dead", 5000, "SELECT state FROM warren.runs WHERE job = 'long'"));
     kill(b, SIGTERM);
-    ck_assert_int_eq(wait_exit(b, 15000), 0);
+    ck_assert_int_eq(testenv_wait_exit(b, 15000), 0);
     assert_one_execution_per_attempt(&e);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -1422,22 +1292,23 @@ START_TEST(test_worker_sql_handler_failure_rolls_back_and_retries)
     /* Fast retries without a budget that five quick failures could use up
      * before the gate row below is in (the run would then be dead). */
     /* gate empty: 1 / (0 - 1) = -1 works... make the first attempt divide by zero. */
-    qx(e.db, "CREATE TABLE gate (x int); INSERT INTO gate VALUES (0)");
+    testenv_exec(e.db, "CREATE TABLE gate (x int); INSERT INTO gate VALUES (0)");
     worker_thread_start(&e, &wt, NULL, NULL, NULL);
-    planner_start(&e);
+    testenv_stack_planner_start(&e, &test_logger);
     add_runs(&e, "sqf", 1, 5);
-    ck_assert(wait_for(e.db, "t", 15000,
-                       "SELECT count(*) >= 1 FROM warren.attempts WHERE outcome = 'retry' AND "
-                       "error LIKE '%division by zero%'"));
-    ck_assert(wait_for(e.db, "0", 1000, "SELECT count(*) FROM sink"));
-    qx(e.db, "INSERT INTO gate VALUES (1)");
-    ck_assert(wait_for(e.db, "succeeded", 15000, "SELECT state FROM warren.runs"));
-    ck_assert(wait_for(e.db, "1", 1000, "SELECT count(*) FROM sink"));
+    ck_assert(
+        testenv_wait_for(e.db, "t", 15000,
+                         "SELECT count(*) >= 1 FROM warren.attempts WHERE outcome = 'retry' AND "
+                         "error LIKE '%division by zero%'"));
+    ck_assert(testenv_wait_for(e.db, "0", 1000, "SELECT count(*) FROM sink"));
+    testenv_exec(e.db, "INSERT INTO gate VALUES (1)");
+    ck_assert(testenv_wait_for(e.db, "succeeded", 15000, "SELECT state FROM warren.runs"));
+    ck_assert(testenv_wait_for(e.db, "1", 1000, "SELECT count(*) FROM sink"));
     /* the failed attempts' executions rolled back with them: one committed */
     assert_executions_of(&e, "SELECT run_key FROM warren.runs", NULL);
     worker_thread_join(&wt);
     warren_worker_free(wt.w);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -1457,36 +1328,40 @@ START_TEST(test_worker_sql_handler_holds_no_lock_while_its_statement_runs)
         "  retry = { max_attempts = 1; }; }",
         NULL, 5);
     worker_thread_start(&e, &wt, NULL, NULL, NULL);
-    planner_start(&e);
+    testenv_stack_planner_start(&e, &test_logger);
     add_runs(&e, "sl", 1, 5);
-    ck_assert(wait_for(e.db, "1", 15000,
-                       "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query "
-                       "LIKE 'WITH x AS (INSERT INTO execs%INSERT INTO sink%pg_sleep(4)'"));
+    ck_assert(
+        testenv_wait_for(e.db, "1", 15000,
+                         "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query "
+                         "LIKE 'WITH x AS (INSERT INTO execs%INSERT INTO sink%pg_sleep(4)'"));
     /* The job's next run, claimed by hand while the statement runs: skipped
      * at once (it used to wait for the statement's transaction; lock_timeout
      * turns that wait into an error). */
-    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at) VALUES ('sl', "
-             "date_trunc('second', now()), now() + interval '1 hour')");
+    testenv_exec(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at) VALUES ('sl', "
+                       "date_trunc('second', now()), now() + interval '1 hour')");
     /* (due in an hour so that the planner leaves it alone; due now for the
      * claim, which does not take runs due more than 15 s ahead) */
-    ck_assert(wait_for(e.db, "0", 0,
-                       "UPDATE warren.runs SET due_at = now() WHERE job = 'sl' AND due_at > "
-                       "now() + interval '1 minute'; SET lock_timeout = '1s'; SELECT count(*) "
-                       "FROM warren.claim((SELECT run_key FROM warren.runs WHERE job = 'sl' "
-                       "ORDER BY scheduled_at DESC LIMIT 1), 'other')"));
-    ck_assert(wait_for(e.db, "skipped", 0,
-                       "SELECT state FROM warren.runs WHERE job = 'sl' ORDER BY scheduled_at "
-                       "DESC LIMIT 1"));
-    /* The statement outlasts the lease: heartbeats kept it, one attempt. */
-    ck_assert(wait_for(e.db, "succeeded|1|1", 15000,
-                       "SELECT state || '|' || attempt || '|' || (SELECT count(*) FROM sink) "
-                       "FROM warren.runs WHERE job = 'sl' ORDER BY scheduled_at LIMIT 1"));
     ck_assert(
-        wait_for(e.db, "succeeded", 0, "SELECT string_agg(outcome, ',') FROM warren.attempts"));
+        testenv_wait_for(e.db, "0", 0,
+                         "UPDATE warren.runs SET due_at = now() WHERE job = 'sl' AND due_at > "
+                         "now() + interval '1 minute'; SET lock_timeout = '1s'; SELECT count(*) "
+                         "FROM warren.claim((SELECT run_key FROM warren.runs WHERE job = 'sl' "
+                         "ORDER BY scheduled_at DESC LIMIT 1), 'other')"));
+    ck_assert(
+        testenv_wait_for(e.db, "skipped", 0,
+                         "SELECT state FROM warren.runs WHERE job = 'sl' ORDER BY scheduled_at "
+                         "DESC LIMIT 1"));
+    /* The statement outlasts the lease: heartbeats kept it, one attempt. */
+    ck_assert(
+        testenv_wait_for(e.db, "succeeded|1|1", 15000,
+                         "SELECT state || '|' || attempt || '|' || (SELECT count(*) FROM sink) "
+                         "FROM warren.runs WHERE job = 'sl' ORDER BY scheduled_at LIMIT 1"));
+    ck_assert(testenv_wait_for(e.db, "succeeded", 0,
+                               "SELECT string_agg(outcome, ',') FROM warren.attempts"));
     assert_executions_of(&e, "SELECT run_key FROM warren.runs WHERE state = 'succeeded'", NULL);
     worker_thread_join(&wt);
     warren_worker_free(wt.w);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -1504,49 +1379,38 @@ START_TEST(test_worker_cancels_an_sql_handler_whose_run_was_taken_over)
         "sink (run_key, attempt) SELECT $1, 0 FROM pg_sleep(30)\"; }; }",
         NULL, 5);
     worker_thread_start(&e, &wt, NULL, NULL, NULL);
-    planner_start(&e);
+    testenv_stack_planner_start(&e, &test_logger);
     add_runs(&e, "sx", 1, 5);
     const char *active = "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND "
                          "query LIKE 'WITH x AS (INSERT INTO execs%pg_sleep(30)' AND pid <> "
                          "pg_backend_pid()";
-    ck_assert(wait_for(e.db, "1", 15000, active));
-    ck_assert(wait_for(e.db, "2", 0,
-                       "SET lock_timeout = '1s'; UPDATE warren.runs SET lease_until = now() - "
-                       "interval '1 second'; SELECT attempt FROM warren.claim((SELECT run_key "
-                       "FROM warren.runs), 'thief')"));
+    ck_assert(testenv_wait_for(e.db, "1", 15000, active));
+    ck_assert(
+        testenv_wait_for(e.db, "2", 0,
+                         "SET lock_timeout = '1s'; UPDATE warren.runs SET lease_until = now() - "
+                         "interval '1 second'; SELECT attempt FROM warren.claim((SELECT run_key "
+                         "FROM warren.runs), 'thief')"));
     /* the thief's lease outlasts the test (its 2 s would let the reconciler
      * reap it while the worker still notices the take-over) */
-    qx(e.db, "UPDATE warren.runs SET lease_until = now() + interval '1 hour'");
-    int64_t t0 = now_ms();
-    ck_assert(wait_for(e.db, "0", 5000, active));
+    testenv_exec(e.db, "UPDATE warren.runs SET lease_until = now() + interval '1 hour'");
+    int64_t t0 = testenv_mono_ms();
+    ck_assert(testenv_wait_for(e.db, "0", 5000, active));
     fprintf(stderr, "sql handler cancelled %lld ms after the take-over\n",
-            (long long)(now_ms() - t0));
-    ck_assert(wait_for(e.db, "running|2|thief|0", 0,
-                       "SELECT concat_ws('|', state, attempt, lease_owner, (SELECT count(*) FROM "
-                       "sink)) FROM warren.runs"));
+            (long long)(testenv_mono_ms() - t0));
+    ck_assert(
+        testenv_wait_for(e.db, "running|2|thief|0", 0,
+                         "SELECT concat_ws('|', state, attempt, lease_owner, (SELECT count(*) FROM "
+                         "sink)) FROM warren.runs"));
     worker_thread_join(&wt);
-    ck_assert(wait_for(e.db, "0", 0, "SELECT count(*) FROM sink"));
+    ck_assert(testenv_wait_for(e.db, "0", 0, "SELECT count(*) FROM sink"));
     /* nothing of the cancelled statement committed, its execution log either */
     assert_executions_of(&e, "SELECT NULL::text WHERE false", NULL);
     warren_worker_free(wt.w);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
 /* ------------------------------------------------------------ sql handler batches */
-
-/* wait_for of a printf-formatted statement. */
-static int wait_forf(const char *url, const char *want, long timeout_ms, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int wait_forf(const char *url, const char *want, long timeout_ms, const char *fmt, ...)
-{
-    char sql[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(sql, sizeof(sql), fmt, ap);
-    va_end(ap);
-    return wait_for(url, want, timeout_ms, sql);
-}
 
 /* Runs of job sb claimed by hand as worker "w" (attempt 1): keys[0..n). */
 static void claim_by_hand(env *e, int n, char keys[][WARREN_RUN_KEY_MAX])
@@ -1560,7 +1424,8 @@ static void claim_by_hand(env *e, int n, char keys[][WARREN_RUN_KEY_MAX])
         ck_assert_ptr_nonnull(k);
         snprintf(keys[i], WARREN_RUN_KEY_MAX, "%s", k);
         free(k);
-        ck_assert(wait_forf(e->db, "1", 0, "SELECT attempt FROM warren.claim('%s', 'w')", keys[i]));
+        ck_assert(testenv_wait_forf(e->db, "1", 0, "SELECT attempt FROM warren.claim('%s', 'w')",
+                                    keys[i]));
     }
 }
 
@@ -1586,16 +1451,18 @@ START_TEST(test_worker_sql_batch_rolls_back_only_the_failing_and_stale_runs)
               "{ name = \"sb\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qsb\"; overlap = "
               "\"allow\"; }",
               NULL, 5);
-    qx(e.db, "CREATE TABLE ok (k text)");
+    testenv_exec(e.db, "CREATE TABLE ok (k text)");
     claim_by_hand(&e, 5, keys);
     for (int i = 0; i < 5; i++)
         if (i != 1)
-            ck_assert(wait_forf(e.db, "1", 0, "INSERT INTO ok VALUES ('%s'); SELECT 1", keys[i]));
+            ck_assert(
+                testenv_wait_forf(e.db, "1", 0, "INSERT INTO ok VALUES ('%s'); SELECT 1", keys[i]));
     /* run 2 taken over: its lease ran out and "thief" claimed it (attempt 2) */
-    ck_assert(wait_forf(e.db, "2", 0,
-                        "UPDATE warren.runs SET lease_until = now() - interval '1 second' WHERE "
-                        "run_key = '%s'; SELECT attempt FROM warren.claim('%s', 'thief')",
-                        keys[2], keys[2]));
+    ck_assert(
+        testenv_wait_forf(e.db, "2", 0,
+                          "UPDATE warren.runs SET lease_until = now() - interval '1 second' WHERE "
+                          "run_key = '%s'; SELECT attempt FROM warren.claim('%s', 'thief')",
+                          keys[2], keys[2]));
     atomic_int lost[5];
     warren_sql_run runs[5];
     for (int i = 0; i < 5; i++) {
@@ -1626,20 +1493,22 @@ START_TEST(test_worker_sql_batch_rolls_back_only_the_failing_and_stale_runs)
     /* the effects of runs 0 and 4 only, committed together */
     char want[3 * WARREN_RUN_KEY_MAX];
     snprintf(want, sizeof(want), "%s,%s|1", keys[0], keys[4]);
-    ck_assert(wait_for(e.db, want, 0,
-                       "SELECT string_agg(run_key, ',' ORDER BY run_key) || '|' || count(DISTINCT "
-                       "who) FROM sink"));
+    ck_assert(testenv_wait_for(
+        e.db, want, 0,
+        "SELECT string_agg(run_key, ',' ORDER BY run_key) || '|' || count(DISTINCT "
+        "who) FROM sink"));
     snprintf(want, sizeof(want), "%s,%s", keys[0], keys[4]);
-    ck_assert(
-        wait_for(e.db, want, 0, "SELECT string_agg(run_key, ',' ORDER BY run_key) FROM execs"));
+    ck_assert(testenv_wait_for(e.db, want, 0,
+                               "SELECT string_agg(run_key, ',' ORDER BY run_key) FROM execs"));
     /* recorded succeeded: 0 and 4; 1 and 3 still running as attempt 1 (the
      * caller completes 1 as a retry; 3 is left to its lease); 2 under the
      * thief's attempt 2 */
-    ck_assert(wait_for(e.db, "succeeded:1,running:1,running:2,running:1,succeeded:1", 0,
-                       "SELECT string_agg(state || ':' || attempt, ',' ORDER BY scheduled_at) "
-                       "FROM warren.runs WHERE job = 'sb'"));
+    ck_assert(
+        testenv_wait_for(e.db, "succeeded:1,running:1,running:2,running:1,succeeded:1", 0,
+                         "SELECT string_agg(state || ':' || attempt, ',' ORDER BY scheduled_at) "
+                         "FROM warren.runs WHERE job = 'sb'"));
     warren_store_free(st);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -1682,12 +1551,13 @@ START_TEST(test_worker_sql_batch_pipelined_runs_a_failing_statement_once)
                       "SELECT nextval((SELECT s FROM seqs WHERE k = $1)), "
                       "1 / (SELECT count(*) FROM ok WHERE k = $1)::int";
     batch_env(&e, 6, keys);
-    qx(e.db, "CREATE TABLE ok (k text); CREATE TABLE seqs (k text, s regclass)");
+    testenv_exec(e.db, "CREATE TABLE ok (k text); CREATE TABLE seqs (k text, s regclass)");
     for (int i = 0; i < 6; i++)
-        ck_assert(wait_forf(e.db, "1", 0,
-                            "CREATE SEQUENCE seq%d; INSERT INTO seqs VALUES ('%s', 'seq%d');"
-                            "INSERT INTO ok SELECT '%s' WHERE %d <> 4; SELECT 1",
-                            i, keys[i], i, keys[i], i));
+        ck_assert(
+            testenv_wait_forf(e.db, "1", 0,
+                              "CREATE SEQUENCE seq%d; INSERT INTO seqs VALUES ('%s', 'seq%d');"
+                              "INSERT INTO ok SELECT '%s' WHERE %d <> 4; SELECT 1",
+                              i, keys[i], i, keys[i], i));
     warren_sql_run runs[6];
     batch_runs(runs, keys, 6, sql, 10000);
     ck_assert_int_eq(warren_store_open(e.db, NULL, &st, &err), 0);
@@ -1695,8 +1565,8 @@ START_TEST(test_worker_sql_batch_pipelined_runs_a_failing_statement_once)
                   err.message);
     for (int i = 0; i < 3; i++)
         ck_assert(runs[i].done && runs[i].recorded && runs[i].stmt_error == NULL);
-    ck_assert(wait_for(e.db, "3|1", 0,
-                       "SELECT count(*) || '|' || count(DISTINCT xmin::text) FROM execs"));
+    ck_assert(testenv_wait_for(e.db, "3|1", 0,
+                               "SELECT count(*) || '|' || count(DISTINCT xmin::text) FROM execs"));
 
     ck_assert_msg(warren_store_complete_sql_batch(st, runs + 3, 3, &err) == 0, "batch: %s",
                   err.message);
@@ -1705,22 +1575,24 @@ START_TEST(test_worker_sql_batch_pipelined_runs_a_failing_statement_once)
     ck_assert_ptr_nonnull(runs[4].stmt_error);
     ck_assert_msg(strstr(runs[4].stmt_error, "division by zero") != NULL, "%s", runs[4].stmt_error);
     free(runs[4].stmt_error);
-    ck_assert(
-        wait_for(e.db, "1,1,1,2,1,1", 0,
-                 "SELECT string_agg(coalesce(last_value, 0)::text, ',' ORDER BY sequencename) "
-                 "FROM pg_sequences WHERE sequencename ~ '^seq[0-9]$'"));
+    ck_assert(testenv_wait_for(
+        e.db, "1,1,1,2,1,1", 0,
+        "SELECT string_agg(coalesce(last_value, 0)::text, ',' ORDER BY sequencename) "
+        "FROM pg_sequences WHERE sequencename ~ '^seq[0-9]$'"));
     char want[4 * WARREN_RUN_KEY_MAX];
     snprintf(want, sizeof(want), "%s,%s|1", keys[3], keys[5]);
-    ck_assert(wait_forf(e.db, want, 0,
-                        "SELECT string_agg(run_key, ',' ORDER BY run_key) || '|' || "
-                        "count(DISTINCT xmin::text) FROM execs WHERE run_key IN ('%s', '%s', '%s')",
-                        keys[3], keys[4], keys[5]));
-    ck_assert(wait_for(e.db, "succeeded:5,running:1", 0,
-                       "SELECT string_agg(state || ':' || n, ',' ORDER BY state DESC) FROM "
-                       "(SELECT state, count(*) n FROM warren.runs WHERE job = 'sb' GROUP BY "
-                       "state) s"));
+    ck_assert(testenv_wait_forf(
+        e.db, want, 0,
+        "SELECT string_agg(run_key, ',' ORDER BY run_key) || '|' || "
+        "count(DISTINCT xmin::text) FROM execs WHERE run_key IN ('%s', '%s', '%s')",
+        keys[3], keys[4], keys[5]));
+    ck_assert(
+        testenv_wait_for(e.db, "succeeded:5,running:1", 0,
+                         "SELECT string_agg(state || ':' || n, ',' ORDER BY state DESC) FROM "
+                         "(SELECT state, count(*) n FROM warren.runs WHERE job = 'sb' GROUP BY "
+                         "state) s"));
     warren_store_free(st);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -1735,17 +1607,17 @@ static int64_t batch_second_fails(env *e, char keys[][WARREN_RUN_KEY_MAX], const
     warren_sql_run runs[2];
     batch_runs(runs, keys, 2, sql, timeout_ms);
     ck_assert_int_eq(warren_store_open(e->db, NULL, &st, &err), 0);
-    int64_t t0 = now_ms();
+    int64_t t0 = testenv_mono_ms();
     ck_assert_msg(warren_store_complete_sql_batch(st, runs, 2, &err) == 0, "batch: %s",
                   err.message);
-    int64_t took = now_ms() - t0;
+    int64_t took = testenv_mono_ms() - t0;
     ck_assert(runs[0].done && runs[0].recorded && runs[0].stmt_error == NULL);
     ck_assert(runs[1].done && !runs[1].recorded);
     ck_assert_ptr_nonnull(runs[1].stmt_error);
     ck_assert_msg(strstr(runs[1].stmt_error, want_err) != NULL, "%s", runs[1].stmt_error);
     free(runs[1].stmt_error);
     ck_assert(warren_store_connected(st));
-    ck_assert(wait_for(e->db, keys[0], 0, "SELECT string_agg(run_key, ',') FROM execs"));
+    ck_assert(testenv_wait_for(e->db, keys[0], 0, "SELECT string_agg(run_key, ',') FROM execs"));
     warren_store_free(st);
     return took;
 }
@@ -1767,7 +1639,7 @@ START_TEST(test_worker_sql_batch_pipelined_keeps_each_runs_timeout)
     int64_t took = batch_second_fails(&e, keys, sql, 300, "statement timeout");
     ck_assert_msg(took < 30000, "the 60 s statement ran %lld ms", (long long)took);
     free(sql);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -1784,12 +1656,12 @@ START_TEST(test_worker_sql_batch_remote_connection_error_is_the_runs)
                            "BEGIN IF k = '%s' THEN RAISE EXCEPTION 'could not connect to the "
                            "remote server' USING ERRCODE = '08001'; END IF; RETURN 1; END $$",
                            keys[1]);
-    qx(e.db, fn);
+    testenv_exec(e.db, fn);
     free(fn);
     batch_second_fails(&e, keys,
                        "WITH x AS (INSERT INTO execs VALUES ($1, 0, 'sb')) SELECT remote($1)",
                        10000, "08001");
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -1806,8 +1678,9 @@ START_TEST(test_worker_sql_batch_whose_commit_fails_is_run_one_by_one)
               "{ name = \"sb\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qsb\"; overlap = "
               "\"allow\"; }",
               NULL, 5);
-    qx(e.db, "CREATE TABLE parent (id int PRIMARY KEY);"
-             "CREATE TABLE child (ref int REFERENCES parent DEFERRABLE INITIALLY DEFERRED)");
+    testenv_exec(e.db,
+                 "CREATE TABLE parent (id int PRIMARY KEY);"
+                 "CREATE TABLE child (ref int REFERENCES parent DEFERRABLE INITIALLY DEFERRED)");
     claim_by_hand(&e, 3, keys);
     /* run 1 inserts a child without a parent: only its COMMIT fails */
     char *sql = testenv_fmt("WITH x AS (INSERT INTO execs VALUES ($1, 0, 'sb')) INSERT INTO child "
@@ -1825,12 +1698,13 @@ START_TEST(test_worker_sql_batch_whose_commit_fails_is_run_one_by_one)
     ck_assert_msg(rc != 0 && rc != WARREN_EDBCONN, "rc %d: %s", rc, err.message);
     for (int i = 0; i < 3; i++)
         ck_assert_int_eq(runs[i].done, 0);
-    ck_assert(wait_for(e.db, "0|0|3", 0,
-                       "SELECT (SELECT count(*) FROM execs) || '|' || (SELECT count(*) FROM "
-                       "child) || '|' || (SELECT count(*) FROM warren.runs WHERE state = "
-                       "'running')"));
+    ck_assert(
+        testenv_wait_for(e.db, "0|0|3", 0,
+                         "SELECT (SELECT count(*) FROM execs) || '|' || (SELECT count(*) FROM "
+                         "child) || '|' || (SELECT count(*) FROM warren.runs WHERE state = "
+                         "'running')"));
     warren_store_free(st);
-    env_teardown(&e);
+    testenv_stack_free(&e);
     free(sql);
 
     /* Through the worker: 8 runs of a good job and one of the bad, one queue,
@@ -1846,28 +1720,29 @@ START_TEST(test_worker_sql_batch_whose_commit_fails_is_run_one_by_one)
         "concurrency = 16; sql_batch = 16; shutdown_grace = \"3s\"; heartbeat_margin = "
         "\"1500ms\";",
         5);
-    qx(e.db, "CREATE TABLE parent (id int PRIMARY KEY);"
-             "CREATE TABLE child (ref int REFERENCES parent DEFERRABLE INITIALLY DEFERRED)");
+    testenv_exec(e.db,
+                 "CREATE TABLE parent (id int PRIMARY KEY);"
+                 "CREATE TABLE child (ref int REFERENCES parent DEFERRABLE INITIALLY DEFERRED)");
     worker_thread wt = {0};
     worker_thread_start(&e, &wt, NULL, NULL, NULL);
     /* the runs first, then the planner: they are published together */
     add_runs(&e, "good", 8, 5);
     add_runs(&e, "bad", 1, 5);
-    planner_start(&e);
-    ck_assert(wait_for(e.db, "8", 15000,
-                       "SELECT count(*) FROM warren.runs WHERE job = 'good' AND state = "
-                       "'succeeded'"));
-    ck_assert(wait_for(e.db, "dead|true", 15000,
-                       "SELECT state || '|' || (last_error LIKE '%foreign key%') FROM "
-                       "warren.runs WHERE job = 'bad'"));
-    ck_assert(
-        wait_for(e.db, "8|0", 0,
-                 "SELECT (SELECT count(*) FROM sink) || '|' || (SELECT count(*) FROM child)"));
+    testenv_stack_planner_start(&e, &test_logger);
+    ck_assert(testenv_wait_for(e.db, "8", 15000,
+                               "SELECT count(*) FROM warren.runs WHERE job = 'good' AND state = "
+                               "'succeeded'"));
+    ck_assert(testenv_wait_for(e.db, "dead|true", 15000,
+                               "SELECT state || '|' || (last_error LIKE '%foreign key%') FROM "
+                               "warren.runs WHERE job = 'bad'"));
+    ck_assert(testenv_wait_for(
+        e.db, "8|0", 0,
+        "SELECT (SELECT count(*) FROM sink) || '|' || (SELECT count(*) FROM child)"));
     /* each good run's statement committed once; the bad one's never */
     assert_executions_of(&e, "SELECT run_key FROM warren.runs WHERE job = 'good'", NULL);
     worker_thread_join(&wt);
     warren_worker_free(wt.w);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -1897,11 +1772,11 @@ START_TEST(test_worker_sql_batch_measures_each_statement)
                   (long long)runs[0].stmt_us);
     ck_assert_msg(runs[2].stmt_us >= 0 && runs[2].stmt_us < 1000000, "quick: %lld us",
                   (long long)runs[2].stmt_us);
-    ck_assert(wait_for(e.db, "3|1", 0,
-                       "SELECT count(*) || '|' || count(DISTINCT xmin::text) FROM execs"));
+    ck_assert(testenv_wait_for(e.db, "3|1", 0,
+                               "SELECT count(*) || '|' || count(DISTINCT xmin::text) FROM execs"));
     warren_store_free(st);
     free(sql);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -1915,7 +1790,7 @@ static void add_runs_due_soon(env *e, const char *job, int n, int base_offset_s)
         "SELECT '%s', date_trunc('second', now()) - make_interval(secs => %d + g), "
         "now() + interval '2 s', 'trigger' FROM generate_series(1, %d) g; NOTIFY warren_jobs",
         job, base_offset_s, n);
-    qx(e->db, sql);
+    testenv_exec(e->db, sql);
     free(sql);
 }
 
@@ -1939,31 +1814,34 @@ START_TEST(test_worker_sql_batches_fill_with_quick_statements_and_keep_slow_ones
               "txid_current()::text)) SELECT pg_sleep(1)\"; }; }",
               "concurrency = 16; shutdown_grace = \"3s\"; heartbeat_margin = \"1500ms\";", 5);
     worker_thread_start(&e, &wt, NULL, NULL, NULL);
-    planner_start(&e);
+    testenv_stack_planner_start(&e, &test_logger);
     /* the first waves: each statement measured */
     add_runs_due_soon(&e, "quick", 16, 5);
     add_runs_due_soon(&e, "slow", 1, 5);
-    ck_assert(
-        wait_for(e.db, "17", 20000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
-    qx(e.db, "CREATE TABLE first_wave AS SELECT run_key FROM warren.runs");
+    ck_assert(testenv_wait_for(e.db, "17", 20000,
+                               "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
+    testenv_exec(e.db, "CREATE TABLE first_wave AS SELECT run_key FROM warren.runs");
     add_runs_due_soon(&e, "quick", 16, 100);
+    ck_assert(testenv_wait_for(e.db, "33", 20000,
+                               "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
     ck_assert(
-        wait_for(e.db, "33", 20000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
-    ck_assert(wait_for(e.db, "16|1", 0,
-                       "SELECT count(*) || '|' || count(DISTINCT who) FROM execs WHERE run_key "
-                       "NOT IN (SELECT run_key FROM first_wave)"));
-    qx(e.db, "INSERT INTO first_wave SELECT run_key FROM warren.runs EXCEPT SELECT run_key FROM "
-             "first_wave");
+        testenv_wait_for(e.db, "16|1", 0,
+                         "SELECT count(*) || '|' || count(DISTINCT who) FROM execs WHERE run_key "
+                         "NOT IN (SELECT run_key FROM first_wave)"));
+    testenv_exec(
+        e.db, "INSERT INTO first_wave SELECT run_key FROM warren.runs EXCEPT SELECT run_key FROM "
+              "first_wave");
     add_runs_due_soon(&e, "slow", 6, 100);
+    ck_assert(testenv_wait_for(e.db, "39", 30000,
+                               "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
     ck_assert(
-        wait_for(e.db, "39", 30000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
-    ck_assert(wait_for(e.db, "6|6", 0,
-                       "SELECT count(*) || '|' || count(DISTINCT who) FROM execs WHERE run_key "
-                       "NOT IN (SELECT run_key FROM first_wave)"));
+        testenv_wait_for(e.db, "6|6", 0,
+                         "SELECT count(*) || '|' || count(DISTINCT who) FROM execs WHERE run_key "
+                         "NOT IN (SELECT run_key FROM first_wave)"));
     assert_executions_of(&e, "SELECT run_key FROM warren.runs", NULL);
     worker_thread_join(&wt);
     warren_worker_free(wt.w);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -1998,18 +1876,18 @@ START_TEST(test_worker_sql_batches_run_every_statement_once)
     worker_thread_start(&e, &b, NULL, NULL, NULL);
     /* the runs first, then the planner: they are published together */
     add_runs(&e, "many", 200, 5);
-    planner_start(&e);
-    ck_assert(
-        wait_for(e.db, "200", 60000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
+    testenv_stack_planner_start(&e, &test_logger);
+    ck_assert(testenv_wait_for(e.db, "200", 60000,
+                               "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
     /* some statements shared a transaction (else this tests nothing new) */
-    ck_assert(wait_for(e.db, "t", 0, "SELECT count(DISTINCT who) < 200 FROM sink"));
+    ck_assert(testenv_wait_for(e.db, "t", 0, "SELECT count(DISTINCT who) < 200 FROM sink"));
     assert_executions_of(&e, "SELECT run_key FROM warren.runs", NULL);
-    ck_assert(wait_for(e.db, "200", 0, "SELECT count(*) " SQL_ATTEMPTS_GIVEN));
+    ck_assert(testenv_wait_for(e.db, "200", 0, "SELECT count(*) " SQL_ATTEMPTS_GIVEN));
     worker_thread_join(&a);
     worker_thread_join(&b);
     warren_worker_free(a.w);
     warren_worker_free(b.w);
-    env_teardown(&e);
+    testenv_stack_free(&e);
     ck_assert_msg(fstat(0, &after) == 0, "descriptor 0 was closed: %s", strerror(errno));
     ck_assert_msg(after.st_dev == before.st_dev && after.st_ino == before.st_ino,
                   "descriptor 0 is no longer the test's pipe (closed and reused)");
@@ -2040,29 +1918,30 @@ START_TEST(test_worker_sql_take_claims_runs_and_completes_in_the_effects_transac
               "txid_current()::text)) SELECT 1\"; }; }",
               "concurrency = 16; shutdown_grace = \"3s\"; heartbeat_margin = \"1500ms\";", 5);
     worker_thread_start(&e, &wt, NULL, NULL, NULL);
-    planner_start(&e);
+    testenv_stack_planner_start(&e, &test_logger);
     add_runs_due_soon(&e, "tk", 4, 5);
-    ck_assert(
-        wait_for(e.db, "4", 20000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
+    ck_assert(testenv_wait_for(e.db, "4", 20000,
+                               "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
     add_runs_due_soon(&e, "tk", 40, 100);
-    ck_assert(
-        wait_for(e.db, "44", 20000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
+    ck_assert(testenv_wait_for(e.db, "44", 20000,
+                               "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
     assert_executions_of(&e, "SELECT run_key FROM warren.runs", NULL);
-    ck_assert(wait_for(e.db, "44|44|44", 0,
-                       "SELECT count(*) || '|' || count(*) FILTER (WHERE r.attempt = 1 AND "
-                       "a.attempt = 1 AND a.outcome = 'succeeded' AND a.started_at = r.started_at "
-                       "AND a.finished_at = r.finished_at AND r.finished_at >= r.started_at AND "
-                       "r.started_at >= r.due_at AND r.lease_until IS NULL) || '|' || count(*) "
-                       "FILTER (WHERE x.who::bigint % 4294967296 = r.xmin::text::bigint) FROM "
-                       "warren.runs r JOIN warren.attempts a USING (run_key) JOIN execs x USING "
-                       "(run_key)"));
+    ck_assert(testenv_wait_for(
+        e.db, "44|44|44", 0,
+        "SELECT count(*) || '|' || count(*) FILTER (WHERE r.attempt = 1 AND "
+        "a.attempt = 1 AND a.outcome = 'succeeded' AND a.started_at = r.started_at "
+        "AND a.finished_at = r.finished_at AND r.finished_at >= r.started_at AND "
+        "r.started_at >= r.due_at AND r.lease_until IS NULL) || '|' || count(*) "
+        "FILTER (WHERE x.who::bigint % 4294967296 = r.xmin::text::bigint) FROM "
+        "warren.runs r JOIN warren.attempts a USING (run_key) JOIN execs x USING "
+        "(run_key)"));
     worker_thread_join(&wt);
     warren_worker_stats_get(wt.w, &ws);
     ck_assert_uint_eq(ws.started, 44);
     ck_assert_uint_ge(ws.taken, 40);
     ck_assert_uint_eq(ws.succeeded, 44);
     warren_worker_free(wt.w);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -2087,37 +1966,41 @@ START_TEST(test_worker_sql_take_completes_a_failing_statement_as_a_retry_run_onc
               "0 ELSE 1 END\"; }; retry = { max_attempts = 2; base = \"200ms\"; cap = "
               "\"200ms\"; }; }",
               "concurrency = 16; shutdown_grace = \"3s\"; heartbeat_margin = \"1500ms\";", 5);
-    qx(e.db, "CREATE SEQUENCE boom_execs");
+    testenv_exec(e.db, "CREATE SEQUENCE boom_execs");
     worker_thread_start(&e, &wt, NULL, NULL, NULL);
-    planner_start(&e);
+    testenv_stack_planner_start(&e, &test_logger);
     /* in one statement each: due at the same instant, in one claim batch */
-    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) "
-             "SELECT CASE WHEN g = 2 THEN 'boom' ELSE 'ok' END, date_trunc('second', now()) - "
-             "make_interval(secs => 100 + g), now() + interval '2 s', 'trigger' FROM "
-             "generate_series(1, 3) g; NOTIFY warren_jobs");
+    testenv_exec(e.db,
+                 "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) "
+                 "SELECT CASE WHEN g = 2 THEN 'boom' ELSE 'ok' END, date_trunc('second', now()) - "
+                 "make_interval(secs => 100 + g), now() + interval '2 s', 'trigger' FROM "
+                 "generate_series(1, 3) g; NOTIFY warren_jobs");
+    ck_assert(testenv_wait_for(e.db, "3", 20000,
+                               "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
+    testenv_exec(e.db,
+                 "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) "
+                 "SELECT CASE WHEN g = 5 THEN 'boom' ELSE 'ok' END, date_trunc('second', now()) - "
+                 "make_interval(secs => 5 + g), now() + interval '2 s', 'trigger' FROM "
+                 "generate_series(1, 9) g; NOTIFY warren_jobs");
+    ck_assert(testenv_wait_for(e.db, "10", 20000,
+                               "SELECT count(*) FROM warren.runs WHERE job = 'ok' AND state = "
+                               "'succeeded'"));
     ck_assert(
-        wait_for(e.db, "3", 20000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
-    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) "
-             "SELECT CASE WHEN g = 5 THEN 'boom' ELSE 'ok' END, date_trunc('second', now()) - "
-             "make_interval(secs => 5 + g), now() + interval '2 s', 'trigger' FROM "
-             "generate_series(1, 9) g; NOTIFY warren_jobs");
-    ck_assert(wait_for(e.db, "10", 20000,
-                       "SELECT count(*) FROM warren.runs WHERE job = 'ok' AND state = "
-                       "'succeeded'"));
-    ck_assert(wait_for(e.db, "dead", 20000,
-                       "SELECT string_agg(state, ',') FROM warren.runs WHERE job = 'boom' AND "
-                       "state <> 'succeeded'"));
+        testenv_wait_for(e.db, "dead", 20000,
+                         "SELECT string_agg(state, ',') FROM warren.runs WHERE job = 'boom' AND "
+                         "state <> 'succeeded'"));
     assert_executions_of(&e, "SELECT run_key FROM warren.runs WHERE job = 'ok'", NULL);
-    ck_assert(wait_for(e.db, "3|3|2", 0,
-                       "SELECT (SELECT last_value FROM boom_execs) || '|' || count(*) || '|' || "
-                       "count(*) FILTER (WHERE error LIKE '%division by zero%') FROM "
-                       "warren.attempts WHERE run_key LIKE 'boom@%'"));
+    ck_assert(
+        testenv_wait_for(e.db, "3|3|2", 0,
+                         "SELECT (SELECT last_value FROM boom_execs) || '|' || count(*) || '|' || "
+                         "count(*) FILTER (WHERE error LIKE '%division by zero%') FROM "
+                         "warren.attempts WHERE run_key LIKE 'boom@%'"));
     worker_thread_join(&wt);
     warren_worker_stats_get(wt.w, &ws);
     ck_assert_uint_ge(ws.taken, 8);
     ck_assert_uint_eq(ws.started, 13);
     warren_worker_free(wt.w);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -2138,30 +2021,30 @@ START_TEST(test_worker_sql_take_gives_a_statement_that_turns_slow_back_to_the_cl
               "AS (SELECT nextval('sl_execs')) SELECT pg_sleep(CASE WHEN EXISTS (SELECT 1 FROM "
               "slow_now) THEN 1.5 ELSE 0 END) FROM n\"; }; }",
               "concurrency = 8; shutdown_grace = \"3s\"; heartbeat_margin = \"1500ms\";", 5);
-    qx(e.db, "CREATE TABLE slow_now (x int); CREATE SEQUENCE sl_execs");
+    testenv_exec(e.db, "CREATE TABLE slow_now (x int); CREATE SEQUENCE sl_execs");
     worker_thread_start(&e, &wt, NULL, NULL, NULL);
-    planner_start(&e);
+    testenv_stack_planner_start(&e, &test_logger);
     add_runs_due_soon(&e, "sl", 2, 5);
-    ck_assert(
-        wait_for(e.db, "2", 20000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
-    qx(e.db, "INSERT INTO slow_now VALUES (1)");
+    ck_assert(testenv_wait_for(e.db, "2", 20000,
+                               "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
+    testenv_exec(e.db, "INSERT INTO slow_now VALUES (1)");
     add_runs_due_soon(&e, "sl", 3, 100);
-    ck_assert(
-        wait_for(e.db, "5", 30000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
+    ck_assert(testenv_wait_for(e.db, "5", 30000,
+                               "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
     assert_executions_of(&e, "SELECT run_key FROM warren.runs", NULL);
-    ck_assert(wait_for(e.db, "5|5", 0,
-                       "SELECT count(*) || '|' || count(*) FILTER (WHERE attempt = 1 AND "
-                       "outcome = 'succeeded') FROM warren.attempts"));
+    ck_assert(testenv_wait_for(e.db, "5|5", 0,
+                               "SELECT count(*) || '|' || count(*) FILTER (WHERE attempt = 1 AND "
+                               "outcome = 'succeeded') FROM warren.attempts"));
     /* six statements started: the first wave's two, the one the take
      * cancelled (the pipeline stopped there), the three claimed */
-    ck_assert(wait_for(e.db, "6", 0, "SELECT last_value FROM sl_execs"));
+    ck_assert(testenv_wait_for(e.db, "6", 0, "SELECT last_value FROM sl_execs"));
     worker_thread_join(&wt);
     warren_worker_stats_get(wt.w, &ws);
     ck_assert_uint_eq(ws.started, 5);
     ck_assert_uint_eq(ws.taken, 0);
     ck_assert_uint_eq(ws.retried, 0);
     warren_worker_free(wt.w);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -2186,24 +2069,24 @@ START_TEST(test_worker_sql_take_gives_back_what_it_cannot_take_and_can_be_turned
                   settings, 5);
         free(settings);
         if (!off)
-            qx(e.db, "UPDATE warren.jobs SET max_running = 100 WHERE name = 'capd'");
+            testenv_exec(e.db, "UPDATE warren.jobs SET max_running = 100 WHERE name = 'capd'");
         worker_thread_start(&e, &wt, NULL, NULL, NULL);
-        planner_start(&e);
+        testenv_stack_planner_start(&e, &test_logger);
         add_runs_due_soon(&e, "capd", 2, 5);
-        ck_assert(wait_for(e.db, "2", 20000,
-                           "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
+        ck_assert(testenv_wait_for(e.db, "2", 20000,
+                                   "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
         add_runs_due_soon(&e, "capd", 12, 100);
-        ck_assert(wait_for(e.db, "14", 20000,
-                           "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
+        ck_assert(testenv_wait_for(e.db, "14", 20000,
+                                   "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
         assert_executions_of(&e, "SELECT run_key FROM warren.runs", NULL);
-        ck_assert(wait_for(e.db, "14", 0, "SELECT count(*) " SQL_ATTEMPTS_GIVEN));
+        ck_assert(testenv_wait_for(e.db, "14", 0, "SELECT count(*) " SQL_ATTEMPTS_GIVEN));
         worker_thread_join(&wt);
         warren_worker_stats_get(wt.w, &ws);
         ck_assert_uint_eq(ws.started, 14);
         ck_assert_uint_eq(ws.taken, 0);
         ck_assert_uint_eq(ws.succeeded, 14);
         warren_worker_free(wt.w);
-        env_teardown(&e);
+        testenv_stack_free(&e);
     }
 }
 END_TEST
@@ -2233,36 +2116,40 @@ START_TEST(test_worker_sql_take_takes_skip_jobs_runs_under_their_overlap_lock)
                                 j ? "," : "", j);
     env_setup(&e, jobs, "concurrency = 16; shutdown_grace = \"3s\"; heartbeat_margin = \"1500ms\";",
               5);
-    ck_assert(wait_for(e.db, "skip|skip|8", 0,
-                       "SELECT min(overlap) || '|' || max(overlap) || '|' || count(*) FROM "
-                       "warren.jobs WHERE name LIKE 'sk%'"));
+    ck_assert(testenv_wait_for(e.db, "skip|skip|8", 0,
+                               "SELECT min(overlap) || '|' || max(overlap) || '|' || count(*) FROM "
+                               "warren.jobs WHERE name LIKE 'sk%'"));
     worker_thread_start(&e, &wt, NULL, NULL, NULL);
-    planner_start(&e);
-    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) SELECT 'sk' || j, "
-             "date_trunc('second', now()) - interval '5 s', now() + interval '2 s', 'trigger' "
-             "FROM generate_series(0, 7) j; NOTIFY warren_jobs");
-    ck_assert(
-        wait_for(e.db, "8", 20000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
-    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) SELECT 'sk' || j, "
-             "date_trunc('second', now()) - make_interval(secs => 100 + g), now() + interval "
-             "'2 s', 'trigger' FROM generate_series(0, 7) j, generate_series(1, CASE WHEN j = 0 "
-             "THEN 4 ELSE 1 END) g; NOTIFY warren_jobs");
-    ck_assert(wait_for(e.db, "19", 20000,
-                       "SELECT count(*) FROM warren.runs WHERE state IN ('succeeded', 'skipped')"));
+    testenv_stack_planner_start(&e, &test_logger);
+    testenv_exec(e.db,
+                 "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) SELECT 'sk' || j, "
+                 "date_trunc('second', now()) - interval '5 s', now() + interval '2 s', 'trigger' "
+                 "FROM generate_series(0, 7) j; NOTIFY warren_jobs");
+    ck_assert(testenv_wait_for(e.db, "8", 20000,
+                               "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
+    testenv_exec(
+        e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) SELECT 'sk' || j, "
+              "date_trunc('second', now()) - make_interval(secs => 100 + g), now() + interval "
+              "'2 s', 'trigger' FROM generate_series(0, 7) j, generate_series(1, CASE WHEN j = 0 "
+              "THEN 4 ELSE 1 END) g; NOTIFY warren_jobs");
+    ck_assert(testenv_wait_for(
+        e.db, "19", 20000,
+        "SELECT count(*) FROM warren.runs WHERE state IN ('succeeded', 'skipped')"));
     assert_executions_of(&e, "SELECT run_key FROM warren.runs WHERE state = 'succeeded'", NULL);
-    ck_assert(wait_for(e.db, "0|14", 0,
-                       "SELECT (SELECT count(*) FROM warren.attempts a JOIN warren.runs ra USING "
-                       "(run_key) JOIN warren.attempts b ON b.run_key > a.run_key JOIN "
-                       "warren.runs rb ON rb.run_key = b.run_key AND rb.job = ra.job WHERE "
-                       "a.started_at < coalesce(b.finished_at, 'infinity') AND b.started_at < "
-                       "coalesce(a.finished_at, 'infinity')) || '|' || (SELECT count(*) FROM "
-                       "warren.runs WHERE job <> 'sk0' AND state = 'succeeded' AND attempt = 1)"));
+    ck_assert(testenv_wait_for(
+        e.db, "0|14", 0,
+        "SELECT (SELECT count(*) FROM warren.attempts a JOIN warren.runs ra USING "
+        "(run_key) JOIN warren.attempts b ON b.run_key > a.run_key JOIN "
+        "warren.runs rb ON rb.run_key = b.run_key AND rb.job = ra.job WHERE "
+        "a.started_at < coalesce(b.finished_at, 'infinity') AND b.started_at < "
+        "coalesce(a.finished_at, 'infinity')) || '|' || (SELECT count(*) FROM "
+        "warren.runs WHERE job <> 'sk0' AND state = 'succeeded' AND attempt = 1)"));
     worker_thread_join(&wt);
     warren_worker_stats_get(wt.w, &ws);
     ck_assert_uint_ge(ws.taken, 7);
     ck_assert_uint_eq(ws.retried + ws.failed, 0);
     warren_worker_free(wt.w);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -2284,30 +2171,31 @@ START_TEST(test_worker_prefetch_holds_deliveries_beyond_the_slots_unclaimed)
         "\"1500ms\";",
         5);
     worker_thread_start(&e, &wt, NULL, NULL, NULL);
-    planner_start(&e);
+    testenv_stack_planner_start(&e, &test_logger);
     add_runs(&e, "pf", 6, 5);
-    ck_assert(
-        wait_for(e.db, "2", 15000, "SELECT count(*) FROM warren.runs WHERE state = 'running'"));
+    ck_assert(testenv_wait_for(e.db, "2", 15000,
+                               "SELECT count(*) FROM warren.runs WHERE state = 'running'"));
     long ready = -1;
     for (int i = 0; i < 40 && ready != 2; i++) {
         ready = testenv_queue_depth(e.amqp, "warren.ready.qpf");
         if (ready != 2)
-            sleep_ms(100);
+            testenv_sleep_ms(100);
     }
     ck_assert_int_eq(ready, 2);
     /* the first two still run (6 s): the other four are published, two of
      * them held in the worker, and nothing else was claimed */
-    ck_assert(wait_for(e.db, "2|4|2", 0,
-                       "SELECT (SELECT count(*) FROM warren.runs WHERE state = 'running') || '|' "
-                       "|| (SELECT count(*) FROM warren.runs WHERE state = 'published') || '|' || "
-                       "(SELECT count(*) FROM warren.attempts)"));
-    ck_assert(
-        wait_for(e.db, "6", 60000, "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
+    ck_assert(testenv_wait_for(
+        e.db, "2|4|2", 0,
+        "SELECT (SELECT count(*) FROM warren.runs WHERE state = 'running') || '|' "
+        "|| (SELECT count(*) FROM warren.runs WHERE state = 'published') || '|' || "
+        "(SELECT count(*) FROM warren.attempts)"));
+    ck_assert(testenv_wait_for(e.db, "6", 60000,
+                               "SELECT count(*) FROM warren.runs WHERE state = 'succeeded'"));
     assert_executions_of(&e, "SELECT run_key FROM warren.runs", NULL);
     assert_one_execution_per_attempt(&e);
     worker_thread_join(&wt);
     warren_worker_free(wt.w);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -2329,21 +2217,22 @@ START_TEST(test_worker_runs_every_enqueued_run_of_a_template_without_overlap)
               "SELECT pg_sleep(0.05)\"; }; }",
               "concurrency = 20;", 5);
     worker_thread_start(&e, &wt, NULL, NULL, NULL);
-    planner_start(&e);
-    qx(e.db, "SELECT count(*) FROM generate_series(1, 300) g, "
-             "LATERAL warren.enqueue('mail', 'welcome-' || g) x WHERE x.created");
-    ck_assert(wait_for(e.db, "300", 60000,
-                       "SELECT count(*) FROM warren.runs WHERE job = 'mail' AND state = "
-                       "'succeeded'"));
-    ck_assert(wait_for(e.db, "300|300|0", 0,
-                       "SELECT (SELECT count(*) FROM execs) || '|' || (SELECT count(DISTINCT "
-                       "run_key) FROM execs) || '|' || (SELECT count(*) FROM warren.runs WHERE "
-                       "state = 'skipped')"));
+    testenv_stack_planner_start(&e, &test_logger);
+    testenv_exec(e.db, "SELECT count(*) FROM generate_series(1, 300) g, "
+                       "LATERAL warren.enqueue('mail', 'welcome-' || g) x WHERE x.created");
+    ck_assert(testenv_wait_for(e.db, "300", 60000,
+                               "SELECT count(*) FROM warren.runs WHERE job = 'mail' AND state = "
+                               "'succeeded'"));
+    ck_assert(
+        testenv_wait_for(e.db, "300|300|0", 0,
+                         "SELECT (SELECT count(*) FROM execs) || '|' || (SELECT count(DISTINCT "
+                         "run_key) FROM execs) || '|' || (SELECT count(*) FROM warren.runs WHERE "
+                         "state = 'skipped')"));
     worker_thread_join(&wt);
     warren_worker_stats_get(wt.w, &ws);
     ck_assert_uint_eq(ws.succeeded, 300);
     warren_worker_free(wt.w);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -2351,9 +2240,6 @@ END_TEST
 
 static void publish_raw(env *e, const char *queue, const char *body, const char *message_id)
 {
-    warren_broker *b = NULL;
-    warren_error err = {0};
-    uint64_t seq = 0;
     warren_header h[2] = {{WARREN_QUEUE_HEADER, queue}, {"x-test", "1"}};
     warren_message m = {.exchange = WARREN_READY_EXCHANGE,
                         .routing_key = queue,
@@ -2365,11 +2251,7 @@ static void publish_raw(env *e, const char *queue, const char *body, const char 
                         .body = body,
                         .body_len = strlen(body),
                         .mandatory = 1};
-    ck_assert_int_eq(warren_broker_open(e->amqp, NULL, &b, &err), 0);
-    ck_assert_int_eq(warren_broker_confirm_select(b, &err), 0);
-    ck_assert_int_eq(warren_broker_publish(b, &m, &seq, &err), 0);
-    ck_assert_int_eq(warren_broker_confirm_wait(b, seq, 5000, NULL, NULL, &err), 0);
-    warren_broker_free(b);
+    testenv_publish(e->amqp, &m, 5000);
 }
 
 START_TEST(test_worker_dead_letters_malformed_and_unknown_messages_with_a_reason)
@@ -2379,7 +2261,7 @@ START_TEST(test_worker_dead_letters_malformed_and_unknown_messages_with_a_reason
               "{ name = \"mj\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qm\";"
               "  handler = { exec = [\"/bin/sh\", \"-c\", \"$MARK_DIR/log-exec mj\"]; }; }",
               NULL, 5);
-    pid_t a = spawn_worker(&e, "a", "wa");
+    pid_t a = testenv_stack_worker(&e, NULL, "wa", "a.log", 0);
     publish_raw(&e, "qm", "this is not json", "garbage-1");
     char *body = NULL, *why = NULL;
     ck_assert(get_dead(&e, &body, "x-warren-error", &why));
@@ -2402,10 +2284,10 @@ START_TEST(test_worker_dead_letters_malformed_and_unknown_messages_with_a_reason
     ck_assert_int_eq(waitpid(a, NULL, WNOHANG), 0);
     ck_assert_int_eq(testenv_queue_depth(e.amqp, "warren.ready.qm"), 0);
     kill(a, SIGTERM);
-    ck_assert_int_eq(wait_exit(a, 10000), 0);
-    ck_assert(log_has(&e, "a", "dead-lettered 2"));
+    ck_assert_int_eq(testenv_wait_exit(a, 10000), 0);
+    ck_assert(testenv_stack_log_wait(&e, "a.log", "dead-lettered 2", 0));
     assert_executions_of(&e, "SELECT NULL::text WHERE false", NULL); /* no handler ran */
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -2443,45 +2325,48 @@ START_TEST(test_worker_runs_the_handler_the_claim_names_not_the_messages)
               "{ name = \"evil\"; template = true; queue = \"qf\"; overlap = \"allow\";"
               "  handler = { sql = \"INSERT INTO execs VALUES ($1, 0, 'evil')\"; }; }",
               "concurrency = 16;", 5);
-    qx(e.db, "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, overlap, "
-             "is_template, paused, next_fire_at) VALUES "
-             "('ghost', 'none', '', 'qf', 'allow', true, true, 'infinity');"
-             "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, overlap, origin, "
-             "template, next_fire_at) VALUES "
-             "('g1', 'every', '3600', 'qf', 'allow', 'api', 'good', 'infinity'),"
-             "('e1', 'every', '3600', 'qf', 'allow', 'api', 'evil', 'infinity'),"
-             "('o1', 'every', '3600', 'qf', 'allow', 'api', 'ghost', 'infinity');"
-             "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, state) "
-             "SELECT j, '2026-01-01'::timestamptz + make_interval(secs => g), now(), 'trigger', "
-             "'published' FROM unnest(ARRAY['g1', 'e1']) j, generate_series(1, 4) g;"
-             "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, state) VALUES "
-             "('o1', '2026-01-01T00:00:01Z', now(), 'trigger', 'published')");
+    testenv_exec(
+        e.db, "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, overlap, "
+              "is_template, paused, next_fire_at) VALUES "
+              "('ghost', 'none', '', 'qf', 'allow', true, true, 'infinity');"
+              "INSERT INTO warren.jobs (name, schedule_kind, expression, queue, overlap, origin, "
+              "template, next_fire_at) VALUES "
+              "('g1', 'every', '3600', 'qf', 'allow', 'api', 'good', 'infinity'),"
+              "('e1', 'every', '3600', 'qf', 'allow', 'api', 'evil', 'infinity'),"
+              "('o1', 'every', '3600', 'qf', 'allow', 'api', 'ghost', 'infinity');"
+              "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, state) "
+              "SELECT j, '2026-01-01'::timestamptz + make_interval(secs => g), now(), 'trigger', "
+              "'published' FROM unnest(ARRAY['g1', 'e1']) j, generate_series(1, 4) g;"
+              "INSERT INTO warren.runs (job, scheduled_at, due_at, origin, state) VALUES "
+              "('o1', '2026-01-01T00:00:01Z', now(), 'trigger', 'published')");
     worker_thread_start(&e, &wt, NULL, NULL, NULL);
     for (int i = 1; i <= 4; i++) /* evil's own runs, one at a time: measured */
         publish_run(&e, "qf", "e1", i, "evil");
-    ck_assert(wait_for(e.db, "4", 30000, "SELECT count(*) FROM execs WHERE who = 'evil'"));
+    ck_assert(testenv_wait_for(e.db, "4", 30000, "SELECT count(*) FROM execs WHERE who = 'evil'"));
     for (int i = 1; i <= 4; i++)
         publish_run(&e, "qf", "g1", i, "evil");
     publish_run(&e, "qf", "o1", 1, "evil");
-    ck_assert(wait_for(e.db, "4", 30000,
-                       "SELECT count(*) FROM warren.runs WHERE job = 'g1' AND state = "
-                       "'succeeded'"));
-    ck_assert(wait_for(e.db, "1", 30000,
-                       "SELECT count(*) FROM warren.attempts WHERE run_key = "
-                       "'o1@2026-01-01T00:00:01Z' AND outcome IS NOT NULL"));
+    ck_assert(testenv_wait_for(e.db, "4", 30000,
+                               "SELECT count(*) FROM warren.runs WHERE job = 'g1' AND state = "
+                               "'succeeded'"));
+    ck_assert(testenv_wait_for(e.db, "1", 30000,
+                               "SELECT count(*) FROM warren.attempts WHERE run_key = "
+                               "'o1@2026-01-01T00:00:01Z' AND outcome IS NOT NULL"));
     worker_thread_join(&wt);
     /* each g1 run once, by good's statement; evil's ran only its own runs */
-    ck_assert(wait_for(e.db, "e1:evil:4:4|g1:good:4:4", 0,
-                       "SELECT string_agg(split_part(run_key, '@', 1) || ':' || who || ':' || n "
-                       "|| ':' || k, '|' ORDER BY who) FROM (SELECT min(run_key) AS run_key, who, "
-                       "count(*) AS n, count(DISTINCT run_key) AS k FROM execs "
-                       "GROUP BY split_part(run_key, '@', 1), who) x"));
-    ck_assert(wait_for(e.db, "t", 0,
-                       "SELECT error LIKE '%is handled by \"ghost\" (the database''s answer), "
-                       "which is not in this worker''s config%' FROM warren.attempts "
-                       "WHERE run_key = 'o1@2026-01-01T00:00:01Z'"));
+    ck_assert(testenv_wait_for(
+        e.db, "e1:evil:4:4|g1:good:4:4", 0,
+        "SELECT string_agg(split_part(run_key, '@', 1) || ':' || who || ':' || n "
+        "|| ':' || k, '|' ORDER BY who) FROM (SELECT min(run_key) AS run_key, who, "
+        "count(*) AS n, count(DISTINCT run_key) AS k FROM execs "
+        "GROUP BY split_part(run_key, '@', 1), who) x"));
+    ck_assert(
+        testenv_wait_for(e.db, "t", 0,
+                         "SELECT error LIKE '%is handled by \"ghost\" (the database''s answer), "
+                         "which is not in this worker''s config%' FROM warren.attempts "
+                         "WHERE run_key = 'o1@2026-01-01T00:00:01Z'"));
     warren_worker_free(wt.w);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -2528,7 +2413,7 @@ START_TEST(test_poison_message_ends_in_warren_dead_via_delivery_limit)
     ck_assert_msg(strstr(death, "delivery_limit") != NULL, "x-death: %s", death);
     free(body);
     free(death);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -2549,32 +2434,37 @@ START_TEST(test_worker_chatty_handler_does_not_stall_the_other_slots)
               "  handler = { exec = [\"/bin/sh\", \"-c\", \"$MARK_DIR/log-exec lg; sleep 8\"]; };"
               "  timeout = \"60s\"; retry = { max_attempts = 1; }; }",
               "concurrency = 4; shutdown_grace = \"3s\"; heartbeat_margin = \"1s\";", 5);
-    planner_start(&e);
-    pid_t a = spawn_worker(&e, "a", "wa");
+    testenv_stack_planner_start(&e, &test_logger);
+    pid_t a = testenv_stack_worker(&e, NULL, "wa", "a.log", 0);
     add_runs(&e, "lg", 1, 5);
-    ck_assert(wait_for(e.db, "running", 15000, "SELECT state FROM warren.runs WHERE job = 'lg'"));
+    ck_assert(
+        testenv_wait_for(e.db, "running", 15000, "SELECT state FROM warren.runs WHERE job = 'lg'"));
     char *lease0 = testenv_sql1(e.db, "SELECT lease_until::text FROM warren.runs WHERE job = 'lg'");
     add_runs(&e, "ys", 1, 5);
-    ck_assert(wait_for(e.db, "running", 15000, "SELECT state FROM warren.runs WHERE job = 'ys'"));
+    ck_assert(
+        testenv_wait_for(e.db, "running", 15000, "SELECT state FROM warren.runs WHERE job = 'ys'"));
     /* lg heartbeats every 2 s while yes writes */
     char *q = testenv_fmt("SELECT lease_until > '%s'::timestamptz + interval '1 second' FROM "
                           "warren.runs WHERE job = 'lg'",
                           lease0);
-    ck_assert(wait_for(e.db, "t", 5000, q));
+    ck_assert(testenv_wait_for(e.db, "t", 5000, q));
     free(q);
-    ck_assert(wait_for(e.db, "dead", 15000, "SELECT state FROM warren.runs WHERE job = 'ys'"));
-    ck_assert(wait_for(e.db, "t", 1000,
-                       "SELECT last_error LIKE 'timed out after 2000 ms%' FROM warren.runs "
-                       "WHERE job = 'ys'"));
-    ck_assert(wait_for(e.db, "succeeded", 20000, "SELECT state FROM warren.runs WHERE job = 'lg'"));
-    ck_assert(wait_for(e.db, "1", 1000,
-                       "SELECT count(*) FROM warren.attempts a JOIN warren.runs r USING (run_key) "
-                       "WHERE r.job = 'lg'"));
+    ck_assert(
+        testenv_wait_for(e.db, "dead", 15000, "SELECT state FROM warren.runs WHERE job = 'ys'"));
+    ck_assert(testenv_wait_for(e.db, "t", 1000,
+                               "SELECT last_error LIKE 'timed out after 2000 ms%' FROM warren.runs "
+                               "WHERE job = 'ys'"));
+    ck_assert(testenv_wait_for(e.db, "succeeded", 20000,
+                               "SELECT state FROM warren.runs WHERE job = 'lg'"));
+    ck_assert(testenv_wait_for(
+        e.db, "1", 1000,
+        "SELECT count(*) FROM warren.attempts a JOIN warren.runs r USING (run_key) "
+        "WHERE r.job = 'lg'"));
     assert_one_execution_per_attempt(&e);
     free(lease0);
     kill(a, SIGTERM);
-    ck_assert_int_eq(wait_exit(a, 10000), 0);
-    env_teardown(&e);
+    ck_assert_int_eq(testenv_wait_exit(a, 10000), 0);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -2594,12 +2484,12 @@ START_TEST(test_worker_row_locked_by_an_operator_blocks_only_its_own_run)
               "  handler = { exec = [\"/bin/sh\", \"-c\", \"$MARK_DIR/log-exec ok; sleep 5\"]; };"
               "  timeout = \"60s\"; retry = { max_attempts = 1; }; }",
               "concurrency = 4; shutdown_grace = \"3s\"; heartbeat_margin = \"1s\";", 5);
-    planner_start(&e);
-    pid_t a = spawn_worker(&e, "a", "wa");
+    testenv_stack_planner_start(&e, &test_logger);
+    pid_t a = testenv_stack_worker(&e, NULL, "wa", "a.log", 0);
     add_runs(&e, "lk", 1, 5);
     add_runs(&e, "ok", 1, 5);
-    ck_assert(
-        wait_for(e.db, "2", 15000, "SELECT count(*) FROM warren.runs WHERE state = 'running'"));
+    ck_assert(testenv_wait_for(e.db, "2", 15000,
+                               "SELECT count(*) FROM warren.runs WHERE state = 'running'"));
     char *lk = first_key(&e, "lk");
     /* the operator: BEGIN; SELECT ... FOR UPDATE; and the transaction stays open */
     char *url = testenv_fmt("%s%sapplication_name=locker", e.db, strchr(e.db, '?') ? "&" : "?");
@@ -2609,30 +2499,35 @@ START_TEST(test_worker_row_locked_by_an_operator_blocks_only_its_own_run)
     char *argv[] = {"/bin/sh", "-c", "exec psql \"$0\" -qAtc \"$1\"", url, sql, NULL};
     char *plog = testenv_fmt("%s/locker.log", e.dir);
     pid_t locker = testenv_spawn(argv, plog, plog, 0);
-    ck_assert(wait_for(e.db, "1", 10000,
-                       "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity s USING (pid) "
-                       "WHERE s.application_name = 'locker' AND l.locktype = 'transactionid'"));
-    int64_t locked_at = now_ms();
+    ck_assert(
+        testenv_wait_for(e.db, "1", 10000,
+                         "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity s USING (pid) "
+                         "WHERE s.application_name = 'locker' AND l.locktype = 'transactionid'"));
+    int64_t locked_at = testenv_mono_ms();
     /* lk: killed at lease - margin after its last heartbeat (at most 3 s - 1 s
      * from the lock, plus the 500 ms lock timeout and a loaded machine) */
     char *want = testenv_fmt("%s attempt 1: no successful heartbeat", lk);
-    ck_assert(log_wait(&e, "a", want, 8000));
+    ck_assert(testenv_stack_log_wait(&e, "a.log", want, 8000));
     free(want);
-    ck_assert_msg(now_ms() - locked_at < 6000, "stopped %lld ms after the lock",
-                  (long long)(now_ms() - locked_at));
+    ck_assert_msg(testenv_mono_ms() - locked_at < 6000, "stopped %lld ms after the lock",
+                  (long long)(testenv_mono_ms() - locked_at));
     char *pidf = testenv_fmt("%s/lk.pid", e.dir);
-    char *pidt = read_text(pidf);
+    char *pidt = testenv_read_file_or_empty(pidf);
     ck_assert_int_gt(atoi(pidt), 0);
     for (int i = 0; i < 100 && testenv_pid_alive(atoi(pidt)); i++)
-        sleep_ms(50);
+        testenv_sleep_ms(50);
     ck_assert_msg(!testenv_pid_alive(atoi(pidt)), "lk's handler %s survived", pidt);
     /* ok, beside it, heartbeated and completed while the lock is still held */
-    ck_assert(wait_for(e.db, "succeeded", 10000, "SELECT state FROM warren.runs WHERE job = 'ok'"));
-    ck_assert(log_has(&e, "a", "canceling statement due to")); /* statement or lock timeout */
-    qx(e.db, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = "
-             "'locker'");
-    ck_assert_int_ge(wait_exit(locker, 10000), 0);
-    ck_assert(log_wait(&e, "a", "handler stopped after the lease was lost; not completing", 5000));
+    ck_assert(testenv_wait_for(e.db, "succeeded", 10000,
+                               "SELECT state FROM warren.runs WHERE job = 'ok'"));
+    ck_assert(testenv_stack_log_wait(&e, "a.log", "canceling statement due to",
+                                     0)); /* statement or lock timeout */
+    testenv_exec(e.db,
+                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = "
+                 "'locker'");
+    ck_assert_int_ge(testenv_wait_exit(locker, 10000), 0);
+    ck_assert(testenv_stack_log_wait(
+        &e, "a.log", "handler stopped after the lease was lost; not completing", 5000));
     /* lk's attempt was not completed by this worker, now that it could have been */
     char *att = testenv_sql1f(e.db,
                               "SELECT coalesce(outcome, 'none') FROM warren.attempts WHERE "
@@ -2642,14 +2537,14 @@ START_TEST(test_worker_row_locked_by_an_operator_blocks_only_its_own_run)
                   "lk attempt 1: %s", att ? att : "NULL");
     free(att);
     kill(a, SIGTERM);
-    ck_assert_int_eq(wait_exit(a, 10000), 0);
+    ck_assert_int_eq(testenv_wait_exit(a, 10000), 0);
     free(pidt);
     free(pidf);
     free(plog);
     free(url);
     free(sql);
     free(lk);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -2665,9 +2560,10 @@ static pid_t lock_run(env *e, const char *key)
     char *argv[] = {"/bin/sh", "-c", "exec psql \"$0\" -qAtc \"$1\"", url, sql, NULL};
     char *plog = testenv_fmt("%s/locker.log", e->dir);
     pid_t locker = testenv_spawn(argv, plog, plog, 0);
-    ck_assert(wait_for(e->db, "1", 10000,
-                       "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity s USING (pid) "
-                       "WHERE s.application_name = 'locker' AND l.locktype = 'transactionid'"));
+    ck_assert(
+        testenv_wait_for(e->db, "1", 10000,
+                         "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity s USING (pid) "
+                         "WHERE s.application_name = 'locker' AND l.locktype = 'transactionid'"));
     free(plog);
     free(sql);
     free(url);
@@ -2676,9 +2572,10 @@ static pid_t lock_run(env *e, const char *key)
 
 static void unlock_run(env *e, pid_t locker)
 {
-    qx(e->db, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = "
-              "'locker'");
-    ck_assert_int_ge(wait_exit(locker, 10000), 0);
+    testenv_exec(e->db,
+                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = "
+                 "'locker'");
+    ck_assert_int_ge(testenv_wait_exit(locker, 10000), 0);
 }
 
 /* Two runs due at the same instant reach the worker together; an operator
@@ -2694,31 +2591,35 @@ START_TEST(test_worker_claims_beside_a_run_whose_row_is_locked)
               "{ name = \"co\"; at = \"2099-01-01T00:00:00Z\"; queue = \"qk\"; lease = \"6s\";"
               "  handler = { exec = [\"/bin/sh\", \"-c\", \"$MARK_DIR/log-exec co\"]; }; }",
               "concurrency = 4; shutdown_grace = \"3s\"; heartbeat_margin = \"1s\";", 5);
-    planner_start(&e);
-    pid_t a = spawn_worker(&e, "a", "wa");
+    testenv_stack_planner_start(&e, &test_logger);
+    pid_t a = testenv_stack_worker(&e, NULL, "wa", "a.log", 0);
     /* Due 8 s ahead: released 3 s early, held by the worker until due. */
-    qx(e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) "
-             "SELECT j, date_trunc('second', now()), date_trunc('second', now()) + interval '8s', "
-             "'trigger' FROM unnest(ARRAY['cl', 'co']) j; NOTIFY warren_jobs");
-    ck_assert(
-        wait_for(e.db, "2", 15000, "SELECT count(*) FROM warren.runs WHERE state = 'published'"));
+    testenv_exec(
+        e.db, "INSERT INTO warren.runs (job, scheduled_at, due_at, origin) "
+              "SELECT j, date_trunc('second', now()), date_trunc('second', now()) + interval '8s', "
+              "'trigger' FROM unnest(ARRAY['cl', 'co']) j; NOTIFY warren_jobs");
+    ck_assert(testenv_wait_for(e.db, "2", 15000,
+                               "SELECT count(*) FROM warren.runs WHERE state = 'published'"));
     char *cl = first_key(&e, "cl");
     pid_t locker = lock_run(&e, cl);
-    ck_assert(wait_for(e.db, "0", 1000,
-                       "SELECT count(*) FROM warren.runs WHERE due_at <= now() AND job = 'co'"));
+    ck_assert(testenv_wait_for(
+        e.db, "0", 1000, "SELECT count(*) FROM warren.runs WHERE due_at <= now() AND job = 'co'"));
     /* co starts and succeeds while cl's row is still locked */
-    ck_assert(wait_for(e.db, "succeeded", 15000, "SELECT state FROM warren.runs WHERE job = 'co'"));
+    ck_assert(testenv_wait_for(e.db, "succeeded", 15000,
+                               "SELECT state FROM warren.runs WHERE job = 'co'"));
     char *st = testenv_sql1f(e.db, "SELECT state FROM warren.runs WHERE run_key = '%s'", cl);
     ck_assert_str_eq(st, "published");
     free(st);
-    ck_assert(log_has(&e, "a", "canceling statement due to")); /* the batch did time out */
+    ck_assert(testenv_stack_log_wait(&e, "a.log", "canceling statement due to",
+                                     0)); /* the batch did time out */
     unlock_run(&e, locker);
-    ck_assert(wait_for(e.db, "succeeded", 15000, "SELECT state FROM warren.runs WHERE job = 'cl'"));
+    ck_assert(testenv_wait_for(e.db, "succeeded", 15000,
+                               "SELECT state FROM warren.runs WHERE job = 'cl'"));
     kill(a, SIGTERM);
-    ck_assert_int_eq(wait_exit(a, 10000), 0);
+    ck_assert_int_eq(testenv_wait_exit(a, 10000), 0);
     assert_executions_of(&e, "SELECT run_key FROM warren.runs", NULL);
     free(cl);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -2736,26 +2637,30 @@ START_TEST(test_worker_completes_beside_a_run_whose_row_is_locked)
               "  handler = { exec = [\"/bin/sh\", \"-c\", \"$MARK_DIR/log-exec oc; sleep 1\"]; };"
               "  timeout = \"60s\"; retry = { max_attempts = 1; }; }",
               "concurrency = 4; shutdown_grace = \"3s\"; heartbeat_margin = \"1s\";", 5);
-    planner_start(&e);
-    pid_t a = spawn_worker(&e, "a", "wa");
+    testenv_stack_planner_start(&e, &test_logger);
+    pid_t a = testenv_stack_worker(&e, NULL, "wa", "a.log", 0);
     add_runs(&e, "lc", 1, 5);
-    ck_assert(wait_for(e.db, "running", 15000, "SELECT state FROM warren.runs WHERE job = 'lc'"));
+    ck_assert(
+        testenv_wait_for(e.db, "running", 15000, "SELECT state FROM warren.runs WHERE job = 'lc'"));
     char *lc = first_key(&e, "lc");
     pid_t locker = lock_run(&e, lc);
     add_runs(&e, "oc", 1, 5);
-    ck_assert(wait_for(e.db, "succeeded", 10000, "SELECT state FROM warren.runs WHERE job = 'oc'"));
+    ck_assert(testenv_wait_for(e.db, "succeeded", 10000,
+                               "SELECT state FROM warren.runs WHERE job = 'oc'"));
     /* lc's handler is done; its completion waits for the lock (its lease, 6 s
      * from its last heartbeat, has not run out) */
-    ck_assert(wait_for(e.db, "running", 100, "SELECT state FROM warren.runs WHERE job = 'lc'"));
-    ck_assert(log_wait(&e, "a", "complete: ", 5000));
+    ck_assert(
+        testenv_wait_for(e.db, "running", 100, "SELECT state FROM warren.runs WHERE job = 'lc'"));
+    ck_assert(testenv_stack_log_wait(&e, "a.log", "complete: ", 5000));
     unlock_run(&e, locker);
-    ck_assert(wait_for(e.db, "succeeded", 5000, "SELECT state FROM warren.runs WHERE job = 'lc'"));
-    ck_assert(wait_for(e.db, "2", 1000, "SELECT count(*) FROM warren.attempts"));
+    ck_assert(testenv_wait_for(e.db, "succeeded", 5000,
+                               "SELECT state FROM warren.runs WHERE job = 'lc'"));
+    ck_assert(testenv_wait_for(e.db, "2", 1000, "SELECT count(*) FROM warren.attempts"));
     assert_one_execution_per_attempt(&e);
     kill(a, SIGTERM);
-    ck_assert_int_eq(wait_exit(a, 10000), 0);
+    ck_assert_int_eq(testenv_wait_exit(a, 10000), 0);
     free(lc);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 
@@ -2792,7 +2697,7 @@ static pid_t pg_freeze(const char *db)
     char *dir = testenv_sql1(db, "SHOW data_directory");
     ck_assert_ptr_nonnull(dir);
     char *pidfile = testenv_fmt("%s/postmaster.pid", dir);
-    char *text = read_text(pidfile);
+    char *text = testenv_read_file_or_empty(pidfile);
     pid_t pm = (pid_t)atoi(text);
     ck_assert_int_gt(pm, 0);
     pg_signal_all(pm, SIGSTOP);
@@ -2815,34 +2720,36 @@ START_TEST(test_worker_stops_a_handler_at_lease_minus_margin_when_the_database_i
               "$MARK_DIR/fz.pid; exec sleep 30\"]; }; timeout = \"60s\"; "
               "  retry = { max_attempts = 1; }; }",
               "concurrency = 4; shutdown_grace = \"3s\"; heartbeat_margin = \"1s\";", 5);
-    planner_start(&e);
-    pid_t a = spawn_worker(&e, "a", "wa");
+    testenv_stack_planner_start(&e, &test_logger);
+    pid_t a = testenv_stack_worker(&e, NULL, "wa", "a.log", 0);
     add_runs(&e, "fz", 1, 5);
-    ck_assert(wait_for(e.db, "running", 15000, "SELECT state FROM warren.runs WHERE job = 'fz'"));
+    ck_assert(
+        testenv_wait_for(e.db, "running", 15000, "SELECT state FROM warren.runs WHERE job = 'fz'"));
     char *key = first_key(&e, "fz");
     char *pidf = testenv_fmt("%s/fz.pid", e.dir);
-    char *pidt = read_text(pidf);
+    char *pidt = testenv_read_file_or_empty(pidf);
     for (int i = 0; i < 100 && atoi(pidt) <= 0; i++) {
-        sleep_ms(50);
+        testenv_sleep_ms(50);
         free(pidt);
-        pidt = read_text(pidf);
+        pidt = testenv_read_file_or_empty(pidf);
     }
     ck_assert_int_gt(atoi(pidt), 0);
     char *want = testenv_fmt("%s attempt 1: no successful heartbeat", key);
     pid_t pm = pg_freeze(e.db);
-    int64_t frozen_at = now_ms();
+    int64_t frozen_at = testenv_mono_ms();
     /* asserted after the server runs again (a failed check must not leave it frozen) */
-    int stopped = log_wait(&e, "a", want, 8000);
-    int64_t took = now_ms() - frozen_at;
+    int stopped = testenv_stack_log_wait(&e, "a.log", want, 8000);
+    int64_t took = testenv_mono_ms() - frozen_at;
     for (int i = 0; i < 100 && testenv_pid_alive(atoi(pidt)); i++)
-        sleep_ms(50);
+        testenv_sleep_ms(50);
     int alive = testenv_pid_alive(atoi(pidt));
     pg_signal_all(pm, SIGCONT);
     ck_assert_msg(stopped, "the handler was not stopped while PostgreSQL was frozen");
     ck_assert_msg(took < 6000, "stopped %lld ms after the freeze", (long long)took);
     ck_assert_msg(!alive, "fz's handler %s survived", pidt);
-    ck_assert(log_has(&e, "a", "no answer from PostgreSQL"));
-    ck_assert(log_wait(&e, "a", "handler stopped after the lease was lost; not completing", 5000));
+    ck_assert(testenv_stack_log_wait(&e, "a.log", "no answer from PostgreSQL", 0));
+    ck_assert(testenv_stack_log_wait(
+        &e, "a.log", "handler stopped after the lease was lost; not completing", 5000));
     /* not completed by this worker: the attempt is not succeeded or retry */
     char *att = testenv_sql1f(e.db,
                               "SELECT coalesce(outcome, 'none') FROM warren.attempts WHERE "
@@ -2852,12 +2759,12 @@ START_TEST(test_worker_stops_a_handler_at_lease_minus_margin_when_the_database_i
                   "fz attempt 1: %s", att ? att : "NULL");
     free(att);
     kill(a, SIGTERM);
-    ck_assert_int_eq(wait_exit(a, 15000), 0);
+    ck_assert_int_eq(testenv_wait_exit(a, 15000), 0);
     free(want);
     free(pidt);
     free(pidf);
     free(key);
-    env_teardown(&e);
+    testenv_stack_free(&e);
 }
 END_TEST
 

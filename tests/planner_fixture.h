@@ -22,11 +22,7 @@ static inline env fixture_env_new(void)
 {
     static const char *const queues[] = {"q"};
     env e = {testenv_db_migrated(), testenv_vhost()};
-    warren_broker *b = NULL;
-    warren_error err = {0};
-    ck_assert_msg(warren_broker_open(e.amqp, NULL, &b, &err) == 0, "%s", err.message);
-    ck_assert_msg(warren_broker_topology(b, queues, 1, 5, &err) == 0, "%s", err.message);
-    warren_broker_free(b);
+    testenv_topology(e.amqp, queues, 1, 5);
     return e;
 }
 
@@ -34,15 +30,6 @@ static inline void env_free(env *e)
 {
     free(e->db);
     free(e->amqp);
-}
-
-/* The first column of the first row as a number; -1 when there is none. */
-static inline long sql_long(const env *e, const char *sql)
-{
-    char *v = testenv_sql1(e->db, sql);
-    long n = v ? atol(v) : -1;
-    free(v);
-    return n;
 }
 
 static inline warren_planner *planner_new(const env *e, const warren_config *c)

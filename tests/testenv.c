@@ -6,6 +6,9 @@
 #include <amqp_tcp_socket.h>
 #include <libpq-fe.h>
 
+#include <warren/broker.h>
+#include <warren/store.h>
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -17,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -76,6 +80,233 @@ char *testenv_fmt(const char *fmt, ...)
     char *s = testenv_vfmt(fmt, ap);
     va_end(ap);
     return s;
+}
+
+/* ------------------------------------------------------------------ time */
+
+void testenv_sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+int64_t testenv_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+double testenv_mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int64_t testenv_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+warren_us testenv_wall_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (warren_us)ts.tv_sec * WARREN_US_PER_S + ts.tv_nsec / 1000;
+}
+
+warren_us testenv_at(const char *text)
+{
+    warren_us t;
+    warren_error err = {0};
+    if (warren_time_parse(text, &t, &err) != 0)
+        fail("\"%s\": %s", text, err.message);
+    return t;
+}
+
+uint64_t testenv_xorshift(uint64_t *state)
+{
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    return *state;
+}
+
+/* ----------------------------------------------------------------- files */
+
+/* The whole file, NUL-terminated (its size in *len); NULL if it does not
+ * exist and missing_ok. Fails the test on any other error. */
+static char *read_whole(const char *path, size_t *len, int missing_ok)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        if (missing_ok && errno == ENOENT)
+            return NULL;
+        fail("cannot open %s: %s", path, strerror(errno));
+    }
+    size_t cap = 8192, used = 0, got;
+    char *buf = xmalloc(cap);
+    while ((got = fread(buf + used, 1, cap - used - 1, f)) > 0) {
+        used += got;
+        if (cap - used - 1 == 0) {
+            cap *= 2;
+            char *nb = realloc(buf, cap);
+            if (!nb)
+                fail("out of memory reading %s", path);
+            buf = nb;
+        }
+    }
+    if (ferror(f))
+        fail("cannot read %s", path);
+    fclose(f);
+    buf[used] = '\0';
+    if (len != NULL)
+        *len = used;
+    return buf;
+}
+
+char *testenv_read_file(const char *path, size_t *len)
+{
+    return read_whole(path, len, 0);
+}
+
+char *testenv_read_file_or_empty(const char *path)
+{
+    char *text = read_whole(path, NULL, 1);
+    return text != NULL ? text : xstrdup("");
+}
+
+void testenv_read_into(const char *path, char *buf, size_t len)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        fail("cannot read %s: %s", path, strerror(errno));
+    size_t n = len > 0 ? fread(buf, 1, len - 1, f) : 0;
+    if (len > 0)
+        buf[n] = '\0';
+    fclose(f);
+}
+
+void testenv_write_bytes(const char *path, const void *data, size_t len, mode_t mode)
+{
+    FILE *f = fopen(path, "wb");
+    if (f == NULL)
+        fail("cannot write %s: %s", path, strerror(errno));
+    if (fwrite(data, 1, len, f) != len)
+        fail("cannot write %s: %s", path, strerror(errno));
+    if (fclose(f) != 0)
+        fail("cannot write %s: %s", path, strerror(errno));
+    if (chmod(path, mode) != 0)
+        fail("chmod %s: %s", path, strerror(errno));
+}
+
+void testenv_write_file(const char *path, const char *text, mode_t mode)
+{
+    testenv_write_bytes(path, text, strlen(text), mode);
+}
+
+char *testenv_temp_file(const char *prefix, const char *suffix, const char *text)
+{
+    char *path = testenv_fmt("/tmp/%s-XXXXXX%s", prefix, suffix);
+    int fd = mkstemps(path, (int)strlen(suffix));
+    if (fd < 0)
+        fail("mkstemps %s: %s", path, strerror(errno));
+    size_t len = strlen(text), done = 0;
+    while (done < len) {
+        ssize_t n = write(fd, text + done, len - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            fail("cannot write %s: %s", path, strerror(errno));
+        done += (size_t)n;
+    }
+    if (close(fd) != 0)
+        fail("cannot write %s: %s", path, strerror(errno));
+    return path;
+}
+
+char *testenv_tmpdir(const char *prefix)
+{
+    char *path = testenv_fmt("/tmp/%s-XXXXXX", prefix);
+    if (mkdtemp(path) == NULL)
+        fail("mkdtemp %s: %s", path, strerror(errno));
+    return path;
+}
+
+int testenv_file_wait(const char *path, const char *needle, long timeout_ms)
+{
+    for (long waited = 0;; waited += 50) {
+        char *text = testenv_read_file_or_empty(path);
+        int has = strstr(text, needle) != NULL;
+        if (has || waited >= timeout_ms) {
+            if (!has)
+                fprintf(stderr, "--- %s (no \"%s\") ---\n%s\n", path, needle, text);
+            free(text);
+            return has;
+        }
+        free(text);
+        testenv_sleep_ms(50);
+    }
+}
+
+/* ------------------------------------------------------------ benchmarks */
+
+void testenv_die(const char *what, const char *detail)
+{
+    char exe[4096];
+    const char *prog = "test";
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        prog = strrchr(exe, '/') != NULL ? strrchr(exe, '/') + 1 : exe;
+    }
+    fprintf(stderr, "%s: %s%s%s\n", prog, what, detail ? ": " : "", detail ? detail : "");
+    exit(1);
+}
+
+void testenv_loadavg(char *buf, size_t len)
+{
+    FILE *f = fopen("/proc/loadavg", "r");
+    double a = 0, b = 0, c = 0;
+    if (f != NULL) {
+        if (fscanf(f, "%lf %lf %lf", &a, &b, &c) != 3)
+            a = b = c = -1;
+        fclose(f);
+    }
+    snprintf(buf, len, "[%.2f, %.2f, %.2f]", a, b, c);
+}
+
+long testenv_rss_peak_kib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = -1;
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+        if (strncmp(line, "VmHWM:", 6) == 0)
+            kib = atol(line + 6);
+    if (f != NULL)
+        fclose(f);
+    return kib;
+}
+
+volatile sig_atomic_t testenv_term;
+
+static void on_term(int sig)
+{
+    (void)sig;
+    testenv_term = 1;
+}
+
+void testenv_catch_term(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_term;
+    sigaction(SIGTERM, &sa, NULL);
 }
 
 static const char *need_env(const char *name, const char *what)
@@ -191,6 +422,19 @@ int testenv_pid_alive(pid_t pid)
     return !(rp != NULL && rp[1] == ' ' && rp[2] == 'Z');
 }
 
+int testenv_wait_exit(pid_t pid, long timeout_ms)
+{
+    int status;
+    for (long waited = 0; waited <= timeout_ms; waited += 50) {
+        if (waitpid(pid, &status, WNOHANG) == pid)
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        testenv_sleep_ms(50);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    return -1;
+}
+
 int testenv_restart(const char *which)
 {
     if (strcmp(which, "pg") != 0 && strcmp(which, "rabbit") != 0)
@@ -251,7 +495,7 @@ static void quiet_notices(void *arg, const char *message)
     (void)message;
 }
 
-static PGconn *pg_connect(const char *url)
+PGconn *testenv_connect(const char *url)
 {
     const char *keys[] = {"dbname", "connect_timeout", NULL};
     const char *vals[] = {url, "10", NULL};
@@ -318,9 +562,21 @@ int testenv_run(const char *cmd, char *out, size_t len)
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+int testenv_run_split(const char *cmd, char *out, size_t outlen, char *err, size_t errlen)
+{
+    char *errpath = testenv_temp_file("testenv-stderr", "", "");
+    char *full = testenv_fmt("( %s\n) 2>'%s'", cmd, errpath);
+    int rc = testenv_run(full, out, outlen);
+    testenv_read_into(errpath, err, errlen);
+    unlink(errpath);
+    free(full);
+    free(errpath);
+    return rc;
+}
+
 int testenv_psql(const char *db_url, const char *sql, char **out_first_value)
 {
-    PGconn *c = pg_connect(db_url);
+    PGconn *c = testenv_connect(db_url);
     int n = pg_run(c, sql, db_url, out_first_value);
     PQfinish(c);
     return n;
@@ -332,6 +588,166 @@ char *testenv_sql1(const char *db_url, const char *sql)
     if (testenv_psql(db_url, sql, &v) < 0)
         fail("SQL failed: %s", sql);
     return v;
+}
+
+void testenv_exec(const char *db_url, const char *sql)
+{
+    if (testenv_psql(db_url, sql, NULL) < 0)
+        fail("failed: %s", sql);
+}
+
+long testenv_sql_long(const char *db_url, const char *sql)
+{
+    char *v = testenv_sql1(db_url, sql);
+    if (v == NULL)
+        fail("no value: %s", sql);
+    long n = strtol(v, NULL, 10);
+    free(v);
+    return n;
+}
+
+void testenv_exec_on(PGconn *c, const char *sql)
+{
+    PGresult *r = PQexec(c, sql);
+    ExecStatusType st = PQresultStatus(r);
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)
+        fail("%s: %s", sql, PQerrorMessage(c));
+    PQclear(r);
+}
+
+/* A connection to url, or NULL (its error in why, new) when the server
+ * cannot be reached. */
+static PGconn *pg_try_connect(const char *url, char **why)
+{
+    const char *keys[] = {"dbname", "connect_timeout", NULL};
+    const char *vals[] = {url, "10", NULL};
+    PGconn *c = PQconnectdbParams(keys, vals, 1);
+    if (!c)
+        fail("out of memory connecting to %s", url);
+    if (PQstatus(c) != CONNECTION_OK) {
+        *why = xstrdup(PQerrorMessage(c));
+        PQfinish(c);
+        return NULL;
+    }
+    PQsetNoticeProcessor(c, quiet_notices, NULL);
+    return c;
+}
+
+char *testenv_try_sql(const char *db_url, const char *sql)
+{
+    char *why = NULL;
+    PGconn *c = pg_try_connect(db_url, &why);
+    if (c == NULL)
+        fail("cannot connect to %s: %s", db_url, why);
+    PGresult *r = PQexec(c, sql);
+    ExecStatusType st = PQresultStatus(r);
+    char *out;
+    if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
+        out = xstrdup(PQntuples(r) > 0 && PQnfields(r) > 0 ? PQgetvalue(r, 0, 0) : "");
+    } else {
+        const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+        const char *msg = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+        out = testenv_fmt("%s: %s", state ? state : "?", msg ? msg : PQerrorMessage(c));
+    }
+    PQclear(r);
+    PQfinish(c);
+    return out;
+}
+
+/* The first value of sql on url: 1 (*value new, NULL for none), 0 when the
+ * server is away (*why new: the error), or -1 on any other error (printed). */
+static int poll_value(const char *url, const char *sql, char **value, char **why)
+{
+    *value = NULL;
+    PGconn *c = pg_try_connect(url, why);
+    if (c == NULL)
+        return 0;
+    PGresult *r = PQexec(c, sql);
+    ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+    int rc = 1;
+    if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
+        if (st == PGRES_TUPLES_OK && PQntuples(r) > 0 && PQnfields(r) > 0 && !PQgetisnull(r, 0, 0))
+            *value = xstrdup(PQgetvalue(r, 0, 0));
+    } else {
+        const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+        const char *msg = r ? PQresultErrorMessage(r) : PQerrorMessage(c);
+        if (PQstatus(c) != CONNECTION_OK || state == NULL || strncmp(state, "08", 2) == 0 ||
+            strcmp(state, "57P01") == 0 || strcmp(state, "57P02") == 0 ||
+            strcmp(state, "57P03") == 0) {
+            *why = xstrdup(msg);
+            rc = 0;
+        } else {
+            fprintf(stderr, "testenv: %s: %s", url, msg);
+            rc = -1;
+        }
+    }
+    PQclear(r);
+    PQfinish(c);
+    return rc;
+}
+
+int testenv_wait_for(const char *db_url, const char *want, long timeout_ms, const char *sql)
+{
+    for (long waited = 0;; waited += 100) {
+        char *v = NULL, *why = NULL;
+        if (poll_value(db_url, sql, &v, &why) < 0)
+            fail("testenv_wait_for: failed: %s", sql);
+        int ok = v != NULL && strcmp(v, want) == 0;
+        if (!ok && waited >= timeout_ms) {
+            if (why != NULL)
+                fprintf(stderr, "testenv_wait_for: \"%s\": server unreachable: %s", sql, why);
+            else
+                fprintf(stderr, "testenv_wait_for: \"%s\" gave \"%s\", want \"%s\"\n", sql,
+                        v ? v : "NULL", want);
+        }
+        free(v);
+        free(why);
+        if (ok)
+            return 1;
+        if (waited >= timeout_ms)
+            return 0;
+        testenv_sleep_ms(100);
+    }
+}
+
+int testenv_wait_forf(const char *db_url, const char *want, long timeout_ms, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *sql = testenv_vfmt(fmt, ap);
+    va_end(ap);
+    int ok = testenv_wait_for(db_url, want, timeout_ms, sql);
+    free(sql);
+    return ok;
+}
+
+char *testenv_url_as(const char *url, const char *login)
+{
+    const char *at = strstr(url, "://"), *userend = at ? strchr(at + 3, '@') : NULL;
+    if (userend == NULL)
+        fail("not a URL with a user: %s", url);
+    return testenv_fmt("%.*s%s%s", (int)(at + 3 - url), url, login, userend);
+}
+
+warren_us testenv_db_clock_offset(const char *db_url, int samples)
+{
+    warren_store *st = NULL;
+    warren_error err = {0};
+    warren_us best = 0, best_rtt = INT64_MAX;
+    if (warren_store_open(db_url, NULL, &st, &err) != 0)
+        fail("store: %s", err.message);
+    for (int i = 0; i < samples; i++) {
+        warren_us a = testenv_wall_us(), now = 0, b;
+        if (warren_store_now(st, &now, &err) != 0)
+            fail("now: %s", err.message);
+        b = testenv_wall_us();
+        if (b - a < best_rtt) {
+            best_rtt = b - a;
+            best = now - (a + b) / 2;
+        }
+    }
+    warren_store_free(st);
+    return best;
 }
 
 /* The admin URL with its database replaced by db. URLs keep their query
@@ -352,7 +768,7 @@ char *testenv_db(void)
     const char *admin = testenv_pg_admin_url();
     char *name = testenv_unique_name("warren_t");
     char *sql = testenv_fmt("CREATE DATABASE \"%s\"", name);
-    PGconn *c = pg_connect(admin);
+    PGconn *c = testenv_connect(admin);
     if (pg_run(c, sql, "CREATE DATABASE", NULL) < 0) {
         PQfinish(c);
         fail("could not create database %s on %s", name, admin);
@@ -370,34 +786,9 @@ static int is_sql_file(const struct dirent *d)
     return d->d_name[0] != '.' && n > 4 && strcmp(d->d_name + n - 4, ".sql") == 0;
 }
 
-static char *read_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        fail("cannot open %s: %s", path, strerror(errno));
-    size_t cap = 8192, len = 0;
-    char *buf = xmalloc(cap);
-    size_t got;
-    while ((got = fread(buf + len, 1, cap - len - 1, f)) > 0) {
-        len += got;
-        if (cap - len - 1 == 0) {
-            cap *= 2;
-            char *nb = realloc(buf, cap);
-            if (!nb)
-                fail("out of memory reading %s", path);
-            buf = nb;
-        }
-    }
-    if (ferror(f))
-        fail("cannot read %s", path);
-    fclose(f);
-    buf[len] = '\0';
-    return buf;
-}
-
 static void apply_sql_file(PGconn *c, const char *path, const char *url)
 {
-    char *sql = read_file(path);
+    char *sql = testenv_read_file(path, NULL);
     if (pg_run(c, sql, path, NULL) < 0) {
         PQfinish(c);
         fail("%s failed on %s", path, url);
@@ -410,14 +801,14 @@ char *testenv_db_migrated(void)
     char *url = testenv_db();
     char *dir = testenv_fmt("%s/sql/migrations", source_dir());
     char *list = testenv_fmt("%s/sql/functions.sql", source_dir());
-    char *text = read_file(list);
+    char *text = testenv_read_file(list, NULL);
     struct dirent **files = NULL;
     int n = scandir(dir, &files, is_sql_file, alphasort);
     if (n < 0)
         fail("cannot list %s: %s", dir, strerror(errno));
     if (n == 0)
         fail("no migrations (*.sql) in %s", dir);
-    PGconn *c = pg_connect(url);
+    PGconn *c = testenv_connect(url);
     for (int i = 0; i < n; i++) {
         char *path = testenv_fmt("%s/%s", dir, files[i]->d_name);
         apply_sql_file(c, path, url);
@@ -860,25 +1251,11 @@ void testenv_execlog_create(const char *db_url)
 
 long testenv_execlog_load(const char *db_url, const char *path)
 {
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
+    char *text = read_whole(path, NULL, 1);
+    if (text == NULL)
         return 0;
-    size_t cap = 4096, len = 0, n;
-    char *text = xmalloc(cap);
-    while ((n = fread(text + len, 1, cap - len - 1, f)) > 0) {
-        len += n;
-        if (cap - len - 1 == 0) {
-            char *bigger = realloc(text, cap * 2);
-            if (bigger == NULL)
-                fail("out of memory reading %s", path);
-            text = bigger;
-            cap *= 2;
-        }
-    }
-    fclose(f);
-    text[len] = '\0';
     /* the text goes in as a parameter: nothing in it is parsed as SQL */
-    PGconn *c = pg_connect(db_url);
+    PGconn *c = testenv_connect(db_url);
     const char *params[] = {text};
     PGresult *r = PQexecParams(
         c,
@@ -987,19 +1364,16 @@ static void *planner_thread(void *arg)
     return NULL;
 }
 
-int testenv_planner_start(testenv_planner *tp, const warren_config *cfg, const char *db_url,
-                          const char *amqp_url, const warren_logger *log, warren_error *err)
+void testenv_planner_start(testenv_planner *tp, const warren_config *cfg, const char *db_url,
+                           const char *amqp_url, const warren_logger *log)
 {
+    warren_error err = {0};
     memset(tp, 0, sizeof(*tp));
-    if (warren_planner_new(cfg, db_url, amqp_url, log, &tp->planner, err) != 0)
-        return -1;
-    if (pthread_create(&tp->th, NULL, planner_thread, tp) != 0) {
-        warren_planner_free(tp->planner);
-        tp->planner = NULL;
-        return warren_error_set(err, WARREN_ENOMEM, "cannot start the planner's thread");
-    }
+    if (warren_planner_new(cfg, db_url, amqp_url, log, &tp->planner, &err) != 0)
+        fail("planner: %s", err.message);
+    if (pthread_create(&tp->th, NULL, planner_thread, tp) != 0)
+        fail("cannot start the planner's thread");
     tp->running = 1;
-    return 0;
 }
 
 void testenv_planner_stop(testenv_planner *tp)
@@ -1011,4 +1385,144 @@ void testenv_planner_stop(testenv_planner *tp)
     warren_planner_free(tp->planner);
     tp->planner = NULL;
     tp->running = 0;
+}
+
+void testenv_publish(const char *amqp_url, const warren_message *m, int confirm_timeout_ms)
+{
+    warren_broker *b = NULL;
+    warren_error err = {0};
+    uint64_t seq = 0;
+    if (warren_broker_open(amqp_url, NULL, &b, &err) != 0)
+        fail("broker %s: %s", amqp_url, err.message);
+    if (warren_broker_confirm_select(b, &err) != 0)
+        fail("confirm mode: %s", err.message);
+    if (warren_broker_publish(b, m, &seq, &err) != 0)
+        fail("publish: %s", err.message);
+    if (warren_broker_confirm_wait(b, seq, confirm_timeout_ms, NULL, NULL, &err) != 0)
+        fail("confirm of the publish: %s", err.message);
+    warren_broker_free(b);
+}
+
+/* ------------------------------------------------------------ config */
+
+void testenv_topology(const char *amqp_url, const char *const *queues, size_t n, int delivery_limit)
+{
+    warren_broker *b = NULL;
+    warren_error err = {0};
+    if (warren_broker_open(amqp_url, NULL, &b, &err) != 0)
+        fail("broker %s: %s", amqp_url, err.message);
+    if (warren_broker_topology(b, queues, n, delivery_limit, &err) != 0)
+        fail("topology: %s", err.message);
+    warren_broker_free(b);
+}
+
+warren_config *testenv_config_load(const char *path)
+{
+    warren_config *cfg = NULL;
+    warren_diags diags = {0};
+    warren_error err = {0};
+    if (warren_config_load(path, &cfg, &diags, &err) != 0) {
+        for (size_t i = 0; i < diags.count; i++)
+            fprintf(stderr, "%s\n", diags.items[i]);
+        fail("config %s: %s", path, err.message);
+    }
+    warren_diags_free(&diags);
+    return cfg;
+}
+
+void testenv_config_apply(const warren_config *cfg, const char *db_url, const char *amqp_url)
+{
+    warren_store *st = NULL;
+    warren_error err = {0};
+    if (warren_store_open(db_url, NULL, &st, &err) != 0)
+        fail("store %s: %s", db_url, err.message);
+    if (warren_store_sync(st, cfg, NULL, &err) != 0)
+        fail("sync: %s", err.message);
+    warren_store_free(st);
+    if (amqp_url != NULL) {
+        size_t nq = 0;
+        const char **queues = warren_config_queues(cfg, &nq);
+        testenv_topology(amqp_url, queues, nq, cfg->delivery_limit);
+        free(queues);
+    }
+}
+
+/* ------------------------------------------------------------ a stack */
+
+void testenv_stack_init(testenv_stack *s, const char *prefix)
+{
+    memset(s, 0, sizeof(*s));
+    unsetenv("WARREN_DATABASE_URL");
+    unsetenv("WARREN_AMQP_URL");
+    s->db = testenv_db_migrated();
+    s->amqp = testenv_vhost();
+    s->dir = testenv_tmpdir(prefix);
+    s->cfg_path = testenv_fmt("%s/warren.cfg", s->dir);
+}
+
+void testenv_stack_config(testenv_stack *s, const char *text)
+{
+    testenv_write_file(s->cfg_path, text, 0644);
+    s->cfg = testenv_config_load(s->cfg_path);
+    testenv_config_apply(s->cfg, s->db, s->amqp);
+}
+
+void testenv_stack_planner_start(testenv_stack *s, const warren_logger *log)
+{
+    testenv_planner_start(&s->planner, s->cfg, s->db, s->amqp, log);
+}
+
+pid_t testenv_stack_worker(const testenv_stack *s, const char *cfg_path, const char *id,
+                           const char *log, int append)
+{
+    char *path = testenv_fmt("%s/%s", s->dir, log);
+    char *argv[] = {WARREN_BINARY, "worker",   "-c", (char *)(cfg_path ? cfg_path : s->cfg_path),
+                    "--id",        (char *)id, NULL};
+    pid_t pid = testenv_spawn(argv, NULL, path, append);
+    free(path);
+    return pid;
+}
+
+void testenv_stack_workers_start(testenv_stack *s, int n)
+{
+    if (s->nworkers + n > TESTENV_MAX_WORKERS)
+        fail("more than %d workers", TESTENV_MAX_WORKERS);
+    for (int i = 0; i < n; i++) {
+        char id[16], log[32];
+        snprintf(id, sizeof(id), "w%d", s->nworkers + 1);
+        snprintf(log, sizeof(log), "%s.log", id);
+        s->workers[s->nworkers] = testenv_stack_worker(s, NULL, id, log, 0);
+        s->nworkers++;
+    }
+}
+
+void testenv_stack_workers_stop(testenv_stack *s)
+{
+    for (int i = 0; i < s->nworkers; i++)
+        kill(s->workers[i], SIGTERM);
+    for (int i = 0; i < s->nworkers; i++)
+        testenv_wait_exit(s->workers[i], 10000);
+    s->nworkers = 0;
+}
+
+int testenv_stack_log_wait(const testenv_stack *s, const char *log, const char *needle,
+                           long timeout_ms)
+{
+    char *path = testenv_fmt("%s/%s", s->dir, log);
+    int has = testenv_file_wait(path, needle, timeout_ms);
+    free(path);
+    return has;
+}
+
+void testenv_stack_free(testenv_stack *s)
+{
+    testenv_stack_workers_stop(s);
+    testenv_planner_stop(&s->planner);
+    warren_config_free(s->cfg);
+    s->cfg = NULL;
+    free(s->db);
+    free(s->amqp);
+    free(s->dir);
+    free(s->cfg_path);
+    s->db = s->amqp = s->dir = s->cfg_path = NULL;
 }

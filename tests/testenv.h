@@ -28,14 +28,21 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/types.h>
 #include <pthread.h>
 #include <signal.h>
 
+#include <libpq-fe.h>
+
+#include <warren/broker.h>
 #include <warren/config.h>
 #include <warren/error.h>
 #include <warren/log.h>
 #include <warren/planner.h>
+#include <warren/timefmt.h>
 
 /* The admin URL (WARREN_TEST_PG_URL), borrowed from the environment. Fails the
  * test when unset. */
@@ -100,6 +107,10 @@ char *testenv_sql1(const char *db_url, const char *sql);
  * stderr too). Returns the exit status, or -1 if it did not exit normally. */
 int testenv_run(const char *cmd, char *out, size_t len);
 
+/* testenv_run with cmd's standard error apart: into err (at most errlen - 1
+ * bytes kept, always NUL-terminated; through a temporary file). */
+int testenv_run_split(const char *cmd, char *out, size_t outlen, char *err, size_t errlen);
+
 /* Path of tests/servers.sh in the source tree (borrowed), for fault tests:
  * system(...) with "restart-pg" or "restart-rabbit". Restarting disturbs
  * every test using the servers at that moment: tests/run-all.sh runs tests
@@ -141,6 +152,173 @@ char *testenv_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* testenv_sql1 of a printf-formatted statement. */
 char *testenv_sql1f(const char *db_url, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Runs sql (one or more statements); fails the test on error. */
+void testenv_exec(const char *db_url, const char *sql);
+
+/* The first value of sql as a number; fails the test on error and when there
+ * is no value (no row, or SQL NULL). */
+long testenv_sql_long(const char *db_url, const char *sql);
+
+/* A new connection to db_url (connect_timeout 10 s, notices not shown; close
+ * it with PQfinish). Fails the test if it cannot connect. */
+PGconn *testenv_connect(const char *db_url);
+
+/* Runs sql on an open connection; fails the test on error (the statement
+ * and the server's message on stderr). */
+void testenv_exec_on(PGconn *c, const char *sql);
+
+/* Runs sql on a new connection to db_url: its first value ("" for no row or
+ * SQL NULL) when it succeeds, "SQLSTATE: primary message" when it fails
+ * (new). Fails the test if it cannot connect. */
+char *testenv_try_sql(const char *db_url, const char *sql);
+
+/* Check assertions (macros, so that Check names the caller's line; for
+ * runners that include <check.h>):
+ * ck_assert_sql_eq: testenv_try_sql(db_url, sql) is want;
+ * ck_assert_sql_prefix: it starts with want;
+ * ck_assert_sqlf: the first value of the printf-formatted query is want
+ * ("<null>" for SQL NULL; an SQL error fails the test, as testenv_sql1). */
+#define ck_assert_sql_eq(db_url, sql, want)                                                        \
+    do {                                                                                           \
+        const char *sql_ = (sql), *want_ = (want);                                                 \
+        char *got_ = testenv_try_sql(db_url, sql_);                                                \
+        ck_assert_msg(strcmp(got_, want_) == 0, "%s\n  gave: %s\n  want: %s", sql_, got_, want_);  \
+        free(got_);                                                                                \
+    } while (0)
+#define ck_assert_sql_prefix(db_url, sql, want)                                                    \
+    do {                                                                                           \
+        const char *sql_ = (sql), *want_ = (want);                                                 \
+        char *got_ = testenv_try_sql(db_url, sql_);                                                \
+        ck_assert_msg(strncmp(got_, want_, strlen(want_)) == 0, "%s\n  gave: %s\n  want: %s...",   \
+                      sql_, got_, want_);                                                          \
+        free(got_);                                                                                \
+    } while (0)
+#define ck_assert_sqlf(db_url, want, ...)                                                          \
+    do {                                                                                           \
+        char *got_ = testenv_sql1f(db_url, __VA_ARGS__);                                           \
+        ck_assert_str_eq(got_ ? got_ : "<null>", want);                                            \
+        free(got_);                                                                                \
+    } while (0)
+
+/* Polls sql every 100 ms until its first value is want: 1 when it is, 0 once
+ * timeout_ms of polling (the sleeps between polls; the queries' own time
+ * comes on top) have passed, with the last value on stderr. The server going
+ * away (no connection, SQLSTATE class 08, 57P01-57P03: a restart) counts as
+ * "not yet"; any other error fails the test. A bound on waiting, not a timed
+ * assertion: the condition is what is tested. */
+int testenv_wait_for(const char *db_url, const char *want, long timeout_ms, const char *sql);
+/* testenv_wait_for of a printf-formatted statement. */
+int testenv_wait_forf(const char *db_url, const char *want, long timeout_ms, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* The URL with login as its user (same scheme, host, port, database and
+ * query; new). Fails the test if url has no "scheme://user@". */
+char *testenv_url_as(const char *url, const char *login);
+
+/* Database clock minus this machine's real-time clock, in µs: of samples
+ * reads of warren_store_now, the one with the shortest round trip, against
+ * the middle of that trip. Fails the test on error. */
+warren_us testenv_db_clock_offset(const char *db_url, int samples);
+
+/* ------------------------------------------------------------ time */
+
+/* Sleeps ms milliseconds (resuming after a signal). */
+void testenv_sleep_ms(long ms);
+
+/* CLOCK_MONOTONIC in milliseconds and in seconds. */
+int64_t testenv_mono_ms(void);
+double testenv_mono_s(void);
+
+/* CLOCK_REALTIME in milliseconds and in microseconds. */
+int64_t testenv_wall_ms(void);
+warren_us testenv_wall_us(void);
+
+/* An RFC 3339 instant (warren_time_parse) in µs; fails the test when text
+ * does not parse. */
+warren_us testenv_at(const char *text);
+
+/* xorshift64: the next number of *state (never 0 if it starts non-zero),
+ * for reproducible pseudo-random test input. */
+uint64_t testenv_xorshift(uint64_t *state);
+
+/* ------------------------------------------------------------ files */
+
+/* The whole file (new, NUL-terminated after its *len bytes; len may be
+ * NULL). Fails the test if it cannot be opened or read. */
+char *testenv_read_file(const char *path, size_t *len);
+
+/* Like testenv_read_file, but a file that does not exist (yet) reads as ""
+ * (a log a process has not written, a pid file not made yet). */
+char *testenv_read_file_or_empty(const char *path);
+
+/* The first len - 1 bytes of the file into buf, NUL-terminated. Fails the
+ * test if it cannot be opened. */
+void testenv_read_into(const char *path, char *buf, size_t len);
+
+/* Writes len bytes of data (or the string text) to path, created or
+ * truncated, then chmod(mode). Fails the test on any error. */
+void testenv_write_bytes(const char *path, const void *data, size_t len, mode_t mode);
+void testenv_write_file(const char *path, const char *text, mode_t mode);
+
+/* A new file /tmp/PREFIX-XXXXXXSUFFIX (mkstemps; SUFFIX may be "") holding
+ * text; its path (new; unlink it when done). Fails the test on error. */
+char *testenv_temp_file(const char *prefix, const char *suffix, const char *text);
+
+/* A new directory /tmp/PREFIX-XXXXXX (mkdtemp); its path (new). Fails the
+ * test if it cannot be made. Left behind, like the databases. */
+char *testenv_tmpdir(const char *prefix);
+
+/* Polls the file at path every 50 ms until it contains needle: 1 when it
+ * does, 0 once timeout_ms of polling have passed (the file then printed to
+ * stderr). A missing file has nothing in it (yet). */
+int testenv_file_wait(const char *path, const char *needle, long timeout_ms);
+
+/* ------------------------------------------------------------ processes */
+
+/* Waits up to timeout_ms (polling every 50 ms) for the child pid to exit:
+ * its exit status, 128 + the signal that ended it, or -1 when it did not
+ * exit in time (then it is killed with SIGKILL and reaped). */
+int testenv_wait_exit(pid_t pid, long timeout_ms);
+
+/* Publishes m on amqp_url in confirm mode and waits up to confirm_timeout_ms
+ * for the broker's confirm. Fails the test on error. */
+void testenv_publish(const char *amqp_url, const warren_message *m, int confirm_timeout_ms);
+
+/* ------------------------------------------------------------ config */
+
+/* Declares the topology of queues (warren_broker_topology) on amqp_url.
+ * Fails the test on error. */
+void testenv_topology(const char *amqp_url, const char *const *queues, size_t n,
+                      int delivery_limit);
+
+/* Loads the config file at path (new; its diagnostics on stderr). Fails the
+ * test if it does not load. */
+warren_config *testenv_config_load(const char *path);
+
+/* Syncs cfg into db_url (as `warren sync`) and, unless amqp_url is NULL,
+ * declares the topology of its queues on amqp_url (as `warren topology`).
+ * Fails the test on error. */
+void testenv_config_apply(const warren_config *cfg, const char *db_url, const char *amqp_url);
+
+/* ------------------------------------------------------------ benchmarks */
+
+/* Prints "PROGRAM: what: detail" (": detail" only when detail is not NULL)
+ * on stderr and exits with status 1. */
+void testenv_die(const char *what, const char *detail) __attribute__((noreturn));
+
+/* /proc/loadavg's three figures as a JSON array "[1.00, 0.50, 0.25]" (each
+ * -1 when it cannot be read). */
+void testenv_loadavg(char *buf, size_t len);
+
+/* This process's peak resident set (VmHWM) in KiB; -1 if unknown. */
+long testenv_rss_peak_kib(void);
+
+/* Set to 1 by the SIGTERM handler testenv_catch_term installs (with
+ * sigaction, no SA_RESTART): a child process's stop flag, e.g. for
+ * warren_planner_run or warren_worker_run. */
+extern volatile sig_atomic_t testenv_term;
+void testenv_catch_term(void);
 
 /* ------------------------------------------------------------ executions
  * An effect sink keyed by run key (PRIMARY KEY, ON CONFLICT DO NOTHING) holds
@@ -187,7 +365,7 @@ char *testenv_server_identity(const char *which);
 
 /* The real planner (relay, outbox, reconciler) on a thread of this process,
  * as `warren planner` runs it: testenv_planner_start creates it from cfg and
- * starts the thread (0, or -1 with err set and nothing started);
+ * starts the thread (the test fails if it cannot);
  * testenv_planner_stop asks it to stop, joins and frees it (nothing if it
  * was not started). */
 typedef struct testenv_planner {
@@ -196,8 +374,57 @@ typedef struct testenv_planner {
     volatile sig_atomic_t stop;
     int running;
 } testenv_planner;
-int testenv_planner_start(testenv_planner *tp, const warren_config *cfg, const char *db_url,
-                          const char *amqp_url, const warren_logger *log, warren_error *err);
+void testenv_planner_start(testenv_planner *tp, const warren_config *cfg, const char *db_url,
+                           const char *amqp_url, const warren_logger *log);
 void testenv_planner_stop(testenv_planner *tp);
+
+/* ------------------------------------------------------------ a stack
+ * What the runners of the worker share: a fresh migrated database and vhost,
+ * a new directory DIR holding the config DIR/warren.cfg that names them, the
+ * config synced and its queues declared, the real planner on a thread and
+ * `warren worker` processes. A runner's env may be this struct itself. */
+#define TESTENV_MAX_WORKERS 8
+typedef struct testenv_stack {
+    char *db, *amqp;      /* the database's URL, the vhost's AMQP URL */
+    char *dir, *cfg_path; /* DIR, DIR/warren.cfg */
+    warren_config *cfg;   /* loaded by testenv_stack_config */
+    testenv_planner planner;
+    pid_t workers[TESTENV_MAX_WORKERS]; /* of testenv_stack_workers_start */
+    int nworkers;
+} testenv_stack;
+
+/* Zeroes s; unsets WARREN_DATABASE_URL and WARREN_AMQP_URL (the config file
+ * names the servers: nothing in the environment may override it); makes
+ * the database (migrated), the vhost and DIR = /tmp/PREFIX-XXXXXX.
+ * cfg_path is set, not written. */
+void testenv_stack_init(testenv_stack *s, const char *prefix);
+
+/* Writes text to cfg_path, loads it into s->cfg, syncs it and declares the
+ * topology of its queues (testenv_config_apply). */
+void testenv_stack_config(testenv_stack *s, const char *text);
+
+/* testenv_planner_start of s->planner with s's config and servers. */
+void testenv_stack_planner_start(testenv_stack *s, const warren_logger *log);
+
+/* `warren worker -c CFG --id ID` (CFG: cfg_path, or s->cfg_path when NULL),
+ * its stderr to DIR/LOG (appended if append, else truncated). Not one of
+ * s->workers: the caller stops it. */
+pid_t testenv_stack_worker(const testenv_stack *s, const char *cfg_path, const char *id,
+                           const char *log, int append);
+
+/* n more workers of s->cfg_path into s->workers, ids w1, w2, ... (counting
+ * on from those already there), stderr to DIR/wI.log. */
+void testenv_stack_workers_start(testenv_stack *s, int n);
+
+/* SIGTERM to every worker of s->workers, then up to 10 s each to exit
+ * (SIGKILL after); none left. */
+void testenv_stack_workers_stop(testenv_stack *s);
+
+/* testenv_file_wait of DIR/LOG. */
+int testenv_stack_log_wait(const testenv_stack *s, const char *log, const char *needle,
+                           long timeout_ms);
+
+/* Stops the workers and the planner and frees s's memory (DIR stays). */
+void testenv_stack_free(testenv_stack *s);
 
 #endif
