@@ -39,11 +39,14 @@
  *                            [--cron J --minutes M]
  *                            [--handler sql|c|exec] [--concurrency C] [--workers W]
  *                            [--noop-4096] [--lead DURATION] [--warren PATH]
- *                            [--label TEXT]
+ *                            [--label TEXT] [--idle S]
  *
  * --warren runs that `warren` binary as the worker processes (sql and exec
  * handlers; default: the one built with this benchmark), e.g. a build of an
  * older commit for before/after rounds; --label is copied into each line.
+ * --idle S (first, before any workload): the worker processes' CPU seconds
+ * over S seconds with nothing to run ("bench":"worker_idle"). The steady
+ * line has cpu_s as the burst's, from the insert until all succeeded.
  * --lead sets planner.release_lead (default 3s; "0s": released at the due
  * time). min_start_lateness_ms < 0 would mean a run started before its due
  * time (it must not).
@@ -383,7 +386,7 @@ static void usage(void)
     fprintf(stderr, "usage: bench_worker [--burst N] [--rate R] [--seconds S] [--spread] "
                     "[--warmup W] [--cron J --minutes M] [--handler sql|c|exec] [--concurrency C] "
                     "[--workers W] [--noop-4096] [--lead DURATION] [--warren PATH] "
-                    "[--label TEXT]\n");
+                    "[--label TEXT] [--idle S]\n");
     exit(2);
 }
 
@@ -400,7 +403,7 @@ static long ms_until(const char *db, double epoch_ms)
 int main(int argc, char **argv)
 {
     long burst = 10000;
-    int rate = 200, seconds = 60, spread = 0, cron_jobs = 0, minutes = 3, warmup = 0;
+    int rate = 200, seconds = 60, spread = 0, cron_jobs = 0, minutes = 3, warmup = 0, idle = 0;
     const char *lead = NULL; /* planner.release_lead; NULL: the default */
     const char *warren_bin = WARREN_BINARY;
     bench_opts o = {.handler = "sql", .label = "", .workers = 2, .concurrency = 50};
@@ -414,6 +417,8 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--burst") == 0 && i + 1 < argc)
             burst = atol(argv[++i]);
+        else if (strcmp(argv[i], "--idle") == 0 && i + 1 < argc)
+            idle = atoi(argv[++i]);
         else if (strcmp(argv[i], "--rate") == 0 && i + 1 < argc)
             rate = atoi(argv[++i]);
         else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc)
@@ -621,6 +626,18 @@ int main(int argc, char **argv)
     testenv_planner_start(&pl, cfg, db, amqp, &plg);
     testenv_sleep_ms(1500);
 
+    if (idle > 0) {
+        cpu_snap c0, c1;
+        cpu_snapshot(&c0, w, o.workers);
+        testenv_sleep_ms(idle * 1000L);
+        cpu_snapshot(&c1, w, o.workers);
+        printf("{\"bench\":\"worker_idle\",\"label\":\"%s\",\"handler\":\"%s\","
+               "\"workers\":%d,\"concurrency\":%d,\"seconds\":%d,\"workers_cpu_s\":%.3f,"
+               "\"planner_cpu_s\":%.3f}\n",
+               o.label, o.handler, o.workers, o.concurrency, idle, c1.workers - c0.workers,
+               c1.self - c0.self);
+        fflush(stdout);
+    }
     /* Burst: every run due at the same instant, 20 s ahead (the relay has time
      * to put them all into that second's delay queue). Runs are tagged through
      * their payload; scheduled_at values are distinct fake seconds. */
@@ -689,10 +706,13 @@ int main(int argc, char **argv)
                           due, n);
         free(v);
         const char *all = "origin = 'backfill' AND payload->>'bench' = 'steady'";
+        cpu_snap c0, c1;
+        cpu_snapshot(&c0, w, o.workers);
         int ok = wait_all(db, all, n, seconds + 60);
+        cpu_snapshot(&c1, w, o.workers);
         if (warmup == 0) {
             report(db, spread ? "worker_steady_spread" : "worker_steady", all, n, w, &o, rate, ok,
-                   NULL, NULL, NULL);
+                   &c0, &c1, NULL);
         } else {
             /* --warmup W: the runs due in the first W seconds on a line of
              * their own (the workers' first runs: cold backends, statements

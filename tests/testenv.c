@@ -1380,7 +1380,7 @@ void testenv_planner_stop(testenv_planner *tp)
 {
     if (!tp->running)
         return;
-    tp->stop = 1;
+    __atomic_store_n(&tp->stop, 1, __ATOMIC_RELAXED);
     pthread_join(tp->th, NULL);
     warren_planner_free(tp->planner);
     tp->planner = NULL;
