@@ -1,8 +1,8 @@
 -- caps.sql: a template's (or config job's) caps on running runs,
 -- max_running and max_running_per_tenant (docs/delivery.md, "Caps"): the
 -- lock that serialises a capped group's claims and releases, and the release
--- of waiting runs that fit again. The check itself is in warren.wp_claim
--- (claim.sql); complete.sql, lease.sql and claim.sql call the release. The
+-- of waiting runs that fit again. The check itself is warren.wp_cap_admit,
+-- called by wp_claim; complete.sql, lease.sql and claim.sql call the release. The
 -- one current definition; `warren migrate` re-applies it.
 --
 -- The cap group of a run of job J is coalesce(J.template, J.name), its caps
@@ -208,6 +208,93 @@ END
 $$;
 COMMENT ON FUNCTION warren.wp_cap_label(text) IS
     'How notes name a cap group: template NAME or job NAME';
+
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_cap_admit(r warren.runs, cg text, ct text, mr int, mrt int, gmrt int)
+--     Cap admission of a locked run under its group's cap lock: a run holding no released slot
+--     first releases the older waiting runs of its scope (they take free slots first, in due
+--     order); then it fits its caps, or it waits.
+-- Parameters:
+--     r    - the run's row, locked (a takeover's is still running)
+--     cg   - its cap group
+--     ct   - its tenant ('' for none)
+--     mr   - the group's max_running
+--     mrt  - the tenant's cap (wp_tenant_cap)
+--     gmrt - the group's max_running_per_tenant (how the waiting note names the cap)
+-- Returns: true: it fits (claim it); false: it waits (state waiting, with a note)
+-- Locks:   a release's waiting rows
+-- Writes:  warren.runs (r waiting; waiting runs released)
+CREATE OR REPLACE FUNCTION warren.wp_cap_admit(r warren.runs, cg text, ct text, mr int, mrt int,
+                                               gmrt int)
+RETURNS boolean LANGUAGE plpgsql VOLATILE AS $fn$
+-- No SET clause (as wp_event): the cost of a call (see wp_claim_locks)
+DECLARE
+    k text := r.run_key;
+    held bigint;
+    wline text;
+BEGIN
+    -- The group's lock is held since the start of the claim; a count (a
+    -- statement after it) sees every committed claim. A slot can come free
+    -- without a release (an overlap reap, cancel_previous, a released run
+    -- that died): a run that holds no released slot releases the older
+    -- waiting runs of its scope first (the tenant's with
+    -- max_running_per_tenant alone, the group's otherwise), so that they
+    -- take the free slots before it, in due order; the counts below then
+    -- see them.
+    IF r.cap_released_at IS NULL
+       AND ((mr IS NULL
+             AND EXISTS (SELECT 1 FROM warren.runs o
+                          WHERE o.cap_group = cg AND o.cap_tenant = ct
+                            AND o.state = 'waiting'
+                            AND (o.due_at, o.run_key) < (r.due_at, k)))
+            OR (mr IS NOT NULL
+                AND EXISTS (SELECT 1 FROM warren.runs o
+                             WHERE o.cap_group = cg AND o.state = 'waiting'
+                               AND (o.due_at, o.run_key) < (r.due_at, k)))) THEN
+        PERFORM warren.wp_cap_release(cg, ct, true);
+    END IF;
+    IF mr IS NOT NULL THEN
+        SELECT count(*) INTO held FROM warren.runs o
+         WHERE o.cap_group = cg AND o.run_key <> k
+           AND warren.wp_holds_slot(o.state, o.cap_released_at);
+        IF held >= mr THEN
+            wline := format('waiting: %s of max_running %s running (%s)', held, mr,
+                            warren.wp_cap_label(cg));
+        END IF;
+    END IF;
+    IF wline IS NULL AND mrt IS NOT NULL THEN
+        SELECT count(*) INTO held FROM warren.runs o
+         WHERE o.cap_group = cg AND o.cap_tenant = ct AND o.run_key <> k
+           AND warren.wp_holds_slot(o.state, o.cap_released_at);
+        IF held >= mrt THEN
+            wline := format('waiting: tenant %s has %s of %s %s running (%s)',
+                            CASE WHEN ct = '' THEN '(none)' ELSE ct END, held,
+                            CASE WHEN mrt IS DISTINCT FROM gmrt
+                                 THEN 'its tenant cap (warren tenant-cap)'
+                                 ELSE 'max_running_per_tenant' END, mrt,
+                            warren.wp_cap_label(cg));
+        END IF;
+    END IF;
+    IF wline IS NULL THEN
+        RETURN true;
+    END IF;
+    IF r.state = 'running' THEN
+        -- a takeover (its lease ran out) finding the cap lowered: the lost
+        -- attempt is closed by the claim; the run waits like the others
+        UPDATE warren.runs rr SET lease_owner = NULL, lease_until = NULL
+         WHERE rr.run_key = k;
+    END IF;
+    UPDATE warren.runs rr
+       SET state = 'waiting', cap_group = cg, cap_tenant = ct, cap_released_at = NULL,
+           note = warren.plan_note(rr.note,
+                                   wline || ' at ' || warren.wp_utc_ms(clock_timestamp()))
+     WHERE rr.run_key = k;
+    RETURN false;
+END
+$fn$;
+COMMENT ON FUNCTION warren.wp_cap_admit(warren.runs, text, text, int, int, int) IS
+    'Cap admission of a locked run under its group''s cap lock: true when it fits its caps, '
+    'else it waits (false); older waiting runs are released first';
 
 -- A slot of group g (tenant t) may have come free: under the cap lock, the
 -- oldest waiting runs (due_at, run_key) that fit now go back to 'planned',

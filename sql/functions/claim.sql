@@ -213,8 +213,200 @@ COMMENT ON FUNCTION warren.wp_overlap_lock(text, boolean) IS
     'warren.claim_locks; try_only: only if free at once (false: not taken); NULL for NULL jn';
 
 -- ----------------------------------------------------------------------------
+-- Function: warren.wp_claim_locks(cg text, ct text, mr int, mrt int, jn text, pol text,
+--           try_only boolean)
+--     The locks a claim takes before the run's row, in the lock order (docs/delivery.md, "Lock
+--     order"): the cap lock(s) when its group has a cap, then the job's overlap lock unless the
+--     policy is allow.
+-- Parameters:
+--     cg       - the cap group
+--     ct       - the run's tenant ('' for none)
+--     mr       - the group's max_running
+--     mrt      - the tenant's cap (wp_tenant_cap)
+--     jn       - the job
+--     pol      - the overlap policy the run is claimed under (wp_overlap_of)
+--     try_only - only if free at once
+-- Returns: true: held; false: one was not free at once (try_only; those taken stay held)
+-- Locks:   wp_cap_lock's, then wp_overlap_lock's, to the end of the transaction
+-- Writes:  warren.claim_locks: a lock row made the first time
+CREATE OR REPLACE FUNCTION warren.wp_claim_locks(cg text, ct text, mr int, mrt int, jn text,
+                                                 pol text, try_only boolean)
+RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
+-- No SET clause (as wp_event): called under its caller's search_path, for
+-- the cost of a call (a SET clause costs several microseconds a call)
+BEGIN
+    IF warren.wp_capped(mr, mrt) AND NOT warren.wp_cap_lock(cg, ct, mr, mrt, try_only) THEN
+        RETURN false;
+    END IF;
+    IF pol <> 'allow' AND NOT warren.wp_overlap_lock(jn, try_only) THEN
+        RETURN false;
+    END IF;
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION warren.wp_claim_locks(text, text, int, int, text, text, boolean) IS
+    'The locks a claim takes before the run''s row, in the lock order: the cap lock(s), then '
+    'the overlap lock; false when one is not free at once (try_only)';
+
+-- For a job with an overlap policy (skip, queue, cancel_previous) the claim
+-- first reaps the job's other runs whose lease ran out (see above), then
+-- looks at its runs still running.
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_overlap_verdict(r warren.runs, pol text, cg text, ct text,
+--           t0 timestamptz, w text)
+--     The overlap check of a locked run claimed under skip, queue or cancel_previous (the job's
+--     overlap lock held): reaps the job's expired runs, cancels older ones (cancel_previous); a
+--     run still running holds this one back (queue: retrying in 1 s; else skipped).
+-- Parameters:
+--     r   - the run's row, locked (FOR UPDATE)
+--     pol - skip, queue or cancel_previous
+--     cg  - the run's cap group: a slot it held (released from waiting) goes to the next
+--     ct  - its tenant
+--     t0  - the claim's time
+--     w   - the claiming worker
+-- Returns: true: go ahead and claim r; false: r was held back (retrying or skipped)
+-- Locks:   the job's other running rows (FOR UPDATE, in scheduled order); a release's
+-- Writes:  the reaped runs (wp_after_failure), the cancelled ones (runs, attempts, events);
+--          r (retrying or skipped, note, event run.skipped); waiting runs released
+CREATE OR REPLACE FUNCTION warren.wp_overlap_verdict(r warren.runs, pol text, cg text, ct text,
+                                                     t0 timestamptz, w text)
+RETURNS boolean LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+    k text := r.run_key;
+    b record;
+    newer_key text;
+    line text;
+BEGIN
+    -- Another run of this job whose lease ran out is reaped here, just as
+    -- the reconciler would (attempt lease_lost; retrying with backoff or
+    -- dead): this run does not wait for it, and its holder, if only
+    -- paused, is fenced off now (its next heartbeat and its completion
+    -- return false) instead of finishing it alongside this run.
+    FOR b IN SELECT * FROM warren.runs o
+              WHERE o.job = r.job AND o.run_key <> k AND o.state = 'running'
+                AND o.origin <> 'enqueue'
+                AND o.lease_until < t0
+              ORDER BY o.scheduled_at
+              FOR UPDATE
+    LOOP
+        UPDATE warren.attempts a SET finished_at = t0, outcome = 'lease_lost',
+               error = format('lease expired at %s', warren.wp_utc_ms(b.lease_until))
+         WHERE a.run_key = b.run_key AND a.attempt = b.attempt AND a.finished_at IS NULL;
+        PERFORM warren.wp_after_failure(b.run_key, 'lease_lost',
+            format('lease lost: worker %s stopped heartbeating', b.lease_owner), b.lease_owner,
+            format('lease of attempt %s (worker %s) expired at %s; reaped at %s by the '
+                   'overlap check of %s', b.attempt, b.lease_owner,
+                   warren.wp_utc_ms(b.lease_until), warren.wp_utc_ms(t0), k));
+    END LOOP;
+
+    FOR b IN SELECT * FROM warren.runs o
+              WHERE o.job = r.job AND o.run_key <> k AND o.state = 'running'
+                AND o.origin <> 'enqueue'
+                AND o.lease_until >= t0
+              ORDER BY o.scheduled_at
+              FOR UPDATE
+    LOOP
+        IF pol = 'cancel_previous' AND b.scheduled_at < r.scheduled_at THEN
+            UPDATE warren.runs o
+               SET state = 'cancelled', finished_at = t0, lease_owner = NULL,
+                   lease_until = NULL,
+                   note = warren.plan_note(o.note, format(
+                       'cancelled by overlap policy cancel_previous at %s: newer run %s claimed by %s',
+                       warren.wp_utc_ms(t0), k, w))
+             WHERE o.run_key = b.run_key;
+            UPDATE warren.attempts a SET finished_at = t0, outcome = 'cancelled',
+                   error = format('cancelled: newer run %s started', k)
+             WHERE a.run_key = b.run_key AND a.attempt = b.attempt AND a.finished_at IS NULL;
+            PERFORM warren.wp_event(o, 'cancelled', NULL, b.lease_owner)
+               FROM warren.runs o WHERE o.run_key = b.run_key;
+        ELSE
+            newer_key := b.run_key;
+            EXIT;
+        END IF;
+    END LOOP;
+    IF newer_key IS NULL THEN
+        RETURN true;
+    END IF;
+
+    -- A run released from waiting held a slot of its cap group (caps.sql):
+    -- it is not running after all, so the slot goes to the next waiting run
+    -- (its group's lock is held already).
+    IF r.cap_released_at IS NOT NULL AND r.cap_group IS NOT NULL THEN
+        cg := r.cap_group;
+        ct := r.cap_tenant;
+    END IF;
+    IF pol = 'queue' THEN
+        line := format('held back by overlap policy queue: %s was still running', newer_key);
+        UPDATE warren.runs rr
+           SET state = 'retrying', due_at = t0 + interval '1 second',
+               note = CASE WHEN rr.note LIKE '%held back by overlap policy queue%'
+                           THEN rr.note ELSE warren.plan_note(rr.note, line) END
+         WHERE rr.run_key = k;
+    ELSE
+        -- skip, or cancel_previous with a newer run already running
+        line := format('skipped by overlap policy %s at %s: %s was still running',
+                       pol, warren.wp_utc_ms(t0), newer_key);
+        UPDATE warren.runs rr
+           SET state = 'skipped', finished_at = t0, note = warren.plan_note(rr.note, line)
+         WHERE rr.run_key = k
+        RETURNING * INTO r;
+        PERFORM warren.wp_event(r, 'skipped', NULL, w);
+    END IF;
+    IF cg IS NOT NULL THEN
+        UPDATE warren.runs rr SET cap_released_at = NULL WHERE rr.run_key = k;
+        PERFORM warren.wp_cap_release(cg, ct, true);
+    END IF;
+    RETURN false;
+END
+$fn$;
+COMMENT ON FUNCTION warren.wp_overlap_verdict(warren.runs, text, text, text, timestamptz, text) IS
+    'The overlap check of a claim: reaps expired runs of the job, cancels older ones '
+    '(cancel_previous); false when a run still running held this one back (retrying or skipped)';
+
+-- ----------------------------------------------------------------------------
+-- Function: warren.wp_start_attempt(k text, w text, lease_ms bigint, t0 timestamptz, cg text,
+--           ct text)
+--     Starts the next attempt of a locked, admitted run: running under the worker's lease from
+--     t0, counted in cap group cg (NULL: uncapped), and its attempt row.
+-- Parameters:
+--     k        - the run, locked
+--     w        - the worker
+--     lease_ms - the job's lease
+--     t0       - the claim's time (started_at, the lease's start)
+--     cg       - the cap group it counts in, or NULL
+--     ct       - its tenant ('' for none)
+-- Returns: the run's row, running, its attempt the new fencing token
+-- Locks:   the run's row (held already)
+-- Writes:  warren.runs (running, lease, cap columns); warren.attempts (the attempt, inserted)
+CREATE OR REPLACE FUNCTION warren.wp_start_attempt(k text, w text, lease_ms bigint, t0 timestamptz,
+                                                   cg text, ct text)
+RETURNS warren.runs LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+    r warren.runs;
+BEGIN
+    UPDATE warren.runs rr
+       SET state = 'running', attempt = rr.attempt + 1, lease_owner = w,
+           lease_login = session_user, lease_ms = wp_start_attempt.lease_ms,
+           lease_until = t0 + make_interval(secs => wp_start_attempt.lease_ms / 1000.0),
+           started_at = t0, cap_group = cg, cap_tenant = ct, cap_released_at = NULL
+     WHERE rr.run_key = k
+    RETURNING * INTO r;
+    INSERT INTO warren.attempts (run_key, attempt, worker, login, started_at)
+    VALUES (k, r.attempt, w, session_user, t0)
+    ON CONFLICT ON CONSTRAINT attempts_pkey DO UPDATE
+        SET worker = EXCLUDED.worker, login = EXCLUDED.login, started_at = EXCLUDED.started_at,
+            finished_at = NULL, outcome = NULL, error = NULL;
+    RETURN r;
+END
+$fn$;
+COMMENT ON FUNCTION warren.wp_start_attempt(text, text, bigint, timestamptz, text, text) IS
+    'Starts the next attempt of a locked, admitted run: running under the worker''s lease, its '
+    'attempt row';
+
+-- ----------------------------------------------------------------------------
 -- Function: warren.wp_claim(run_key text, worker text, may_wait boolean)
---     The claim of one run: warren.claim, and claim_many's per-key path.
+--     The claim of one run: warren.claim, and claim_many's per-key path. Reads the run, waits
+--     for it, then wp_claim_locks, the row, wp_overlap_verdict, wp_cap_admit, wp_start_attempt.
 -- Parameters:
 --     run_key  - the run
 --     worker   - the worker's name
@@ -242,9 +434,6 @@ DECLARE
     j warren.jobs%ROWTYPE;
     pol text;
     both_ record;
-    b record;
-    newer_key text;
-    line text;
     t0 timestamptz;
     st text;
     due timestamptz;
@@ -253,8 +442,6 @@ DECLARE
     mrt int;
     cg text;
     ct text;
-    held bigint;
-    wline text;
     lu timestamptz;
     jn0 text;
     pol0 text;
@@ -315,11 +502,7 @@ BEGIN
     -- for beyond them (a sync in between). Not free at once: no row and
     -- nothing written (the run's message comes again: the reconciler
     -- republishes a published run not started within its grace).
-    IF warren.wp_capped(mr0, mrt0)
-       AND NOT warren.wp_cap_lock(cg0, ct0, mr0, mrt0, NOT may_wait) THEN
-        RETURN;
-    END IF;
-    IF pol0 <> 'allow' AND NOT warren.wp_overlap_lock(jn0, NOT may_wait) THEN
+    IF NOT warren.wp_claim_locks(cg0, ct0, mr0, mrt0, jn0, pol0, NOT may_wait) THEN
         RETURN;
     END IF;
     -- The run (locked) and its job in one statement.
@@ -361,14 +544,11 @@ BEGIN
                         warren.wp_cap_label(cg), upper(current_setting('transaction_isolation'))
             USING ERRCODE = '0A000';
     END IF;
-    IF warren.wp_capped(mr, mrt) AND NOT warren.wp_cap_lock(cg, ct, mr, mrt, true) THEN
-        RETURN;
-    END IF;
     -- Claims of one job's runs serialise so the overlap check (a statement
     -- after the lock, so with a fresh snapshot) sees every committed claim.
     -- A row of warren.claim_locks (locks.sql), not the job's own row: the
     -- planner's FOR UPDATE SKIP LOCKED on warren.jobs is not disturbed.
-    IF pol <> 'allow' AND NOT warren.wp_overlap_lock(j.name, true) THEN
+    IF NOT warren.wp_claim_locks(cg, ct, mr, mrt, j.name, pol, true) THEN
         RETURN;
     END IF;
 
@@ -399,166 +579,21 @@ BEGIN
         RETURN;
     END IF;
 
-    IF pol <> 'allow' THEN
-        -- Another run of this job whose lease ran out is reaped here, just as
-        -- the reconciler would (attempt lease_lost; retrying with backoff or
-        -- dead): this run does not wait for it, and its holder, if only
-        -- paused, is fenced off now (its next heartbeat and its completion
-        -- return false) instead of finishing it alongside this run.
-        FOR b IN SELECT * FROM warren.runs o
-                  WHERE o.job = r.job AND o.run_key <> k AND o.state = 'running'
-                    AND o.origin <> 'enqueue'
-                    AND o.lease_until < t0
-                  ORDER BY o.scheduled_at
-                  FOR UPDATE
-        LOOP
-            UPDATE warren.attempts a SET finished_at = t0, outcome = 'lease_lost',
-                   error = format('lease expired at %s', warren.wp_utc_ms(b.lease_until))
-             WHERE a.run_key = b.run_key AND a.attempt = b.attempt AND a.finished_at IS NULL;
-            PERFORM warren.wp_after_failure(b.run_key, 'lease_lost',
-                format('lease lost: worker %s stopped heartbeating', b.lease_owner), b.lease_owner,
-                format('lease of attempt %s (worker %s) expired at %s; reaped at %s by the '
-                       'overlap check of %s', b.attempt, b.lease_owner,
-                       warren.wp_utc_ms(b.lease_until), warren.wp_utc_ms(t0), k));
-        END LOOP;
-
-        newer_key := NULL;
-        FOR b IN SELECT * FROM warren.runs o
-                  WHERE o.job = r.job AND o.run_key <> k AND o.state = 'running'
-                    AND o.origin <> 'enqueue'
-                    AND o.lease_until >= t0
-                  ORDER BY o.scheduled_at
-                  FOR UPDATE
-        LOOP
-            IF pol = 'cancel_previous' AND b.scheduled_at < r.scheduled_at THEN
-                UPDATE warren.runs o
-                   SET state = 'cancelled', finished_at = t0, lease_owner = NULL,
-                       lease_until = NULL,
-                       note = warren.plan_note(o.note, format(
-                           'cancelled by overlap policy cancel_previous at %s: newer run %s claimed by %s',
-                           warren.wp_utc_ms(t0), k, w))
-                 WHERE o.run_key = b.run_key;
-                UPDATE warren.attempts a SET finished_at = t0, outcome = 'cancelled',
-                       error = format('cancelled: newer run %s started', k)
-                 WHERE a.run_key = b.run_key AND a.attempt = b.attempt AND a.finished_at IS NULL;
-                PERFORM warren.wp_event(o, 'cancelled', NULL, b.lease_owner)
-                   FROM warren.runs o WHERE o.run_key = b.run_key;
-            ELSE
-                newer_key := b.run_key;
-                EXIT;
-            END IF;
-        END LOOP;
-
-        IF newer_key IS NOT NULL THEN
-            -- A run released from waiting held a slot of its cap group
-            -- (caps.sql): it is not running after all, so the slot goes to
-            -- the next waiting run (its group's lock is held already).
-            IF r.cap_released_at IS NOT NULL AND r.cap_group IS NOT NULL THEN
-                cg := r.cap_group;
-                ct := r.cap_tenant;
-            END IF;
-            IF pol = 'queue' THEN
-                line := format('held back by overlap policy queue: %s was still running', newer_key);
-                UPDATE warren.runs rr
-                   SET state = 'retrying', due_at = t0 + interval '1 second',
-                       note = CASE WHEN rr.note LIKE '%held back by overlap policy queue%'
-                                   THEN rr.note ELSE warren.plan_note(rr.note, line) END
-                 WHERE rr.run_key = k;
-            ELSE
-                -- skip, or cancel_previous with a newer run already running
-                line := format('skipped by overlap policy %s at %s: %s was still running',
-                               pol, warren.wp_utc_ms(t0), newer_key);
-                UPDATE warren.runs rr
-                   SET state = 'skipped', finished_at = t0, note = warren.plan_note(rr.note, line)
-                 WHERE rr.run_key = k
-                RETURNING * INTO r;
-                PERFORM warren.wp_event(r, 'skipped', NULL, w);
-            END IF;
-            IF cg IS NOT NULL THEN
-                UPDATE warren.runs rr SET cap_released_at = NULL WHERE rr.run_key = k;
-                PERFORM warren.wp_cap_release(cg, ct, true);
-            END IF;
-            RETURN;
-        END IF;
+    IF pol <> 'allow' AND NOT warren.wp_overlap_verdict(r, pol, cg, ct, t0, w) THEN
+        RETURN; -- held back by a run of the job still running
     END IF;
 
     -- Caps (caps.sql): the group's lock is held since the start of the
-    -- claim; a count (a statement after it) sees every committed claim.
-    -- Over a cap the run waits: no row, and the message is acknowledged; a
-    -- completion of the group releases it in due order.
+    -- claim; over a cap the run waits (wp_cap_admit): no row, and the
+    -- message is acknowledged; a completion of the group releases it.
     cg := coalesce(j.template, j.name);
     ct := coalesce(r.tenant, j.tenant, '');
-    IF warren.wp_capped(mr, mrt) THEN
-        -- A slot can come free without a release (an overlap reap,
-        -- cancel_previous, a released run that died): a run that holds no
-        -- released slot releases the older waiting runs of its scope first
-        -- (the tenant's with max_running_per_tenant alone, the group's
-        -- otherwise), so that they take the free slots before it, in due
-        -- order; the counts below then see them.
-        IF r.cap_released_at IS NULL
-           AND ((mr IS NULL
-                 AND EXISTS (SELECT 1 FROM warren.runs o
-                              WHERE o.cap_group = cg AND o.cap_tenant = ct
-                                AND o.state = 'waiting'
-                                AND (o.due_at, o.run_key) < (r.due_at, k)))
-                OR (mr IS NOT NULL
-                    AND EXISTS (SELECT 1 FROM warren.runs o
-                                 WHERE o.cap_group = cg AND o.state = 'waiting'
-                                   AND (o.due_at, o.run_key) < (r.due_at, k)))) THEN
-            PERFORM warren.wp_cap_release(cg, ct, true);
-        END IF;
-        IF mr IS NOT NULL THEN
-            SELECT count(*) INTO held FROM warren.runs o
-             WHERE o.cap_group = cg AND o.run_key <> k
-               AND warren.wp_holds_slot(o.state, o.cap_released_at);
-            IF held >= mr THEN
-                wline := format('waiting: %s of max_running %s running (%s)', held, mr,
-                                warren.wp_cap_label(cg));
-            END IF;
-        END IF;
-        IF wline IS NULL AND mrt IS NOT NULL THEN
-            SELECT count(*) INTO held FROM warren.runs o
-             WHERE o.cap_group = cg AND o.cap_tenant = ct AND o.run_key <> k
-               AND warren.wp_holds_slot(o.state, o.cap_released_at);
-            IF held >= mrt THEN
-                wline := format('waiting: tenant %s has %s of %s %s running (%s)',
-                                CASE WHEN ct = '' THEN '(none)' ELSE ct END, held,
-                                CASE WHEN mrt IS DISTINCT FROM gmrt
-                                     THEN 'its tenant cap (warren tenant-cap)'
-                                     ELSE 'max_running_per_tenant' END, mrt,
-                                warren.wp_cap_label(cg));
-            END IF;
-        END IF;
-        IF wline IS NOT NULL THEN
-            IF r.state = 'running' THEN
-                -- a takeover (its lease ran out) finding the cap lowered: the
-                -- lost attempt is closed above; the run waits like the others
-                UPDATE warren.runs rr SET lease_owner = NULL, lease_until = NULL
-                 WHERE rr.run_key = k;
-            END IF;
-            UPDATE warren.runs rr
-               SET state = 'waiting', cap_group = cg, cap_tenant = ct, cap_released_at = NULL,
-                   note = warren.plan_note(rr.note,
-                                         wline || ' at ' || warren.wp_utc_ms(clock_timestamp()))
-             WHERE rr.run_key = k;
-            RETURN;
-        END IF;
-    ELSE
+    IF NOT warren.wp_capped(mr, mrt) THEN
         cg := NULL;
+    ELSIF NOT warren.wp_cap_admit(r, cg, ct, mr, mrt, gmrt) THEN
+        RETURN;
     END IF;
-
-    UPDATE warren.runs rr
-       SET state = 'running', attempt = rr.attempt + 1, lease_owner = w,
-           lease_login = session_user, lease_ms = j.lease_ms,
-           lease_until = t0 + make_interval(secs => j.lease_ms / 1000.0),
-           started_at = t0, cap_group = cg, cap_tenant = ct, cap_released_at = NULL
-     WHERE rr.run_key = k
-    RETURNING * INTO r;
-    INSERT INTO warren.attempts (run_key, attempt, worker, login, started_at)
-    VALUES (k, r.attempt, w, session_user, t0)
-    ON CONFLICT ON CONSTRAINT attempts_pkey DO UPDATE
-        SET worker = EXCLUDED.worker, login = EXCLUDED.login, started_at = EXCLUDED.started_at,
-            finished_at = NULL, outcome = NULL, error = NULL;
+    r := warren.wp_start_attempt(k, w, j.lease_ms, t0, cg, ct);
 
     attempt := r.attempt;
     job := r.job;
