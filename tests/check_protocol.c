@@ -1362,7 +1362,7 @@ START_TEST(test_worker_role_executes_the_protocol_but_cannot_touch_tables)
     ck_assert_int_eq(qn(url, "SET ROLE warren_worker; DELETE FROM warren.attempts"), -1);
     ck_assert_int_eq(qn(url, "SET ROLE warren_worker; SELECT warren.reap_expired_leases(10)"), -1);
     ck_assert_int_eq(qn(url, "SET ROLE warren_worker; SELECT warren.replay('" RK "')"), -1);
-    ck_assert_int_eq(qn(url, "SET ROLE warren_worker; SELECT warren.wp_note('a', 'b')"), -1);
+    ck_assert_int_eq(qn(url, "SET ROLE warren_worker; SELECT warren.wp_claimable('running')"), -1);
     ck_assert_int_eq(
         qn(url, "SET ROLE warren_worker; SELECT * FROM warren.wp_claim('" RK "', 'w', true)"), -1);
     ck_assert_int_eq(qn(url, "SET ROLE warren_worker; SELECT warren.wp_wait_until(now())"), -1);
