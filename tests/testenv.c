@@ -1,5 +1,6 @@
 /* testenv: fresh databases and vhosts on the servers of tests/servers.sh.
  * Test code, so it may use libpq and rabbitmq-c directly; see testenv.h. */
+#include "internal.h"
 #include "testenv.h"
 
 #include <amqp.h>
@@ -84,18 +85,15 @@ char *testenv_fmt(const char *fmt, ...)
 
 /* ------------------------------------------------------------------ time */
 
+/* The library's clock.c, under the tests' names. */
 void testenv_sleep_ms(long ms)
 {
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
+    warren__sleep_ms(ms);
 }
 
 int64_t testenv_mono_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return warren__mono_ms();
 }
 
 double testenv_mono_s(void)
